@@ -1,0 +1,60 @@
+# finishline: `make test` and `make lab` set up whatever is missing, then run.
+# Everything is installed inside this checkout: .venv (Python), .tools (uv, toxiproxy), node_modules.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+UV_VERSION := 0.13.9
+TOXIPROXY_VERSION := 2.12.0
+TOOLS := $(CURDIR)/.tools
+UV := $(TOOLS)/uv/bin/uv
+VENV := $(CURDIR)/.venv
+PY := $(VENV)/bin/python
+TOXIPROXY_SERVER := $(TOOLS)/bin/toxiproxy-server
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+export FINISHLINE_TOXIPROXY_SERVER := $(TOXIPROXY_SERVER)
+
+# mitmproxy 12 needs Python >= 3.12, and `python3` on a machine is often older: look for one,
+# including pyenv's installs, rather than assume. Override with `make PYTHON=/path/to/python3.12`.
+PYTHON ?= $(shell for p in python3.12 python3.13 python3.14 \
+    $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -V) python3; do \
+  p=$$(command -v $$p 2>/dev/null) || continue; \
+  $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
+
+.PHONY: help setup test bench clean
+
+help:
+	@echo "make test    install what is missing, then run every test"
+	@echo "make bench   finish_fix's cost next to plain mitmdump (ratios, one run)"
+	@echo "make setup   install only: .venv, uv, toxiproxy"
+	@echo "make clean   remove everything make installed in this checkout"
+
+setup: $(VENV)/.synced $(TOXIPROXY_SERVER)
+
+$(UV):
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (mitmproxy 12 needs it); install one or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON) -m venv $(TOOLS)/uv
+	$(TOOLS)/uv/bin/pip install --quiet uv==$(UV_VERSION)
+
+$(VENV)/.synced: pyproject.toml uv.lock | $(UV)
+	$(UV) sync --frozen --python $(PYTHON)
+	@touch $@
+
+# The real toxiproxy server, built from its Go module into this checkout (not onto the system).
+$(TOXIPROXY_SERVER):
+	@mkdir -p $(TOOLS)/go-bin
+	GOBIN=$(TOOLS)/go-bin go install \
+	  -ldflags "-X github.com/Shopify/toxiproxy/v2.Version=$(TOXIPROXY_VERSION)" \
+	  github.com/Shopify/toxiproxy/v2/cmd/server@v$(TOXIPROXY_VERSION)
+	@mkdir -p $(TOOLS)/bin
+	mv $(TOOLS)/go-bin/server $@
+
+test: setup
+	$(PY) -m pytest
+
+bench: setup
+	$(PY) -m tests.bench
+
+clean:
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis
