@@ -1,0 +1,93 @@
+"""finish_fix's books: the ledger file and the bounded copy of what each client was sent.
+
+Plain Python, no mitmproxy types beyond reading a flow's request line and response status."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import IO
+
+__all__ = ["BodyCopy", "Ledger", "parse_size"]
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|k|mb|m|gb|g)?\s*$", re.IGNORECASE)
+_UNITS = {None: 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3}
+
+
+def parse_size(text: str) -> int:
+    """'4MB' -> 4194304. Raises ValueError naming the valid forms."""
+    match = _SIZE.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size; use a number of bytes or e.g. 512KB, 4MB, 0 for none")
+    unit = match.group(2).lower() if match.group(2) else None
+    return int(match.group(1)) * _UNITS[unit]
+
+
+class BodyCopy:
+    """Keeps at most `limit` bytes of a stream: all of it when it fits, else its first and last
+    halves with an SSE comment in between saying how much was left out (so the copy still reads as
+    an event stream, and the end, where streams go wrong, is always kept)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._head = bytearray()
+        self._tail = bytearray()
+        self._omitted = 0
+
+    def add(self, data: bytes) -> None:
+        if not self.limit or not data:
+            return
+        half = self.limit // 2
+        if len(self._head) < half:
+            room = half - len(self._head)
+            self._head += data[:room]
+            data = data[room:]
+        self._tail += data
+        excess = len(self._tail) - (self.limit - half)
+        if excess > 0:
+            del self._tail[:excess]
+            self._omitted += excess
+
+    def value(self) -> bytes:
+        if not self._omitted:
+            return bytes(self._head + self._tail)
+        note = f"\n\n: finish_fix: {self._omitted} bytes of this stream are not kept here\n\n".encode()
+        return bytes(self._head) + note + bytes(self._tail)
+
+
+class Ledger:
+    """Appends one JSON line per flow. Holds the file open and flushes each line, so a crash loses
+    at most the flow being written."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._file: IO[str] = open(path, "a", encoding="utf-8")
+
+    def write(self, flow, record: dict) -> None:
+        request = flow.request
+        line = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(request.timestamp_start)),
+            "method": request.method,
+            "url": request.pretty_url.partition("?")[0],
+            "status": flow.response.status_code if flow.response is not None else None,
+            "model": record.get("model"),
+            "verdict": record["verdict"],
+            "detail": record["detail"],
+            "events": record.get("events"),
+            "upstream_bytes": record.get("upstream_bytes"),
+            "client_bytes": record.get("client_bytes", record.get("bytes")),
+            "time_to_first_event": _seconds(record.get("time_to_first_event")),
+            "duration": _seconds(record.get("duration")),
+            "injected": record.get("injected", []),
+            "repairs": record.get("repairs", []),
+        }
+        self._file.write(json.dumps(line) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)

@@ -1,0 +1,42 @@
+"""What the chat-completion request tells the repair: the token limit and the model."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+__all__ = ["RequestFacts"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RequestFacts:
+    """Facts from the request body that the repair needs.
+
+    Attributes:
+        max_tokens: `max_completion_tokens`, else `max_tokens`, when a positive integer.
+        model: the requested model name, used only when no upstream chunk named one.
+    """
+
+    max_tokens: int | None = None
+    model: str | None = None
+
+    @classmethod
+    def from_body(cls, body: bytes | None) -> RequestFacts:
+        """Reads a JSON request body. Anything unreadable gives empty facts, never an error: the
+        repair then infers `stop` rather than `length`, which is what it would do without a limit."""
+        if not body:
+            return cls()
+        try:
+            request = json.loads(body)
+        except ValueError:
+            return cls()
+        if not isinstance(request, dict):
+            return cls()
+        max_tokens = None
+        for key in ("max_completion_tokens", "max_tokens"):
+            value = request.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                max_tokens = value
+                break
+        model = request.get("model")
+        return cls(max_tokens=max_tokens, model=model if isinstance(model, str) else None)

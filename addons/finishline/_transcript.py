@@ -1,0 +1,85 @@
+"""A readable account of a chat-completion event stream: each event on one line, then the answer
+reassembled per choice. Backs finish_fix's mitmweb content view; plain text, no mitmproxy."""
+
+from __future__ import annotations
+
+import json
+
+from ._sse import EventFramer
+
+__all__ = ["looks_like_chat_stream", "transcribe_chat_stream"]
+
+
+def looks_like_chat_stream(data: bytes) -> bool:
+    head = data[:4096]
+    return b"data:" in head and (b"chat.completion.chunk" in head or b'"choices"' in head or b"[DONE]" in head)
+
+
+def transcribe_chat_stream(data: bytes) -> str:
+    """Returns the transcript. Never raises on bad input: unreadable events are shown as they are."""
+    framer = EventFramer()
+    events = framer.receive_data(data)
+    leftover = framer.receive_end()
+    lines: list[str] = []
+    answers: dict[int, dict[str, list[str] | str | None]] = {}
+    number = 0
+    for event in events + ([leftover] if leftover is not None else []):
+        if event.data is None:
+            text = event.raw.decode("utf-8", "replace").strip()
+            if text.startswith(":"):
+                lines.append(f"      {text}")
+            continue
+        number += 1
+        marker = "" if event.complete else "  (incomplete: the stream ended inside this event)"
+        kind = f"[{event.event_type.decode('utf-8', 'replace')}] " if event.event_type else ""
+        lines.append(f"{number:>5} {kind}{_summarize(event.data, answers)}{marker}")
+    lines.append("")
+    if not answers:
+        lines.append("(no choices)")
+    for index in sorted(answers):
+        answer = answers[index]
+        lines.append(f"--- choice {index}: finish_reason={answer['finish_reason']!r}")
+        if answer["reasoning"]:
+            lines.append("reasoning: " + "".join(answer["reasoning"]))
+        if answer["tool_calls"]:
+            lines.append("tool calls: " + "".join(answer["tool_calls"]))
+        lines.append("content: " + "".join(answer["content"]))
+    return "\n".join(lines)
+
+
+def _summarize(data: bytes, answers: dict) -> str:
+    if data.startswith(b"[DONE]"):
+        return "[DONE]"
+    try:
+        chunk = json.loads(data)
+    except ValueError:
+        return "not JSON: " + data[:200].decode("utf-8", "replace")
+    if not isinstance(chunk, dict):
+        return json.dumps(chunk)[:200]
+    if "error" in chunk:
+        return "ERROR " + json.dumps(chunk["error"], ensure_ascii=False)[:300]
+    parts = []
+    for choice in chunk.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        index = choice.get("index", 0)
+        answer = answers.setdefault(
+            index, {"content": [], "reasoning": [], "tool_calls": [], "finish_reason": None}
+        )
+        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+        for key, bucket in (("content", "content"), ("reasoning_content", "reasoning"), ("reasoning", "reasoning")):
+            if isinstance(delta.get(key), str) and delta[key]:
+                answer[bucket].append(delta[key])
+                parts.append(f"#{index} {key}={delta[key]!r}")
+        for call in delta.get("tool_calls") or []:
+            function = call.get("function", {}) if isinstance(call, dict) else {}
+            piece = (function.get("name") or "") + (function.get("arguments") or "")
+            answer["tool_calls"].append(piece)
+            parts.append(f"#{index} tool_call={piece!r}")
+        reason = choice.get("finish_reason")
+        if reason is not None:
+            answer["finish_reason"] = reason
+            parts.append(f"#{index} finish_reason={reason!r}")
+    if isinstance(chunk.get("usage"), dict):
+        parts.append("usage=" + json.dumps(chunk["usage"]))
+    return ", ".join(parts) or "(no deltas)"

@@ -1,0 +1,86 @@
+"""The books: what happened to one stream, in the words the ledger, mitmweb and the lab use."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+
+__all__ = ["Verdict", "OnCut", "RepairPolicy", "Interruption", "StreamReport"]
+
+
+class Verdict(enum.StrEnum):
+    """What a flow in finish_fix's scope ended as. The values are the words users read."""
+
+    # Ended the way the spec says; nothing was changed.
+    CLEAN = "clean"
+    # Ended badly but recoverably (missing or empty finish_reason, missing [DONE]); finish_fix fixed it.
+    REPAIRED = "repaired"
+    # The upstream stopped before the stream finished: the answer is incomplete.
+    INTERRUPTED = "interrupted"
+    # The upstream itself reported an error in the stream (an error event); passed on as is.
+    UPSTREAM_ERROR = "upstream_error"
+    # The upstream answered with an HTTP error status; passed on as is.
+    HTTP_ERROR = "http_error"
+    # Not repaired, and why (compressed body, not a chat completion, internal fallback).
+    SKIPPED = "skipped"
+
+
+class OnCut(enum.StrEnum):
+    """What to send the client when the upstream stops before the stream finished (rule 6)."""
+
+    # Append an explicit SSE error event and end the response: the client raises, nothing is faked.
+    ERROR = "error"
+    # Inject finishing events and [DONE]: the client sees success. It lies; opt-in only.
+    STOP = "stop"
+    # Change nothing; only record the interruption.
+    PASS = "pass"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepairPolicy:
+    """The repair's options (see finish_fix's `finish_fix_empty_to_null` and `finish_fix_on_cut`)."""
+
+    empty_to_null: bool = True
+    on_cut: OnCut = OnCut.ERROR
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interruption:
+    """How a stream was cut.
+
+    Attributes:
+        before_first_token: no chunk with content, reasoning or a tool call had arrived.
+        how: "clean end without [DONE]" or "transport error: <what the transport said>".
+    """
+
+    before_first_token: bool
+    how: str
+
+
+@dataclass(slots=True, kw_only=True)
+class StreamReport:
+    """The running account of one stream; final once the stream ended.
+
+    Times are whatever clock the caller passes in (seconds), relative to the stream's start; None when
+    the caller passed no clock.
+    """
+
+    verdict: Verdict = Verdict.CLEAN
+    detail: str = "clean"
+    repairs: list[str] = field(default_factory=list)
+    injected: list[dict] = field(default_factory=list)
+    interruption: Interruption | None = None
+    model: str | None = None
+    events: int = 0
+    malformed_events: int = 0
+    upstream_bytes: int = 0
+    client_bytes: int = 0
+    dropped_incomplete_bytes: int = 0
+    time_to_first_event: float | None = None
+    duration: float | None = None
+
+    def as_json(self) -> dict:
+        """A JSON-serializable copy (for flow.metadata and the ledger)."""
+        record = asdict(self)
+        record["verdict"] = str(self.verdict)
+        return record
