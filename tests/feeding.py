@@ -1,0 +1,79 @@
+"""Feeding the repair core the way the network would: whole, a byte at a time, at random splits."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from finishline import RepairPolicy, RequestFacts, StreamRepair
+
+CHUNKINGS = ("whole", "bytewise", "random")
+
+
+def split(data: bytes, chunking: str, seed: int = 0) -> list[bytes]:
+    if chunking == "whole":
+        return [data] if data else []
+    if chunking == "bytewise":
+        return [data[i : i + 1] for i in range(len(data))]
+    rng = random.Random(seed)
+    pieces, position = [], 0
+    while position < len(data):
+        size = rng.randint(1, 40)
+        pieces.append(data[position : position + size])
+        position += size
+    return pieces
+
+
+def run(
+    upstream: bytes,
+    chunking: str = "whole",
+    *,
+    end: str = "clean",
+    request: RequestFacts = RequestFacts(),
+    policy: RepairPolicy = RepairPolicy(),
+) -> tuple[bytes, StreamRepair]:
+    """Feeds `upstream` and ends it (`end`: "clean", "failure" or "open"); returns what the client
+    was sent and the machine (for its report)."""
+    repair = StreamRepair(request=request, policy=policy)
+    out = b"".join(repair.receive_data(piece) for piece in split(upstream, chunking))
+    if end == "clean":
+        out += repair.receive_end()
+    elif end == "failure":
+        out += repair.receive_failure("peer reset")
+    return out, repair
+
+
+def chunk(content=None, *, index=0, finish_reason=None, delta=None, usage=None, choices=None, **extra) -> dict:
+    """A chat.completion.chunk like OpenAI's."""
+    body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "m1", **extra}
+    if choices is None:
+        if delta is None:
+            delta = {} if content is None else {"content": content}
+        choices = [{"index": index, "delta": delta, "finish_reason": finish_reason}]
+    body["choices"] = choices
+    if usage is not None:
+        body["usage"] = usage
+    return body
+
+
+def sse(*events, ending: bytes = b"\n", space: bool = True) -> bytes:
+    """Frames dicts (as JSON) and bytes (as is) as `data:` events."""
+    out = []
+    for event in events:
+        data = event if isinstance(event, bytes) else json.dumps(event).encode()
+        out.append(b"data:" + (b" " if space else b"") + data + ending + ending)
+    return b"".join(out)
+
+
+def data_events(stream: bytes) -> list:
+    """The data of each event the way openai-python reads it: JSON decoded, [DONE] as the string."""
+    from finishline import EventFramer
+
+    framer = EventFramer()
+    events = framer.receive_data(stream)
+    result = []
+    for event in events:
+        if event.data is None:
+            continue
+        result.append("[DONE]" if event.data.startswith(b"[DONE]") else json.loads(event.data))
+    return result

@@ -1,0 +1,259 @@
+"""finish_fix's mitmproxy adapter, in process with mitmproxy's own test helpers: options, hooks, books."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from mitmproxy import exceptions
+from mitmproxy.test import taddons, tflow, tutils
+
+import finish_fix
+import finish_fix_cut_hook
+from tests.feeding import chunk, data_events, sse
+
+HEALTHY = sse(chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]")
+
+
+@pytest.fixture
+def addon():
+    fix = finish_fix.FinishFix()
+    with taddons.context(fix) as tctx:
+        tctx.configure(fix)
+        fix.tctx = tctx
+        yield fix
+    finish_fix_cut_hook.uninstall()
+
+
+def make_flow(path="/v1/chat/completions", *, body=b'{"model": "m1", "stream": true}', content_type="text/event-stream",
+              status=200, headers=()):
+    flow = tflow.tflow(req=tutils.treq(method=b"POST", path=path.encode(), content=body))
+    flow.response = tutils.tresp(status_code=status, content=None)
+    flow.response.headers["content-type"] = content_type
+    for name, value in headers:
+        flow.response.headers[name] = value
+    return flow
+
+
+def stream_through(addon, flow, pieces, *, end="clean"):
+    """Runs a flow the way mitmproxy does: hooks, then each body piece through the stream callable."""
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    sent = []
+    for piece in pieces:
+        for out in _as_list(flow.response.stream(piece)):
+            assert out, "the stream callable must never return b'' mid-stream"
+            sent.append(out)
+    if end == "clean":
+        sent.extend(_as_list(flow.response.stream(b"")))
+        addon.response(flow)
+    return b"".join(sent)
+
+
+def _as_list(result):
+    return [result] if isinstance(result, bytes) else list(result)
+
+
+# -- options --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("finish_fix_on_cut", "bogus", "finish_fix_on_cut: 'bogus' is not one of error, stop, pass"),
+        ("finish_fix_paths", "(", "finish_fix_paths: '(' is not a valid regex"),
+        ("finish_fix_body_copy", "lots", "finish_fix_body_copy: 'lots' is not a size; use a number of bytes or e.g. 512KB"),
+        ("finish_fix_ledger", "/nonexistent-dir/ledger.jsonl", "finish_fix_ledger: cannot append to"),
+    ],
+)
+def test_bad_option_is_refused_naming_the_option(addon, option, value, message):
+    with pytest.raises(exceptions.OptionsError, match="^" + message.replace("(", r"\(")):
+        addon.tctx.configure(addon, **{option: value})
+
+
+def test_every_option_has_help_and_the_prefix(addon):
+    ours = [name for name in addon.tctx.options.keys() if name.startswith("finish_fix")]
+    assert sorted(ours) == sorted(
+        ["finish_fix_paths", "finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_ledger", "finish_fix_body_copy"]
+    )
+    for name in ours:
+        assert len(addon.tctx.options._options[name].help) > 40
+
+
+# -- scope ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/ai-gateway/mlflow/v1/chat/completions", "/v1/chat/completions?x=1"])
+def test_in_scope_asks_upstream_for_identity_and_repairs(addon, path):
+    flow = make_flow(path)
+    flow.request.headers["accept-encoding"] = "gzip, br"
+    out = stream_through(addon, flow, [sse(chunk("x"), b"[DONE]")])
+    assert flow.request.headers["accept-encoding"] == "identity"
+    assert [c["finish_reason"] for e in data_events(out) if isinstance(e, dict) for c in e["choices"]] == [None, "stop"]
+
+
+def test_other_event_streams_are_streamed_untouched(addon):
+    flow = make_flow("/v1/completions")
+    flow.request.headers["accept-encoding"] = "gzip"
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    assert flow.request.headers["accept-encoding"] == "gzip"
+    assert flow.response.stream is True
+    addon.response(flow)
+    assert "finish_fix" not in flow.metadata
+
+
+def test_non_sse_is_not_streamed(addon):
+    flow = make_flow(content_type="application/json")
+    addon.responseheaders(flow)
+    assert not flow.response.stream
+
+
+# -- books ------------------------------------------------------------------------------------
+
+
+def test_clean_stream_books(addon):
+    flow = make_flow()
+    assert stream_through(addon, flow, [HEALTHY[:50], HEALTHY[50:]]) == HEALTHY
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "clean"
+    assert not flow.marked and not flow.comment
+    assert flow.response.raw_content == HEALTHY  # the copy mitmweb shows
+    json.dumps(record)
+
+
+def test_repaired_stream_is_marked_and_commented(addon):
+    flow = make_flow()
+    stream_through(addon, flow, [sse(chunk("x"), b"[DONE]")])
+    assert flow.metadata["finish_fix"]["verdict"] == "repaired"
+    assert flow.marked == ":wrench:"
+    assert flow.comment == "finish_fix: repaired: injected finish_reason 'stop' for choice 0 before [DONE]"
+
+
+def test_cut_through_the_hook_sends_an_error_event_and_books_it(addon):
+    flow = make_flow()
+    sent = stream_through(addon, flow, [sse(chunk("x")) + b'data: {"par'], end="cut")
+    action = addon._on_cut(flow, "peer closed connection without sending complete message body")
+    assert action.end_response is True
+    assert data_events(action.client_bytes)[0]["error"]["code"] == "stream_interrupted"
+    flow.error = flow.error or __import__("mitmproxy").flow.Error("peer closed connection")
+    addon.error(flow)
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "interrupted"
+    assert record["interruption"] == {"before_first_token": False, "how": "transport error: peer closed connection without sending complete message body"}
+    assert flow.marked == ":warning:"
+    assert flow.response.raw_content == sent + action.client_bytes
+
+
+def test_cut_with_pass_lets_mitmproxy_close_as_usual(addon):
+    addon.tctx.configure(addon, finish_fix_on_cut="pass")
+    flow = make_flow()
+    stream_through(addon, flow, [sse(chunk("x")) + b"data: {"], end="cut")
+    action = addon._on_cut(flow, "reset")
+    assert action == finish_fix_cut_hook.CutAction(b"data: {", end_response=False)
+
+
+def test_error_without_the_hook_still_books_the_interruption(addon):
+    flow = make_flow()
+    stream_through(addon, flow, [sse(chunk("x"))], end="cut")
+    flow.error = __import__("mitmproxy").flow.Error("client disconnected")
+    addon.error(flow)
+    assert flow.metadata["finish_fix"]["verdict"] == "interrupted"
+
+
+def test_http_error_is_booked_and_passed(addon):
+    flow = make_flow(status=429)
+    body = sse({"error": {"message": "slow down"}})
+    assert stream_through(addon, flow, [body]) == body
+    assert flow.metadata["finish_fix"]["verdict"] == "http_error"
+
+
+def test_compressed_stream_is_skipped_untouched(addon):
+    flow = make_flow(headers=[("content-encoding", "gzip")])
+    body = gzip.compress(sse(chunk("x"), b"[DONE]"))
+    assert stream_through(addon, flow, [body]) == body
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "skipped" and "compressed body (gzip)" in record["detail"]
+
+
+def test_internal_error_falls_back_to_passthrough_and_logs_once(addon, monkeypatch, caplog):
+    flow = make_flow()
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    first = flow.response.stream(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\ndata: {"ha')
+    state = addon.flows[flow.id]
+
+    def broken(data, *, now=None):
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(state.repair, "receive_data", broken)
+    second = flow.response.stream(b'lf": 1}\n\n')
+    third = flow.response.stream(b"data: [DONE]\n\n")
+    assert b"".join(_as_list(first) + _as_list(second) + _as_list(third)) == (
+        b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\ndata: {"half": 1}\n\ndata: [DONE]\n\n'
+    )
+    flow.response.stream(b"")
+    addon.response(flow)
+    assert flow.metadata["finish_fix"]["verdict"] == "skipped"
+    assert sum("internal error" in r.message for r in caplog.records) == 1
+
+
+def test_ledger_lines_have_no_headers_keys_or_content(addon, tmp_path):
+    ledger = tmp_path / "ledger.jsonl"
+    addon.tctx.configure(addon, finish_fix_ledger=str(ledger))
+    flow = make_flow("/v1/chat/completions?api_key=secret")
+    flow.request.headers["authorization"] = "Bearer sk-secret"
+    stream_through(addon, flow, [sse(chunk("very private words"), b"[DONE]")])
+    addon.done()
+    (line,) = ledger.read_text().splitlines()
+    record = json.loads(line)
+    assert record["verdict"] == "repaired" and record["method"] == "POST" and record["status"] == 200
+    assert record["url"].endswith("/v1/chat/completions") and record["model"] == "m1"
+    assert record["events"] == 2 and record["injected"] == [{"kind": "finish", "choice": 0, "finish_reason": "stop"}]
+    assert {"time", "client_bytes", "upstream_bytes", "time_to_first_event", "duration"} <= set(record)
+    for secret in ("secret", "private", "Bearer", "authorization"):
+        assert secret not in line
+
+
+def test_shutdown_logs_a_summary(addon, caplog):
+    for body in (HEALTHY, sse(chunk("x"), b"[DONE]")):
+        stream_through(addon, make_flow(), [body])
+    caplog.set_level("INFO")
+    addon.done()
+    assert "finish_fix: 2 flows in scope: 1 clean, 1 repaired" in caplog.text
+
+
+def test_body_copy_keeps_start_and_end(addon):
+    addon.tctx.configure(addon, finish_fix_body_copy="1KB")
+    events = [chunk(f"token {i}") for i in range(100)]
+    flow = make_flow()
+    stream_through(addon, flow, [sse(*events, chunk(finish_reason="stop"), b"[DONE]")])
+    copy = flow.response.raw_content
+    assert len(copy) < 1200 and b"token 0" in copy and copy.endswith(b"data: [DONE]\n\n")
+    assert b"bytes of this stream are not kept here" in copy
+
+
+# -- rule 9: non-streaming --------------------------------------------------------------------
+
+
+def test_rule_9_non_streaming_completion_gets_a_reason(addon):
+    body = json.dumps({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+                       "usage": {"completion_tokens": 4}}).encode()
+    flow = make_flow(body=b'{"max_tokens": 4}', content_type="application/json")
+    flow.response.content = body
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert json.loads(flow.response.content)["choices"][0]["finish_reason"] == "length"
+    assert flow.metadata["finish_fix"]["verdict"] == "repaired"
+
+
+def test_rule_9_finished_completion_is_left_as_sent(addon):
+    body = b'{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}]}'
+    flow = make_flow(content_type="application/json")
+    flow.response.content = body
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert flow.response.content == body
+    assert flow.metadata["finish_fix"]["verdict"] == "clean"
