@@ -186,8 +186,9 @@ class FinishFix:
             return
         repair = state.repair
         if repair is not None and not state.broken and not repair.ended:
-            # The cut did not come through the hook (e.g. the client went away): books only.
-            repair.receive_failure(flow.error.msg if flow.error else "unknown error", now=time.time())
+            # Not an upstream cut (that comes through the hook first): the client went away or the
+            # flow was killed. Nothing can be sent any more; close the books.
+            repair.receive_abort(flow.error.msg if flow.error else "unknown error", now=time.time())
         self._close_books(flow, state)
 
     # -- streaming ----------------------------------------------------------------------------

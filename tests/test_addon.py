@@ -7,6 +7,7 @@ import json
 
 import pytest
 from mitmproxy import exceptions
+from mitmproxy import flow as mitm_flow
 from mitmproxy.test import taddons, tflow, tutils
 
 import finish_fix
@@ -137,7 +138,7 @@ def test_cut_through_the_hook_sends_an_error_event_and_books_it(addon):
     action = addon._on_cut(flow, "peer closed connection without sending complete message body")
     assert action.end_response is True
     assert data_events(action.client_bytes)[0]["error"]["code"] == "stream_interrupted"
-    flow.error = flow.error or __import__("mitmproxy").flow.Error("peer closed connection")
+    flow.error = flow.error or mitm_flow.Error("peer closed connection")
     addon.error(flow)
     record = flow.metadata["finish_fix"]
     assert record["verdict"] == "interrupted"
@@ -154,12 +155,15 @@ def test_cut_with_pass_lets_mitmproxy_close_as_usual(addon):
     assert action == finish_fix_cut_hook.CutAction(b"data: {", end_response=False)
 
 
-def test_error_without_the_hook_still_books_the_interruption(addon):
+def test_client_going_away_is_booked_without_sending_anything(addon):
     flow = make_flow()
     stream_through(addon, flow, [sse(chunk("x"))], end="cut")
-    flow.error = __import__("mitmproxy").flow.Error("client disconnected")
+    flow.error = mitm_flow.Error("Client disconnected.")
     addon.error(flow)
-    assert flow.metadata["finish_fix"]["verdict"] == "interrupted"
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "interrupted"
+    assert record["interruption"]["how"] == "aborted: Client disconnected."
+    assert record["injected"] == []
 
 
 def test_http_error_is_booked_and_passed(addon):

@@ -121,6 +121,19 @@ class StreamRepair:
         self._finish(now)
         return self._sent(b"".join(out))
 
+    def receive_abort(self, reason: str, *, now: float | None = None) -> None:
+        """The exchange ended for a reason other than the upstream (the client went away, the flow
+        was killed): nothing more can be sent, so this only closes the books."""
+        self._check_open("receive_abort")
+        self._ended = True
+        self._framer.receive_end()
+        if not (self._done_seen or self._failed):
+            interruption = Interruption(before_first_token=not self._first_token_seen, how=f"aborted: {reason}")
+            self.report.interruption = interruption
+            events = self.report.events
+            self._set(Verdict.INTERRUPTED, f"interrupted: {reason} after {events} event{'' if events == 1 else 's'}, before the stream finished")
+        self._finish(now)
+
     def abandon(self) -> bytes:
         """Stops repairing (the caller hit an internal error): returns the bytes held back for the
         current incomplete event, so that passing everything on unchanged from here loses nothing."""
