@@ -167,6 +167,7 @@ class FinishFix:
                 started_at=flow.request.timestamp_start,
             )
             state = _Flow(repair, copy)
+            _let_the_body_length_change(flow)
         self.flows[flow.id] = state
         response.stream = lambda data: self._on_body(flow, state, data)
 
@@ -285,6 +286,19 @@ class FinishFix:
 
 def _is_event_stream(response: http.Response) -> bool:
     return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
+
+
+def _let_the_body_length_change(flow: http.HTTPFlow) -> None:
+    """A repair adds bytes, so the upstream's Content-Length would make the client stop reading
+    before the finish or the error event. mitmproxy sends the headers as the addon leaves them:
+    drop the length and, for an HTTP/1.1 client, chunk the body (HTTP/2 ends streams by itself;
+    HTTP/1.0 reads to the close)."""
+    headers = flow.response.headers
+    if "content-length" not in headers:
+        return
+    del headers["content-length"]
+    if flow.request.http_version == "HTTP/1.1" and not flow.response.is_http2 and not flow.response.is_http3:
+        headers["transfer-encoding"] = "chunked"
 
 
 def _url(flow: http.HTTPFlow) -> str:

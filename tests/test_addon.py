@@ -261,3 +261,16 @@ def test_rule_9_finished_completion_is_left_as_sent(addon):
     addon.response(flow)
     assert flow.response.content == body
     assert flow.metadata["finish_fix"]["verdict"] == "clean"
+
+
+def test_content_length_is_dropped_so_the_repair_fits(addon):
+    flow = make_flow(headers=[("content-length", "123")])
+    addon.responseheaders(flow)
+    assert "content-length" not in flow.response.headers
+    assert flow.response.headers["transfer-encoding"] == "chunked"
+
+
+def test_passthrough_keeps_content_length(addon):
+    flow = make_flow(status=500, headers=[("content-length", "123")])
+    addon.responseheaders(flow)
+    assert flow.response.headers["content-length"] == "123"
