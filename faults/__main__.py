@@ -1,0 +1,5 @@
+import sys
+
+from faults.cli import main
+
+sys.exit(main())

@@ -1,0 +1,195 @@
+"""The worker's answer for given settings: the text, reasoning and tool calls each choice carries.
+
+Pure: no clock, no randomness, no I/O. Token events (see `WorkerSettings`) per choice are reasoning
+pieces, then content pieces, then tool calls (an opening event with id and name, then argument
+pieces), cut at `max_tokens`; in a stream they interleave step by step across choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: labs.worker.settings re-exports this module's names
+    from labs.worker.settings import WorkerSettings
+
+__all__ = [
+    "CONTENT_WORDS",
+    "REASONING_WORDS",
+    "TOOL_ARGUMENT_PIECES",
+    "TOOL_NAME",
+    "ExpectedAnswer",
+    "ExpectedChoice",
+    "ExpectedToolCall",
+    "Piece",
+    "choice_pieces",
+    "error_object",
+    "expected_answer",
+    "interleaved_pieces",
+    "tool_call_id",
+]
+
+#: Content pieces cycle through this text, one word (with its leading space) per token.
+CONTENT_WORDS = tuple(" The quick brown fox jumps over the lazy dog.".split(" ")[1:])
+#: Reasoning pieces cycle through this text.
+REASONING_WORDS = tuple(" Let me think about this step by step.".split(" ")[1:])
+#: Tool-call arguments, streamed in these pieces (joined they are valid JSON).
+TOOL_ARGUMENT_PIECES = ('{"city', '": "', "Paris", '", "unit": "', 'celsius"}')
+TOOL_NAME = "get_weather"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Piece:
+    """One token event's payload for one choice.
+
+    kind: `reasoning`, `content`, `tool_call` (opens tool call `tool_index` with its id and name)
+    or `tool_arguments` (a piece of that call's arguments).
+    """
+
+    kind: str
+    text: str
+    tool_index: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpectedToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpectedChoice:
+    """What one choice carries in total; `finish_reason` is the true reason, whatever `finish` says."""
+
+    index: int
+    reasoning_content: str
+    content: str
+    tool_calls: tuple[ExpectedToolCall, ...]
+    #: `stop`, `length` or `tool_calls`; `None` when an error event ended the stream first.
+    finish_reason: str | None
+    #: Token events this choice carries.
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpectedAnswer:
+    """The full answer of a response for given settings.
+
+    For an error event after N tokens, the choices hold what was sent before it and `error` holds
+    the event's `error` object; for `http_error`, choices are empty and `error` is the body's.
+    """
+
+    choices: tuple[ExpectedChoice, ...]
+    error: dict[str, Any] | None
+    #: Token events in the whole stream (all choices), before any error event.
+    token_events: int
+
+
+def _word(words: tuple[str, ...], i: int) -> str:
+    # The first word has no leading space so the joined text reads like a sentence.
+    word = words[i % len(words)]
+    return word if i == 0 else " " + word
+
+
+def tool_call_id(choice: int, tool_index: int) -> str:
+    """The deterministic id of a tool call."""
+    return f"call_{choice}_{tool_index}"
+
+
+def choice_pieces(settings: WorkerSettings, choice: int) -> tuple[tuple[Piece, ...], bool]:
+    """The token events of one choice, after `max_tokens`, and whether `max_tokens` cut them.
+
+    Every choice gets the same text (only `index` and tool-call ids differ), so choices are
+    told apart by index only.
+    """
+    pieces: list[Piece] = []
+    pieces += [Piece(kind="reasoning", text=_word(REASONING_WORDS, i)) for i in range(settings.reasoning_tokens)]
+    pieces += [Piece(kind="content", text=_word(CONTENT_WORDS, i)) for i in range(settings.tokens)]
+    for t in range(settings.tool_calls):
+        pieces.append(Piece(kind="tool_call", text=tool_call_id(choice, t), tool_index=t))
+        pieces += [Piece(kind="tool_arguments", text=p, tool_index=t) for p in TOOL_ARGUMENT_PIECES]
+    limit = settings.max_tokens
+    if limit is not None and len(pieces) > limit:
+        return tuple(pieces[:limit]), True
+    return tuple(pieces), False
+
+
+def error_object(status: int, model: str) -> dict[str, Any]:
+    """The OpenAI-style `error` object for an HTTP status (429 is `rate_limit_exceeded`)."""
+    if status == 429:
+        return {
+            "message": f"Rate limit reached for {model} (simulated by finishline).",
+            "type": "requests",
+            "param": None,
+            "code": "rate_limit_exceeded",
+        }
+    if status >= 500:
+        return {
+            "message": f"The server had an error while processing your request (simulated {status}).",
+            "type": "server_error",
+            "param": None,
+            "code": "server_error",
+        }
+    return {
+        "message": f"Simulated client error {status}.",
+        "type": "invalid_request_error",
+        "param": None,
+        "code": None,
+    }
+
+
+def interleaved_pieces(settings: WorkerSettings) -> list[tuple[int, Piece]]:
+    """All token events of a stream in wire order: step by step, choice 0 first at each step."""
+    per_choice = [choice_pieces(settings, c)[0] for c in range(settings.choices)]
+    order: list[tuple[int, Piece]] = []
+    for step in range(max((len(p) for p in per_choice), default=0)):
+        for choice, pieces in enumerate(per_choice):
+            if step < len(pieces):
+                order.append((choice, pieces[step]))
+    return order
+
+
+def expected_answer(settings: WorkerSettings) -> ExpectedAnswer:
+    """The full answer the worker gives for (resolved) settings: text, reasoning, tool calls, reason.
+
+    Pure: no clock, no randomness. Streaming and non-streaming responses carry the same answer.
+    """
+    if settings.http_error is not None:
+        return ExpectedAnswer(choices=(), error=error_object(settings.http_error, settings.model_name), token_events=0)
+    order = interleaved_pieces(settings)
+    error = None
+    if settings.error_after is not None and settings.error_after < len(order):
+        order = order[: settings.error_after]
+        error = error_object(settings.error_status, settings.model_name)
+    choices = []
+    for c in range(settings.choices):
+        mine = [p for choice, p in order if choice == c]
+        truncated = choice_pieces(settings, c)[1]
+        calls = []
+        for p in mine:
+            if p.kind == "tool_call":
+                calls.append(ExpectedToolCall(id=p.text, name=TOOL_NAME, arguments=""))
+            elif p.kind == "tool_arguments":
+                last = calls[p.tool_index]
+                calls[p.tool_index] = dataclasses.replace(last, arguments=last.arguments + p.text)
+        if error is not None:
+            reason = None
+        elif truncated:
+            reason = "length"
+        elif settings.tool_calls:
+            reason = "tool_calls"
+        else:
+            reason = "stop"
+        choices.append(
+            ExpectedChoice(
+                index=c,
+                reasoning_content="".join(p.text for p in mine if p.kind == "reasoning"),
+                content="".join(p.text for p in mine if p.kind == "content"),
+                tool_calls=tuple(calls),
+                finish_reason=reason,
+                completion_tokens=len(mine),
+            )
+        )
+    return ExpectedAnswer(choices=tuple(choices), error=error, token_events=len(order))

@@ -1,0 +1,274 @@
+"""The simulated worker's HTTP/1.1 server, on trio.
+
+h11 parses requests; responses are written as the exact bytes of `labs.worker.wire` (h11 would
+choose the framing itself, and the point here is to choose it: chunked, Content-Length or
+close-delimited). One connection serves requests one after another (keep-alive) until the client
+closes, the settings say `Connection: close`, or the framing is close-delimited.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import h11
+import trio
+
+from labs.worker.settings import (
+    DEFAULT_MODEL_NAME,
+    SETTINGS_HEADER,
+    SettingsError,
+    WorkerSettings,
+    parse_settings,
+)
+from labs.worker.wire import ResponsePlan, json_plan, response_plan
+
+__all__ = ["HandledRequest", "RunningWorker", "open_worker", "serve_worker", "settings_for_request"]
+
+#: Requests larger than this are refused (a lab request is a few KB).
+MAX_REQUEST_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HandledRequest:
+    """What the worker did for one request, for a lab's books."""
+
+    method: str
+    path: str
+    #: Effective settings (resolved), None when the request was refused before that.
+    settings: WorkerSettings | None
+    stream: bool
+    status: int
+    #: Whether the worker sent `Connection: close`.
+    connection_close: bool
+    #: `complete`, or `client_gone` when a write failed because the other side closed.
+    outcome: str
+    #: Response bytes written before the end or the failure.
+    bytes_sent: int
+
+
+@dataclass(slots=True, kw_only=True)
+class RunningWorker:
+    """A worker serving on `host:port`; `handled` grows as requests finish."""
+
+    host: str
+    port: int
+    defaults: WorkerSettings
+    handled: list[HandledRequest]
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL, e.g. `http://127.0.0.1:41234/v1`."""
+        return f"http://{self.host}:{self.port}/v1"
+
+
+def settings_for_request(
+    defaults: WorkerSettings, headers: dict[str, str], body: dict[str, Any]
+) -> WorkerSettings:
+    """Effective settings: defaults, then the model name's items, then the header's, resolved.
+
+    Raises:
+        SettingsError: a bad item in the model name or the header.
+    """
+    settings = defaults
+    model = body.get("model")
+    if isinstance(model, str) and ";" in model:
+        settings = parse_settings(model, base=settings)
+    header = headers.get(SETTINGS_HEADER)
+    if header:
+        settings = parse_settings(header, base=settings)
+    return settings.for_request(body)
+
+
+async def serve_worker(
+    defaults: WorkerSettings | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    handled: list[HandledRequest] | None = None,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled. `await nursery.start(serve_worker, ...)` returns the bound port."""
+    defaults = defaults if defaults is not None else WorkerSettings()
+    handled = handled if handled is not None else []
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    bound_port = listeners[0].socket.getsockname()[1]
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await _serve_connection(stream, defaults, handled)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, handler, listeners)
+        task_status.started(bound_port)
+
+
+@asynccontextmanager
+async def open_worker(
+    defaults: WorkerSettings | None = None, *, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[RunningWorker]:
+    """Run a worker for the duration of the block (port 0 = a free port, see `.port`)."""
+    defaults = defaults if defaults is not None else WorkerSettings()
+    handled: list[HandledRequest] = []
+    async with trio.open_nursery() as nursery:
+        bound_port = await nursery.start(partial(serve_worker, defaults, host=host, port=port, handled=handled))
+        yield RunningWorker(host=host, port=bound_port, defaults=defaults, handled=handled)
+        nursery.cancel_scope.cancel()
+
+
+async def _serve_connection(
+    stream: trio.SocketStream, defaults: WorkerSettings, handled: list[HandledRequest]
+) -> None:
+    buffered = b""
+    try:
+        while True:
+            # A fresh h11 state per request: responses are written without h11, so its state
+            # machine would not know the previous response ended. Unparsed bytes carry over.
+            parser = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_REQUEST_BYTES)
+            if buffered:  # receive_data(b"") would mean EOF to h11
+                parser.receive_data(buffered)
+            try:
+                maybe_request = await _maybe_read_request(stream, parser)
+            except h11.RemoteProtocolError as exc:
+                await _send_quietly(stream, _bad_request(defaults, f"malformed HTTP request: {exc}"))
+                return
+            if maybe_request is None:
+                return
+            request, body = maybe_request
+            buffered = parser.trailing_data[0]
+            keep_open = await _answer(stream, request, body, defaults, handled)
+            if not keep_open:
+                return
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        # The client (or the proxy in front) reset the connection between or during requests:
+        # a lab does that on purpose, so it is not a worker error.
+        return
+    finally:
+        with trio.CancelScope(shield=True):
+            await stream.aclose()
+
+
+async def _maybe_read_request(
+    stream: trio.SocketStream, parser: h11.Connection
+) -> tuple[h11.Request, bytes] | None:
+    """The next request and its body, or None when the client closed between requests."""
+    request = None
+    body = bytearray()
+    while True:
+        event = parser.next_event()
+        if event is h11.NEED_DATA:
+            data = await stream.receive_some(65536)
+            parser.receive_data(data)  # b"" is EOF, which h11 turns into ConnectionClosed
+        elif isinstance(event, h11.Request):
+            request = event
+        elif isinstance(event, h11.Data):
+            body += event.data
+            if len(body) > MAX_REQUEST_BYTES:
+                raise h11.RemoteProtocolError("request body too large")
+        elif isinstance(event, h11.EndOfMessage):
+            assert request is not None
+            return request, bytes(body)
+        elif isinstance(event, h11.ConnectionClosed):
+            return None
+
+
+async def _answer(
+    stream: trio.SocketStream,
+    request: h11.Request,
+    body: bytes,
+    defaults: WorkerSettings,
+    handled: list[HandledRequest],
+) -> bool:
+    """Send the response to one request; True when the connection can take another request."""
+    method = request.method.decode()
+    path = request.target.decode("latin-1").split("?", 1)[0]
+    headers = {name.decode().lower(): value.decode("latin-1") for name, value in request.headers}
+    client_wants_close = request.http_version != b"1.1" or "close" in headers.get("connection", "").lower()
+
+    settings: WorkerSettings | None = None
+    stream_requested = False
+    if method == "GET" and path.endswith("/models"):
+        plan = _json_plan(defaults, 200, {"object": "list", "data": [_model_entry()]})
+    elif method == "POST" and path.endswith("/chat/completions"):
+        try:
+            payload = json.loads(body or b"{}")
+            if not isinstance(payload, dict):
+                raise ValueError("the body must be a JSON object")
+            settings = settings_for_request(defaults, headers, payload)
+        except (ValueError, SettingsError) as exc:
+            # SettingsError is a ValueError too; json.JSONDecodeError as well.
+            plan = _bad_request(defaults, str(exc))
+        else:
+            stream_requested = payload.get("stream") is True
+            plan = response_plan(settings, stream=stream_requested)
+    else:
+        plan = _json_plan(defaults, 404, _error_body(f"no route for {method} {path}", "not_found"))
+
+    outcome, bytes_sent = await _send_plan(stream, plan, settings, stream_requested)
+    handled.append(
+        HandledRequest(
+            method=method,
+            path=path,
+            settings=settings,
+            stream=stream_requested,
+            status=int(plan.head.split(b" ", 2)[1]),
+            connection_close=b"\r\nconnection: close\r\n" in plan.head,
+            outcome=outcome,
+            bytes_sent=bytes_sent,
+        )
+    )
+    return outcome == "complete" and not plan.closes and not client_wants_close
+
+
+async def _send_plan(
+    stream: trio.SocketStream, plan: ResponsePlan, settings: WorkerSettings | None, streaming: bool
+) -> tuple[str, int]:
+    sent = 0
+    try:
+        await stream.send_all(plan.head)
+        sent += len(plan.head)
+        if streaming and settings is not None:
+            # The model is in prefill: the head is out (like vLLM), no event yet.
+            await trio.sleep(settings.prefill_delay)
+        tokens_sent = 0
+        for segment in plan.segments:
+            if streaming and settings is not None and segment.kind == "token":
+                if tokens_sent:
+                    await trio.sleep(settings.token_delay)
+                tokens_sent += 1
+            await stream.send_all(segment.framed)
+            sent += len(segment.framed)
+        if plan.end:
+            await stream.send_all(plan.end)
+            sent += len(plan.end)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        return "client_gone", sent
+    return "complete", sent
+
+
+async def _send_quietly(stream: trio.SocketStream, plan: ResponsePlan) -> None:
+    try:
+        await stream.send_all(plan.to_bytes())
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass
+
+
+def _model_entry() -> dict[str, Any]:
+    return {"id": DEFAULT_MODEL_NAME, "object": "model", "created": 1764000000, "owned_by": "finishline"}
+
+
+def _error_body(message: str, code: str | None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
+
+
+def _bad_request(defaults: WorkerSettings, message: str) -> ResponsePlan:
+    return _json_plan(defaults, 400, _error_body(message, "invalid_worker_request"))
+
+
+def _json_plan(defaults: WorkerSettings, status: int, value: dict[str, Any]) -> ResponsePlan:
+    # Routing answers (models, 404, 400) use Content-Length whatever the framing knob says: the
+    # knob is about completions, and a client must be able to read these.
+    return json_plan(status, value, connection_close=defaults.connection_close)

@@ -1,0 +1,425 @@
+"""What the simulated worker does for one request: every knob, its text encoding, and the answer.
+
+Theory of operation
+-------------------
+A `WorkerSettings` value decides every byte the worker sends for a request: same settings, same
+bytes. Settings come from three layers, later layers win for the keys they name:
+
+1. the worker's command-line defaults (`python -m labs.worker --tokens 7 ...`);
+2. the request's model name: `finishline-worker;tokens=7;finish=omitted` (for clients and gateways
+   that cannot set headers: LiteLLM and the Vercel AI SDK pass the model name through unchanged);
+3. the request header `x-finishline-worker: tokens=7; finish=omitted`.
+
+Both encodings use the same `key=value` items separated by `;`; keys are the field names below,
+booleans are `1`/`0` (also `true`/`false`), `none` clears an optional field. A model name's first item,
+the one without `=`, is only a name and is ignored. `to_header()` and `to_model_name()` encode a value
+back; `parse_settings(text, base=...)` decodes one.
+
+A few fields default to `None`, meaning "as the request asks" (`n`, `max_tokens`,
+`stream_options.include_usage`, the model name echoed in chunks). The worker fills them with
+`for_request(body)` before answering. To know a response's bytes in advance (to cut after exactly n
+tokens), either resolve with the body the worker will receive or pin those fields in the settings:
+a gateway in between may add `stream_options` or change the model name on its own.
+
+The answer is a pure function of resolved settings (`expected_answer`, in `labs.worker.answer` and
+re-exported here); the bytes of a response are in `labs.worker.wire`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CONTENT_WORDS",
+    "DEFAULT_MODEL_NAME",
+    "REASONING_WORDS",
+    "TOOL_ARGUMENT_PIECES",
+    "SETTINGS_HEADER",
+    "ExpectedAnswer",
+    "ExpectedChoice",
+    "ExpectedToolCall",
+    "Finish",
+    "Framing",
+    "Piece",
+    "SettingsError",
+    "TOOL_NAME",
+    "WorkerSettings",
+    "choice_pieces",
+    "error_object",
+    "expected_answer",
+    "interleaved_pieces",
+    "parse_settings",
+    "tool_call_id",
+]
+
+#: Request header that carries per-request settings; the worker echoes the effective settings in a
+#: response header of the same name, so a capture or mitmweb shows which scenario ran.
+SETTINGS_HEADER = "x-finishline-worker"
+#: Model name reported when neither the settings nor the request name one, and listed by /v1/models.
+DEFAULT_MODEL_NAME = "finishline-worker"
+
+
+class SettingsError(ValueError):
+    """A settings text or value is invalid; the message names the key and what is allowed."""
+
+
+class Framing(enum.StrEnum):
+    """How the response body is delimited on the wire (RFC 9112 section 6.3)."""
+
+    #: `Transfer-Encoding: chunked`, one chunk per SSE event, `0\r\n\r\n` at the end.
+    CHUNKED = "chunked"
+    #: `Content-Length` of the whole body, computed in advance (the worker is deterministic).
+    CONTENT_LENGTH = "content-length"
+    #: No length at all: the body ends when the worker closes the connection.
+    CLOSE = "close"
+
+
+class Finish(enum.StrEnum):
+    """How the worker reports why a choice ended (the defects seen in the wild)."""
+
+    #: Like OpenAI: one final chunk per choice with `delta: {}` and a non-empty `finish_reason`.
+    SENT = "sent"
+    #: No final chunk; every chunk has `"finish_reason": null` (a reasoning model behind a gateway
+    #: does this on every natural stop, and strict clients fail "Stream ended without finish_reason").
+    OMITTED = "omitted"
+    #: `"finish_reason": ""` on every chunk and no final chunk.
+    EMPTY = "empty"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerSettings:
+    """Every knob of the simulated worker. Immutable; use `dataclasses.replace` to derive.
+
+    Token events: each streamed delta that carries one piece of the answer (a reasoning piece, a
+    content piece, the opening of a tool call with its name, or a piece of a tool call's arguments)
+    is one "token event". A choice's token events are reasoning first, then content, then tool calls.
+    """
+
+    tokens: int = field(
+        default=16,
+        metadata={"help": "Content pieces per choice (before `max_tokens` truncation)."},
+    )
+    reasoning_tokens: int = field(
+        default=0,
+        metadata={"help": "`reasoning_content` pieces per choice, streamed before any content."},
+    )
+    tool_calls: int = field(
+        default=0,
+        metadata={
+            "help": (
+                "Tool calls per choice, streamed after content; the finish reason becomes "
+                "`tool_calls`."
+            )
+        },
+    )
+    n: int | None = field(
+        default=None,
+        metadata={"help": "Choices per response; `None`: the request's `n` (default 1)."},
+    )
+    max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Truncate every choice to this many token events and finish with `length`; `None`: "
+                "the request's `max_completion_tokens` or `max_tokens` (default: no limit)."
+            )
+        },
+    )
+    include_usage: bool | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Send usage (`\"usage\": null` on every chunk, a final usage-only chunk); `None`: the"
+                " request's `stream_options.include_usage` (default off)."
+            )
+        },
+    )
+    prefill_delay: float = field(
+        default=0.0,
+        metadata={
+            "help": (
+                "Seconds between the response head and the first event (the model is \"in prefill\")."
+            )
+        },
+    )
+    token_delay: float = field(
+        default=0.0,
+        metadata={"help": "Seconds between two token events."},
+    )
+    framing: Framing = field(
+        default=Framing.CHUNKED,
+        metadata={"help": "Body framing on the wire."},
+    )
+    connection_close: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Send `Connection: close` and close after the response. Node's undici before 6.26 "
+                "takes EOF on such a response as a complete body, so a lab records this (see "
+                "shared/notes/clients.md)."
+            )
+        },
+    )
+    finish: Finish = field(
+        default=Finish.SENT,
+        metadata={
+            "help": (
+                "How a natural end is reported: sent (correct), omitted, or empty (the two defects)."
+            )
+        },
+    )
+    done: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "End a stream with `data: [DONE]`; 0 is the \"no [DONE]\" defect. Also sent after an "
+                "error event."
+            )
+        },
+    )
+    error_after: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "After this many token events (all choices together), send an error event instead of "
+                "the rest."
+            )
+        },
+    )
+    error_status: int = field(
+        default=429,
+        metadata={
+            "help": (
+                "HTTP status whose OpenAI error (type and code) the error event carries, e.g. 429."
+            )
+        },
+    )
+    http_error: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Answer with this HTTP status and a JSON error body instead of any completion (e.g. "
+                "429, 500)."
+            )
+        },
+    )
+    model: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Model name echoed in every chunk; `None`: the request's `model` as sent."
+            )
+        },
+    )
+    prompt_tokens: int = field(
+        default=12,
+        metadata={
+            "help": (
+                "`usage.prompt_tokens` reported (fixed, so the bytes do not depend on the prompt)."
+            )
+        },
+    )
+
+    def __post_init__(self) -> None:
+        # Values may arrive from the command line or a header as strings already converted; check
+        # ranges here so every entry point refuses the same things with the same words.
+        for name in ("tokens", "reasoning_tokens", "tool_calls", "prompt_tokens"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.n is not None and self.n < 1:
+            raise SettingsError(f"n must be >= 1, got {self.n}")
+        for name in ("max_tokens", "error_after"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise SettingsError(f"{name} must be >= 0 or none, got {value}")
+        for name in ("prefill_delay", "token_delay"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        for name in ("error_status", "http_error"):
+            value = getattr(self, name)
+            if value is not None and not 400 <= value <= 599:
+                raise SettingsError(f"{name} must be an HTTP error status 400-599, got {value}")
+        if self.model is not None and not self.model.strip():
+            raise SettingsError("model must be a non-empty name or none")
+        # Normalise types: `prefill_delay=30` and `30.0` are equal but would be echoed (and so
+        # framed) differently, and equal settings must give equal bytes.
+        for name in ("prefill_delay", "token_delay"):
+            object.__setattr__(self, name, float(getattr(self, name)))
+        for name in ("include_usage", "connection_close", "done"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, bool(getattr(self, name)))
+        # Coerce plain strings (e.g. from dataclasses.replace(framing="close")) to the enums.
+        object.__setattr__(self, "framing", _enum_value(Framing, "framing", self.framing))
+        object.__setattr__(self, "finish", _enum_value(Finish, "finish", self.finish))
+
+    # -- resolution ---------------------------------------------------------------------------
+
+    def for_request(self, body: Mapping[str, Any]) -> WorkerSettings:
+        """Fill the "as the request asks" fields from a chat-completions request body.
+
+        Fields already set win over the request. Returns fully resolved settings: `n`,
+        `include_usage` and `model` are never `None` afterwards (`max_tokens` stays `None` when
+        neither side limits).
+        """
+        stream_options = body.get("stream_options") or {}
+        requested_max = body.get("max_completion_tokens", body.get("max_tokens"))
+        model = body.get("model")
+        return dataclasses.replace(
+            self,
+            n=self.n if self.n is not None else _int_or(body.get("n"), 1),
+            max_tokens=self.max_tokens if self.max_tokens is not None else _int_or(requested_max, None),
+            include_usage=(
+                self.include_usage
+                if self.include_usage is not None
+                else bool(isinstance(stream_options, Mapping) and stream_options.get("include_usage"))
+            ),
+            model=self.model if self.model is not None else _model_or_default(model),
+        )
+
+    @property
+    def choices(self) -> int:
+        """Number of choices (`n`, 1 when unresolved)."""
+        return self.n if self.n is not None else 1
+
+    @property
+    def model_name(self) -> str:
+        """Model name echoed in chunks (`model`, the default name when unresolved)."""
+        return self.model if self.model is not None else DEFAULT_MODEL_NAME
+
+    # -- encoding -----------------------------------------------------------------------------
+
+    def to_header(self) -> str:
+        """Encode the knobs that differ from the defaults, e.g. `tokens=7; finish=omitted`.
+
+        Empty string when every knob has its default. The `model` field is not encoded (it is
+        the name a request's model resolves to, and may itself hold `;`):
+        `parse_settings(s.to_header()) == dataclasses.replace(s, model=None)`.
+        """
+        return "; ".join(self._items())
+
+    def to_model_name(self, name: str = DEFAULT_MODEL_NAME) -> str:
+        """Encode as a model name, e.g. `finishline-worker;tokens=7;finish=omitted`.
+
+        `parse_settings(s.to_model_name()) == dataclasses.replace(s, model=None)`.
+        """
+        if ";" in name or "=" in name:
+            raise SettingsError(f"a model base name cannot contain ';' or '=', got {name!r}")
+        return ";".join([name, *self._items()])
+
+    def _items(self) -> list[str]:
+        items = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value == field.default or field.name == "model":
+                continue
+            items.append(f"{field.name}={_format_value(value)}")
+        return items
+
+
+def parse_settings(text: str, *, base: WorkerSettings | None = None) -> WorkerSettings:
+    """Decode `key=value` items separated by `;` (a header value or a model name) over `base`.
+
+    Items without `=` (a model name's name part) and empty items are ignored. Keys are the
+    `WorkerSettings` field names; `-` may stand for `_` (`error-after=3`).
+
+    Raises:
+        SettingsError: unknown key, or a value of the wrong type or range; the message names it.
+    """
+    base = base if base is not None else WorkerSettings()
+    changes: dict[str, Any] = {}
+    for item in text.split(";"):
+        item = item.strip()
+        if "=" not in item:
+            continue
+        key, _, raw = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if key not in _FIELD_TYPES:
+            known = ", ".join(_FIELD_TYPES)
+            raise SettingsError(f"unknown worker setting {key!r}; known settings: {known}")
+        changes[key] = _parse_value(key, raw.strip())
+    return dataclasses.replace(base, **changes)
+
+
+# -- value parsing ----------------------------------------------------------------------------
+
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(WorkerSettings)}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _enum_value(enum_type: type[enum.StrEnum], name: str, value: Any) -> Any:
+    try:
+        return enum_type(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum_type)
+        raise SettingsError(f"{name} must be one of {allowed}; got {value!r}") from None
+
+
+def _parse_value(key: str, raw: str) -> Any:
+    kind = _FIELD_TYPES[key]
+    optional = "None" in kind
+    if optional and raw.lower() == "none":
+        return None
+    try:
+        if kind.startswith("bool"):
+            if raw.lower() in _TRUE:
+                return True
+            if raw.lower() in _FALSE:
+                return False
+            raise ValueError
+        if kind.startswith("int"):
+            return int(raw)
+        if kind.startswith("float"):
+            return float(raw)
+    except ValueError:
+        expected = kind.replace(" | None", " or none")
+        raise SettingsError(f"worker setting {key} must be {expected}; got {raw!r}") from None
+    return raw  # str and enums; enums are checked in __post_init__
+
+
+def _format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if value is None:
+        return "none"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _int_or(value: Any, default: int | None) -> int | None:
+    # A request's n/max_tokens are client input: ignore what is not a non-negative integer rather
+    # than crash the worker (the lab tests clients, not the worker's validation).
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return default
+
+
+def _model_or_default(model: Any) -> str:
+    if isinstance(model, str) and model.strip():
+        return model
+    return DEFAULT_MODEL_NAME
+
+
+# The answer lives in labs.worker.answer (one idea per module); its names are re-exported here
+# because the lab was written against `labs.worker.settings` and they stay importable from here.
+# Imported last: labs.worker.answer itself imports WorkerSettings from this module.
+from labs.worker.answer import (  # noqa: E402
+    CONTENT_WORDS,
+    REASONING_WORDS,
+    TOOL_ARGUMENT_PIECES,
+    TOOL_NAME,
+    ExpectedAnswer,
+    ExpectedChoice,
+    ExpectedToolCall,
+    Piece,
+    choice_pieces,
+    error_object,
+    expected_answer,
+    interleaved_pieces,
+    tool_call_id,
+)

@@ -1,0 +1,298 @@
+"""The exact bytes of a worker response, as a pure function of resolved settings.
+
+The server writes `ResponsePlan.head`, then each `ResponsePlan.segments[i].framed` (sleeping where
+the settings say), then `ResponsePlan.end`. Because the server sends nothing else, the lab can know
+in advance where in the byte stream the n-th token event ends: `ResponsePlan.offset_after_tokens(n)`
+is the count a `limit_data` toxic needs to deliver exactly n token events, and `head_length` the count
+that delivers only the head (a cut during prefill).
+
+Event order in a stream (OpenAI's, see openai-python `_streaming.py` for the reader side):
+one role chunk per choice; token events, step by step across choices; one finish chunk per choice
+(`finish=sent` only); a usage-only chunk (`include_usage`); `data: [DONE]` (`done`). An error event
+after N token events replaces everything after it except `[DONE]`.
+"""
+
+from __future__ import annotations
+
+import http
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from labs.worker.answer import TOOL_NAME, ExpectedAnswer, Piece, expected_answer, interleaved_pieces
+from labs.worker.settings import SETTINGS_HEADER, Finish, Framing, WorkerSettings
+
+__all__ = [
+    "CHUNK_ID",
+    "CREATED",
+    "ResponsePlan",
+    "Segment",
+    "completion_plan",
+    "error_plan",
+    "json_plan",
+    "response_plan",
+    "stream_plan",
+]
+
+#: Every response has the same id and creation time: same request, same bytes.
+CHUNK_ID = "chatcmpl-finishline"
+CREATED = 1764000000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Segment:
+    """One SSE event as sent: `kind` is role, token, finish, usage, error or done."""
+
+    kind: str
+    #: Choice index for role, token and finish events; None otherwise.
+    choice: int | None
+    #: The SSE event itself: `data: ...\\n\\n`.
+    event: bytes
+    #: The event with its body framing (a chunk header and CRLF for chunked framing).
+    framed: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResponsePlan:
+    """Everything the worker sends for one request, in order."""
+
+    head: bytes
+    segments: tuple[Segment, ...]
+    #: Bytes after the last segment (the chunked terminator `0\\r\\n\\r\\n`, else empty).
+    end: bytes
+    #: Whether the worker closes the connection after `end` (close framing or `Connection: close`).
+    closes: bool
+    answer: ExpectedAnswer
+
+    @property
+    def head_length(self) -> int:
+        """Bytes in the status line and headers, blank line included."""
+        return len(self.head)
+
+    @property
+    def framed_lengths(self) -> tuple[int, ...]:
+        """Wire length of each segment, in order."""
+        return tuple(len(s.framed) for s in self.segments)
+
+    @property
+    def token_events(self) -> int:
+        return sum(1 for s in self.segments if s.kind == "token")
+
+    def offset_after_tokens(self, n: int) -> int:
+        """Bytes from the start of the response to the end of the n-th token event.
+
+        For n = 0: the head and the role chunks (everything sent before the first token).
+        The events that follow token n (the next token, a finish chunk, ...) start right after.
+
+        Raises:
+            ValueError: n is negative or larger than the stream's token events.
+        """
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        offset, seen = len(self.head), 0
+        for segment in self.segments:
+            if segment.kind == "token":
+                if seen == n:
+                    return offset
+                seen += 1
+            elif seen == n and segment.kind != "role":
+                return offset
+            offset += len(segment.framed)
+        if seen == n:
+            return offset
+        raise ValueError(f"the stream has {seen} token events, cannot cut after {n}")
+
+    def to_bytes(self) -> bytes:
+        """The whole response as sent on a healthy connection."""
+        return self.head + b"".join(s.framed for s in self.segments) + self.end
+
+
+def response_plan(settings: WorkerSettings, *, stream: bool = True) -> ResponsePlan:
+    """The plan for resolved settings: an HTTP error, a stream, or a non-streaming completion."""
+    if settings.http_error is not None:
+        return error_plan(settings)
+    return stream_plan(settings) if stream else completion_plan(settings)
+
+
+def stream_plan(settings: WorkerSettings) -> ResponsePlan:
+    """The SSE response (`stream: true`) for resolved settings."""
+    answer = expected_answer(settings)
+    events: list[tuple[str, int | None, bytes]] = []
+    usage_null = {"usage": None} if settings.include_usage else {}
+
+    def chunk(choices: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> bytes:
+        body = {
+            "id": CHUNK_ID,
+            "object": "chat.completion.chunk",
+            "created": CREATED,
+            "model": settings.model_name,
+            "choices": choices,
+            **(extra if extra is not None else usage_null),
+        }
+        return _sse(body)
+
+    def choice(index: int, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
+        if settings.finish is Finish.EMPTY:
+            reason = ""  # the defect: "" on every chunk, and no final chunk
+        return {"index": index, "delta": delta, "logprobs": None, "finish_reason": reason}
+
+    for c in range(settings.choices):
+        events.append(("role", c, chunk([choice(c, {"role": "assistant", "content": ""})])))
+    order = interleaved_pieces(settings)
+    cut_by_error = answer.error is not None
+    for index, (c, piece) in enumerate(order):
+        if cut_by_error and index == answer.token_events:
+            break
+        events.append(("token", c, chunk([choice(c, _delta(piece))])))
+    if cut_by_error:
+        events.append(("error", None, _sse({"error": answer.error})))
+    else:
+        if settings.finish is Finish.SENT:
+            for ch in answer.choices:
+                events.append(("finish", ch.index, chunk([choice(ch.index, {}, ch.finish_reason)])))
+        if settings.include_usage:
+            events.append(("usage", None, chunk([], {"usage": _usage(settings, answer)})))
+    if settings.done:
+        events.append(("done", None, b"data: [DONE]\n\n"))
+
+    segments = tuple(
+        Segment(kind=kind, choice=c, event=event, framed=_frame(settings.framing, event))
+        for kind, c, event in events
+    )
+    body_length = sum(len(s.framed) for s in segments)
+    head = _head(settings, 200, "text/event-stream", body_length)
+    return ResponsePlan(
+        head=head,
+        segments=segments,
+        end=_end(settings.framing),
+        closes=_closes(settings),
+        answer=answer,
+    )
+
+
+def completion_plan(settings: WorkerSettings) -> ResponsePlan:
+    """The JSON `chat.completion` response (`stream` false) for resolved settings.
+
+    The same answer as the stream; `finish=omitted` gives `"finish_reason": null`, `finish=empty`
+    gives `""`. An `error_after` within the answer gives a 200 with a top-level `error` instead
+    (some gateways do that), so the defect is visible without streaming too.
+    """
+    answer = expected_answer(settings)
+    if answer.error is not None:
+        body = _json({"error": answer.error})
+    else:
+        choices = []
+        for ch in answer.choices:
+            message: dict[str, Any] = {"role": "assistant", "content": ch.content}
+            if ch.reasoning_content:
+                message["reasoning_content"] = ch.reasoning_content
+            if ch.tool_calls:
+                message["tool_calls"] = [
+                    {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
+                    for t in ch.tool_calls
+                ]
+            reason = {Finish.SENT: ch.finish_reason, Finish.OMITTED: None, Finish.EMPTY: ""}[settings.finish]
+            choices.append({"index": ch.index, "message": message, "logprobs": None, "finish_reason": reason})
+        body = _json(
+            {
+                "id": CHUNK_ID,
+                "object": "chat.completion",
+                "created": CREATED,
+                "model": settings.model_name,
+                "choices": choices,
+                "usage": _usage(settings, answer),
+            }
+        )
+    return _single_body_plan(settings, 200, body, answer)
+
+
+def error_plan(settings: WorkerSettings) -> ResponsePlan:
+    """The HTTP error response (`http_error`): that status and an OpenAI JSON error body."""
+    assert settings.http_error is not None
+    answer = expected_answer(settings)
+    return _single_body_plan(settings, settings.http_error, _json({"error": answer.error}), answer)
+
+
+def json_plan(status: int, value: Any, *, connection_close: bool = False) -> ResponsePlan:
+    """A JSON response with Content-Length framing (model list, 404, 400)."""
+    settings = WorkerSettings(framing=Framing.CONTENT_LENGTH, connection_close=connection_close)
+    answer = ExpectedAnswer(choices=(), error=None, token_events=0)
+    return _single_body_plan(settings, status, _json(value), answer, echo_settings=False)
+
+
+def _single_body_plan(
+    settings: WorkerSettings, status: int, body: bytes, answer: ExpectedAnswer, *, echo_settings: bool = True
+) -> ResponsePlan:
+    framed = _frame(settings.framing, body)
+    segment = Segment(kind="body", choice=None, event=body, framed=framed)
+    return ResponsePlan(
+        head=_head(settings, status, "application/json", len(framed), echo_settings=echo_settings),
+        segments=(segment,),
+        end=_end(settings.framing),
+        closes=_closes(settings),
+        answer=answer,
+    )
+
+
+def _delta(piece: Piece) -> dict[str, Any]:
+    if piece.kind == "reasoning":
+        return {"reasoning_content": piece.text}
+    if piece.kind == "content":
+        return {"content": piece.text}
+    if piece.kind == "tool_call":
+        function = {"name": TOOL_NAME, "arguments": ""}
+        call = {"index": piece.tool_index, "id": piece.text, "type": "function", "function": function}
+        return {"tool_calls": [call]}
+    return {"tool_calls": [{"index": piece.tool_index, "function": {"arguments": piece.text}}]}
+
+
+def _usage(settings: WorkerSettings, answer: ExpectedAnswer) -> dict[str, int]:
+    completion = sum(ch.completion_tokens for ch in answer.choices)
+    return {
+        "prompt_tokens": settings.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": settings.prompt_tokens + completion,
+    }
+
+
+def _json(value: Any) -> bytes:
+    # Compact, like OpenAI's own chunks; key order is insertion order, so bytes are stable.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _sse(value: Any) -> bytes:
+    return b"data: " + _json(value) + b"\n\n"
+
+
+def _frame(framing: Framing, payload: bytes) -> bytes:
+    if framing is Framing.CHUNKED:
+        return b"%x\r\n%s\r\n" % (len(payload), payload)
+    return payload
+
+
+def _end(framing: Framing) -> bytes:
+    return b"0\r\n\r\n" if framing is Framing.CHUNKED else b""
+
+
+def _closes(settings: WorkerSettings) -> bool:
+    return settings.framing is Framing.CLOSE or settings.connection_close
+
+
+def _head(
+    settings: WorkerSettings, status: int, content_type: str, body_length: int, *, echo_settings: bool = True
+) -> bytes:
+    lines = [
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+        f"content-type: {content_type}",
+        "cache-control: no-cache",
+    ]
+    if echo_settings:
+        # The effective knobs, so a capture (or mitmweb) shows which scenario produced it.
+        lines.append(f"{SETTINGS_HEADER}: {settings.to_header() or 'defaults'}")
+    if settings.framing is Framing.CHUNKED:
+        lines.append("transfer-encoding: chunked")
+    elif settings.framing is Framing.CONTENT_LENGTH:
+        lines.append(f"content-length: {body_length}")
+    if settings.connection_close:
+        lines.append("connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
