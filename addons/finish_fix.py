@@ -8,19 +8,22 @@ through finishline's repair core (`addons/finishline/`, standard library only): 
 event instead of just stopping. A cut is never turned into a success unless `finish_fix_on_cut=stop`.
 Each flow in scope gets a verdict (flow.metadata["finish_fix"], a mark and comment in mitmweb, and a
 line in the optional ledger). The rules are in README.md; this module only adapts them to mitmproxy.
+
+Only this file hot-reloads; its sibling modules (the core, the stream callable, the cut hook, books,
+view) are imported once, so editing those needs a restart.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from collections import Counter
 
 from mitmproxy import contentviews, ctx, exceptions, http
 
 import finish_fix_cut_hook
 from finish_fix_books import BodyCopy, Ledger, parse_size
+from finish_fix_stream import ClientStream, on_upstream_failure, stream_of
 from finish_fix_view import SseChatView
 from finishline import OnCut, RepairPolicy, RequestFacts, StreamRepair, Verdict, repair_completion
 
@@ -29,19 +32,7 @@ logger = logging.getLogger(__name__)
 METADATA_KEY = "finish_fix"
 DEFAULT_PATHS = r"(^|/)chat/completions/?$"
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:"}
-
-
-class _Flow:
-    """finish_fix's state for one flow in scope: the repair (None when passing through), the copy of
-    what the client was sent, and the verdict once known."""
-
-    __slots__ = ("repair", "copy", "skipped_because", "broken")
-
-    def __init__(self, repair: StreamRepair | None, copy: BodyCopy, skipped_because: str | None = None):
-        self.repair = repair
-        self.copy = copy
-        self.skipped_because = skipped_because
-        self.broken = False
+BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
 
 
 class FinishFix:
@@ -50,7 +41,6 @@ class FinishFix:
         self.policy = RepairPolicy()
         self.copy_limit = 4 * 1024 * 1024
         self.ledger: Ledger | None = None
-        self.flows: dict[str, _Flow] = {}
         self.verdicts: Counter[str] = Counter()
 
     # -- options ------------------------------------------------------------------------------
@@ -72,9 +62,12 @@ class FinishFix:
             choices=[policy.value for policy in OnCut],
         )
         loader.add_option(
-            "finish_fix_empty_to_null", bool, True,
-            'Rewrite "finish_reason": "" to null in stream chunks (clients that test the value, '
-            "not its truthiness, take \"\" as a real finish reason).",
+            # A str, not a bool: mitmproxy silently ignores a --set value that does not parse for a
+            # script's bool option, so a typo would go unnoticed. Validated in `configure`.
+            "finish_fix_empty_to_null", str, "true",
+            'Rewrite "finish_reason": "" to null in stream chunks (true or false; clients that test '
+            "the value, not its truthiness, take \"\" as a real finish reason).",
+            choices=sorted(BOOLEANS),
         )
         loader.add_option(
             "finish_fix_ledger", str, "",
@@ -105,9 +98,12 @@ class FinishFix:
                 raise exceptions.OptionsError(
                     f"finish_fix_on_cut: {options.finish_fix_on_cut!r} is not one of {', '.join(valid)}"
                 )
-            self.policy = RepairPolicy(
-                empty_to_null=options.finish_fix_empty_to_null, on_cut=OnCut(options.finish_fix_on_cut)
-            )
+            empty_to_null = BOOLEANS.get(options.finish_fix_empty_to_null.strip().lower())
+            if empty_to_null is None:
+                raise exceptions.OptionsError(
+                    f"finish_fix_empty_to_null: {options.finish_fix_empty_to_null!r} is not one of true, false"
+                )
+            self.policy = RepairPolicy(empty_to_null=empty_to_null, on_cut=OnCut(options.finish_fix_on_cut))
         if "finish_fix_body_copy" in updated:
             try:
                 self.copy_limit = parse_size(options.finish_fix_body_copy)
@@ -126,10 +122,12 @@ class FinishFix:
                     ) from None
 
     def running(self) -> None:
-        # Installed here rather than in load: a hot reload calls done() on the old instance first.
-        finish_fix_cut_hook.install(self._on_cut)
+        # The handler is a function of the stream module, not of this instance: flows streaming
+        # across a hot reload keep their state on the flow.
+        finish_fix_cut_hook.install(on_upstream_failure)
 
     def done(self) -> None:
+        """Shutdown, or the old instance on a hot reload (the new one installs the hook again)."""
         finish_fix_cut_hook.uninstall()
         if self.verdicts:
             counts = ", ".join(f"{count} {verdict}" for verdict, count in self.verdicts.most_common())
@@ -154,128 +152,93 @@ class FinishFix:
         if not self._in_scope(flow):
             response.stream = True
             return
-        copy = BodyCopy(self.copy_limit)
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        encoding = _content_encoding(response)
         if response.status_code >= 400:
-            state = _Flow(None, copy)
-        elif encoding not in ("", "identity"):
-            state = _Flow(None, copy, f"compressed body ({encoding}) passed through untouched")
+            stream = ClientStream(None, BodyCopy(self.copy_limit))
+        elif encoding:
+            stream = ClientStream(None, BodyCopy(self.copy_limit, plain=False), f"compressed body ({encoding}) passed through untouched")
         else:
             repair = StreamRepair(
                 request=RequestFacts.from_body(flow.request.raw_content),
                 policy=self.policy,
                 started_at=flow.request.timestamp_start,
             )
-            state = _Flow(repair, copy)
+            stream = ClientStream(repair, BodyCopy(self.copy_limit))
             _let_the_body_length_change(flow)
-        self.flows[flow.id] = state
-        response.stream = lambda data: self._on_body(flow, state, data)
+        response.stream = stream
 
     def response(self, flow: http.HTTPFlow) -> None:
-        state = self.flows.pop(flow.id, None)
-        if state is not None:
-            self._close_books(flow, state)
+        stream = stream_of(flow)
+        if stream is not None:
+            if not stream.called:
+                # mitmproxy never streamed this body (it was empty): what the repair adds is sent
+                # as the body, since for such a response the `response` hook runs before sending.
+                flow.response.content = stream.finish_unstreamed()
+            self._close_books(flow, stream)
         elif self._in_scope(flow) and flow.response is not None and not flow.response.stream:
             self._on_whole_response(flow)
 
     def error(self, flow: http.HTTPFlow) -> None:
-        state = self.flows.pop(flow.id, None)
-        if state is None:
+        stream = stream_of(flow)
+        if stream is None:
             if self._in_scope(flow) and flow.response is None and flow.error is not None:
-                # mitmproxy answered the client itself (e.g. 502): no stream to repair.
+                # mitmproxy answered the client itself (e.g. 502), or the client left before a response.
                 self._book(flow, Verdict.HTTP_ERROR, f"http_error: no upstream response ({flow.error.msg})", {})
             return
-        repair = state.repair
-        if repair is not None and not state.broken and not repair.ended:
-            # Not an upstream cut (that comes through the hook first): the client went away or the
-            # flow was killed. Nothing can be sent any more; close the books.
-            repair.receive_abort(flow.error.msg if flow.error else "unknown error", now=time.time())
-        self._close_books(flow, state)
-
-    # -- streaming ----------------------------------------------------------------------------
-
-    def _on_body(self, flow: http.HTTPFlow, state: _Flow, data: bytes) -> bytes | list[bytes]:
-        """The response's stream callable. Must never raise (mitmproxy would drop the piece and
-        corrupt the client's body) and never return b"" mid-stream (that ends a chunked body)."""
-        repair = state.repair
-        out = data
-        if repair is not None and not state.broken:
-            try:
-                out = repair.receive_data(data, now=time.time()) if data else repair.receive_end(now=time.time())
-            except Exception:
-                out = self._give_up(flow, state) + data
-        state.copy.add(out)
-        return [out] if out else []
-
-    def _on_cut(self, flow: http.HTTPFlow, message: str) -> finish_fix_cut_hook.CutAction | None:
-        """The upstream died mid-body (called from the one private hook)."""
-        state = self.flows.get(flow.id)
-        if state is None or state.repair is None or state.broken:
-            return None
-        try:
-            out = state.repair.receive_failure(message, now=time.time())
-        except Exception:
-            self._give_up(flow, state)
-            return None
-        state.copy.add(out)
-        return finish_fix_cut_hook.CutAction(out, end_response=state.repair.ends_cleanly)
-
-    def _give_up(self, flow: http.HTTPFlow, state: _Flow) -> bytes:
-        """An internal error: pass the rest of this flow through unchanged, and say so once."""
-        logger.exception(f"finish_fix: internal error on {_url(flow)}; passing this flow through unchanged")
-        state.broken = True
-        assert state.repair is not None
-        try:
-            return state.repair.abandon()
-        except Exception:
-            return b""
+        # An upstream cut came through the hook first; anything else ended on the client's side.
+        stream.on_client_gone(flow.error.msg if flow.error else "unknown error")
+        self._close_books(flow, stream)
 
     # -- non-streaming (rule 9) ----------------------------------------------------------------
 
     def _on_whole_response(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
+        record = {"client_bytes": len(response.raw_content or b"")}
         if response.status_code >= 400:
-            self._book(flow, Verdict.HTTP_ERROR, f"http_error: HTTP {response.status_code}", {})
+            self._book(flow, Verdict.HTTP_ERROR, f"http_error: HTTP {response.status_code}", record)
+            return
+        if encoding := _content_encoding(response):
+            self._book(flow, Verdict.SKIPPED, f"skipped: compressed body ({encoding}) passed through untouched", record)
             return
         if "json" not in response.headers.get("content-type", ""):
-            self._book(flow, Verdict.SKIPPED, "skipped: not an event stream or a JSON chat completion", {})
+            self._book(flow, Verdict.SKIPPED, "skipped: not an event stream or a JSON chat completion", record)
             return
-        body = response.get_content(strict=False)
-        if body is None:
-            self._book(flow, Verdict.SKIPPED, "skipped: body could not be decoded", {})
-            return
-        repaired = repair_completion(body, RequestFacts.from_body(flow.request.raw_content))
-        if repaired is None:
-            self._book(flow, Verdict.CLEAN, "clean", {"bytes": len(body)})
-            return
-        new_body, repairs = repaired
-        response.set_content(new_body)
-        self._book(flow, Verdict.REPAIRED, "repaired: " + "; ".join(repairs), {"bytes": len(new_body), "repairs": repairs})
+        result = repair_completion(response.raw_content or b"", RequestFacts.from_body(flow.request.raw_content))
+        if result.verdict is Verdict.REPAIRED:
+            response.content = result.body
+            record = {"client_bytes": len(result.body), "repairs": result.repairs}
+        self._book(flow, result.verdict, result.detail, record)
 
     # -- books --------------------------------------------------------------------------------
 
-    def _close_books(self, flow: http.HTTPFlow, state: _Flow) -> None:
-        if flow.response is not None and state.copy.limit:
-            flow.response.raw_content = state.copy.value()
-        repair = state.repair
-        if repair is None or state.broken:
+    def _close_books(self, flow: http.HTTPFlow, stream: ClientStream) -> None:
+        if flow.response is not None and stream.copy.limit:
+            flow.response.raw_content = stream.copy.value()
+        repair = stream.repair
+        if repair is None:
             if flow.response is not None and flow.response.status_code >= 400:
                 self._book(flow, Verdict.HTTP_ERROR, f"http_error: HTTP {flow.response.status_code}", {})
             else:
-                why = "internal error, passed through unchanged" if state.broken else state.skipped_because
-                self._book(flow, Verdict.SKIPPED, f"skipped: {why}", {})
+                self._book(flow, Verdict.SKIPPED, f"skipped: {stream.skipped_because}", {})
             return
         report = repair.report
-        self._book(flow, report.verdict, report.detail, report.as_json())
+        comment = report.detail
+        if report.upstream_error_message:
+            comment += f": {report.upstream_error_message}"
+        self._book(flow, report.verdict, report.detail, report.as_json(), comment=comment)
 
-    def _book(self, flow: http.HTTPFlow, verdict: Verdict, detail: str, record: dict) -> None:
+    def _book(self, flow: http.HTTPFlow, verdict: Verdict, detail: str, record: dict, *, comment: str | None = None) -> None:
+        request = flow.request
         record = {**record, "verdict": str(verdict), "detail": detail}
+        record.setdefault("model", RequestFacts.from_body(request.raw_content).model)
+        if record.get("duration") is None and flow.response is not None and flow.response.timestamp_end:
+            record["duration"] = flow.response.timestamp_end - request.timestamp_start
         flow.metadata[METADATA_KEY] = record
         if verdict in MARKS:
             flow.marked = MARKS[verdict]
         if verdict is not Verdict.CLEAN:
-            flow.comment = f"finish_fix: {detail}"
+            flow.comment = f"finish_fix: {comment or detail}"
         self.verdicts[str(verdict)] += 1
         if self.ledger is not None:
             self.ledger.write(flow, record)
@@ -288,21 +251,23 @@ def _is_event_stream(response: http.Response) -> bool:
     return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
 
 
+def _content_encoding(response: http.Response) -> str:
+    """The body's content coding, or "" when it is plain."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    return "" if encoding in ("", "identity") else encoding
+
+
 def _let_the_body_length_change(flow: http.HTTPFlow) -> None:
     """A repair adds bytes, so the upstream's Content-Length would make the client stop reading
     before the finish or the error event. mitmproxy sends the headers as the addon leaves them:
-    drop the length and, for an HTTP/1.1 client, chunk the body (HTTP/2 ends streams by itself;
-    HTTP/1.0 reads to the close)."""
+    drop the length and, between HTTP/1.1 peers, chunk the body (HTTP/2 ends streams by itself; an
+    HTTP/1.0 response is read to the close)."""
     headers = flow.response.headers
     if "content-length" not in headers:
         return
     del headers["content-length"]
-    if flow.request.http_version == "HTTP/1.1" and not flow.response.is_http2 and not flow.response.is_http3:
+    if flow.request.http_version == "HTTP/1.1" and flow.response.http_version == "HTTP/1.1":
         headers["transfer-encoding"] = "chunked"
-
-
-def _url(flow: http.HTTPFlow) -> str:
-    return flow.request.pretty_url.partition("?")[0]
 
 
 addons = [FinishFix()]

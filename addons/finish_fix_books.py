@@ -5,11 +5,14 @@ Plain Python, no mitmproxy types beyond reading a flow's request line and respon
 from __future__ import annotations
 
 import json
+import logging
 import re
 import time
 from typing import IO
 
-__all__ = ["BodyCopy", "Ledger", "parse_size"]
+__all__ = ["BodyCopy", "Ledger", "parse_size", "url_without_query"]
+
+logger = logging.getLogger(__name__)
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|kb|k|mb|m|gb|g)?\s*$", re.IGNORECASE)
 _UNITS = {None: 1, "b": 1, "k": 1024, "kb": 1024, "m": 1024**2, "mb": 1024**2, "g": 1024**3, "gb": 1024**3}
@@ -27,16 +30,21 @@ def parse_size(text: str) -> int:
 class BodyCopy:
     """Keeps at most `limit` bytes of a stream: all of it when it fits, else its first and last
     halves with an SSE comment in between saying how much was left out (so the copy still reads as
-    an event stream, and the end, where streams go wrong, is always kept)."""
+    an event stream, and the end, where streams go wrong, is always kept). A body that is not plain
+    text (`plain=False`, e.g. gzip) cannot take a comment in its middle: only its start is kept."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, plain: bool = True) -> None:
         self.limit = limit
+        self.plain = plain
         self._head = bytearray()
         self._tail = bytearray()
         self._omitted = 0
 
     def add(self, data: bytes) -> None:
         if not self.limit or not data:
+            return
+        if not self.plain:
+            self._head += data[: self.limit - len(self._head)]
             return
         half = self.limit // 2
         if len(self._head) < half:
@@ -63,13 +71,24 @@ class Ledger:
     def __init__(self, path: str) -> None:
         self.path = path
         self._file: IO[str] = open(path, "a", encoding="utf-8")
+        self._failed = False
 
     def write(self, flow, record: dict) -> None:
+        """Appends the flow's line. A failing disk is logged once and never breaks the flow."""
+        try:
+            self._file.write(json.dumps(self._line(flow, record)) + "\n")
+            self._file.flush()
+        except (OSError, ValueError) as error:
+            if not self._failed:
+                self._failed = True
+                logger.error(f"finish_fix: cannot write the ledger {self.path!r} ({error}); flows go unbooked")
+
+    def _line(self, flow, record: dict) -> dict:
         request = flow.request
-        line = {
+        return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(request.timestamp_start)),
             "method": request.method,
-            "url": request.pretty_url.partition("?")[0],
+            "url": url_without_query(flow),
             "status": flow.response.status_code if flow.response is not None else None,
             "model": record.get("model"),
             "verdict": record["verdict"],
@@ -82,11 +101,13 @@ class Ledger:
             "injected": record.get("injected", []),
             "repairs": record.get("repairs", []),
         }
-        self._file.write(json.dumps(line) + "\n")
-        self._file.flush()
 
     def close(self) -> None:
         self._file.close()
+
+
+def url_without_query(flow) -> str:
+    return flow.request.pretty_url.partition("?")[0]
 
 
 def _seconds(value: float | None) -> float | None:

@@ -39,7 +39,7 @@ def run(
     if end == "clean":
         out += repair.receive_end()
     elif end == "failure":
-        out += repair.receive_failure("peer reset")
+        out += repair.receive_failure("peer reset").client_bytes
     return out, repair
 
 

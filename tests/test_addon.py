@@ -12,6 +12,7 @@ from mitmproxy.test import taddons, tflow, tutils
 
 import finish_fix
 import finish_fix_cut_hook
+import finish_fix_stream
 from tests.feeding import chunk, data_events, sse
 
 HEALTHY = sse(chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]")
@@ -64,6 +65,7 @@ def _as_list(result):
     [
         ("finish_fix_on_cut", "bogus", "finish_fix_on_cut: 'bogus' is not one of error, stop, pass"),
         ("finish_fix_paths", "(", "finish_fix_paths: '(' is not a valid regex"),
+        ("finish_fix_empty_to_null", "maybe", "finish_fix_empty_to_null: 'maybe' is not one of true, false"),
         ("finish_fix_body_copy", "lots", "finish_fix_body_copy: 'lots' is not a size; use a number of bytes or e.g. 512KB"),
         ("finish_fix_ledger", "/nonexistent-dir/ledger.jsonl", "finish_fix_ledger: cannot append to"),
     ],
@@ -135,14 +137,18 @@ def test_repaired_stream_is_marked_and_commented(addon):
 def test_cut_through_the_hook_sends_an_error_event_and_books_it(addon):
     flow = make_flow()
     sent = stream_through(addon, flow, [sse(chunk("x")) + b'data: {"par'], end="cut")
-    action = addon._on_cut(flow, "peer closed connection without sending complete message body")
+    action = finish_fix_stream.on_upstream_failure(flow, "peer closed connection without sending complete message body")
     assert action.end_response is True
     assert data_events(action.client_bytes)[0]["error"]["code"] == "stream_interrupted"
     flow.error = flow.error or mitm_flow.Error("peer closed connection")
     addon.error(flow)
     record = flow.metadata["finish_fix"]
     assert record["verdict"] == "interrupted"
-    assert record["interruption"] == {"before_first_token": False, "how": "transport error: peer closed connection without sending complete message body"}
+    assert record["interruption"] == {
+        "before_first_token": False, "cause": "transport_error",
+        "reason": "peer closed connection without sending complete message body",
+        "how": "transport error: peer closed connection without sending complete message body",
+    }
     assert flow.marked == ":warning:"
     assert flow.response.raw_content == sent + action.client_bytes
 
@@ -151,7 +157,7 @@ def test_cut_with_pass_lets_mitmproxy_close_as_usual(addon):
     addon.tctx.configure(addon, finish_fix_on_cut="pass")
     flow = make_flow()
     stream_through(addon, flow, [sse(chunk("x")) + b"data: {"], end="cut")
-    action = addon._on_cut(flow, "reset")
+    action = finish_fix_stream.on_upstream_failure(flow, "reset")
     assert action == finish_fix_cut_hook.CutAction(b"data: {", end_response=False)
 
 
@@ -162,7 +168,7 @@ def test_client_going_away_is_booked_without_sending_anything(addon):
     addon.error(flow)
     record = flow.metadata["finish_fix"]
     assert record["verdict"] == "interrupted"
-    assert record["interruption"]["how"] == "aborted: Client disconnected."
+    assert record["interruption"]["how"] == "client gone: Client disconnected."
     assert record["injected"] == []
 
 
@@ -181,26 +187,85 @@ def test_compressed_stream_is_skipped_untouched(addon):
     assert record["verdict"] == "skipped" and "compressed body (gzip)" in record["detail"]
 
 
-def test_internal_error_falls_back_to_passthrough_and_logs_once(addon, monkeypatch, caplog):
+def test_internal_error_passes_the_rest_through_exactly_and_logs_once(addon, monkeypatch, caplog):
     flow = make_flow()
     addon.requestheaders(flow)
     addon.responseheaders(flow)
     first = flow.response.stream(b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\ndata: {"ha')
-    state = addon.flows[flow.id]
+    repair = flow.response.stream.repair
 
-    def broken(data, *, now=None):
+    def broken(event, now):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(state.repair, "receive_data", broken)
+    monkeypatch.setattr(repair, "_on_event", broken)
     second = flow.response.stream(b'lf": 1}\n\n')
     third = flow.response.stream(b"data: [DONE]\n\n")
-    assert b"".join(_as_list(first) + _as_list(second) + _as_list(third)) == (
+    assert b"".join(first + second + third) == (
         b'data: {"choices": [{"index": 0, "delta": {"content": "a"}}]}\n\ndata: {"half": 1}\n\ndata: [DONE]\n\n'
     )
     flow.response.stream(b"")
     addon.response(flow)
-    assert flow.metadata["finish_fix"]["verdict"] == "skipped"
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "skipped" and "internal error (RuntimeError: bug)" in record["detail"]
     assert sum("internal error" in r.message for r in caplog.records) == 1
+
+
+def test_a_flow_streaming_across_a_hot_reload_is_still_repaired_and_booked(tmp_path):
+    old, new = finish_fix.FinishFix(), finish_fix.FinishFix()
+    ledger = tmp_path / "ledger.jsonl"
+    with taddons.context(new) as tctx:
+        tctx.configure(new, finish_fix_ledger=str(ledger))
+        flow = make_flow()
+        old.requestheaders(flow)
+        old.responseheaders(flow)
+        sent = flow.response.stream(sse(chunk("x")))
+        old.done()  # the reload: the old instance goes, the new one installs the hook
+        new.running()
+        action = finish_fix_stream.on_upstream_failure(flow, "reset")
+        flow.error = mitm_flow.Error("reset")
+        new.error(flow)
+    finish_fix_cut_hook.uninstall()
+    assert sent and data_events(action.client_bytes)[0]["error"]["code"] == "stream_interrupted"
+    assert json.loads(ledger.read_text())["verdict"] == "interrupted"
+
+
+def test_an_empty_event_stream_body_is_a_cut_before_the_first_token(addon):
+    flow = make_flow(headers=[("content-length", "0")])
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    flow.response.content = b""
+    addon.response(flow)  # mitmproxy does not stream an empty body: only this hook runs
+    assert data_events(flow.response.content)[0]["error"]["code"] == "stream_interrupted"
+    assert flow.metadata["finish_fix"]["interruption"]["before_first_token"] is True
+
+
+def test_non_chat_json_is_skipped_not_clean(addon):
+    flow = make_flow(content_type="application/json")
+    flow.request.method = "GET"
+    flow.response.content = b'{"object": "list", "data": []}'
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert flow.metadata["finish_fix"]["verdict"] == "skipped"
+
+
+def test_compressed_json_is_passed_through(addon):
+    flow = make_flow(content_type="application/json", headers=[("content-encoding", "gzip")])
+    body = gzip.compress(b'{"object": "chat.completion", "choices": [{"index": 0, "message": {}}]}')
+    flow.response.raw_content = body
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert flow.response.raw_content == body
+    assert flow.metadata["finish_fix"]["verdict"] == "skipped"
+
+
+def test_a_failing_ledger_disk_does_not_break_flows(addon, tmp_path, caplog):
+    addon.tctx.configure(addon, finish_fix_ledger=str(tmp_path / "ledger.jsonl"))
+    addon.ledger._file.close()  # writes now fail as on a full or vanished disk
+    for _ in range(2):
+        flow = make_flow()
+        stream_through(addon, flow, [HEALTHY])
+        assert flow.metadata["finish_fix"]["verdict"] == "clean"
+    assert sum("cannot write the ledger" in r.message for r in caplog.records) == 1
 
 
 def test_ledger_lines_have_no_headers_keys_or_content(addon, tmp_path):

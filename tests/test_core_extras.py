@@ -7,7 +7,7 @@ import json
 import pytest
 
 from finish_fix_books import BodyCopy, parse_size
-from finishline import RequestFacts, infer_finish_reason, repair_completion, transcribe_chat_stream
+from finishline import RequestFacts, Verdict, infer_finish_reason, repair_completion, transcribe_chat_stream
 from tests.feeding import chunk, sse
 
 
@@ -17,9 +17,22 @@ def completion(**choice) -> dict:
 
 def test_rule_9_null_reason_is_filled_in_place():
     body = json.dumps(completion(message={"content": "hi"}, finish_reason=None), indent=2).encode()
-    new_body, repairs = repair_completion(body)
-    assert new_body == body.replace(b'"finish_reason": null', b'"finish_reason": "stop"')
-    assert repairs == ["set finish_reason 'stop' for choice 0"]
+    result = repair_completion(body)
+    assert result.verdict is Verdict.REPAIRED
+    assert result.body == body.replace(b'"finish_reason": null', b'"finish_reason": "stop"')
+    assert result.repairs == ["set finish_reason 'stop' for choice 0"]
+
+
+def test_rule_9_missing_key_is_added_and_nothing_else_moves():
+    body = (
+        b'{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "caf\\u00e9 \\"}\\""}},'
+        b' {"index": 1, "message": {}, "finish_reason": ""}, {}], "usage": {"completion_tokens": 2}}'
+    )
+    result = repair_completion(body)
+    assert result.body == (
+        b'{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "caf\\u00e9 \\"}\\""}, "finish_reason": "stop"},'
+        b' {"index": 1, "message": {}, "finish_reason": "stop"}, {"finish_reason": "stop"}], "usage": {"completion_tokens": 2}}'
+    )
 
 
 @pytest.mark.parametrize(
@@ -32,13 +45,23 @@ def test_rule_9_null_reason_is_filled_in_place():
     ],
 )
 def test_rule_9_missing_reason_is_inferred(message, request_facts, expected):
-    new_body, _ = repair_completion(json.dumps(completion(message=message)).encode(), request_facts)
-    assert json.loads(new_body)["choices"][0]["finish_reason"] == expected
+    result = repair_completion(json.dumps(completion(message=message)).encode(), request_facts)
+    assert json.loads(result.body)["choices"][0]["finish_reason"] == expected
 
 
-@pytest.mark.parametrize("body", [b"not json", b"[]", b'{"object": "list", "data": []}', json.dumps(completion(message={}, finish_reason="stop")).encode()])
-def test_rule_9_leaves_other_bodies_alone(body):
-    assert repair_completion(body) is None
+@pytest.mark.parametrize(
+    ("body", "verdict"),
+    [
+        (b"not json", Verdict.SKIPPED),
+        (b"[]", Verdict.SKIPPED),
+        (b'{"object": "list", "data": []}', Verdict.SKIPPED),
+        (b"[" * 100_000, Verdict.SKIPPED),
+        (json.dumps(completion(message={}, finish_reason="stop")).encode(), Verdict.CLEAN),
+    ],
+)
+def test_rule_9_leaves_other_bodies_alone(body, verdict):
+    result = repair_completion(body)
+    assert result.verdict is verdict and result.body == body
 
 
 def test_inference_order():
@@ -53,6 +76,9 @@ def test_transcript_reassembles_the_answer():
     assert "(incomplete: the stream ended inside this event)" in text
     assert "ERROR" in transcribe_chat_stream(sse({"error": {"message": "x"}}))
     assert "not JSON" in transcribe_chat_stream(b"data: \xff\xfe\n\n")
+    odd = sse({"choices": [{"index": [0], "delta": {"tool_calls": [{"function": "f"}]}}, {"index": "a"}, 7]}, {"choices": {"a": 1}})
+    assert "(no deltas)" in transcribe_chat_stream(odd)
+    assert "not JSON" in transcribe_chat_stream(b"data: " + b"[" * 100_000 + b"\n\n")
 
 
 @pytest.mark.parametrize(("text", "size"), [("0", 0), ("1048576", 1048576), ("4MB", 4 << 20), ("512 kb", 512 << 10), ("2g", 2 << 30)])

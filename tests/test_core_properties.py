@@ -124,7 +124,8 @@ def test_any_input_ends_in_finish_and_done_or_an_error_event(data):
     policy = RepairPolicy(on_cut=data.draw(st.sampled_from([OnCut.ERROR, OnCut.STOP])))
     repair = StreamRepair(request=RequestFacts(max_tokens=5), policy=policy)
     out = b"".join(repair.receive_data(piece) for piece in data.draw(splits(stream)))
-    out += repair.receive_failure("reset") if data.draw(st.booleans()) else repair.receive_end()
+    cut = data.draw(st.booleans())
+    out += repair.receive_failure("reset").client_bytes if cut else repair.receive_end()
     events = client_view(out)
     assert events, out
     last = events[-1]

@@ -166,14 +166,30 @@ def test_rule_5_error_event_passes_and_nothing_is_injected(chunking):
     out, repair = run(upstream, chunking)
     assert out == upstream
     assert repair.report.verdict is Verdict.UPSTREAM_ERROR
-    assert "Rate limit reached" in repair.report.detail
+    # The books name the error; its message (which may quote content) stays out of the detail.
+    assert repair.report.detail == "upstream_error: error event (rate_limit_exceeded)"
+    assert repair.report.upstream_error_message == "Rate limit reached"
 
 
-def test_rule_5_event_type_error_counts_too(chunking):
-    upstream = sse(chunk("x")) + b"event: error\ndata: worker lost\n\n"
+@pytest.mark.parametrize("event", [b"event: error\ndata: worker lost\n\n", b"event: error\n\n"])
+def test_rule_5_event_type_error_counts_too(chunking, event):
+    upstream = sse(chunk("x")) + event
     out, repair = run(upstream, chunking)
     assert out == upstream
     assert repair.report.verdict is Verdict.UPSTREAM_ERROR
+
+
+@pytest.mark.parametrize("message", [None, {"nested": True}, 42, ["a"]])
+def test_rule_5_error_event_of_any_shape(chunking, message):
+    upstream = sse(chunk("x"), {"error": {"message": message}}, b"[DONE]")
+    out, repair = run(upstream, chunking)
+    assert out == upstream
+    assert repair.report.verdict is Verdict.UPSTREAM_ERROR
+
+
+def test_rule_5_error_null_is_not_an_error(chunking):
+    out, repair = run(sse(chunk("x", error=None), b"[DONE]"), chunking)
+    assert repair.report.verdict is Verdict.REPAIRED
 
 
 # -- rules 6 and 7: cut streams are errors, never successes ------------------------------------
@@ -199,6 +215,7 @@ def test_rule_6_cut_after_tokens_ends_in_an_error_event(chunking, end):
     assert report.interruption is not None and not report.interruption.before_first_token
     expected_how = "clean end without [DONE]" if end == "clean" else "transport error: peer reset"
     assert report.interruption.how == expected_how
+    assert report.interruption.cause == ("clean_end" if end == "clean" else "transport_error")
 
 
 def test_rule_6_incomplete_event_is_dropped_not_merged(chunking):
@@ -220,7 +237,34 @@ def test_rule_6_on_cut_pass_changes_nothing(chunking):
     out, repair = run(upstream, chunking, end="failure", policy=RepairPolicy(on_cut=OnCut.PASS))
     assert out == upstream
     assert repair.report.verdict is Verdict.INTERRUPTED
-    assert not repair.ends_cleanly
+
+
+def test_rule_6_failure_output_says_how_to_end(chunking):
+    for policy, end_response in ((OnCut.ERROR, True), (OnCut.STOP, True), (OnCut.PASS, False)):
+        repair = StreamRepair(policy=RepairPolicy(on_cut=policy))
+        repair.receive_data(sse(chunk("x")))
+        assert repair.receive_failure("reset").end_response is end_response
+    finished = StreamRepair(policy=RepairPolicy(on_cut=OnCut.PASS))
+    finished.receive_data(sse(chunk("x"), chunk(finish_reason="stop")))
+    assert finished.receive_failure("reset") == (b"data: [DONE]\n\n", True)
+
+
+def test_rule_6_usage_chunk_mid_stream_never_makes_a_cut_a_success(chunking):
+    # A usage-only chunk is taken as the end (rule 3), but content after it proves otherwise: a
+    # stream that then stops is a cut, not a stream that only lacked [DONE].
+    upstream = sse(chunk("Hel"), chunk(choices=[], usage={"completion_tokens": 1}), chunk("lo, wor"))
+    for end in ("clean", "failure"):
+        out, repair = run(upstream, chunking, end=end)
+        assert b"[DONE]" not in out
+        assert error_event(out)["code"] == "stream_interrupted"
+        assert repair.report.verdict is Verdict.INTERRUPTED
+
+
+def test_rule_4_usage_chunk_as_the_real_end_still_gets_done(chunking):
+    upstream = sse(chunk("Hello"), chunk(choices=[], usage={"completion_tokens": 1}))
+    out, repair = run(upstream, chunking)
+    assert finishes(out) == [(0, "stop")] and data_events(out)[-1] == "[DONE]"
+    assert repair.report.verdict is Verdict.REPAIRED
 
 
 def test_rule_6_transport_error_after_the_finish_only_adds_done(chunking):
@@ -274,14 +318,61 @@ def test_rule_8_malformed_events_pass_through_unchanged(chunking, event):
 def test_rule_8_feeding_after_the_end_is_misuse(chunking):
     repair = StreamRepair()
     repair.receive_end()
-    with pytest.raises(LocalProtocolError, match=r"receive_data\(\) called after the stream ended"):
+    with pytest.raises(LocalProtocolError, match=r"receive_data\(\) called after the stream ended \(receive_end"):
         repair.receive_data(b"data: x\n\n")
 
 
-def test_rule_8_abandon_returns_what_was_held(chunking):
+class BuggyRepair(StreamRepair):
+    """A repair with a bug of its own: it fails on any choice whose content is "BUG"."""
+
+    def _on_choice(self, choice):
+        if choice.get("delta", {}).get("content") == "BUG":
+            raise RuntimeError("a bug")
+        return super()._on_choice(choice)
+
+
+def test_rule_8_an_internal_error_passes_the_rest_through_exactly(chunking):
+    from tests.feeding import split
+
+    upstream = sse(chunk("a"), chunk("BUG"), chunk("b")) + b'data: {"half'
+    rest = b'": 1}\n\n' + sse(b"[DONE]")
+    repair = BuggyRepair()
+    out = b"".join(repair.receive_data(piece) for piece in split(upstream, chunking))
+    out += b"".join(repair.receive_data(piece) for piece in split(rest, chunking))
+    out += repair.receive_end()
+    assert out == upstream + rest
+    assert repair.report.verdict is Verdict.SKIPPED
+    assert repair.report.internal_error == "internal error (RuntimeError: a bug)"
+    assert "passed through unchanged from event 2" in repair.report.detail
+
+
+def test_rule_8_an_event_that_never_ends_is_passed_through_not_held(chunking):
+    from finishline import MAX_HELD_BYTES
+
     repair = StreamRepair()
-    sent = repair.receive_data(sse(chunk("x")) + b"data: {\"hal")
-    assert sent + repair.abandon() == sse(chunk("x")) + b"data: {\"hal"
+    sent = repair.receive_data(sse(chunk("x")) + b"data: " + b"y" * (MAX_HELD_BYTES + 1))
+    assert sent.endswith(b"y" * 1000)
+    assert repair.receive_data(b"more") == b"more"
+    assert repair.report.verdict is Verdict.SKIPPED
+
+
+@pytest.mark.parametrize("data", [b"[" * 100_000, b'{"choices": ' + b"[" * 100_000, b'{"error": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"])
+def test_rule_8_deeply_nested_json_is_data(chunking, data):
+    if chunking == "bytewise":
+        chunking = "random"
+    upstream = sse(chunk("x")) + b"data: " + data + b"\n\n" + sse(chunk(finish_reason="stop"), b"[DONE]")
+    out, repair = run(upstream, chunking)
+    assert out == upstream
+    assert repair.report.internal_error is None
+
+
+def test_rule_8_client_gone_closes_the_books_only(chunking):
+    repair = StreamRepair()
+    repair.receive_data(sse(chunk("x")))
+    repair.receive_client_gone("Client disconnected.")
+    assert repair.report.verdict is Verdict.INTERRUPTED
+    assert repair.report.interruption.how == "client gone: Client disconnected."
+    assert repair.report.injected == []
 
 
 def test_request_facts_read_the_limit(chunking):

@@ -1,29 +1,43 @@
-"""The one private mitmproxy method finish_fix relies on. If a mitmproxy upgrade changes it, these
-fail loudly and say what to re-check (the end-to-end cut tests then show whether the hook still works)."""
+"""The one private mitmproxy method finish_fix wraps (`HttpStream._handle_event`) and the methods whose
+behaviour its wrapper mirrors. If a mitmproxy upgrade changes any of them, these fail loudly and say
+what to re-check; the end-to-end cut tests then show whether the hook still works."""
 
 from __future__ import annotations
 
 import hashlib
 import inspect
 
+import pytest
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers.http import HttpStream
 
 import finish_fix_cut_hook
 
-# sha256 of `inspect.getsource(HttpStream.handle_protocol_error)` in mitmproxy 12.3.1 (the method is
-# unchanged since 11.0.2). A new value means: read the new method, check that finish_fix_cut_hook
-# still ends a cut stream the way mitmproxy would (states, hooks, commands), run the e2e cut tests,
-# then update this pin together with the mitmproxy pin in pyproject.toml.
-PINNED_SOURCE_SHA256 = "59fc3b2eeeabf63a64d4cce98b4fe4cab5193ebefbd9c32ae186e65c7d25bfe2"
+# sha256 of `inspect.getsource(HttpStream.<method>)` in mitmproxy 12.3.1. A new value means: read the
+# new method, check that finish_fix_cut_hook still does what mitmproxy would (states, hooks, commands,
+# the b"" end-of-body call), run the e2e cut tests, then move the pin together with the mitmproxy pin
+# in pyproject.toml.
+PINNED_SOURCES = {
+    # Wrapped: every HTTP event of a stream passes through it.
+    "_handle_event": "e3cbfef7310ae81ffa7ed7ecba57f932afabada8cd48921308db363c47dd6c89",
+    # What a ResponseProtocolError would have done; the wrapper's clean end follows it.
+    "handle_protocol_error": "59fc3b2eeeabf63a64d4cce98b4fe4cab5193ebefbd9c32ae186e65c7d25bfe2",
+    # How a finished response is ended toward the client; mirrored after a cut.
+    "flow_done": "ad9969744785c572bf38b70c9269469554e6fcf016ea7d7f89541b865cff6d85",
+    # Calls the stream callable with each piece and with b"" at the end (why empty pieces are dropped).
+    "state_stream_response_body": "3fb6320300d3ddd5569cfe3c04720b339cd64e400956b7d55b5d31fdcaf22e49",
+    # Called by the wrapper after the error hook, as handle_protocol_error does.
+    "check_killed": "368cad352d1e82b6907688a0d3196d2e586b4af9af2a8465ea00d46e2d3c3672",
+}
 
 
-def test_the_wrapped_method_is_the_one_we_read():
+@pytest.mark.parametrize("method", sorted(PINNED_SOURCES))
+def test_the_methods_are_the_ones_we_read(method):
     finish_fix_cut_hook.uninstall()
-    source = inspect.getsource(HttpStream.handle_protocol_error)
+    source = inspect.getsource(getattr(HttpStream, method))
     digest = hashlib.sha256(source.encode()).hexdigest()
-    assert digest == PINNED_SOURCE_SHA256, (
-        "mitmproxy's HttpStream.handle_protocol_error changed; finish_fix_cut_hook wraps it. "
+    assert digest == PINNED_SOURCES[method], (
+        f"mitmproxy's HttpStream.{method} changed; finish_fix_cut_hook depends on it. "
         "Re-verify the hook against the new source before moving the pin:\n" + source
     )
 
@@ -33,21 +47,20 @@ def test_the_names_the_hook_uses_still_exist():
         assert hasattr(http_layer, name), f"mitmproxy.proxy.layers.http.{name} is gone"
     for name in ("state_stream_response_body", "state_errored", "server_state", "stream_id", "flow", "context"):
         assert name in inspect.getsource(HttpStream), f"HttpStream no longer has {name}"
-    parameters = list(inspect.signature(HttpStream.handle_protocol_error).parameters)
-    assert parameters == ["self", "event"]
+    assert list(inspect.signature(HttpStream._handle_event).parameters) == ["self", "event"]
 
 
 def test_install_wraps_once_and_uninstall_restores():
-    original = HttpStream.handle_protocol_error
+    original = HttpStream.__dict__["_handle_event"]
     try:
         finish_fix_cut_hook.install(lambda flow, message: None)
-        wrapped = HttpStream.handle_protocol_error
+        wrapped = HttpStream.__dict__["_handle_event"]
         assert wrapped is not original and finish_fix_cut_hook.installed()
         # A hot reload installs again with a new handler: still one wrapper around the original.
         finish_fix_cut_hook.install(lambda flow, message: None)
-        assert HttpStream.handle_protocol_error is wrapped
-        assert getattr(HttpStream, "_finishline_original_handle_protocol_error") is original
+        assert HttpStream.__dict__["_handle_event"] is wrapped
+        assert HttpStream.__dict__["_finishline_original_handle_event"] is original
     finally:
         finish_fix_cut_hook.uninstall()
-    assert HttpStream.handle_protocol_error is original
+    assert HttpStream.__dict__["_handle_event"] is original
     assert not finish_fix_cut_hook.installed()

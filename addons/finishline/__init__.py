@@ -8,14 +8,17 @@ the same module under the same name.
 from ._completion import repair_completion
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
-from ._repair import StreamRepair
+from ._repair import MAX_HELD_BYTES, FailureOutput, StreamRepair
 from ._request import RequestFacts
 from ._sse import Event, EventFramer
 from ._transcript import looks_like_chat_stream, transcribe_chat_stream
-from ._verdict import Interruption, OnCut, RepairPolicy, StreamReport, Verdict
+from ._verdict import CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
 
 __all__ = [
+    "CutCause",
     "Event",
+    "FailureOutput",
+    "MAX_HELD_BYTES",
     "EventFramer",
     "Interruption",
     "LocalProtocolError",

@@ -1,61 +1,129 @@
-"""Rule 9: a non-streaming `chat.completion` body whose choices lack a finish_reason."""
+"""Rule 9: a non-streaming `chat.completion` body whose choices lack a finish_reason.
+
+The body is edited in place, byte for byte except the reasons: a `null`/`""` value is replaced, a
+missing key is added at the end of its choice object. Where the edit cannot be made exactly (checked
+by parsing the result back), the body is re-serialized instead.
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from typing import NamedTuple
 
 from ._inference import infer_finish_reason
+from ._json import maybe_parse_json
 from ._request import RequestFacts
+from ._verdict import Verdict
 
-__all__ = ["repair_completion"]
+__all__ = ["CompletionRepair", "repair_completion"]
 
-# `"finish_reason": null` or `""` as JSON text (quotes inside strings are escaped, so this cannot
-# match content); used to change just that value and leave the rest of the body byte for byte.
-_NULL_OR_EMPTY_REASON = re.compile(rb'("finish_reason"\s*:\s*)(?:null|"")')
+# JSON tokens: strings (with escapes), structure, and bare literals (numbers, true/false/null).
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
 
 
-def repair_completion(body: bytes, request: RequestFacts = RequestFacts()) -> tuple[bytes, list[str]] | None:
-    """Fills in missing finish_reasons of a chat completion.
+class CompletionRepair(NamedTuple):
+    verdict: Verdict  # CLEAN, REPAIRED, or SKIPPED (not a chat completion this can read)
+    body: bytes
+    detail: str
+    repairs: list[str]
 
-    Returns:
-        (new body, what was done), or None when the body needs no repair or is not a chat
-        completion this can read (it is then left alone).
-    """
-    try:
-        completion = json.loads(body)
-    except ValueError:
-        return None
+
+class _ChoiceSpan(NamedTuple):
+    close: int  # offset of the choice object's closing brace
+    empty: bool  # the object has no members
+    reason_value: tuple[int, int] | None  # offsets of the finish_reason value, when the key is there
+
+
+def repair_completion(body: bytes, request: RequestFacts = RequestFacts()) -> CompletionRepair:
+    """Fills in missing finish_reasons of a chat completion (the same inference as rule 3)."""
+    completion = maybe_parse_json(body)
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
-        return None
+        return CompletionRepair(Verdict.SKIPPED, body, "skipped: not a chat completion", [])
     if completion.get("object", "chat.completion") != "chat.completion":
-        return None
+        return CompletionRepair(Verdict.SKIPPED, body, f"skipped: not a chat completion ({completion.get('object')!r})", [])
     usage = completion.get("usage")
     completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    repairs = []
-    missing_key = False
+    repairs: list[str] = []
+    to_fix: list[tuple[int, str]] = []
     for position, choice in enumerate(completion["choices"]):
         if not isinstance(choice, dict) or choice.get("finish_reason"):
             continue
-        message = choice.get("message")
-        message = message if isinstance(message, dict) else {}
+        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
         reason = infer_finish_reason(
             tool_calls=bool(message.get("tool_calls")),
             function_call=bool(message.get("function_call")),
             completion_tokens=completion_tokens if isinstance(completion_tokens, int) else None,
             max_tokens=request.max_tokens,
         )
-        missing_key = missing_key or "finish_reason" not in choice
         choice["finish_reason"] = reason
+        to_fix.append((position, reason))
         repairs.append(f"set finish_reason {reason!r} for choice {choice.get('index', position)}")
     if not repairs:
+        return CompletionRepair(Verdict.CLEAN, body, "clean", [])
+    new_body = _edit_in_place(body, to_fix)
+    if new_body is None or maybe_parse_json(new_body) != completion:
+        new_body = json.dumps(completion, ensure_ascii=False, separators=(",", ":")).encode()
+    return CompletionRepair(Verdict.REPAIRED, new_body, "repaired: " + "; ".join(repairs), repairs)
+
+
+def _edit_in_place(body: bytes, to_fix: list[tuple[int, str]]) -> bytes | None:
+    spans = _choice_spans(body)
+    if spans is None:
         return None
-    if not missing_key:
-        reasons = iter(c["finish_reason"] for c in completion["choices"] if isinstance(c, dict))
-        candidate = _NULL_OR_EMPTY_REASON.sub(lambda m: m.group(1) + json.dumps(next(reasons, "stop")).encode(), body)
-        try:
-            if json.loads(candidate) == completion:
-                return candidate, repairs
-        except ValueError:
-            pass
-    return json.dumps(completion, ensure_ascii=False, separators=(",", ":")).encode(), repairs
+    edits: list[tuple[int, int, bytes]] = []
+    for position, reason in to_fix:
+        if position >= len(spans):
+            return None
+        span = spans[position]
+        value = json.dumps(reason).encode()
+        if span.reason_value is not None:
+            edits.append((*span.reason_value, value))
+        else:
+            member = b'"finish_reason": ' + value
+            edits.append((span.close, span.close, member if span.empty else b", " + member))
+    for start, end, replacement in sorted(edits, reverse=True):
+        body = body[:start] + replacement + body[end:]
+    return body
+
+
+def _choice_spans(body: bytes) -> list[_ChoiceSpan] | None:
+    """Where each element of the top-level "choices" array is (None for elements that are not
+    objects or a body this cannot walk)."""
+    depth = 0
+    key: bytes | None = None  # the last string seen at depth 1 (a key of the top-level object)
+    in_choices = False
+    spans: list = []
+    members = 0
+    reason_key = False
+    reason_value: tuple[int, int] | None = None
+    previous = b""
+    for match in _TOKEN.finditer(body):
+        token = match.group()
+        if token in (b"{", b"["):
+            depth += 1
+            if depth == 2 and token == b"[" and key == b'"choices"' and previous == b":":
+                in_choices = True
+            elif in_choices and depth == 3:
+                if token != b"{":
+                    return None
+                members, reason_key, reason_value = 0, False, None
+        elif token in (b"}", b"]"):
+            if in_choices and depth == 3:
+                spans.append(_ChoiceSpan(match.start(), members == 0, reason_value))
+            elif in_choices and depth == 2:
+                in_choices = False
+            depth -= 1
+        elif in_choices and depth == 3:
+            if token == b":" or token == b",":
+                pass
+            elif previous in (b"{", b","):  # a key
+                members += 1
+                reason_key = token == b'"finish_reason"'
+            elif previous == b":" and reason_key:
+                reason_value = (match.start(), match.end())
+                reason_key = False
+        elif depth == 1 and token.startswith(b'"') and previous in (b"{", b","):
+            key = token
+        previous = token
+    return spans if depth == 0 else None

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
+
+from ._json import maybe_parse_json
 
 __all__ = ["RequestFacts"]
 
@@ -24,12 +25,7 @@ class RequestFacts:
     def from_body(cls, body: bytes | None) -> RequestFacts:
         """Reads a JSON request body. Anything unreadable gives empty facts, never an error: the
         repair then infers `stop` rather than `length`, which is what it would do without a limit."""
-        if not body:
-            return cls()
-        try:
-            request = json.loads(body)
-        except ValueError:
-            return cls()
+        request = maybe_parse_json(body) if body else None
         if not isinstance(request, dict):
             return cls()
         max_tokens = None

@@ -29,10 +29,15 @@ from dataclasses import dataclass
 
 from ._errors import LocalProtocolError
 
-__all__ = ["Event", "EventFramer"]
+__all__ = ["Event", "EventFramer", "split_lines"]
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 _BOM = b"\xef\xbb\xbf"
+
+
+def split_lines(raw: bytes) -> list[bytes]:
+    """The lines of an event's bytes, without their line endings (empty lines included)."""
+    return _LINE_END.split(raw.removeprefix(_BOM))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -134,6 +139,11 @@ class EventFramer:
         leftover = self._parse(bytes(self._buffer), complete=False)
         self._buffer.clear()
         return leftover
+
+    @property
+    def held_bytes(self) -> int:
+        """How many bytes of the current, incomplete event are held."""
+        return len(self._buffer)
 
     def take_buffered(self) -> bytes:
         """Ends framing and returns the bytes held for the incomplete event (for a caller that

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from ._json import UNREADABLE, maybe_parse_json
 from ._sse import EventFramer
 
 __all__ = ["looks_like_chat_stream", "transcribe_chat_stream"]
@@ -32,7 +33,11 @@ def transcribe_chat_stream(data: bytes) -> str:
         number += 1
         marker = "" if event.complete else "  (incomplete: the stream ended inside this event)"
         kind = f"[{event.event_type.decode('utf-8', 'replace')}] " if event.event_type else ""
-        lines.append(f"{number:>5} {kind}{_summarize(event.data, answers)}{marker}")
+        try:
+            summary = _summarize(event.data, answers)
+        except Exception as error:  # a view must show something, whatever the upstream sent
+            summary = f"(unreadable event: {type(error).__name__})"
+        lines.append(f"{number:>5} {kind}{summary}{marker}")
     lines.append("")
     if not answers:
         lines.append("(no choices)")
@@ -50,19 +55,21 @@ def transcribe_chat_stream(data: bytes) -> str:
 def _summarize(data: bytes, answers: dict) -> str:
     if data.startswith(b"[DONE]"):
         return "[DONE]"
-    try:
-        chunk = json.loads(data)
-    except ValueError:
+    chunk = maybe_parse_json(data)
+    if chunk is UNREADABLE:
         return "not JSON: " + data[:200].decode("utf-8", "replace")
     if not isinstance(chunk, dict):
-        return json.dumps(chunk)[:200]
-    if "error" in chunk:
+        return data[:200].decode("utf-8", "replace")
+    if chunk.get("error") is not None:
         return "ERROR " + json.dumps(chunk["error"], ensure_ascii=False)[:300]
     parts = []
-    for choice in chunk.get("choices") or []:
+    choices = chunk.get("choices")
+    for choice in choices if isinstance(choices, list) else []:
         if not isinstance(choice, dict):
             continue
         index = choice.get("index", 0)
+        if not isinstance(index, int):
+            continue
         answer = answers.setdefault(
             index, {"content": [], "reasoning": [], "tool_calls": [], "finish_reason": None}
         )
@@ -71,9 +78,11 @@ def _summarize(data: bytes, answers: dict) -> str:
             if isinstance(delta.get(key), str) and delta[key]:
                 answer[bucket].append(delta[key])
                 parts.append(f"#{index} {key}={delta[key]!r}")
-        for call in delta.get("tool_calls") or []:
-            function = call.get("function", {}) if isinstance(call, dict) else {}
-            piece = (function.get("name") or "") + (function.get("arguments") or "")
+        calls = delta.get("tool_calls")
+        for call in calls if isinstance(calls, list) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            function = function if isinstance(function, dict) else {}
+            piece = str(function.get("name") or "") + str(function.get("arguments") or "")
             answer["tool_calls"].append(piece)
             parts.append(f"#{index} tool_call={piece!r}")
         reason = choice.get("finish_reason")
@@ -81,5 +90,5 @@ def _summarize(data: bytes, answers: dict) -> str:
             answer["finish_reason"] = reason
             parts.append(f"#{index} finish_reason={reason!r}")
     if isinstance(chunk.get("usage"), dict):
-        parts.append("usage=" + json.dumps(chunk["usage"]))
+        parts.append("usage=" + json.dumps(chunk["usage"])[:200])
     return ", ".join(parts) or "(no deltas)"

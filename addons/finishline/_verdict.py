@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import asdict, dataclass, field
 
-__all__ = ["Verdict", "OnCut", "RepairPolicy", "Interruption", "StreamReport"]
+__all__ = ["Verdict", "OnCut", "RepairPolicy", "CutCause", "Interruption", "StreamReport"]
 
 
 class Verdict(enum.StrEnum):
@@ -44,25 +44,47 @@ class RepairPolicy:
     on_cut: OnCut = OnCut.ERROR
 
 
+class CutCause(enum.StrEnum):
+    """Why a stream stopped before it finished."""
+
+    # The upstream ended the body normally (e.g. closed a close-delimited body) without [DONE].
+    CLEAN_END = "clean_end"
+    # The upstream connection failed mid-body (incomplete chunked body, short Content-Length,
+    # reset, HTTP/2 stream reset).
+    TRANSPORT_ERROR = "transport_error"
+    # The exchange ended on the client's side (the client went away, the flow was killed).
+    CLIENT_GONE = "client_gone"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Interruption:
     """How a stream was cut.
 
     Attributes:
         before_first_token: no chunk with content, reasoning or a tool call had arrived.
-        how: "clean end without [DONE]" or "transport error: <what the transport said>".
+        cause: what ended it.
+        reason: the transport's own words ("" for a clean end).
     """
 
     before_first_token: bool
-    how: str
+    cause: CutCause
+    reason: str = ""
+
+    @property
+    def how(self) -> str:
+        """In words: "clean end without [DONE]", "transport error: ...", "client gone: ..."."""
+        if self.cause is CutCause.CLEAN_END:
+            return "clean end without [DONE]"
+        label = "transport error" if self.cause is CutCause.TRANSPORT_ERROR else "client gone"
+        return f"{label}: {self.reason}"
 
 
 @dataclass(slots=True, kw_only=True)
 class StreamReport:
     """The running account of one stream; final once the stream ended.
 
-    Times are whatever clock the caller passes in (seconds), relative to the stream's start; None when
-    the caller passed no clock.
+    Times are in the caller's clock (seconds), counted from the `started_at` it gave (finish_fix
+    gives the request's start); None when the caller passed no clock.
     """
 
     verdict: Verdict = Verdict.CLEAN
@@ -78,9 +100,21 @@ class StreamReport:
     dropped_incomplete_bytes: int = 0
     time_to_first_event: float | None = None
     duration: float | None = None
+    # The upstream error event's own message. Kept out of `detail` (which goes to the ledger) because
+    # it may quote message content; mitmweb shows it in the flow's comment.
+    upstream_error_message: str | None = None
+    # Set when the repair hit a bug of its own and passed the rest of the stream through unchanged.
+    internal_error: str | None = None
 
     def as_json(self) -> dict:
-        """A JSON-serializable copy (for flow.metadata and the ledger)."""
+        """A JSON-serializable copy (for flow.metadata)."""
         record = asdict(self)
         record["verdict"] = str(self.verdict)
+        if self.interruption is not None:
+            record["interruption"] = {
+                "before_first_token": self.interruption.before_first_token,
+                "cause": str(self.interruption.cause),
+                "reason": self.interruption.reason,
+                "how": self.interruption.how,
+            }
         return record
