@@ -11,6 +11,8 @@ UV := $(TOOLS)/uv/bin/uv
 VENV := $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 TOXIPROXY_SERVER := $(TOOLS)/bin/toxiproxy-server
+NODE_CLIENTS := $(CURDIR)/labs/clients/node
+NODE_STAMP := $(NODE_CLIENTS)/node_modules/.installed
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export FINISHLINE_TOXIPROXY_SERVER := $(TOXIPROXY_SERVER)
@@ -22,15 +24,17 @@ PYTHON ?= $(shell for p in python3.12 python3.13 python3.14 \
   p=$$(command -v $$p 2>/dev/null) || continue; \
   $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: help setup test bench clean
+.PHONY: help setup test bench lab ui clean
 
 help:
 	@echo "make test    install what is missing, then run every test"
 	@echo "make bench   finish_fix's cost next to plain mitmdump (ratios, one run)"
-	@echo "make setup   install only: .venv, uv, toxiproxy"
+	@echo "make lab     run the chaos lab (clients x gateways x faults) and print the matrix"
+	@echo "make ui      worker + toxiproxy + mitmweb with finish_fix, to watch and break streams live"
+	@echo "make setup   install only: .venv, uv, toxiproxy, the lab's Node clients"
 	@echo "make clean   remove everything make installed in this checkout"
 
-setup: $(VENV)/.synced $(TOXIPROXY_SERVER)
+setup: $(VENV)/.synced $(TOXIPROXY_SERVER) $(NODE_STAMP)
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (mitmproxy 12 needs it); install one or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -50,11 +54,22 @@ $(TOXIPROXY_SERVER):
 	@mkdir -p $(TOOLS)/bin
 	mv $(TOOLS)/go-bin/server $@
 
+# The lab's Node clients (openai-node, the AI SDK, pi-ai), exactly as the committed lock file says.
+$(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
+	@touch $@
+
 test: setup
 	$(PY) -m pytest
 
 bench: setup
 	$(PY) -m tests.bench
 
+lab: setup
+	$(PY) -m labs $(LAB_ARGS)
+
+ui: setup
+	$(PY) -m labs.ui
+
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis $(NODE_CLIENTS)/node_modules

@@ -1,0 +1,151 @@
+// The lab's Node driver host: one long-lived process that runs many streaming chat completions.
+//
+// Starting node (and importing these SDKs) costs about a second per process, so the lab starts this
+// once and sends it one JSON line per request on stdin; it answers one JSON line per outcome on
+// stdout, in completion order, matched by "id". The first line it writes is a hello with the versions
+// that decide behaviour (Node, its bundled undici, each SDK): see ../../../shared notes on the
+// `Connection: close` trap, which depends on the undici version.
+//
+// Request:  {"id", "client", "base_url", "model", "messages", "max_tokens"?, "tools"?, "deadline_s",
+//            "api_key"?}
+// Outcome:  {"id", "client", "completed", "text", "reasoning", "finish_reason", "tool_calls",
+//            "error_class", "error_message", "ttft_s", "duration_s", "timed_out", "http_status",
+//            "connection"}
+
+import { createInterface } from "node:readline";
+import { readFileSync } from "node:fs";
+import { DRIVERS } from "./drivers.mjs";
+
+function packageVersion(name) {
+  const url = new URL(`./node_modules/${name}/package.json`, import.meta.url);
+  return JSON.parse(readFileSync(url, "utf8")).version;
+}
+
+const versions = {
+  node: process.versions.node,
+  undici: process.versions.undici,
+  openai: packageVersion("openai"),
+  ai: packageVersion("ai"),
+  "@ai-sdk/openai": packageVersion("@ai-sdk/openai"),
+  "@ai-sdk/openai-compatible": packageVersion("@ai-sdk/openai-compatible"),
+  "@earendil-works/pi-ai": packageVersion("@earendil-works/pi-ai"),
+};
+
+function write(obj) {
+  process.stdout.write(JSON.stringify(obj) + "\n");
+}
+
+function describeError(err) {
+  if (err == null) return { error_class: null, error_message: null };
+  if (err instanceof Error) {
+    // undici reports a cut body as `TypeError: terminated` with the socket error as its cause:
+    // keep both, the cause is what tells a FIN from a reset.
+    let message = err.message;
+    const cause = err.cause;
+    if (cause instanceof Error && cause.message && !message.includes(cause.message)) {
+      message += ` (cause: ${cause.name}: ${cause.message})`;
+    }
+    return { error_class: err.constructor?.name || err.name || "Error", error_message: message };
+  }
+  if (typeof err === "object") {
+    return { error_class: "Object", error_message: JSON.stringify(err) };
+  }
+  return { error_class: typeof err, error_message: String(err) };
+}
+
+// A fetch wrapper every driver passes to its SDK, so the lab sees what the server side of the
+// client's connection sent: the status and the `Connection` header (undici 6.24 treats EOF on a
+// `Connection: close` response as a complete body).
+function recordingFetch(record) {
+  return async (input, init) => {
+    const response = await fetch(input, init);
+    record.http_status = response.status;
+    record.connection = response.headers.get("connection");
+    return response;
+  };
+}
+
+async function run(request) {
+  const driver = DRIVERS[request.client];
+  const started = performance.now();
+  const record = {
+    id: request.id,
+    client: request.client,
+    completed: false,
+    text: "",
+    reasoning: "",
+    finish_reason: null,
+    tool_calls: [],
+    error_class: null,
+    error_message: null,
+    ttft_s: null,
+    duration_s: null,
+    timed_out: false,
+    http_status: null,
+    connection: null,
+  };
+  if (!driver) {
+    Object.assign(record, { error_class: "UnknownClient", error_message: `no Node driver named ${request.client}` });
+    record.duration_s = 0;
+    return record;
+  }
+  const controller = new AbortController();
+  const timer = setTimeout(() => {
+    record.timed_out = true;
+    controller.abort(new Error(`lab deadline of ${request.deadline_s}s passed`));
+  }, request.deadline_s * 1000);
+  const sink = {
+    text(delta) {
+      if (!delta) return;
+      if (record.ttft_s === null) record.ttft_s = (performance.now() - started) / 1000;
+      record.text += delta;
+    },
+    reasoning(delta) {
+      if (!delta) return;
+      if (record.ttft_s === null) record.ttft_s = (performance.now() - started) / 1000;
+      record.reasoning += delta;
+    },
+    toolCall(name, args) {
+      if (record.ttft_s === null) record.ttft_s = (performance.now() - started) / 1000;
+      record.tool_calls.push({ name, arguments: args });
+    },
+  };
+  try {
+    const result = await driver({
+      request,
+      signal: controller.signal,
+      fetch: recordingFetch(record),
+      sink,
+    });
+    record.completed = true;
+    record.finish_reason = result.finish_reason ?? null;
+  } catch (err) {
+    Object.assign(record, describeError(err));
+  } finally {
+    clearTimeout(timer);
+    record.duration_s = (performance.now() - started) / 1000;
+  }
+  return record;
+}
+
+write({ hello: { runtime: "node", versions, clients: Object.keys(DRIVERS) } });
+
+const lines = createInterface({ input: process.stdin });
+const pending = new Set();
+lines.on("line", (line) => {
+  if (!line.trim()) return;
+  let request;
+  try {
+    request = JSON.parse(line);
+  } catch (err) {
+    write({ id: null, error_class: "BadRequestLine", error_message: String(err) });
+    return;
+  }
+  const job = run(request).then(write, (err) => write({ id: request.id, ...describeError(err) }));
+  pending.add(job);
+  job.finally(() => pending.delete(job));
+});
+lines.on("close", async () => {
+  await Promise.allSettled([...pending]);
+  process.exit(0);
+});

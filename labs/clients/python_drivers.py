@@ -1,0 +1,212 @@
+"""One driver per real Python client: each runs one streaming chat completion the way an application
+using that library would, feeds what the application would see into a `Sink`, and returns the finish
+reason the library surfaced, or lets the library's exception out. A driver never second-guesses its
+library: if the library calls a stream complete, so does the driver.
+
+Library defaults are kept (retries included): the lab measures what a user of the library gets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+# LiteLLM fetches its model cost map from the internet at import unless told not to.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+LAB_API_KEY = "sk-finishline-lab"
+
+
+@dataclass
+class Sink:
+    """What the application saw, in arrival order. `on_first` is called at the first output."""
+
+    on_first: Callable[[], None]
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+
+    def add_text(self, delta: object) -> None:
+        if isinstance(delta, str) and delta:
+            self.on_first()
+            self.text += delta
+
+    def add_reasoning(self, delta: object) -> None:
+        if isinstance(delta, str) and delta:
+            self.on_first()
+            self.reasoning += delta
+
+    def add_tool_call(self, name: object, arguments: object) -> None:
+        if name:
+            self.on_first()
+            self.tool_calls.append({"name": str(name), "arguments": str(arguments or "")})
+
+
+def _request_body(request: dict) -> dict:
+    body: dict = {"model": request["model"], "messages": request["messages"]}
+    if request.get("max_tokens"):
+        body["max_tokens"] = request["max_tokens"]
+    if request.get("tools"):
+        body["tools"] = request["tools"]
+    return body
+
+
+async def openai_python(request: dict, sink: Sink) -> str | None:
+    """openai-python's plain `stream=True`: an `AsyncStream` of chunks, read to `[DONE]` or EOF
+    (openai/_streaming.py: `[DONE]` ends it, a data event with an `error` key raises `APIError`,
+    a transport error becomes `APIConnectionError`). The finish reason is whatever chunks carried."""
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=request["base_url"], api_key=request.get("api_key") or LAB_API_KEY) as client:
+        stream = await client.chat.completions.create(**_request_body(request), stream=True)
+        finish_reason = None
+        async for chunk in stream:
+            if not chunk.choices:
+                continue
+            choice = chunk.choices[0]
+            sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
+            sink.add_text(choice.delta.content)
+            for call in choice.delta.tool_calls or []:
+                if call.function is not None:
+                    sink.add_tool_call(call.function.name, call.function.arguments)
+            if choice.finish_reason is not None:
+                finish_reason = choice.finish_reason
+        return finish_reason
+
+
+async def openai_python_helper(request: dict, sink: Sink) -> str | None:
+    """openai-python's `client.chat.completions.stream()` helper and `get_final_completion()`
+    (openai/lib/streaming/chat/_completions.py; the final parse in openai/lib/_parsing/_completions.py
+    raises `LengthFinishReasonError` on any `length` finish)."""
+    import openai
+
+    async with openai.AsyncOpenAI(base_url=request["base_url"], api_key=request.get("api_key") or LAB_API_KEY) as client:
+        async with client.chat.completions.stream(**_request_body(request)) as stream:
+            async for event in stream:
+                if event.type == "content.delta":
+                    sink.add_text(event.delta)
+                elif event.type == "chunk" and event.chunk.choices:
+                    sink.add_reasoning(getattr(event.chunk.choices[0].delta, "reasoning_content", None))
+            completion = await stream.get_final_completion()
+        if not completion.choices:
+            return None
+        # Tool calls from the final completion, the helper's result: its `tool_calls.*.done` events
+        # fire only once a finish_reason arrived (`get_done_events`), so they miss an unfinished call.
+        for call in completion.choices[0].message.tool_calls or []:
+            sink.add_tool_call(call.function.name, call.function.arguments)
+        return completion.choices[0].finish_reason
+
+
+async def langchain_openai(request: dict, sink: Sink) -> str | None:
+    """LangChain's `ChatOpenAI.astream` (langchain_openai/chat_models/base.py: a chunk's
+    `finish_reason` lands in `response_metadata` only when truthy; reasoning deltas are dropped)."""
+    from langchain_openai import ChatOpenAI
+
+    model = ChatOpenAI(
+        model=request["model"],
+        base_url=request["base_url"],
+        api_key=request.get("api_key") or LAB_API_KEY,
+        streaming=True,
+        **({"max_tokens": request["max_tokens"]} if request.get("max_tokens") else {}),
+    )
+    if request.get("tools"):
+        model = model.bind_tools(request["tools"])
+    finish_reason = None
+    async for chunk in model.astream(request["messages"]):
+        sink.add_text(chunk.content if isinstance(chunk.content, str) else "")
+        for call in chunk.tool_call_chunks or []:
+            sink.add_tool_call(call.get("name"), call.get("args"))
+        finish_reason = chunk.response_metadata.get("finish_reason") or finish_reason
+    return finish_reason
+
+
+async def litellm_sdk(request: dict, sink: Sink) -> str | None:
+    """LiteLLM's SDK, `acompletion(stream=True)` with an `openai/` model (its CustomStreamWrapper,
+    litellm/litellm_core_utils/streaming_handler.py `finish_reason_handler`: 1.108 invents `stop`
+    when the upstream sent none)."""
+    import litellm
+
+    response = await litellm.acompletion(
+        model=f"openai/{request['model']}",
+        api_base=request["base_url"],
+        api_key=request.get("api_key") or LAB_API_KEY,
+        stream=True,
+        **{key: value for key, value in _request_body(request).items() if key != "model"},
+    )
+    finish_reason = None
+    async for chunk in response:
+        if not chunk.choices:
+            continue
+        choice = chunk.choices[0]
+        sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
+        sink.add_text(choice.delta.content)
+        for call in getattr(choice.delta, "tool_calls", None) or []:
+            function = call.function if not isinstance(call, dict) else call.get("function")
+            if function is not None:
+                sink.add_tool_call(getattr(function, "name", None), getattr(function, "arguments", None))
+        if choice.finish_reason:
+            finish_reason = choice.finish_reason
+    return finish_reason
+
+
+class StreamErrorEvent(Exception):
+    """The raw reader met a data event with a top-level `error` key."""
+
+
+async def httpx_sse_reader(request: dict, sink: Sink) -> str | None:
+    """The baseline: a hand-written reader on httpx-sse, as in many applications. It stops at
+    `[DONE]` or at the end of the body, raises on a data event with an `error` key, and trusts
+    everything else (a cut stream that ends cleanly is, to it, a finished one)."""
+    import httpx
+    import httpx_sse
+
+    url = request["base_url"].rstrip("/") + "/chat/completions"
+    headers = {"authorization": f"Bearer {request.get('api_key') or LAB_API_KEY}"}
+    finish_reason = None
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600.0)) as client:
+        body = {**_request_body(request), "stream": True}
+        async with httpx_sse.aconnect_sse(client, "POST", url, json=body, headers=headers) as source:
+            source.response.raise_for_status()
+            async for event in source.aiter_sse():
+                if event.data.strip() == "[DONE]":
+                    break
+                data = json.loads(event.data)
+                if isinstance(data, dict) and data.get("error"):
+                    error = data["error"]
+                    message = error.get("message") if isinstance(error, dict) else str(error)
+                    raise StreamErrorEvent(message)
+                for choice in data.get("choices") or []:
+                    if choice.get("index", 0) != 0:
+                        continue
+                    delta = choice.get("delta") or {}
+                    sink.add_reasoning(delta.get("reasoning_content"))
+                    sink.add_text(delta.get("content"))
+                    for call in delta.get("tool_calls") or []:
+                        function = call.get("function") or {}
+                        sink.add_tool_call(function.get("name"), function.get("arguments"))
+                    if choice.get("finish_reason") is not None:
+                        finish_reason = choice["finish_reason"]
+    return finish_reason
+
+
+Driver = Callable[[dict, Sink], Awaitable[str | None]]
+
+DRIVERS: dict[str, Driver] = {
+    "openai-python": openai_python,
+    "openai-python-helper": openai_python_helper,
+    "langchain": langchain_openai,
+    "litellm-sdk": litellm_sdk,
+    "httpx-sse": httpx_sse_reader,
+}
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import version
+    import platform
+
+    names = {"python": platform.python_version()}
+    for package in ("openai", "langchain-openai", "litellm", "httpx", "httpx-sse"):
+        names[package] = version(package)
+    return names

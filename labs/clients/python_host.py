@@ -1,0 +1,117 @@
+"""The Python driver host: one long-lived process that runs many streaming chat completions.
+
+Importing LiteLLM and LangChain takes seconds, so the lab starts this once (`python -m
+labs.clients.python_host`) and talks to it like to the Node host (labs/clients/node/host.mjs): one
+JSON request per line on stdin, one JSON outcome per line on stdout, in completion order, matched by
+"id"; the first line out is a hello with the versions. The clients run on asyncio because that is
+what their async APIs are built on; the lab itself stays on trio in its own process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+
+from labs.clients.python_drivers import DRIVERS, Sink, versions
+
+
+def _describe(error: BaseException) -> tuple[str, str]:
+    message = str(error) or repr(error)
+    # openai-python wraps transport errors (APIConnectionError "Connection error."): the cause is
+    # what tells a reader whether the peer closed or reset.
+    cause = error.__cause__ or error.__context__
+    if cause is not None and (not str(cause) or str(cause) not in message):
+        # Some transport errors have an empty message (httpx.ReadError on a reset): the class says it.
+        message += f" (cause: {type(cause).__name__}: {cause})" if str(cause) else f" (cause: {type(cause).__name__})"
+    return type(error).__name__, message
+
+
+async def run(request: dict) -> dict:
+    started = time.monotonic()
+    record: dict = {
+        "id": request.get("id"),
+        "client": request.get("client"),
+        "completed": False,
+        "text": "",
+        "reasoning": "",
+        "finish_reason": None,
+        "tool_calls": [],
+        "error_class": None,
+        "error_message": None,
+        "ttft_s": None,
+        "duration_s": None,
+        "timed_out": False,
+        "http_status": None,
+        "connection": None,
+    }
+
+    def on_first() -> None:
+        if record["ttft_s"] is None:
+            record["ttft_s"] = time.monotonic() - started
+
+    sink = Sink(on_first=on_first)
+    driver = DRIVERS.get(request.get("client", ""))
+    try:
+        if driver is None:
+            raise LookupError(f"no Python driver named {request.get('client')!r}")
+        async with asyncio.timeout(float(request["deadline_s"])):
+            record["finish_reason"] = await driver(request, sink)
+        record["completed"] = True
+    except TimeoutError:
+        record["timed_out"] = True
+        record["error_class"], record["error_message"] = "TimeoutError", f"lab deadline of {request['deadline_s']}s passed"
+    except Exception as error:  # the library's own exception is the measurement
+        record["error_class"], record["error_message"] = _describe(error)
+    record["text"], record["reasoning"], record["tool_calls"] = sink.text, sink.reasoning, sink.tool_calls
+    record["duration_s"] = time.monotonic() - started
+    return record
+
+
+async def main() -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+
+    def write(obj: dict) -> None:
+        PROTOCOL_OUT.write(json.dumps(obj) + "\n")
+        PROTOCOL_OUT.flush()
+
+    write({"hello": {"runtime": "python", "versions": versions(), "clients": list(DRIVERS)}})
+    tasks: set[asyncio.Task] = set()
+
+    async def serve(request: dict) -> None:
+        write(await run(request))
+
+    while line := await reader.readline():
+        if not line.strip():
+            continue
+        task = asyncio.create_task(serve(json.loads(line)))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    await asyncio.gather(*tasks)
+
+
+#: The module each client needs; the host imports only those of the clients it is asked to run
+#: (`python -m labs.clients.python_host CLIENT...`), before its hello, so no request is charged
+#: for an import (LiteLLM's takes seconds) and a run of one light client starts fast.
+PRELOAD = {
+    "openai-python": "openai",
+    "openai-python-helper": "openai",
+    "langchain": "langchain_openai",
+    "litellm-sdk": "litellm",
+    "httpx-sse": "httpx_sse",
+}
+
+if __name__ == "__main__":
+    import importlib
+
+    # LiteLLM prints banners ("Give Feedback / Get Help") to stdout: keep the real stdout for the
+    # protocol and send everything the libraries print to stderr.
+    PROTOCOL_OUT = os.fdopen(os.dup(1), "w")
+    sys.stdout = sys.stderr
+    for client in sys.argv[1:] or list(PRELOAD):
+        importlib.import_module(PRELOAD[client])
+    asyncio.run(main())

@@ -1,0 +1,38 @@
+"""A scenario's `[fault]` table, turned into a `faults.catalog.Fault` for the worker's exact bytes.
+
+The table names a builder of `faults.catalog` (`kind`) and its keyword arguments; byte-exact faults
+(cuts, stalls) get the worker's computed `ResponsePlan` as their layout, so "after 5 tokens" means
+exactly 5 token events for the scenario's settings (`faults/layout.py` explains the two layouts).
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from faults import catalog
+from faults.catalog import FAULT_NAMES, Fault
+from labs.worker.wire import response_plan
+
+__all__ = ["FaultPlanError", "build_fault"]
+
+
+class FaultPlanError(ValueError):
+    """A scenario's fault is unknown or its arguments do not fit the builder."""
+
+
+def build_fault(scenario: Any) -> Fault | None:
+    """The scenario's fault, or None for a scenario without one."""
+    if scenario.fault is None:
+        return None
+    arguments = dict(scenario.fault)
+    kind = arguments.pop("kind")
+    if kind not in FAULT_NAMES:
+        raise FaultPlanError(f"{scenario.name}: unknown fault {kind!r}; known: {', '.join(FAULT_NAMES)}")
+    builder = getattr(catalog, kind)
+    if "layout" in inspect.signature(builder).parameters:
+        arguments["layout"] = response_plan(scenario.resolved)
+    try:
+        return builder(**arguments)
+    except TypeError as error:
+        raise FaultPlanError(f"{scenario.name}: fault {kind}: {error}") from None

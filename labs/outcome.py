@@ -1,0 +1,185 @@
+"""What one cell of the matrix means: a client's report, judged against the worker's true answer.
+
+The outcome words are a closed set, and these exact strings are what the terminal table, the JSON
+result file and the HTML report show:
+
+- `ok`: the client finished normally with the full answer and the right finish reason (a client that
+  surfaces no reason at all passes only where the true reason is `stop`, the one an application
+  assumes when none is given).
+- `error`: the client told its application something went wrong: it raised (class: message), or it
+  finished with a reason that says so (the AI SDK's `interrupted`, a Pi `error` stop).
+- `hang`: no end within the scenario's deadline.
+- `silent-truncation`: the client reported success, but the text (or the tool calls) is not the
+  worker's full answer, or the reason is wrong (a missing `length` or `tool_calls`). The worst cell:
+  the application carries on with a broken answer and nothing tells it.
+
+Books: a gateway that keeps books (finish_fix's ledger, LiteLLM's callbacks) says `ok` or `error`
+for the request; a mismatch is flagged when the books' word differs from what the client's outcome
+implies (a client-side `ok` needs books `ok`; anything else needs books `error`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "BOOKS_ERROR",
+    "BOOKS_OK",
+    "ClientReport",
+    "Expected",
+    "Judgement",
+    "Outcome",
+    "books_mismatch",
+    "canonical_reason",
+    "judge",
+]
+
+
+class Outcome(enum.StrEnum):
+    """The closed set of cell outcomes, in order of how loudly the report shows them."""
+
+    #: Full answer, right reason, normal end.
+    OK = "ok"
+    #: The client raised, or surfaced a reason that means failure.
+    ERROR = "error"
+    #: Nothing ended the request before the scenario's deadline.
+    HANG = "hang"
+    #: Success reported, but the answer is short or the reason wrong: the worst cell.
+    SILENT_TRUNCATION = "silent-truncation"
+
+    @property
+    def severity(self) -> int:
+        """0 for ok up to 3 for silent-truncation: the order cells are coloured and sorted in."""
+        return list(Outcome).index(self)
+
+
+BOOKS_OK = "ok"
+BOOKS_ERROR = "error"
+
+# Clients name reasons their own way (the AI SDK `tool-calls`, Pi `toolUse`): one spelling each.
+_REASON_SPELLINGS = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "tool-calls": "tool_calls",
+    "toolUse": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+    "content-filter": "content_filter",
+}
+# Reasons with which a client tells its application the stream did not end well, without raising:
+# the AI SDK's unified `interrupted`/`error`/`other` (packages/openai: `interrupted` when no
+# finish_reason came), Pi's stop reasons `error`/`aborted`.
+_FAILURE_REASONS = {"interrupted", "error", "other", "unknown", "aborted"}
+
+
+def canonical_reason(reason: str | None) -> str | None:
+    """One spelling per finish reason; `None` and `""` mean "none surfaced"."""
+    if not reason:
+        return None
+    return _REASON_SPELLINGS.get(reason, reason)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientReport:
+    """One driver's normalized account of one request (the JSON line a driver host writes)."""
+
+    client: str
+    completed: bool
+    text: str = ""
+    reasoning: str = ""
+    finish_reason: str | None = None
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    error_class: str | None = None
+    error_message: str | None = None
+    ttft_s: float | None = None
+    duration_s: float | None = None
+    timed_out: bool = False
+    http_status: int | None = None
+    connection: str | None = None
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClientReport:
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**known)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Expected:
+    """The worker's true answer for the request (choice 0), from `labs.worker.settings.expected_answer`."""
+
+    text: str
+    #: `stop`, `length`, `tool_calls`; `None` when the worker itself ends with an error event.
+    finish_reason: str | None
+    tool_calls: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Judgement:
+    outcome: Outcome
+    #: One line a person reads in the table's details: why this outcome.
+    reason: str
+
+
+def judge(report: ClientReport, expected: Expected) -> Judgement:
+    """Classify one client report against the true answer.
+
+    Order matters: a deadline beats everything (a hung client may also hold partial text), then
+    what the client said (raised, or a failure reason), then what it did not say (short text,
+    wrong reason).
+    """
+    if report.timed_out:
+        return Judgement(
+            outcome=Outcome.HANG,
+            reason=f"no end within the deadline; {len(report.text)} of {len(expected.text)} characters received",
+        )
+    if not report.completed:
+        return Judgement(outcome=Outcome.ERROR, reason=f"{report.error_class}: {report.error_message}")
+    surfaced = canonical_reason(report.finish_reason)
+    if report.finish_reason in _FAILURE_REASONS:
+        return Judgement(
+            outcome=Outcome.ERROR,
+            reason=f"no exception, but the client surfaced finish reason {report.finish_reason!r}",
+        )
+    if expected.finish_reason is None:
+        return Judgement(
+            outcome=Outcome.SILENT_TRUNCATION,
+            reason=f"success reported (reason {surfaced!r}) although the stream ended in an error",
+        )
+    if report.text != expected.text:
+        shape = "shorter than" if expected.text.startswith(report.text) else "different from"
+        return Judgement(
+            outcome=Outcome.SILENT_TRUNCATION,
+            reason=f"success reported with {len(report.text)} characters, {shape} the worker's {len(expected.text)}",
+        )
+    if len(report.tool_calls) != expected.tool_calls:
+        return Judgement(
+            outcome=Outcome.SILENT_TRUNCATION,
+            reason=f"success reported with {len(report.tool_calls)} tool calls, the worker sent {expected.tool_calls}",
+        )
+    # No reason at all reads as "stop" to an application, so it is only wrong when the truth was
+    # something the application must act on (continue after `length`, run the `tool_calls`).
+    if surfaced is None and expected.finish_reason == "stop":
+        return Judgement(outcome=Outcome.OK, reason="full answer; no finish reason surfaced (true reason: stop)")
+    if surfaced != expected.finish_reason:
+        return Judgement(
+            outcome=Outcome.SILENT_TRUNCATION,
+            reason=f"full text, but finish reason {surfaced!r} where the worker's was {expected.finish_reason!r}",
+        )
+    return Judgement(outcome=Outcome.OK, reason=f"full answer, finish reason {surfaced!r}")
+
+
+def books_mismatch(outcome: Outcome, books: str | None) -> bool:
+    """Whether the gateway's books disagree with what the client saw.
+
+    `books` is `BOOKS_OK`, `BOOKS_ERROR` or `None` (no books kept, or no entry yet); no books, no
+    mismatch.
+    """
+    if books is None:
+        return False
+    return (outcome is Outcome.OK) != (books == BOOKS_OK)

@@ -1,0 +1,257 @@
+"""The lab runner: every scenario x client x gateway cell, concurrently on trio.
+
+Theory of operation
+-------------------
+One simulated worker (in this process), one toxiproxy server with one proxy ("the tunnel") in
+front of the worker, the gateways in front of the tunnel, and one driver host per client runtime.
+Scenarios run one after another, because a fault belongs to the tunnel and every cell of a scenario
+must go through it; the cells of one scenario run at once (at most `jobs` at a time), which is what
+makes a full matrix take a minute rather than ten.
+
+Every cell's request carries the scenario's worker settings and its own cell id in the model name
+(labs.scenario), so the worker serves every scenario at once and the gateways' books can be matched
+to cells. Before each scenario the tunnel is switched off and on, which closes every pooled
+connection: each cell then opens a fresh connection with the fault already in place (toxiproxy's
+reset arm and byte counts are per connection, see faults/catalog.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from faults.catalog import Fault
+from faults.toxiproxy_server import open_toxiproxy_server
+from labs.clients import ALL_CLIENTS
+from labs.clients.hosts import open_driver_hosts
+from labs.fault_plan import build_fault
+from labs.gateways import EXTERNAL, GATEWAYS
+from labs.gateways.services import Gateway, books_entry, captured_stream, open_gateways, read_books
+from labs.outcome import ClientReport, Outcome, books_mismatch, judge
+from labs.scenario import CELL_ID_TEMPLATE, Scenario
+from labs.worker.server import open_worker
+from labs.worker.wire import response_plan
+
+__all__ = ["CellResult", "LabConfig", "LabResult", "run_lab"]
+
+TUNNEL = "worker"
+#: Seconds after the last cell for LiteLLM's callbacks to write their books (they run after the
+#: response went out).
+BOOKS_SETTLE_S = 1.5
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LabConfig:
+    scenarios: tuple[Scenario, ...]
+    clients: tuple[str, ...] = ALL_CLIENTS
+    gateways: tuple[str, ...] = GATEWAYS
+    jobs: int = 12
+    results_dir: Path = Path("lab-results")
+    external_url: str | None = None
+    external_api_key: str | None = None
+    #: Fixed port for the tunnel (so an external gateway can be pointed at it); 0: any free port.
+    tunnel_port: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class CellResult:
+    scenario: str
+    client: str
+    gateway: str
+    cell_id: str
+    outcome: str
+    why: str
+    report: dict[str, Any]
+    request_model: str
+    books: str | None = None
+    books_entry: dict[str, Any] | None = None
+    books_mismatch: bool = False
+    #: The stream as finish_fix sent it on, for the finish_fix gateways.
+    finish_fix_stream: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(slots=True, kw_only=True)
+class LabResult:
+    started: float
+    duration_s: float
+    scenarios: list[dict[str, Any]]
+    clients: list[str]
+    gateways: list[str]
+    versions: dict[str, Any]
+    run_dir: str
+    cells: list[CellResult] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["cells"] = [c.to_json() for c in self.cells]
+        return data
+
+
+def plan_cells(config: LabConfig) -> list[tuple[Scenario, str, str]]:
+    """Every (scenario, client, gateway) the run covers, in matrix order."""
+    cells = []
+    for scenario in config.scenarios:
+        for gateway in config.gateways:
+            if scenario.gateways is not None and gateway not in scenario.gateways and gateway != EXTERNAL:
+                continue
+            for client in config.clients:
+                if scenario.clients is not None and client not in scenario.clients:
+                    continue
+                cells.append((scenario, client, gateway))
+    return cells
+
+
+async def _run_cell(
+    scenario: Scenario, client: str, gateway: Gateway, cell_id: str, hosts: dict, limiter: trio.CapacityLimiter
+) -> CellResult:
+    model = gateway.model_prefix + scenario.model_name(cell_id)
+    request = {
+        "id": cell_id,
+        "client": client,
+        "base_url": gateway.base_url,
+        "model": model,
+        "deadline_s": scenario.deadline_s,
+        **scenario.request(),
+    }
+    if gateway.api_key:
+        request["api_key"] = gateway.api_key
+    async with limiter:
+        raw = await hosts[client].run(request)
+    report = ClientReport.from_json({"client": client, "completed": False, **raw})
+    judgement = judge(report, scenario.expected())
+    return CellResult(
+        scenario=scenario.name,
+        client=client,
+        gateway=gateway.name,
+        cell_id=cell_id,
+        outcome=judgement.outcome.value,
+        why=judgement.reason,
+        report=report.to_json(),
+        request_model=model,
+    )
+
+
+async def _drop_pooled_connections(toxiproxy, proxy: str) -> None:
+    # Disabling closes every live connection through the tunnel (FIN both sides); clients and
+    # gateways then open fresh ones, on which the scenario's fault is armed from the start.
+    await trio.to_thread.run_sync(toxiproxy.client.set_enabled, proxy, False)
+    await trio.to_thread.run_sync(toxiproxy.client.set_enabled, proxy, True)
+    await trio.sleep(0.2)
+
+
+async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] | None = None) -> LabResult:
+    """Run the matrix; `progress(message, done, total)` is called as cells finish."""
+    started = time.time()
+    clock = time.monotonic()
+    run_dir = (config.results_dir / time.strftime("%Y%m%d-%H%M%S", time.localtime(started))).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    planned = plan_cells(config)
+    total = len(planned)
+    report = progress or (lambda message, done, total: None)
+    results: list[CellResult] = []
+    gateway_names = tuple(dict.fromkeys(g for _, _, g in planned))
+    client_names = tuple(dict.fromkeys(c for _, c, _ in planned))
+    faults = {s.name: build_fault(s) for s in config.scenarios}  # refuse a bad fault before starting anything
+
+    async with open_worker() as worker, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
+        tunnel = await trio.to_thread.run_sync(
+            lambda: toxiproxy.client.create_proxy(
+                TUNNEL, upstream=f"127.0.0.1:{worker.port}", listen=f"127.0.0.1:{config.tunnel_port}"
+            )
+        )
+        report(f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel.listen_port}; starting gateways", 0, total)
+        async with open_gateways(
+            gateway_names, tunnel_port=tunnel.listen_port, run_dir=run_dir,
+            external_url=config.external_url, external_api_key=config.external_api_key,
+        ) as gateways, open_driver_hosts(client_names, run_dir) as hosts:
+            versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
+            limiter = trio.CapacityLimiter(max(1, config.jobs))
+            done = 0
+
+            def on_cell(scenario: Scenario, result: CellResult) -> None:
+                nonlocal done
+                done += 1
+                report(f"{scenario.name}: {result.client} via {result.gateway}: {result.outcome}", done, total)
+
+            for scenario in config.scenarios:
+                cells = [(c, g) for s, c, g in planned if s is scenario]
+                if cells:
+                    await _drop_pooled_connections(toxiproxy, TUNNEL)
+                    results += await _run_scenario(
+                        scenario, cells, faults[scenario.name], first_number=len(results) + 1,
+                        gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
+                    )
+            await trio.sleep(BOOKS_SETTLE_S)
+            _attach_books(results, gateways)
+    return LabResult(
+        started=started,
+        duration_s=time.monotonic() - clock,
+        scenarios=[
+            {"name": s.name, "title": s.title, "deadline_s": s.deadline_s, "fault": s.fault,
+             "fault_summary": faults[s.name].summary if faults[s.name] else None,
+             "worker": s.worker.to_header(), "expected": dataclasses.asdict(s.expected()),
+             "worker_stream": _worker_stream(s)}
+            for s in config.scenarios
+        ],
+        clients=list(client_names),
+        gateways=list(gateway_names),
+        versions=versions,
+        run_dir=str(run_dir),
+        cells=results,
+    )
+
+
+async def _run_scenario(
+    scenario: Scenario,
+    cells: list[tuple[str, str]],
+    fault: Fault | None,
+    *,
+    first_number: int,
+    gateways: dict[str, Gateway],
+    hosts: dict,
+    limiter: trio.CapacityLimiter,
+    toxiproxy,
+    on_cell: Callable[[Scenario, CellResult], None],
+) -> list[CellResult]:
+    """All cells of one scenario at once, with its fault on the tunnel for as long as any runs."""
+    results: list[CellResult] = []
+
+    async def one(cell_id: str, client: str, gateway: str) -> None:
+        result = await _run_cell(scenario, client, gateways[gateway], cell_id, hosts, limiter)
+        results.append(result)
+        on_cell(scenario, result)
+
+    async with fault.applied(toxiproxy.client, TUNNEL) if fault is not None else contextlib.nullcontext():
+        async with trio.open_nursery() as nursery:
+            for index, (client, gateway) in enumerate(cells):
+                nursery.start_soon(one, CELL_ID_TEMPLATE.format(first_number + index), client, gateway)
+    return sorted(results, key=lambda r: r.cell_id)
+
+
+def _worker_stream(scenario: Scenario) -> str:
+    """What the worker sends for the scenario on a healthy tunnel (head, framing and events), for
+    the report: the fault summary next to it says where the tunnel cut it."""
+    return response_plan(scenario.resolved).to_bytes().decode("utf-8", errors="replace")
+
+
+def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> None:
+    entries = {name: read_books(g.books_path) for name, g in gateways.items()}
+    captures = {name: read_books(g.capture_path) for name, g in gateways.items()}
+    for result in results:
+        gateway = gateways[result.gateway]
+        result.finish_fix_stream = captured_stream(captures[result.gateway], result.cell_id)
+        if gateway.books_path is None:
+            continue
+        word, entry = books_entry(gateway, entries[result.gateway], result.cell_id)
+        result.books, result.books_entry = word, entry
+        result.books_mismatch = books_mismatch(Outcome(result.outcome), word)

@@ -1,0 +1,169 @@
+"""A scenario is data: worker settings, one fault, what the clients ask, and which clients and
+gateways run it. Scenarios live as TOML files in `labs/scenarios/` (one per file, the file name is
+the scenario's name); this module reads them and derives what the runner needs: the model name
+that carries the settings to the worker, and the worker's true answer.
+
+File format (every table optional except `title`):
+
+    title = "Cut after 5 tokens (FIN)"      # what the report shows
+    deadline_s = 12                         # a cell that has not ended by then is a `hang`
+    clients = ["openai-python", "pi-ai"]    # default: every client
+    gateways = ["direct", "finish_fix"]     # default: every gateway
+    order = 80                              # row order in the matrix
+
+    [worker]                                # labs.worker.settings.WorkerSettings fields
+    tokens = 12
+    finish = "omitted"
+
+    [request]                               # what each client asks for
+    max_tokens = 6
+    tools = true                            # declare the worker's tool (get_weather)
+
+    [fault]                                 # faults: see labs/fault_plan.py for the kinds
+    kind = "cut_after_tokens"
+    n = 5
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labs.outcome import Expected
+from labs.worker.settings import TOOL_NAME, WorkerSettings, expected_answer, parse_settings
+
+__all__ = ["SCENARIO_DIR", "Scenario", "ScenarioError", "load_scenario", "load_scenarios"]
+
+SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
+
+#: Cell ids are this long (`c` and four digits), so every cell's model name has the same length:
+#: the worker echoes the request's model in every chunk, and a byte-exact cut needs every cell of a
+#: scenario to get a response of the same length (faults/layout.py: lengths, not content).
+CELL_ID_TEMPLATE = "c{:04d}"
+
+#: The one tool the worker calls (labs.worker.settings.TOOL_NAME), declared OpenAI-style.
+WORKER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Get the current weather for a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}, "unit": {"type": "string"}},
+            "required": ["city"],
+        },
+    },
+}
+
+DEFAULT_DEADLINE_S = 20.0
+
+
+class ScenarioError(ValueError):
+    """A scenario file is invalid; the message names the file and the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scenario:
+    name: str
+    title: str
+    worker: WorkerSettings
+    fault: dict[str, Any] | None = None
+    max_tokens: int | None = None
+    tools: bool = False
+    deadline_s: float = DEFAULT_DEADLINE_S
+    clients: tuple[str, ...] | None = None
+    gateways: tuple[str, ...] | None = None
+    order: int = 1000
+    source: str = ""
+    prompt: str = "Say the sentence about the fox."
+
+    @property
+    def resolved(self) -> WorkerSettings:
+        """The settings the worker resolves for a cell's request. Request-dependent fields are
+        pinned (see `load_scenario`) and every cell's model name has the same length, so these
+        give every cell's response layout."""
+        return self.worker.for_request({"model": self.model_name(CELL_ID_TEMPLATE.format(0))})
+
+    def model_name(self, cell_id: str) -> str:
+        """The request's model: the cell id as its name part (`labs.worker.settings`: a name item
+        without `=` is ignored by the worker), then the settings. Gateways record the model name
+        in their books, which is how a cell finds its books entry."""
+        return self.worker.to_model_name(cell_id)
+
+    def expected(self) -> Expected:
+        choice = expected_answer(self.resolved).choices[0]
+        return Expected(text=choice.content, finish_reason=choice.finish_reason, tool_calls=len(choice.tool_calls))
+
+    def request(self) -> dict[str, Any]:
+        """The request fields every driver gets (besides id, client, base URL and model)."""
+        request: dict[str, Any] = {"messages": [{"role": "user", "content": self.prompt}]}
+        if self.max_tokens is not None:
+            request["max_tokens"] = self.max_tokens
+        if self.tools:
+            request["tools"] = [WORKER_TOOL]
+        return request
+
+
+def load_scenario(path: Path) -> Scenario:
+    name = path.stem
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ScenarioError(f"{path}: not valid TOML: {error}") from None
+    known = {"title", "deadline_s", "clients", "gateways", "order", "worker", "request", "fault", "prompt"}
+    unknown = set(data) - known
+    if unknown:
+        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+    if "title" not in data:
+        raise ScenarioError(f"{path}: missing `title`")
+    worker_items = data.get("worker", {})
+    try:
+        # Through the worker's own text encoding, so a scenario accepts exactly what a model name
+        # or header does, with the same error messages.
+        worker = parse_settings(";".join(f"{key}={_text(value)}" for key, value in worker_items.items()))
+    except ValueError as error:
+        raise ScenarioError(f"{path}: [worker]: {error}") from None
+    request = data.get("request", {})
+    unknown_request = set(request) - {"max_tokens", "tools"}
+    if unknown_request:
+        raise ScenarioError(f"{path}: [request]: unknown keys {sorted(unknown_request)}; known: max_tokens, tools")
+    # Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
+    # gateway may add `stream_options` or rename fields, and every cell must get the same bytes.
+    worker = dataclasses.replace(
+        worker,
+        n=worker.n if worker.n is not None else 1,
+        include_usage=worker.include_usage if worker.include_usage is not None else False,
+        max_tokens=worker.max_tokens if worker.max_tokens is not None else request.get("max_tokens"),
+    )
+    fault = data.get("fault")
+    if fault is not None and "kind" not in fault:
+        raise ScenarioError(f"{path}: [fault] needs a `kind`")
+    return Scenario(
+        name=name,
+        title=data["title"],
+        worker=worker,
+        fault=fault,
+        max_tokens=request.get("max_tokens"),
+        tools=bool(request.get("tools", False)),
+        deadline_s=float(data.get("deadline_s", DEFAULT_DEADLINE_S)),
+        clients=tuple(data["clients"]) if "clients" in data else None,
+        gateways=tuple(data["gateways"]) if "gateways" in data else None,
+        order=int(data.get("order", 1000)),
+        source=str(path),
+        **({"prompt": str(data["prompt"])} if "prompt" in data else {}),
+    )
+
+
+def load_scenarios(directory: Path = SCENARIO_DIR) -> list[Scenario]:
+    """Every `*.toml` in `directory`, in their `order`, then by name."""
+    scenarios = [load_scenario(path) for path in sorted(directory.glob("*.toml"))]
+    return sorted(scenarios, key=lambda s: (s.order, s.name))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)

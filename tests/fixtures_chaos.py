@@ -1,0 +1,63 @@
+"""Fixtures for the chaos lab (labs/): one small real matrix, run once per test session.
+
+`small_matrix` runs real clients (every driver, Python and Node) through real gateways (direct,
+finish_fix, and LiteLLM for one client) against the real worker and toxiproxy, with a few of the
+default scenarios plus a short stall (so `hang` is measured, not simulated). Tests then read cells
+from it. One run serves all the lab's end-to-end tests: starting LiteLLM alone takes ~15 s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from labs.clients import ALL_CLIENTS
+from labs.runner import LabConfig, run_lab
+from labs.scenario import SCENARIO_DIR, load_scenario
+
+#: Scenarios of the default set the pinned-behaviour tests read, through direct and finish_fix.
+PINNED_SCENARIOS = ("reason-omitted", "cut-after-tokens-fin", "length-omitted")
+#: The whole small matrix must finish within this (it takes ~60 s on a 2-core machine).
+SMALL_MATRIX_DEADLINE_S = 240
+
+
+class Matrix:
+    """A finished lab run, indexed by (scenario, client, gateway)."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        self.result = result
+        self.cells = {(c["scenario"], c["client"], c["gateway"]): c for c in result["cells"]}
+
+    def cell(self, scenario: str, client: str, gateway: str) -> dict[str, Any]:
+        return self.cells[(scenario, client, gateway)]
+
+
+@pytest.fixture(scope="session")
+def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
+    scenarios = [
+        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=("direct", "finish_fix"))
+        for name in PINNED_SCENARIOS
+    ]
+    # A short stall: every client through direct must hang (the lab's deadline ends it).
+    stall = load_scenario(SCENARIO_DIR / "stall-after-tokens.toml")
+    scenarios.append(dataclasses.replace(stall, deadline_s=3.0, gateways=("direct",), clients=("httpx-sse", "openai-node")))
+    # LiteLLM's books, for one client: the proxy is the slow part to start.
+    omitted = load_scenario(SCENARIO_DIR / "length-omitted.toml")
+    scenarios.append(dataclasses.replace(omitted, name="length-omitted-litellm", gateways=("litellm",), clients=("httpx-sse",)))
+    config = LabConfig(
+        scenarios=tuple(scenarios),
+        clients=ALL_CLIENTS,
+        gateways=("direct", "finish_fix", "litellm"),
+        jobs=18,
+        results_dir=Path(tmp_path_factory.mktemp("lab-results")),
+    )
+
+    async def bounded():
+        with trio.fail_after(SMALL_MATRIX_DEADLINE_S):
+            return await run_lab(config)
+
+    return Matrix(trio.run(bounded).to_json())

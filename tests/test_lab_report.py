@@ -1,0 +1,85 @@
+"""The matrix as text (labs/table.py) and as HTML (labs/report_html.py): same words, same cells."""
+
+from __future__ import annotations
+
+import re
+
+from labs.outcome import Outcome
+from labs.report_html import render_html
+from labs.table import render_table
+
+
+def _cell(scenario, client, gateway, outcome, *, books=None, mismatch=False, number=[0]):
+    number[0] += 1
+    return {
+        "scenario": scenario, "client": client, "gateway": gateway, "cell_id": f"c{number[0]:04d}",
+        "outcome": outcome, "why": f"because {outcome}", "request_model": "m",
+        "report": {"completed": outcome == "ok", "text": "The quick", "reasoning": "", "finish_reason": None,
+                   "tool_calls": [], "error_class": None, "error_message": "</script><b>x</b>", "ttft_s": 0.1,
+                   "duration_s": 0.2, "timed_out": outcome == "hang", "http_status": 200, "connection": None},
+        "books": books, "books_entry": {"verdict": "clean"} if books else None, "books_mismatch": mismatch,
+    }
+
+
+RESULT = {
+    "duration_s": 12.0,
+    "versions": {"node": {"node": "20.20.2"}},
+    "clients": ["openai-python", "pi-ai"],
+    "gateways": ["direct", "finish_fix"],
+    "scenarios": [
+        {"name": "reason-omitted", "title": "omitted", "fault_summary": None, "worker_stream": "data: [DONE]",
+         "expected": {"text": "The quick brown", "finish_reason": "stop", "tool_calls": 0}},
+        {"name": "stall", "title": "stall", "fault_summary": "silence", "worker_stream": "",
+         "expected": {"text": "The quick brown", "finish_reason": "stop", "tool_calls": 0}},
+    ],
+    "cells": [
+        _cell("reason-omitted", "openai-python", "direct", "ok"),
+        _cell("reason-omitted", "pi-ai", "direct", "error"),
+        _cell("stall", "openai-python", "direct", "hang"),
+        _cell("stall", "pi-ai", "direct", "silent-truncation"),
+        _cell("reason-omitted", "openai-python", "finish_fix", "ok", books="ok"),
+        _cell("reason-omitted", "pi-ai", "finish_fix", "error", books="ok", mismatch=True),
+    ],
+}
+
+
+def test_table_has_one_block_per_gateway_with_scenario_rows_and_client_columns():
+    text = render_table(RESULT)
+    assert text.index("gateway: direct") < text.index("gateway: finish_fix")
+    direct_block = text[: text.index("gateway: finish_fix")].splitlines()
+    assert direct_block[1].split() == ["scenario", "openai-python", "pi-ai"]
+    rows = {line.split()[0]: line.split()[1:] for line in direct_block[3:] if line.strip()}
+    assert rows == {"reason-omitted": ["ok", "error"], "stall": ["hang", "silent-truncation"]}
+
+
+def test_table_marks_books_that_disagree_and_counts_the_books():
+    text = render_table(RESULT)
+    finish_fix_block = text[text.index("gateway: finish_fix"):]
+    assert "error!" in finish_fix_block
+    assert "ok 2" in finish_fix_block
+    assert "! the gateway's books disagree with what the client saw" in text
+
+
+def test_table_summary_counts_every_outcome_word():
+    assert "cells: ok 2, error 2, hang 1, silent-truncation 1; 6 in 12 s" in render_table(RESULT)
+
+
+def test_table_colours_only_on_request():
+    assert "\033[" not in render_table(RESULT)
+    assert "\033[1;31msilent-truncation" in render_table(RESULT, colour=True)
+
+
+def test_html_grid_uses_the_outcome_words_as_classes_and_text():
+    page = render_html(RESULT)
+    for outcome in Outcome:
+        assert f">{outcome.value}<" in page or f">{outcome.value}<small" in page
+        assert f"td.{outcome.value}" in page
+    assert 'class="cell error mismatch"' in page
+
+
+def test_html_is_self_contained_and_escapes_client_text():
+    page = render_html(RESULT)
+    assert not re.search(r"""(src|href)=["']?https?:""", page)
+    # The embedded JSON must not end the script element early.
+    assert "</script><b>x</b>" not in page
+    assert page.count("<script") == 2

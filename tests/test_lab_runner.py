@@ -1,0 +1,82 @@
+"""The runner end to end: one small real matrix (tests/fixtures_chaos.py), real clients, gateways,
+worker and toxiproxy; and the books matching it relies on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from labs.gateways.services import Gateway, books_entry
+
+# The first test pays for the small matrix (~45 s here; the fixture itself is bounded at 240 s).
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+
+
+def test_every_planned_cell_has_an_outcome_from_the_closed_set(small_matrix):
+    outcomes = {c["outcome"] for c in small_matrix.result["cells"]}
+    assert outcomes <= {"ok", "error", "hang", "silent-truncation"}
+    # 3 scenarios x 9 clients x 2 gateways, the stall (2 clients), the LiteLLM row (1 client).
+    assert len(small_matrix.result["cells"]) == 3 * 9 * 2 + 2 + 1
+
+
+def test_a_stalled_worker_is_a_hang_at_the_scenarios_deadline(small_matrix):
+    for client in ("httpx-sse", "openai-node"):
+        cell = small_matrix.cell("stall-after-tokens", client, "direct")
+        assert cell["outcome"] == "hang", cell
+        assert 3.0 <= cell["report"]["duration_s"] < 8.0
+        # The 5 tokens before the stall arrived.
+        assert cell["report"]["text"] == "The quick brown fox jumps"
+
+
+def test_a_dropped_length_reason_is_a_silent_truncation(small_matrix):
+    cell = small_matrix.cell("length-omitted", "openai-python", "direct")
+    assert cell["outcome"] == "silent-truncation"
+    assert cell["why"] == "full text, but finish reason None where the worker's was 'length'"
+
+
+def test_finish_fix_books_record_every_request_it_saw(small_matrix):
+    cells = [c for c in small_matrix.result["cells"] if c["gateway"] == "finish_fix"]
+    assert all(c["books_entry"] is not None for c in cells)
+    cut = small_matrix.cell("cut-after-tokens-fin", "pi-ai", "finish_fix")
+    assert (cut["books"], cut["books_entry"]["verdict"]) == ("error", "interrupted")
+    repaired = small_matrix.cell("reason-omitted", "openai-python", "finish_fix")
+    assert (repaired["books"], repaired["books_entry"]["verdict"]) == ("ok", "repaired")
+
+
+def test_litellm_books_say_success_for_the_silently_truncated_stream(small_matrix):
+    # LiteLLM 1.108.7 invents `stop` for a stream without finish_reason (streaming_handler.py
+    # finish_reason_handler), so the client sees success with the wrong reason, and the books agree
+    # with the gateway, not with the truth: the mismatch is flagged.
+    cell = small_matrix.cell("length-omitted-litellm", "httpx-sse", "litellm")
+    assert cell["outcome"] == "silent-truncation"
+    assert cell["report"]["finish_reason"] == "stop"
+    assert cell["books"] == "ok" and cell["books_entry"]["status"] == "success"
+    assert cell["books_mismatch"] is True
+
+
+def test_the_run_writes_its_books_and_logs_under_its_run_dir(small_matrix):
+    run_dir = Path(small_matrix.result["run_dir"])
+    for name in ("finish_fix-ledger.jsonl", "litellm-books.jsonl", "mitmdump.log", "litellm.log", "toxiproxy.log"):
+        assert (run_dir / name).exists(), name
+
+
+def test_books_entries_are_matched_by_the_cell_id_in_the_model_name():
+    gateway = Gateway(name="litellm+finish_fix", base_url="http://x", books_path=Path("b"), books_kind="litellm")
+    entries = [
+        {"model": "via-finish-fix/c0002;tokens=3", "status": "success"},
+        {"model": "c0001;tokens=3", "status": "failure"},
+    ]
+    assert books_entry(gateway, entries, "c0001") == ("error", entries[1])
+    assert books_entry(gateway, entries, "c0002") == ("ok", entries[0])
+    assert books_entry(gateway, entries, "c0003") == (None, None)
+
+
+def test_finish_fix_verdicts_map_to_books_words():
+    gateway = Gateway(name="finish_fix", base_url="http://x", books_path=Path("b"), books_kind="finish_fix")
+    words = {
+        verdict: books_entry(gateway, [{"model": "c0001;x=1", "verdict": verdict}], "c0001")[0]
+        for verdict in ("clean", "repaired", "interrupted", "upstream_error", "http_error", "skipped")
+    }
+    assert words == {"clean": "ok", "repaired": "ok", "interrupted": "error", "upstream_error": "error",
+                     "http_error": "error", "skipped": None}

@@ -1,0 +1,126 @@
+"""The outcome rules (labs/outcome.py), one test per rule."""
+
+from __future__ import annotations
+
+import pytest
+
+from labs.outcome import BOOKS_ERROR, BOOKS_OK, ClientReport, Expected, Outcome, books_mismatch, canonical_reason, judge
+
+ANSWER = "The quick brown fox jumps over"
+STOP = Expected(text=ANSWER, finish_reason="stop")
+LENGTH = Expected(text=ANSWER, finish_reason="length")
+TOOLS = Expected(text="", finish_reason="tool_calls", tool_calls=1)
+ENDS_IN_ERROR = Expected(text="The quick", finish_reason=None)
+
+
+def report(**fields) -> ClientReport:
+    return ClientReport(**{"client": "test-client", "completed": True, "text": ANSWER, **fields})
+
+
+def test_the_closed_set_is_these_four_words_in_this_order():
+    assert [o.value for o in Outcome] == ["ok", "error", "hang", "silent-truncation"]
+    assert [o.severity for o in Outcome] == [0, 1, 2, 3]
+
+
+def test_full_answer_with_the_true_reason_is_ok():
+    judgement = judge(report(finish_reason="stop"), STOP)
+    assert judgement.outcome is Outcome.OK
+    assert judgement.reason == "full answer, finish reason 'stop'"
+
+
+def test_full_answer_without_a_reason_is_ok_when_the_truth_is_stop():
+    judgement = judge(report(finish_reason=None), STOP)
+    assert judgement.outcome is Outcome.OK
+    assert "no finish reason surfaced" in judgement.reason
+
+
+def test_empty_string_reason_counts_as_none():
+    assert canonical_reason("") is None
+    assert judge(report(finish_reason=""), STOP).outcome is Outcome.OK
+
+
+def test_missing_length_is_silent_truncation():
+    judgement = judge(report(finish_reason=None), LENGTH)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert judgement.reason == "full text, but finish reason None where the worker's was 'length'"
+
+
+def test_invented_stop_instead_of_length_is_silent_truncation():
+    assert judge(report(finish_reason="stop"), LENGTH).outcome is Outcome.SILENT_TRUNCATION
+
+
+def test_short_text_reported_as_success_is_silent_truncation():
+    judgement = judge(report(text="The quick", finish_reason="stop"), STOP)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert judgement.reason == f"success reported with 9 characters, shorter than the worker's {len(ANSWER)}"
+
+
+def test_different_text_reported_as_success_is_silent_truncation():
+    judgement = judge(report(text="The slow brown fox jumps over", finish_reason="stop"), STOP)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert "different from" in judgement.reason
+
+
+def test_missing_tool_call_is_silent_truncation():
+    judgement = judge(report(text="", finish_reason="tool_calls", tool_calls=[]), TOOLS)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert judgement.reason == "success reported with 0 tool calls, the worker sent 1"
+
+
+@pytest.mark.parametrize("spelling", ["tool_calls", "tool-calls", "toolUse"])
+def test_each_clients_spelling_of_tool_calls_is_the_same_reason(spelling):
+    call = [{"name": "get_weather", "arguments": "{}"}]
+    assert judge(report(text="", finish_reason=spelling, tool_calls=call), TOOLS).outcome is Outcome.OK
+
+
+def test_success_when_the_stream_ended_in_an_error_event_is_silent_truncation():
+    judgement = judge(report(text="The quick", finish_reason=None), ENDS_IN_ERROR)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert "ended in an error" in judgement.reason
+
+
+def test_a_raised_error_is_error_with_class_and_message():
+    judgement = judge(report(completed=False, error_class="APIError", error_message="stream was interrupted"), STOP)
+    assert judgement.outcome is Outcome.ERROR
+    assert judgement.reason == "APIError: stream was interrupted"
+
+
+@pytest.mark.parametrize("reason", ["interrupted", "error", "other", "aborted"])
+def test_a_failure_reason_without_exception_is_error(reason):
+    judgement = judge(report(finish_reason=reason), STOP)
+    assert judgement.outcome is Outcome.ERROR
+    assert judgement.reason == f"no exception, but the client surfaced finish reason {reason!r}"
+
+
+def test_a_timed_out_request_is_hang_even_with_partial_text():
+    judgement = judge(report(completed=False, timed_out=True, text="The quick", error_class="TimeoutError"), STOP)
+    assert judgement.outcome is Outcome.HANG
+    assert judgement.reason == f"no end within the deadline; 9 of {len(ANSWER)} characters received"
+
+
+def test_hang_wins_over_a_completed_flag():
+    # A library that reports completion after the lab's deadline fired is still a hang.
+    assert judge(report(timed_out=True, finish_reason="stop"), STOP).outcome is Outcome.HANG
+
+
+@pytest.mark.parametrize(
+    ("outcome", "books", "mismatch"),
+    [
+        (Outcome.OK, BOOKS_OK, False),
+        (Outcome.OK, BOOKS_ERROR, True),
+        (Outcome.ERROR, BOOKS_ERROR, False),
+        (Outcome.ERROR, BOOKS_OK, True),
+        (Outcome.SILENT_TRUNCATION, BOOKS_OK, True),
+        (Outcome.HANG, BOOKS_OK, True),
+        (Outcome.HANG, BOOKS_ERROR, False),
+        (Outcome.SILENT_TRUNCATION, None, False),
+    ],
+)
+def test_books_mismatch(outcome, books, mismatch):
+    assert books_mismatch(outcome, books) is mismatch
+
+
+def test_report_round_trips_through_json_and_ignores_unknown_keys():
+    original = report(finish_reason="stop", ttft_s=0.1, connection="close")
+    data = {**original.to_json(), "id": "c0001", "something_new": 1}
+    assert ClientReport.from_json(data) == original
