@@ -411,7 +411,7 @@ class StreamRepair:
         if now is not None and self._started_at is not None:
             when += f" and {now - self._started_at:.1f} s"
         if cut.cause is CutCause.CLEAN_END:
-            upstream_did = "closed the connection"
+            upstream_did = "ended the response"
         else:
             upstream_did = f"connection failed ({cut.reason})"
         message = (

@@ -1,0 +1,86 @@
+"""Chat-completion SSE bodies for the scripted upstream: `chat.completion.chunk` events as an
+OpenAI-compatible server sends them, with the knobs the bad servers of issue 2 turn (no final
+`finish_reason`, `"finish_reason": ""` on every chunk, no `[DONE]`, CRLF or CR line endings)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+__all__ = ["UNSET", "chat_chunk", "chat_stream", "sse_event"]
+
+_UNSET = object()
+
+
+def sse_event(data: str | bytes | dict, *, line_ending: bytes = b"\n") -> bytes:
+    """One `data:` event (data JSON-encoded if a dict), terminated by a blank line."""
+    if isinstance(data, dict):
+        data = json.dumps(data, separators=(",", ":"))
+    if isinstance(data, str):
+        data = data.encode()
+    return b"data: " + data + line_ending + line_ending
+
+
+def chat_chunk(
+    *,
+    content: str | None = None,
+    finish_reason: object = _UNSET,
+    index: int = 0,
+    chunk_id: str = "chatcmpl-e2e",
+    model: str = "e2e-model",
+    created: int = 1_700_000_000,
+    usage: dict | None = None,
+    choices: list | None = None,
+) -> dict:
+    """A `chat.completion.chunk` dict; `finish_reason` left out entirely unless given."""
+    if choices is None:
+        choice: dict = {"index": index, "delta": {} if content is None else {"content": content}}
+        if finish_reason is not _UNSET:
+            choice["finish_reason"] = finish_reason
+        choices = [choice]
+    chunk = {
+        "id": chunk_id,
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": choices,
+    }
+    if usage is not None:
+        chunk["usage"] = usage
+    return chunk
+
+
+def chat_stream(
+    texts: Sequence[str],
+    *,
+    finish_reason: object = "stop",
+    every_chunk_reason: object = _UNSET,
+    done: bool = True,
+    line_ending: bytes = b"\n",
+) -> list[bytes]:
+    """SSE events for one choice streaming `texts`.
+
+    Args:
+        finish_reason: put on a final empty-delta chunk; `_UNSET`/None sends no final chunk.
+        every_chunk_reason: put on every content chunk (e.g. "" for the empty-reason servers, None
+            for servers that send an explicit null).
+        done: end with `data: [DONE]`.
+    """
+    events = [
+        sse_event(
+            chat_chunk(
+                content=text,
+                **({} if every_chunk_reason is _UNSET else {"finish_reason": every_chunk_reason}),
+            ),
+            line_ending=line_ending,
+        )
+        for text in texts
+    ]
+    if finish_reason is not _UNSET and finish_reason is not None:
+        events.append(sse_event(chat_chunk(finish_reason=finish_reason), line_ending=line_ending))
+    if done:
+        events.append(sse_event("[DONE]", line_ending=line_ending))
+    return events
+
+
+UNSET = _UNSET

@@ -1,0 +1,216 @@
+"""Run a real `mitmdump` subprocess for the end-to-end tests and the benchmark.
+
+mitmdump is the one next to the running interpreter (`.venv/bin/mitmdump`), started with a private
+confdir (its CA lands there, never in `~/.mitmproxy`), `--listen-host 127.0.0.1 --listen-port 0`:
+the kernel picks a free port and mitmdump prints it, e.g.
+`reverse proxy to http://127.0.0.1:4242 listening at 127.0.0.1:40321.`, which `start` waits for and
+parses. Its combined stdout/stderr is collected by a reader thread so a test can search it and
+show it when something fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["MitmdumpError", "Mitmdump", "REPO_ROOT", "FINISH_FIX_SCRIPT", "mitmdump_executable",
+           "running_mitmdump"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FINISH_FIX_SCRIPT = REPO_ROOT / "addons" / "finish_fix.py"
+
+_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
+# What mitmdump prints when a `-s` script fails to import, load or configure.
+_SCRIPT_FAILED = re.compile(r"error in script|Error logged during startup|Traceback", re.I)
+
+
+class MitmdumpError(RuntimeError):
+    """mitmdump did not start as asked; the message carries its output."""
+
+
+def mitmdump_executable(program: str = "mitmdump") -> Path:
+    """The mitmdump (or `program`, e.g. mitmweb) installed next to this interpreter (.venv)."""
+    candidate = Path(sys.executable).parent / program
+    if not candidate.exists():
+        raise MitmdumpError(f"no {program} next to {sys.executable}; run `make setup`")
+    return candidate
+
+
+@dataclass
+class Mitmdump:
+    """A started mitmdump process; `port` is where it listens."""
+
+    args: list[str]
+    process: subprocess.Popen[bytes]
+    port: int | None = None
+    _lines: list[str] = field(default_factory=list)
+    _lines_changed: threading.Condition = field(default_factory=threading.Condition)
+    _reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def output(self) -> str:
+        with self._lines_changed:
+            return "".join(self._lines)
+
+    def _read_output(self) -> None:
+        assert self.process.stdout is not None
+        for raw in iter(self.process.stdout.readline, b""):
+            with self._lines_changed:
+                self._lines.append(raw.decode("utf-8", "replace"))
+                self._lines_changed.notify_all()
+        with self._lines_changed:
+            self._lines_changed.notify_all()
+
+    def wait_for_output(self, pattern: str | re.Pattern[str], timeout: float) -> re.Match[str]:
+        """Wait until mitmdump's output matches `pattern`; raise MitmdumpError after `timeout` s."""
+        regex = re.compile(pattern) if isinstance(pattern, str) else pattern
+        deadline = time.monotonic() + timeout
+        with self._lines_changed:
+            while True:
+                if match := regex.search("".join(self._lines)):
+                    return match
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise MitmdumpError(
+                        f"mitmdump output did not match {regex.pattern!r} within {timeout} s"
+                        f"{self._describe()}"
+                    )
+                if self.process.poll() is not None and not (
+                    self._reader and self._reader.is_alive()
+                ):
+                    raise MitmdumpError(
+                        f"mitmdump exited with code {self.process.returncode} before its output "
+                        f"matched {regex.pattern!r}{self._describe()}"
+                    )
+                self._lines_changed.wait(min(remaining, 0.1))
+
+    def wait_exit(self, timeout: float) -> int:
+        """Wait for the process to exit by itself; return its code (raises on timeout)."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise MitmdumpError(f"mitmdump still running after {timeout} s{self._describe()}")
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return code
+
+    def stop(self, timeout: float = 10) -> int:
+        """SIGTERM (mitmdump's clean shutdown: addons get `done`), then SIGKILL if it hangs."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return self.process.returncode
+
+    def rss_kib(self) -> int:
+        """Resident set size of the mitmdump process now, from /proc (KiB)."""
+        status = Path(f"/proc/{self.pid}/status").read_text()
+        match = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
+        if match is None:
+            raise MitmdumpError(f"no VmRSS in /proc/{self.pid}/status")
+        return int(match.group(1))
+
+    def _describe(self) -> str:
+        return f"\ncommand: {' '.join(self.args)}\n--- mitmdump output ---\n{''.join(self._lines)}"
+
+
+def start(
+    *,
+    confdir: Path,
+    mode: str = "regular",
+    scripts: Sequence[Path] = (),
+    options: Mapping[str, str] = {},
+    extra_args: Sequence[str] = (),
+    wait_ready: bool = True,
+    ready_timeout: float = 30,
+    program: str = "mitmdump",
+) -> Mitmdump:
+    """Start mitmdump; unless `wait_ready=False`, wait until it listens and its scripts loaded.
+
+    Args:
+        mode: a `--mode` value, e.g. `regular` or `reverse:http://127.0.0.1:4242`.
+        options: `--set name=value` pairs, passed in order after the scripts.
+        wait_ready: False for tests that expect mitmdump to refuse to start.
+        program: "mitmweb" to run that instead (same options; pass its web options in
+            `extra_args`).
+
+    Raises:
+        MitmdumpError: it exited, did not listen within `ready_timeout`, or a script failed
+        (the message carries the whole output).
+    """
+    args = [
+        str(mitmdump_executable(program)),
+        "--set", f"confdir={confdir}",
+        "--listen-host", "127.0.0.1",
+        "--listen-port", "0",
+        "--mode", mode,
+    ]
+    for script in scripts:
+        args += ["-s", str(script)]
+    for name, value in options.items():
+        args += ["--set", f"{name}={value}"]
+    args += list(extra_args)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # Proxies from the environment must not reroute mitmdump's own upstream connections.
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        env.pop(name, None)
+    process = subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        cwd=REPO_ROOT,
+        env=env,
+    )
+    mitmdump = Mitmdump(args=args, process=process)
+    mitmdump._reader = threading.Thread(target=mitmdump._read_output, daemon=True)
+    mitmdump._reader.start()
+    if not wait_ready:
+        return mitmdump
+    try:
+        match = mitmdump.wait_for_output(_LISTENING, ready_timeout)
+        mitmdump.port = int(match.group(1))
+        # Scripts are loaded before the server listens, so by now a failed one has said so.
+        if scripts and (failure := _SCRIPT_FAILED.search(mitmdump.output)):
+            raise MitmdumpError(
+                f"a mitmdump script failed to load ({failure.group(0)!r}){mitmdump._describe()}"
+            )
+    except BaseException:
+        mitmdump.stop()
+        raise
+    return mitmdump
+
+
+@contextmanager
+def running_mitmdump(**kwargs: object) -> Iterator[Mitmdump]:
+    """`start(**kwargs)`, and always stop it on exit; prints its output (pytest shows it on failure)."""
+    mitmdump = start(**kwargs)  # type: ignore[arg-type]
+    try:
+        yield mitmdump
+    finally:
+        mitmdump.stop()
+        print(f"--- mitmdump (pid {mitmdump.pid}, exit {mitmdump.process.returncode}) ---")
+        print(" ".join(mitmdump.args))
+        print(mitmdump.output)
