@@ -97,6 +97,13 @@ def stream_checking_http_version(client: openai.OpenAI, http2: bool) -> list:
     return list(stream)
 
 
+def client_through(proxy: Mitmdump, upstream: UpstreamServer, prefix: str, confdir: Path, *, http2: bool):
+    """An openai client for `upstream` that uses mitmdump as its HTTPS proxy and trusts its CA."""
+    return openai_client(
+        f"{upstream.origin}{prefix}/v1", proxy=proxy.url, verify=trusting_mitmproxy_ca(confdir), http2=http2
+    )
+
+
 def trusting_mitmproxy_ca(confdir: Path) -> ssl.SSLContext:
     ca = confdir / "mitmproxy-ca-cert.pem"
     assert ca.exists(), f"mitmdump made no CA in {confdir}"
@@ -112,12 +119,7 @@ def test_regular_mode_https_missing_finish_reason_comes_out_as_stop(
 ) -> None:
     prefix = https_upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None)))
 
-    with openai_client(
-        f"{https_upstream.origin}{prefix}/v1",
-        proxy=regular_mode_finish_fix.url,
-        verify=trusting_mitmproxy_ca(mitmproxy_confdir),
-        http2=http2,
-    ) as client:
+    with client_through(regular_mode_finish_fix, https_upstream, prefix, mitmproxy_confdir, http2=http2) as client:
         chunks = stream_checking_http_version(client, http2)
 
     assert text_of(chunks) == "".join(ANSWER)
@@ -136,12 +138,7 @@ def test_regular_mode_https_empty_http2_data_frames_are_not_the_end(
     pieces = [pieces[0], b"", *pieces[1:-1], b"", pieces[-1]]
     prefix = https_upstream.route(Script(pieces=pieces, empty_data_frames=True, pause_between_s=0.05))
 
-    with openai_client(
-        f"{https_upstream.origin}{prefix}/v1",
-        proxy=regular_mode_finish_fix.url,
-        verify=trusting_mitmproxy_ca(mitmproxy_confdir),
-        http2=True,
-    ) as client:
+    with client_through(regular_mode_finish_fix, https_upstream, prefix, mitmproxy_confdir, http2=True) as client:
         chunks = stream_checking_http_version(client, True)
 
     assert text_of(chunks) == "".join(ANSWER)
@@ -177,12 +174,7 @@ def test_regular_mode_https_cut_raises_api_error_saying_it_was_interrupted(
 ) -> None:
     prefix = https_upstream.route(script)
 
-    with openai_client(
-        f"{https_upstream.origin}{prefix}/v1",
-        proxy=regular_mode_finish_fix.url,
-        verify=trusting_mitmproxy_ca(mitmproxy_confdir),
-        http2=http2,
-    ) as client:
+    with client_through(regular_mode_finish_fix, https_upstream, prefix, mitmproxy_confdir, http2=http2) as client:
         with pytest.raises(openai.APIError) as raised:
             stream_checking_http_version(client, http2)
 
