@@ -11,6 +11,8 @@ UV := $(TOOLS)/uv/bin/uv
 VENV := $(CURDIR)/.venv
 PY := $(VENV)/bin/python
 TOXIPROXY_SERVER := $(TOOLS)/bin/toxiproxy-server
+# Rebuilt when TOXIPROXY_VERSION changes.
+TOXIPROXY_STAMP := $(TOOLS)/toxiproxy-$(TOXIPROXY_VERSION).built
 NODE_CLIENTS := $(CURDIR)/labs/clients/node
 NODE_STAMP := $(NODE_CLIENTS)/node_modules/.installed
 export UV_PYTHON_DOWNLOADS := never
@@ -34,7 +36,10 @@ help:
 	@echo "make setup   install only: .venv, uv, toxiproxy, the lab's Node clients"
 	@echo "make clean   remove everything make installed in this checkout"
 
-setup: $(VENV)/.synced $(TOXIPROXY_SERVER) $(NODE_STAMP)
+# A missing tool is one line saying what to install, not "command not found" halfway through.
+need = @command -v $(1) >/dev/null 2>&1 || { echo "error: '$(1)' not found; $(2)" >&2; exit 1; }
+
+setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP)
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (mitmproxy 12 needs it); install one or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -46,16 +51,19 @@ $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 	@touch $@
 
 # The real toxiproxy server, built from its Go module into this checkout (not onto the system).
-$(TOXIPROXY_SERVER):
+$(TOXIPROXY_STAMP):
+	$(call need,go,install Go >= 1.23: the toxiproxy server is built from its Go module)
 	@mkdir -p $(TOOLS)/go-bin
 	GOBIN=$(TOOLS)/go-bin go install \
 	  -ldflags "-X github.com/Shopify/toxiproxy/v2.Version=$(TOXIPROXY_VERSION)" \
 	  github.com/Shopify/toxiproxy/v2/cmd/server@v$(TOXIPROXY_VERSION)
 	@mkdir -p $(TOOLS)/bin
-	mv $(TOOLS)/go-bin/server $@
+	mv $(TOOLS)/go-bin/server $(TOXIPROXY_SERVER)
+	@touch $@
 
 # The lab's Node clients (openai-node, the AI SDK, pi-ai), exactly as the committed lock file says.
 $(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	$(call need,npm,install Node.js 20 or newer with npm: the lab's Node clients need it)
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
 	@touch $@
 
