@@ -182,8 +182,10 @@ class FinishFix:
         stream = stream_of(flow)
         if stream is None:
             if self._in_scope(flow) and flow.response is None and flow.error is not None:
-                # mitmproxy answered the client itself (e.g. 502), or the client left before a response.
-                self._book(flow, Verdict.HTTP_ERROR, f"http_error: no upstream response ({flow.error.msg})", {})
+                if flow.error.msg.lower().startswith("client disconnected"):
+                    self._book(flow, Verdict.SKIPPED, "skipped: the client went away before the response", {})
+                else:  # mitmproxy answered the client itself, e.g. 502 for an unreachable upstream
+                    self._book(flow, Verdict.HTTP_ERROR, f"http_error: no upstream response ({flow.error.msg})", {})
             return
         # An upstream cut came through the hook first; anything else ended on the client's side.
         stream.on_client_gone(flow.error.msg if flow.error else "unknown error")

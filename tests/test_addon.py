@@ -339,3 +339,15 @@ def test_passthrough_keeps_content_length(addon):
     flow = make_flow(status=500, headers=[("content-length", "123")])
     addon.responseheaders(flow)
     assert flow.response.headers["content-length"] == "123"
+
+
+@pytest.mark.parametrize(
+    ("message", "verdict"),
+    [("Client disconnected.", "skipped"), ("Server connection to example.com failed: Connection refused", "http_error")],
+)
+def test_no_response_at_all(addon, message, verdict):
+    flow = make_flow()
+    flow.response = None
+    flow.error = mitm_flow.Error(message)
+    addon.error(flow)
+    assert flow.metadata["finish_fix"]["verdict"] == verdict
