@@ -5,8 +5,8 @@
   `with` / `async with` block that applies it and always removes it (`faults.scoped`).
 - `faults.layout` / `faults.probe`: where token events end, computed (the worker) or captured (any
   upstream), so that "cut after n tokens" is exact.
-- `faults.toxiproxy_server`: start/stop toxiproxy-server on a free port; `faults.toxiproxy_client`:
-  our wrapper around toxiproxy-python (per-server address, timeouts).
+- `faults.toxiproxy_server`: start/stop toxiproxy-server (port 0: the port it binds is read back);
+  `faults.toxiproxy_client`: our wrapper around toxiproxy-python (per-server address, timeouts).
 - `python -m faults --help`: the same from a shell.
 """
 

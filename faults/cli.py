@@ -4,8 +4,10 @@
     python -m faults cut_after_tokens 7 --for 30      # probe the stream, then cut after 7 tokens
     python -m faults down                             # until Ctrl-C
 
-A fault stays applied while the command runs (`--for SECONDS`, or until Ctrl-C) and is removed when
-it ends, like the context managers. Bad input is one line on stderr and exit status 2.
+A fault stays applied while the command runs (`--for SECONDS`, or until Ctrl-C, SIGTERM or SIGHUP)
+and is removed when it ends, like the context managers; `server` stops toxiproxy the same way (and
+toxiproxy dies with it even on SIGKILL). Each ends with one line saying what stopped it. Bad input is
+one line on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -24,7 +26,14 @@ from urllib.parse import urlsplit
 from faults import catalog
 from faults.layout import LayoutError, ResponseLayout
 from faults.probe import UnstableUpstream, probe_layout
-from faults.toxiproxy_client import NotFound, ProxyExists, ToxiproxyClient, ToxiproxyError, ToxiproxyUnavailable
+from faults.toxiproxy_client import (
+    NotFound,
+    ProxyExists,
+    ProxyInfo,
+    ToxiproxyClient,
+    ToxiproxyError,
+    ToxiproxyUnavailable,
+)
 
 __all__ = ["main"]
 
@@ -82,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
-    server = commands.add_parser("server", help="run toxiproxy-server here until Ctrl-C (API on --toxiproxy's port)")
+    server = commands.add_parser(
+        "server", help="run toxiproxy-server here until Ctrl-C or SIGTERM (API on --toxiproxy's port; 0: any free port)"
+    )
     _add_proxy_arguments(server, required=False)
 
     proxy = commands.add_parser("proxy", help="create a proxy on the running server")
@@ -146,7 +157,8 @@ def _first_line(function: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, lambda *_: _terminated.set())
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, _on_stop_signal)
     try:
         arguments = build_parser().parse_args(argv)
         return _run(arguments)
@@ -159,7 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _client(arguments: argparse.Namespace) -> ToxiproxyClient:
     url = urlsplit(arguments.toxiproxy if "//" in arguments.toxiproxy else "http://" + arguments.toxiproxy)
-    if not url.hostname or not url.port:
+    if not url.hostname or url.port is None:
         raise UsageError(f"--toxiproxy must be a URL with a port like {DEFAULT_TOXIPROXY_URL}, got {arguments.toxiproxy!r}")
     return ToxiproxyClient(host=url.hostname, port=url.port)
 
@@ -199,11 +211,15 @@ def _run(arguments: argparse.Namespace) -> int:
 
 def _apply(client: ToxiproxyClient, arguments: argparse.Namespace) -> None:
     fault = _fault(client, arguments)
+    if _stopped_by:
+        # Stopped while probing: do not apply a fault only to remove it.
+        print(f"{fault.name} not applied ({_stopped_by[0]})", flush=True)
+        return
     with fault.applied(client, arguments.proxy):
         lasting = f"for {arguments.seconds:g} s" if arguments.seconds is not None else "until Ctrl-C"
         print(f"{fault.name} on proxy {arguments.proxy}: {fault.summary} ({lasting})", flush=True)
-        _wait(arguments.seconds)
-    print(f"{fault.name} removed", flush=True)
+        stopped_by = _wait(arguments.seconds)
+    print(f"{fault.name} removed" + (f" ({stopped_by})" if stopped_by else ""), flush=True)
 
 
 def _fault(client: ToxiproxyClient, arguments: argparse.Namespace) -> catalog.Fault:
@@ -258,26 +274,50 @@ def _layout(client: ToxiproxyClient, arguments: argparse.Namespace) -> ResponseL
             raise UsageError(f"--header must be NAME:VALUE, got {item!r}")
         headers[name.strip()] = value.strip()
     info = client.proxies()[arguments.proxy]
+    _refuse_a_faulty_proxy(client, info)
     try:
         return probe_layout(info.listen_host, info.listen_port, body=body, path=arguments.path, headers=headers, timeout=30)
     except OSError as exc:
+        # Through toxiproxy a stopped upstream looks like a reset, not a refusal; a response cut
+        # short (a fault applied after the check above) arrives as a ConnectionError from the probe.
         raise UsageError(
             f"cannot probe the stream through proxy {info.name} ({info.listen} -> {info.upstream}): {exc}; "
-            "is the upstream running?"
+            "is the upstream running? (and no other fault applied: `python -m faults list`)"
         ) from None
 
 
-#: Set by SIGTERM, so `kill` and `timeout` end a command cleanly, like Ctrl-C does. Installed at
-#: the start of `main`: a SIGTERM that arrives while a fault is being applied must not kill the
-#: process before it removes the fault.
+def _refuse_a_faulty_proxy(client: ToxiproxyClient, info: ProxyInfo) -> None:
+    """Probing measures the clean stream: a proxy that is down or has toxics would give wrong counts."""
+    toxics = client.toxics(info.name)
+    if info.enabled and not toxics:
+        return
+    held = ", ".join(f"{t.name} ({t.type})" for t in toxics) if toxics else "it is down (disabled)"
+    raise UsageError(
+        f"proxy {info.name} has a fault applied already: {held}; stop the command holding it "
+        "(Ctrl-C, or kill its PID) or run `python -m faults reset`, then try again"
+    )
+
+
+#: Set by SIGTERM and SIGHUP, so `kill`, `timeout` and a closed terminal end a command cleanly, like
+#: Ctrl-C does (Ctrl-C does not reach a job started with `&`). Installed at the start of `main`: a
+#: signal that arrives while a fault is being applied must not kill the process before it removes
+#: the fault, so the handler only records it.
 _terminated = threading.Event()
+_stopped_by: list[str] = []
 
 
-def _wait(seconds: float | None) -> None:
+def _on_stop_signal(number: int, frame: Any) -> None:
+    _stopped_by.append(signal.Signals(number).name)
+    _terminated.set()
+
+
+def _wait(seconds: float | None) -> str | None:
+    """Wait `seconds` (None: forever) or until stopped; returns what stopped it, None for time."""
     try:
         _terminated.wait(seconds)
     except KeyboardInterrupt:
-        pass
+        return "Ctrl-C"
+    return _stopped_by[0] if _stopped_by else None
 
 
 def _serve(client: ToxiproxyClient, arguments: argparse.Namespace) -> int:
@@ -290,7 +330,8 @@ def _serve(client: ToxiproxyClient, arguments: argparse.Namespace) -> int:
                 info = server.client.create_proxy(arguments.proxy, upstream=arguments.upstream, listen=arguments.listen)
                 line += f"; proxy {info.name}: {info.listen} -> {info.upstream}"
             print(line + " (Ctrl-C to stop)", flush=True)
-            _wait(None)
+            stopped_by = _wait(None)
+        print(f"toxiproxy on {server.url} stopped ({stopped_by})", flush=True)
     except ToxiproxyServerError as exc:
         raise UsageError(str(exc)) from None
     except ToxiproxyError as exc:

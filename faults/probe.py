@@ -40,7 +40,8 @@ def capture_response(
 
     Raises:
         TimeoutError: the response did not complete within `timeout` seconds.
-        ConnectionError: the connection failed or ended before the response was complete.
+        ConnectionError: the connection failed or ended before the response was complete, or
+            the response is not valid HTTP/1.1 (h11's errors are converted, never raised).
     """
     payload = json.dumps(body).encode()
     request_headers = [
@@ -60,7 +61,12 @@ def capture_response(
         sock.sendall(client.send(h11.Data(data=payload)))
         sock.sendall(client.send(h11.EndOfMessage()))
         while True:
-            event = client.next_event()
+            try:
+                event = client.next_event()
+            except h11.RemoteProtocolError as exc:
+                # What a response cut short looks like to h11 ("peer closed connection without
+                # sending complete message body"): e.g. a cut fault still applied on the proxy.
+                raise ConnectionError(f"the response through {host}:{port} broke off or is not HTTP/1.1: {exc}") from None
             if event is h11.NEED_DATA:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:

@@ -116,7 +116,7 @@ def test_live_cut_after_tokens_then_removed_on_sigterm(toxiproxy, method):
     assert code == 0
     assert output.splitlines()[0].startswith(f"cut_after_tokens on proxy test_")
     assert f"the client gets 5 token events ({plan.offset_after_tokens(5)} bytes), then a FIN" in output
-    assert output.splitlines()[-1] == "cut_after_tokens removed"
+    assert output.splitlines()[-1] == "cut_after_tokens removed (SIGTERM)"
     assert [t.type for t in during] == ["limit_data"]
     assert after == []
     assert received.ending == "fin"

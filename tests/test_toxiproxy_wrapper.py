@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 
 import pytest
 import trio
@@ -126,3 +127,20 @@ def test_a_scoped_fault_cannot_be_entered_twice(toxiproxy):
     scoped = catalog.latency().applied(toxiproxy, "p")
     with scoped, pytest.raises(RuntimeError, match="already applied"):
         scoped.__enter__()
+
+
+def test_open_toxiproxy_server_outlives_trios_worker_threads(monkeypatch):
+    # The parent-death signal follows the thread that started the server; trio's worker threads
+    # exit after an idle time (shortened here), so the server must not be started in one of them.
+    monkeypatch.setattr(trio._core._thread_cache, "IDLE_TIMEOUT", 0.1)
+
+    def trio_worker_threads() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith("Trio thread")]
+
+    async def scenario():
+        async with open_toxiproxy_server() as server:
+            while trio_worker_threads():
+                await trio.sleep(0.05)
+            return await trio.to_thread.run_sync(server.client.version)
+
+    assert run_trio(scenario) == "2.12.0"
