@@ -13,9 +13,9 @@ import json
 import sys
 from pathlib import Path
 
-import trio
-
 from labs.clients import ALL_CLIENTS
+from labs.entry import EXIT_ERROR, run_command
+from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.report_html import write_html
 from labs.runner import LabConfig, run_lab
@@ -64,9 +64,11 @@ def main(argv: list[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     try:
         scenarios = _scenarios(arguments.scenario)
-    except ScenarioError as error:
+        for scenario in scenarios:
+            build_fault(scenario)  # a bad fault is refused before anything starts
+    except (ScenarioError, FaultPlanError) as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     if arguments.list:
         for scenario in scenarios:
             print(f"{scenario.name:28} {scenario.title}")
@@ -75,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     gateways = gateways or tuple( (GATEWAYS + ((EXTERNAL,) if arguments.gateway_url else ())))
     if EXTERNAL in gateways and not arguments.gateway_url:
         print("error: the external gateway needs --gateway-url URL", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     config = LabConfig(
         scenarios=tuple(scenarios),
         # The matrix shows clients in one fixed order, whatever order they were asked in.
@@ -96,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(f"[{done}/{total}] {message}\n")
         sys.stderr.flush()
 
-    result = trio.run(run_lab, config, progress)
+    status, result = run_command(run_lab, config, progress)
     if interactive:
         sys.stderr.write("\n")
+    if status:
+        return status
     data = result.to_json()
     run_dir = Path(result.run_dir)
     (run_dir / "result.json").write_text(json.dumps(data, indent=2))

@@ -27,12 +27,14 @@ def build_fault(scenario: Any) -> Fault | None:
         return None
     arguments = dict(scenario.fault)
     kind = arguments.pop("kind")
-    if kind not in FAULT_NAMES:
+    if not isinstance(kind, str) or kind not in FAULT_NAMES:
         raise FaultPlanError(f"{scenario.name}: unknown fault {kind!r}; known: {', '.join(FAULT_NAMES)}")
     builder = getattr(catalog, kind)
     if "layout" in inspect.signature(builder).parameters:
         arguments["layout"] = response_plan(scenario.resolved)
     try:
         return builder(**arguments)
-    except TypeError as error:
+    except (TypeError, ValueError) as error:
+        # TypeError: arguments that do not fit the builder; ValueError: values it refuses (a cut
+        # after more tokens than the stream has).
         raise FaultPlanError(f"{scenario.name}: fault {kind}: {error}") from None

@@ -9,9 +9,11 @@ result file and the HTML report show:
 - `error`: the client told its application something went wrong: it raised (class: message), or it
   finished with a reason that says so (the AI SDK's `interrupted`, a Pi `error` stop).
 - `hang`: no end within the scenario's deadline.
-- `silent-truncation`: the client reported success, but the text (or the tool calls) is not the
-  worker's full answer, or the reason is wrong (a missing `length` or `tool_calls`). The worst cell:
-  the application carries on with a broken answer and nothing tells it.
+- `silent-truncation`: the client reported success, but the text (or the tool calls: their names
+  and arguments) is not the worker's full answer, or the reason is wrong (a missing `length` or
+  `tool_calls`), or the worker answered with an error (an error event, or an HTTP error before
+  any streaming) that the client did not pass on. The worst cell: the application carries on with a
+  broken answer and nothing tells it.
 
 Books: a gateway that keeps books (finish_fix's ledger, LiteLLM's callbacks) says `ok` or `error`
 for the request; a mismatch is flagged when the books' word differs from what the client's outcome
@@ -21,6 +23,7 @@ implies (a client-side `ok` needs books `ok`; anything else needs books `error`)
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -34,6 +37,7 @@ __all__ = [
     "books_mismatch",
     "canonical_reason",
     "judge",
+    "same_arguments",
 ]
 
 
@@ -69,10 +73,12 @@ _REASON_SPELLINGS = {
     "content_filter": "content_filter",
     "content-filter": "content_filter",
 }
-# Reasons with which a client tells its application the stream did not end well, without raising:
-# the AI SDK's unified `interrupted`/`error`/`other` (packages/openai: `interrupted` when no
-# finish_reason came), Pi's stop reasons `error`/`aborted`.
-_FAILURE_REASONS = {"interrupted", "error", "other", "unknown", "aborted"}
+# Reasons with which a client tells its application the stream did not end well, without raising,
+# whichever client surfaces them: the AI SDK's unified `interrupted`/`error`/`other` (packages/openai:
+# `interrupted` when no finish_reason came), Pi's stop reasons `error`/`aborted`, and what upstreams
+# send as a finish_reason and a client may pass through unchanged: vLLM's `abort` (a request the
+# engine aborted), OpenRouter's `error` (the provider failed mid-stream).
+_FAILURE_REASONS = {"interrupted", "error", "other", "unknown", "aborted", "abort"}
 
 
 def canonical_reason(reason: str | None) -> str | None:
@@ -114,9 +120,13 @@ class Expected:
     """The worker's true answer for the request (choice 0), from `labs.worker.settings.expected_answer`."""
 
     text: str
-    #: `stop`, `length`, `tool_calls`; `None` when the worker itself ends with an error event.
+    #: `stop`, `length`, `tool_calls`; `None` when the worker itself ends with an error (an error
+    #: event, or an HTTP error status before streaming).
     finish_reason: str | None
-    tool_calls: int = 0
+    #: Each tool call's name and full arguments (a JSON text), in order.
+    tool_calls: tuple[dict[str, str], ...] = ()
+    #: The HTTP error status the worker answers with before streaming anything, if it does.
+    http_error: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,6 +156,11 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
             outcome=Outcome.ERROR,
             reason=f"no exception, but the client surfaced finish reason {report.finish_reason!r}",
         )
+    if expected.http_error is not None:
+        return Judgement(
+            outcome=Outcome.SILENT_TRUNCATION,
+            reason=f"success reported (reason {surfaced!r}) although the worker answered HTTP {expected.http_error} before streaming",
+        )
     if expected.finish_reason is None:
         return Judgement(
             outcome=Outcome.SILENT_TRUNCATION,
@@ -157,11 +172,18 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
             outcome=Outcome.SILENT_TRUNCATION,
             reason=f"success reported with {len(report.text)} characters, {shape} the worker's {len(expected.text)}",
         )
-    if len(report.tool_calls) != expected.tool_calls:
+    if len(report.tool_calls) != len(expected.tool_calls):
         return Judgement(
             outcome=Outcome.SILENT_TRUNCATION,
-            reason=f"success reported with {len(report.tool_calls)} tool calls, the worker sent {expected.tool_calls}",
+            reason=f"success reported with {len(report.tool_calls)} tool calls, the worker sent {len(expected.tool_calls)}",
         )
+    for number, (got, want) in enumerate(zip(report.tool_calls, expected.tool_calls)):
+        if got.get("name") != want["name"] or not same_arguments(got.get("arguments"), want["arguments"]):
+            return Judgement(
+                outcome=Outcome.SILENT_TRUNCATION,
+                reason=f"success reported, but tool call {number} is {got.get('name')}({got.get('arguments')}) "
+                f"where the worker sent {want['name']}({want['arguments']})",
+            )
     # No reason at all reads as "stop" to an application, so it is only wrong when the truth was
     # something the application must act on (continue after `length`, run the `tool_calls`).
     if surfaced is None and expected.finish_reason == "stop":
@@ -172,6 +194,17 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
             reason=f"full text, but finish reason {surfaced!r} where the worker's was {expected.finish_reason!r}",
         )
     return Judgement(outcome=Outcome.OK, reason=f"full answer, finish reason {surfaced!r}")
+
+
+def same_arguments(got: object, want: str) -> bool:
+    """Whether a client's tool-call arguments are the worker's: equal as JSON values (the AI SDK and
+    Pi hand the application parsed arguments, which the drivers serialize again), else as text."""
+    if not isinstance(got, str):
+        return False
+    try:
+        return json.loads(got) == json.loads(want)
+    except ValueError:
+        return got == want
 
 
 def books_mismatch(outcome: Outcome, books: str | None) -> bool:

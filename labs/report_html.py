@@ -49,7 +49,7 @@ function show(id) {
     ['completed', r.completed], ['finish reason surfaced', r.finish_reason], ['error', r.error_class ? r.error_class + ': ' + r.error_message : ''],
     ['time to first token', r.ttft_s == null ? '' : r.ttft_s.toFixed(3) + ' s'], ['duration', r.duration_s == null ? '' : r.duration_s.toFixed(3) + ' s'],
     ['HTTP status / Connection', (r.http_status ?? '') + ' / ' + (r.connection ?? '')],
-    ['books', (c.books ?? 'no books, or no entry') + (c.books_mismatch ? '  (disagrees with what the client saw!)' : '')],
+    ['books', (c.books ?? 'no books kept') + (c.books_mismatch ? '  (disagrees with what the client saw!)' : '')],
   ];
   let out = '<span class="close" onclick="hide()">&times;</span><h2>' + esc(c.scenario) + ' / ' + esc(c.client) + ' via ' + esc(c.gateway) + '</h2><table>';
   for (const [k, v] of rows) out += '<tr><th>' + esc(k) + '</th><td>' + esc(v) + '</td></tr>';
@@ -57,6 +57,8 @@ function show(id) {
   if (r.reasoning) out += '<h3>reasoning received</h3><pre>' + esc(r.reasoning) + '</pre>';
   if (r.tool_calls && r.tool_calls.length) out += '<h3>tool calls</h3><pre>' + esc(JSON.stringify(r.tool_calls, null, 1)) + '</pre>';
   out += '<h3>worker\\'s answer</h3><pre>' + esc(s.expected.text) + '  [finish_reason: ' + esc(s.expected.finish_reason) + ']</pre>';
+  if (s.expected.http_error) out += '<p>The worker answers HTTP ' + esc(s.expected.http_error) + ' before streaming.</p>';
+  if (s.expected.tool_calls && s.expected.tool_calls.length) out += '<h3>worker\\'s tool calls</h3><pre>' + esc(JSON.stringify(s.expected.tool_calls, null, 1)) + '</pre>';
   if (c.books_entry) out += '<h3>books entry</h3><pre>' + esc(JSON.stringify(c.books_entry, null, 1)) + '</pre>';
   if (c.finish_fix_stream != null) out += '<h3>stream as finish_fix sent it on' + (c.gateway === 'finish_fix' ? ' (to the client)' : ' (to LiteLLM)') + '</h3><pre>' + esc(c.finish_fix_stream) + '</pre>';
   out += '<h3>worker\\'s stream</h3><p>fault: ' + esc(s.fault_summary || 'none') + '</p><pre>' + esc(s.worker_stream) + '</pre>';

@@ -29,22 +29,30 @@ import trio
 
 from faults.catalog import Fault
 from faults.toxiproxy_server import open_toxiproxy_server
-from labs.clients import ALL_CLIENTS
+from labs.clients import ALL_CLIENTS, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.gateways.services import Gateway, books_entry, captured_stream, open_gateways, read_books
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
-from labs.scenario import CELL_ID_TEMPLATE, Scenario
+from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario
 from labs.worker.server import open_worker
 from labs.worker.wire import response_plan
 
-__all__ = ["CellResult", "LabConfig", "LabResult", "run_lab"]
+__all__ = ["TUNNEL", "CellResult", "LabConfig", "LabError", "LabResult", "run_lab"]
 
+#: The toxiproxy proxy in front of the worker (the lab's and `make ui`'s).
 TUNNEL = "worker"
-#: Seconds after the last cell for LiteLLM's callbacks to write their books (they run after the
-#: response went out).
-BOOKS_SETTLE_S = 1.5
+#: LiteLLM's callbacks write their books after the response went out: the runner waits until every
+#: cell of a books-keeping gateway has its entry, at most this many seconds; a cell still without
+#: one is reported as `no entry`.
+BOOKS_DEADLINE_S = 15.0
+#: The books word for a cell whose gateway keeps books but wrote nothing for it.
+BOOKS_NO_ENTRY = "no entry"
+
+
+class LabError(ValueError):
+    """The lab cannot run as configured; the message says what to change."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,8 +131,7 @@ async def _run_cell(
         "deadline_s": scenario.deadline_s,
         **scenario.request(),
     }
-    if gateway.api_key:
-        request["api_key"] = gateway.api_key
+    request["api_key"] = gateway.api_key or LAB_API_KEY
     async with limiter:
         raw = await hosts[client].run(request)
     report = ClientReport.from_json({"client": client, "completed": False, **raw})
@@ -153,10 +160,15 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     """Run the matrix; `progress(message, done, total)` is called as cells finish."""
     started = time.time()
     clock = time.monotonic()
-    run_dir = (config.results_dir / time.strftime("%Y%m%d-%H%M%S", time.localtime(started))).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
     planned = plan_cells(config)
     total = len(planned)
+    if total > MAX_CELLS:
+        # Cell ids are fixed-width (labs.scenario.CELL_ID_TEMPLATE): a wider id would change every
+        # model name's length and with it the byte offsets of the exact cuts.
+        raise LabError(f"{total} cells planned, at most {MAX_CELLS} fit in one run; run fewer scenarios, clients or gateways")
+    run_dir = (config.results_dir / time.strftime("%Y%m%d-%H%M%S", time.localtime(started))).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+
     report = progress or (lambda message, done, total: None)
     results: list[CellResult] = []
     gateway_names = tuple(dict.fromkeys(g for _, _, g in planned))
@@ -191,7 +203,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                         scenario, cells, faults[scenario.name], first_number=len(results) + 1,
                         gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
                     )
-            await trio.sleep(BOOKS_SETTLE_S)
+            await _wait_for_books(results, gateways)
             _attach_books(results, gateways)
     return LabResult(
         started=started,
@@ -244,6 +256,22 @@ def _worker_stream(scenario: Scenario) -> str:
     return response_plan(scenario.resolved).to_bytes().decode("utf-8", errors="replace")
 
 
+def _missing_books(results: list[CellResult], gateways: dict[str, Gateway]) -> list[CellResult]:
+    entries = {name: read_books(g.books_path) for name, g in gateways.items() if g.books_path is not None}
+    return [
+        r for r in results
+        if gateways[r.gateway].books_path is not None
+        and books_entry(gateways[r.gateway], entries[r.gateway], r.cell_id) == (None, None)
+    ]
+
+
+async def _wait_for_books(results: list[CellResult], gateways: dict[str, Gateway], deadline_s: float = BOOKS_DEADLINE_S) -> None:
+    """Until every cell through a books-keeping gateway has its entry, or `deadline_s` passed."""
+    with trio.move_on_after(deadline_s):
+        while _missing_books(results, gateways):
+            await trio.sleep(0.1)
+
+
 def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> None:
     entries = {name: read_books(g.books_path) for name, g in gateways.items()}
     captures = {name: read_books(g.capture_path) for name, g in gateways.items()}
@@ -253,5 +281,10 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
         if gateway.books_path is None:
             continue
         word, entry = books_entry(gateway, entries[result.gateway], result.cell_id)
+        if entry is None:
+            # The gateway keeps books but has none for this request: say so, and flag it (a
+            # request its books do not know about is exactly what an operator needs to see).
+            result.books, result.books_entry, result.books_mismatch = BOOKS_NO_ENTRY, None, True
+            continue
         result.books, result.books_entry = word, entry
         result.books_mismatch = books_mismatch(Outcome(result.outcome), word)

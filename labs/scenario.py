@@ -32,10 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from labs.clients import ALL_CLIENTS
+from labs.gateways import GATEWAYS
 from labs.outcome import Expected
 from labs.worker.settings import TOOL_NAME, WorkerSettings, expected_answer, parse_settings
 
-__all__ = ["SCENARIO_DIR", "Scenario", "ScenarioError", "load_scenario", "load_scenarios"]
+__all__ = ["CELL_ID_TEMPLATE", "MAX_CELLS", "SCENARIO_DIR", "Scenario", "ScenarioError", "load_scenario", "load_scenarios"]
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -43,6 +45,8 @@ SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 #: the worker echoes the request's model in every chunk, and a byte-exact cut needs every cell of a
 #: scenario to get a response of the same length (faults/layout.py: lengths, not content).
 CELL_ID_TEMPLATE = "c{:04d}"
+#: The most cells one run can number with `CELL_ID_TEMPLATE` (the runner refuses more).
+MAX_CELLS = 9999
 
 #: The one tool the worker calls (labs.worker.settings.TOOL_NAME), declared OpenAI-style.
 WORKER_TOOL = {
@@ -94,8 +98,18 @@ class Scenario:
         return self.worker.to_model_name(cell_id)
 
     def expected(self) -> Expected:
-        choice = expected_answer(self.resolved).choices[0]
-        return Expected(text=choice.content, finish_reason=choice.finish_reason, tool_calls=len(choice.tool_calls))
+        settings = self.resolved
+        answer = expected_answer(settings)
+        if not answer.choices:
+            # `http_error`: the worker answers with an error status and body before any stream;
+            # the client must raise (an `error` cell).
+            return Expected(text="", finish_reason=None, http_error=settings.http_error)
+        choice = answer.choices[0]
+        return Expected(
+            text=choice.content,
+            finish_reason=choice.finish_reason,
+            tool_calls=tuple({"name": call.name, "arguments": call.arguments} for call in choice.tool_calls),
+        )
 
     def request(self) -> dict[str, Any]:
         """The request fields every driver gets (besides id, client, base URL and model)."""
@@ -108,17 +122,37 @@ class Scenario:
 
 
 def load_scenario(path: Path) -> Scenario:
+    """Read and check one scenario file.
+
+    Raises:
+        ScenarioError: not TOML, an unknown key, a value of the wrong type, an unknown client or
+            gateway, or worker settings the worker would refuse; the message names file and key.
+    """
     name = path.stem
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as error:
         raise ScenarioError(f"{path}: not valid TOML: {error}") from None
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
     known = {"title", "deadline_s", "clients", "gateways", "order", "worker", "request", "fault", "prompt"}
     unknown = set(data) - known
     if unknown:
         raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
     if "title" not in data:
         raise ScenarioError(f"{path}: missing `title`")
+    _check_type(path, "title", data["title"], str, "a string")
+    for key in ("worker", "request", "fault"):
+        _check_type(path, f"[{key}]", data.get(key, {}), dict, "a table")
+    if "prompt" in data:
+        _check_type(path, "prompt", data["prompt"], str, "a string")
+    if "order" in data:
+        _check_type(path, "order", data["order"], int, "an integer")
+    deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
+    if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
+        raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
+    clients = _names(path, data, "clients", ALL_CLIENTS)
+    gateways = _names(path, data, "gateways", GATEWAYS)
     worker_items = data.get("worker", {})
     try:
         # Through the worker's own text encoding, so a scenario accepts exactly what a model name
@@ -126,35 +160,63 @@ def load_scenario(path: Path) -> Scenario:
         worker = parse_settings(";".join(f"{key}={_text(value)}" for key, value in worker_items.items()))
     except ValueError as error:
         raise ScenarioError(f"{path}: [worker]: {error}") from None
+    if worker.n is not None and worker.n != 1:
+        # Drivers read choice 0 only (labs/clients/python_drivers.py); a matrix about n > 1 would
+        # need a judgement per choice, which the lab does not make.
+        raise ScenarioError(f"{path}: [worker]: n = {worker.n}: the lab judges one choice; use n = 1 or leave it out")
     request = data.get("request", {})
     unknown_request = set(request) - {"max_tokens", "tools"}
     if unknown_request:
         raise ScenarioError(f"{path}: [request]: unknown keys {sorted(unknown_request)}; known: max_tokens, tools")
+    max_tokens = request.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ScenarioError(f"{path}: [request]: `max_tokens` must be a positive integer, not {max_tokens!r}")
+    if "tools" in request:
+        _check_type(path, "[request] tools", request["tools"], bool, "true or false")
     # Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
     # gateway may add `stream_options` or rename fields, and every cell must get the same bytes.
     worker = dataclasses.replace(
         worker,
         n=worker.n if worker.n is not None else 1,
         include_usage=worker.include_usage if worker.include_usage is not None else False,
-        max_tokens=worker.max_tokens if worker.max_tokens is not None else request.get("max_tokens"),
+        max_tokens=worker.max_tokens if worker.max_tokens is not None else max_tokens,
     )
     fault = data.get("fault")
-    if fault is not None and "kind" not in fault:
-        raise ScenarioError(f"{path}: [fault] needs a `kind`")
+    if fault is not None and not isinstance(fault.get("kind"), str):
+        raise ScenarioError(f"{path}: [fault] needs a `kind` (a fault name, e.g. \"cut_after_tokens\")")
     return Scenario(
         name=name,
         title=data["title"],
         worker=worker,
         fault=fault,
-        max_tokens=request.get("max_tokens"),
+        max_tokens=max_tokens,
         tools=bool(request.get("tools", False)),
-        deadline_s=float(data.get("deadline_s", DEFAULT_DEADLINE_S)),
-        clients=tuple(data["clients"]) if "clients" in data else None,
-        gateways=tuple(data["gateways"]) if "gateways" in data else None,
-        order=int(data.get("order", 1000)),
+        deadline_s=float(deadline_s),
+        clients=clients,
+        gateways=gateways,
+        order=data.get("order", 1000),
         source=str(path),
-        **({"prompt": str(data["prompt"])} if "prompt" in data else {}),
+        **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
+
+
+def _check_type(path: Path, key: str, value: Any, kind: type, described: str) -> None:
+    # bool is an int to Python, never to a scenario's author.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ScenarioError(f"{path}: `{key}` must be {described}, not {value!r}")
+
+
+def _names(path: Path, data: dict[str, Any], key: str, valid: tuple[str, ...]) -> tuple[str, ...] | None:
+    """A list of client or gateway names, each one the lab knows (a string is not a list of names)."""
+    if key not in data:
+        return None
+    value = data[key]
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ScenarioError(f"{path}: `{key}` must be a list of names, e.g. [{valid[0]!r}], not {value!r}")
+    unknown = [item for item in value if item not in valid]
+    if unknown:
+        raise ScenarioError(f"{path}: `{key}`: unknown {', '.join(map(repr, unknown))}; valid: {', '.join(valid)}")
+    return tuple(value)
 
 
 def load_scenarios(directory: Path = SCENARIO_DIR) -> list[Scenario]:

@@ -65,7 +65,7 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
             lines.append(line)
         lines.append("")
     if any(c.get("books_mismatch") for c in result["cells"]):
-        lines.append("! the gateway's books disagree with what the client saw")
+        lines.append("! the gateway's books disagree with what the client saw, or have no entry for the request")
     counts = Counter(c["outcome"] for c in result["cells"])
     lines.append(
         "cells: " + ", ".join(f"{word} {counts.get(word, 0)}" for word in (o.value for o in Outcome))

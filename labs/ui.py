@@ -9,17 +9,21 @@ from __future__ import annotations
 import secrets
 import shlex
 import sys
-import tempfile
+import time
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import trio
 
 from faults.toxiproxy_server import open_toxiproxy_server
-from labs.gateways.services import BIN, FINISH_FIX_SCRIPT
-from labs.processes import free_port, open_service
+from labs.entry import run_command
+from labs.gateways.services import BIND_ATTEMPTS, BIN, FINISH_FIX_SCRIPT, MITM_LISTENING
+from labs.processes import ServiceError, bind_failed, free_port, open_service, read_port_from_log
+from labs.runner import TUNNEL
 from labs.worker.server import open_worker
 
-TUNNEL = "worker"
+#: Where `make ui` keeps its logs and finish_fix's ledger (one folder per start, kept after exit).
+RESULTS_DIR = Path("lab-results")
 EXAMPLE_MODEL = "finishline-worker;tokens=40;token_delay=0.15;finish=omitted"
 
 
@@ -55,20 +59,27 @@ finish_fix did (repaired, interrupted after N events, ...).
 """
 
 
-async def main() -> None:
-    with tempfile.TemporaryDirectory(prefix="finishline-ui-") as scratch:
-        run_dir = Path(scratch)
-        async with open_worker() as worker, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
-            tunnel = await trio.to_thread.run_sync(
-                lambda: toxiproxy.client.create_proxy(TUNNEL, upstream=f"127.0.0.1:{worker.port}")
-            )
-            proxy_port, web_port = free_port(), free_port()
-            password = secrets.token_urlsafe(9)
-            ledger = run_dir / "finish_fix-ledger.jsonl"
+async def main(results_dir: Path = RESULTS_DIR) -> None:
+    run_dir = (results_dir / time.strftime("ui-%Y%m%d-%H%M%S")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    async with AsyncExitStack() as stack:
+        worker = await stack.enter_async_context(open_worker())
+        toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
+        tunnel = await trio.to_thread.run_sync(
+            lambda: toxiproxy.client.create_proxy(TUNNEL, upstream=f"127.0.0.1:{worker.port}")
+        )
+        password = secrets.token_urlsafe(9)
+        ledger = run_dir / "finish_fix-ledger.jsonl"
+        log_path = run_dir / "mitmweb.log"
+        # The proxy listens on port 0 and mitmweb prints where; its web UI cannot report a port 0,
+        # so that one is picked free and retried if taken meanwhile.
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            web_port = free_port()
+            offset = log_path.stat().st_size if log_path.exists() else 0
             argv = [
                 str(BIN / "mitmweb"),
                 "--mode", f"reverse:http://127.0.0.1:{tunnel.listen_port}",
-                "--listen-host", "127.0.0.1", "--listen-port", str(proxy_port),
+                "--listen-host", "127.0.0.1", "--listen-port", "0",
                 "--web-host", "127.0.0.1", "--web-port", str(web_port),
                 "-s", str(FINISH_FIX_SCRIPT),
                 "--set", f"confdir={run_dir / 'mitmproxy-conf'}",
@@ -76,13 +87,23 @@ async def main() -> None:
                 "--set", "web_open_browser=false",
                 "--set", f"web_password={password}",
             ]
-            async with open_service("mitmweb (finish_fix)", argv, port=web_port, log_path=run_dir / "mitmweb.log", start_timeout=30):
-                print(_instructions(proxy_port, web_port, password, toxiproxy.client.url, ledger), flush=True)
-                await trio.sleep_forever()
+            try:
+                await stack.enter_async_context(
+                    open_service("mitmweb (finish_fix)", argv, port=web_port, log_path=log_path, start_timeout=30)
+                )
+            except ServiceError as error:
+                if attempt < BIND_ATTEMPTS and bind_failed(error):
+                    continue
+                raise
+            break
+        with trio.fail_after(10):
+            while not (proxy_port := read_port_from_log(log_path, offset, MITM_LISTENING)):
+                await trio.sleep(0.1)
+        print(_instructions(proxy_port, web_port, password, toxiproxy.client.url, ledger), flush=True)
+        await trio.sleep_forever()
 
 
 if __name__ == "__main__":
-    try:
-        trio.run(main)
-    except KeyboardInterrupt:
-        print("\nstopped", file=sys.stderr)
+    status, _ = run_command(main)
+    # Ctrl-C is how `make ui` is meant to end: not a failure.
+    sys.exit(0 if status >= 128 else status)

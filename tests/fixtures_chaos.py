@@ -1,9 +1,10 @@
 """Fixtures for the chaos lab (labs/): one small real matrix, run once per test session.
 
 `small_matrix` runs real clients (every driver, Python and Node) through real gateways (direct,
-finish_fix, and LiteLLM for one client) against the real worker and toxiproxy, with a few of the
-default scenarios plus a short stall (so `hang` is measured, not simulated). Tests then read cells
-from it. One run serves all the lab's end-to-end tests: starting LiteLLM alone takes ~15 s.
+finish_fix, and LiteLLM with and without finish_fix for a few clients) against the real worker and
+toxiproxy, with a few of the default scenarios plus a short stall (so `hang` is measured, not
+simulated). Tests then read cells from it. One run serves all the lab's end-to-end tests: starting
+LiteLLM alone takes ~15 s.
 """
 
 from __future__ import annotations
@@ -21,6 +22,16 @@ from labs.scenario import SCENARIO_DIR, load_scenario
 
 #: Scenarios of the default set the pinned-behaviour tests read, through direct and finish_fix.
 PINNED_SCENARIOS = ("reason-omitted", "cut-after-tokens-fin", "length-omitted")
+#: More scenarios whose finish_fix column the pinned tests read (every client, finish_fix only).
+FINISH_FIX_SCENARIOS = (
+    "reason-empty",
+    "tool-calls-omitted",
+    "cut-during-prefill",
+    "cut-after-tokens-reset",
+    "cut-after-tokens-conn-close",
+)
+#: Clients through `litellm+finish_fix` (the gateway-side placement) for the pinned scenarios.
+LITELLM_FINISH_FIX_CLIENTS = ("openai-python", "httpx-sse", "openai-node")
 #: The whole small matrix must finish within this (it takes ~60 s on a 2-core machine).
 SMALL_MATRIX_DEADLINE_S = 240
 
@@ -42,6 +53,18 @@ def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
         dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=("direct", "finish_fix"))
         for name in PINNED_SCENARIOS
     ]
+    scenarios += [
+        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=("finish_fix",))
+        for name in FINISH_FIX_SCENARIOS
+    ]
+    # finish_fix behind LiteLLM, for a few clients (the proxy is already started for the books row).
+    scenarios += [
+        dataclasses.replace(
+            load_scenario(SCENARIO_DIR / f"{name}.toml"), name=f"{name}-litellm+finish_fix",
+            gateways=("litellm+finish_fix",), clients=LITELLM_FINISH_FIX_CLIENTS,
+        )
+        for name in ("reason-omitted", "cut-after-tokens-fin")
+    ]
     # A short stall: every client through direct must hang (the lab's deadline ends it).
     stall = load_scenario(SCENARIO_DIR / "stall-after-tokens.toml")
     scenarios.append(dataclasses.replace(stall, deadline_s=3.0, gateways=("direct",), clients=("httpx-sse", "openai-node")))
@@ -51,7 +74,7 @@ def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
     config = LabConfig(
         scenarios=tuple(scenarios),
         clients=ALL_CLIENTS,
-        gateways=("direct", "finish_fix", "litellm"),
+        gateways=("direct", "finish_fix", "litellm", "litellm+finish_fix"),
         jobs=18,
         results_dir=Path(tmp_path_factory.mktemp("lab-results")),
     )

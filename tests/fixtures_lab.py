@@ -22,6 +22,7 @@ import trio
 
 from faults.toxiproxy_client import ProxyInfo, ToxiproxyClient
 from faults.toxiproxy_server import ToxiproxyServer, run_toxiproxy_server
+from labs.worker import WorkerSettings, parse_settings, response_plan
 
 _proxy_numbers = itertools.count()
 
@@ -72,6 +73,12 @@ def chat_request(body: dict[str, Any], *, headers: dict[str, str] | None = None,
     lines = [f"POST {path} HTTP/1.1", "host: 127.0.0.1", "content-type: application/json", f"content-length: {len(payload)}"]
     lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + payload
+
+
+def request_for(settings: WorkerSettings) -> tuple[dict[str, Any], Any]:
+    """A request that selects `settings` by model name, and the worker's plan (`ResponsePlan`) for it."""
+    body = {"model": settings.to_model_name(), "stream": True}
+    return body, response_plan(parse_settings(body["model"]).for_request(body))
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,13 @@ raises its transport error: openai-python `APIConnectionError` (a `RemoteProtoco
 LangChain `OpenAIConnectionError`, LiteLLM `MidStreamFallbackError`, httpx `RemoteProtocolError`,
 undici `TypeError: terminated` (openai-node as is, the AI SDK wrapped in `APICallError`, Pi as an
 error event "terminated").
+
+finish_fix's column (client-side, and behind LiteLLM for a few clients): every omitted or empty
+reason (`reason-omitted`, `reason-empty`, `tool-calls-omitted`) is `ok` for every client, and every
+cut (`cut-during-prefill`, `cut-after-tokens-fin`, `-reset`, `-conn-close`) an `error` whose message
+names the interruption ("stream was interrupted", finish_fix's error event). The one by-design
+exception: openai-python's `.stream()` helper raises `LengthFinishReasonError` on a repaired
+`length` (pinned in the last test).
 """
 
 from __future__ import annotations
@@ -131,3 +138,38 @@ def test_finish_fix_restores_length_for_every_client_but_the_parse_helper(small_
         assert (cell["outcome"], cell["report"]["error_class"]) == ("error", "LengthFinishReasonError")
     else:
         assert cell["outcome"] == "ok", cell["why"]
+
+
+# finish_fix's column beyond the two scenarios above: an omitted or empty reason becomes `ok` for
+# every client, and every cut becomes an `error` that names the interruption.
+FINISH_FIX_OMITTED_REASONS = ("reason-empty", "tool-calls-omitted")
+FINISH_FIX_CUTS = ("cut-during-prefill", "cut-after-tokens-reset", "cut-after-tokens-conn-close")
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+@pytest.mark.parametrize("scenario", FINISH_FIX_OMITTED_REASONS)
+def test_finish_fix_turns_every_omitted_or_empty_reason_into_ok(small_matrix, scenario, client):
+    cell = small_matrix.cell(scenario, client, "finish_fix")
+    assert cell["outcome"] == "ok", cell["why"]
+
+
+@pytest.mark.parametrize("client", ALL_CLIENTS)
+@pytest.mark.parametrize("scenario", FINISH_FIX_CUTS)
+def test_finish_fix_turns_every_cut_into_an_error_that_names_the_interruption(small_matrix, scenario, client):
+    cell = small_matrix.cell(scenario, client, "finish_fix")
+    assert cell["outcome"] == "error", cell["why"]
+    assert "stream was interrupted" in cell["report"]["error_message"]
+
+
+@pytest.mark.parametrize("client", ["openai-python", "httpx-sse", "openai-node"])
+def test_finish_fix_behind_litellm_repairs_an_omitted_reason(small_matrix, client):
+    cell = small_matrix.cell("reason-omitted-litellm+finish_fix", client, "litellm+finish_fix")
+    assert cell["outcome"] == "ok", cell["why"]
+    assert cell["books"] == "ok"
+
+
+@pytest.mark.parametrize("client", ["openai-python", "httpx-sse", "openai-node"])
+def test_finish_fix_behind_litellm_turns_a_cut_into_an_error(small_matrix, client):
+    cell = small_matrix.cell("cut-after-tokens-fin-litellm+finish_fix", client, "litellm+finish_fix")
+    assert cell["outcome"] == "error", cell["why"]
+    assert cell["books"] == "error"

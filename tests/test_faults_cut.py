@@ -16,7 +16,16 @@ from faults import catalog
 from faults.probe import probe_layout
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
 from labs.worker.settings import CONTENT_WORDS
-from tests.fixtures_lab import chat_request, client_exchange, complete_events, open_proxy, run_trio, split_response, token_texts
+from tests.fixtures_lab import (
+    chat_request,
+    client_exchange,
+    complete_events,
+    open_proxy,
+    request_for,
+    run_trio,
+    split_response,
+    token_texts,
+)
 
 N_VALUES = [0, 1, 7, 100, 1000]
 
@@ -24,12 +33,6 @@ N_VALUES = [0, 1, 7, 100, 1000]
 def content_word(i: int) -> str:
     word = CONTENT_WORDS[i % len(CONTENT_WORDS)]
     return word if i == 0 else " " + word
-
-
-def request_for(settings: WorkerSettings) -> tuple[dict, object]:
-    """A request that selects `settings` by model name, and the worker's plan for it."""
-    body = {"model": settings.to_model_name(), "stream": True}
-    return body, response_plan(parse_settings(body["model"]).for_request(body))
 
 
 async def cut_exchange(toxiproxy, fault_for, body, *, headers=None):

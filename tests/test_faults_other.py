@@ -12,13 +12,17 @@ import pytest
 import trio
 
 from faults import catalog
-from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
-from tests.fixtures_lab import chat_request, client_exchange, complete_events, open_proxy, run_trio, split_response, token_texts
-
-
-def request_for(settings: WorkerSettings):
-    body = {"model": settings.to_model_name(), "stream": True}
-    return body, response_plan(parse_settings(body["model"]).for_request(body))
+from labs.worker import WorkerSettings, open_worker
+from tests.fixtures_lab import (
+    chat_request,
+    client_exchange,
+    complete_events,
+    open_proxy,
+    request_for,
+    run_trio,
+    split_response,
+    token_texts,
+)
 
 
 @pytest.mark.parametrize("n", [0, 3])

@@ -5,8 +5,12 @@ from __future__ import annotations
 import pytest
 
 from labs.fault_plan import FaultPlanError, build_fault
-from labs.runner import LabConfig, plan_cells
-from labs.scenario import CELL_ID_TEMPLATE, ScenarioError, load_scenario, load_scenarios
+import dataclasses
+
+import trio
+
+from labs.runner import LabConfig, LabError, plan_cells, run_lab
+from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, load_scenario, load_scenarios
 from labs.worker.server import settings_for_request
 from labs.worker.settings import Finish, WorkerSettings
 from labs.worker.wire import response_plan
@@ -18,6 +22,7 @@ DEFAULT_SET = {
     "length-omitted",
     "tool-calls-omitted",
     "error-event-429",
+    "http-429-before-stream",
     "cut-during-prefill",
     "cut-after-tokens-fin",
     "cut-after-tokens-conn-close",
@@ -125,3 +130,82 @@ def test_plan_cells_honours_scenario_restrictions(tmp_path):
         ("healthy", "httpx-sse", "finish_fix"),
         ("only", "pi-ai", "finish_fix"),
     ]
+
+
+def scenario_file(tmp_path, text, name="s"):
+    path = tmp_path / f"{name}.toml"
+    path.write_text('title = "x"\n' + text)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('deadline_s = "abc"\n', r"`deadline_s` must be a number of seconds above 0, not 'abc'"),
+        ("deadline_s = 0\n", r"`deadline_s` must be a number of seconds above 0, not 0"),
+        ('order = "first"\n', r"`order` must be an integer, not 'first'"),
+        ("prompt = 3\n", r"`prompt` must be a string, not 3"),
+        ('clients = "pi-ai"\n', r"`clients` must be a list of names, e.g. \['openai-python'\], not 'pi-ai'"),
+        ('gateways = "direct"\n', r"`gateways` must be a list of names"),
+        ('[request]\nmax_tokens = "6"\n', r"\[request\]: `max_tokens` must be a positive integer, not '6'"),
+        ('[request]\ntools = "yes"\n', r"`\[request\] tools` must be true or false, not 'yes'"),
+        ("worker = 3\n", r"`\[worker\]` must be a table, not 3"),
+        ("[fault]\nkind = 5\n", r"\[fault\] needs a `kind`"),
+    ],
+)
+def test_a_value_of_the_wrong_type_is_refused_naming_the_key(tmp_path, text, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(scenario_file(tmp_path, text))
+
+
+def test_unknown_clients_are_refused_naming_the_valid_ones(tmp_path):
+    path = scenario_file(tmp_path, 'clients = ["pi-ai", "curl"]\n')
+    with pytest.raises(ScenarioError, match=r"`clients`: unknown 'curl'; valid: openai-python, .*, pi-ai"):
+        load_scenario(path)
+
+
+def test_unknown_gateways_are_refused_naming_the_valid_ones(tmp_path):
+    path = scenario_file(tmp_path, 'gateways = ["nginx"]\n')
+    with pytest.raises(ScenarioError, match=r"`gateways`: unknown 'nginx'; valid: direct, finish_fix, litellm, litellm\+finish_fix"):
+        load_scenario(path)
+
+
+def test_more_than_one_choice_is_refused(tmp_path):
+    # The drivers read choice 0 only; a scenario about n=2 would judge half the answer.
+    with pytest.raises(ScenarioError, match=r"n = 2: the lab judges one choice"):
+        load_scenario(scenario_file(tmp_path, "[worker]\nn = 2\n"))
+
+
+def test_a_cut_beyond_the_stream_is_a_fault_plan_error(tmp_path):
+    path = scenario_file(tmp_path, '[worker]\ntokens = 12\n[fault]\nkind = "cut_after_tokens"\nn = 500\n', name="far")
+    with pytest.raises(FaultPlanError, match="far: fault cut_after_tokens: "):
+        build_fault(load_scenario(path))
+
+
+def test_an_http_error_before_streaming_expects_an_error():
+    expected = load_scenario_named("http-429-before-stream").expected()
+    assert (expected.text, expected.finish_reason, expected.http_error) == ("", None, 429)
+
+
+def test_expected_tool_calls_carry_name_and_full_arguments():
+    expected = load_scenario_named("tool-calls-omitted").expected()
+    assert expected.tool_calls
+    for call in expected.tool_calls:
+        assert call["name"] == "get_weather"
+        assert call["arguments"].startswith("{") and call["arguments"].endswith("}")
+
+
+def test_more_cells_than_the_fixed_width_ids_hold_are_refused_before_anything_starts(tmp_path):
+    healthy = load_scenario_named("healthy")
+    per_scenario = 9 * 4
+    copies = MAX_CELLS // per_scenario + 1
+    scenarios = tuple(dataclasses.replace(healthy, name=f"h{i}") for i in range(copies))
+    config = LabConfig(scenarios=scenarios, results_dir=tmp_path)
+    assert len(plan_cells(config)) > MAX_CELLS
+
+    async def run():
+        with trio.fail_after(10):
+            await run_lab(config)
+
+    with pytest.raises(LabError, match=f"at most {MAX_CELLS} fit in one run"):
+        trio.run(run)

@@ -9,7 +9,7 @@ from labs.outcome import BOOKS_ERROR, BOOKS_OK, ClientReport, Expected, Outcome,
 ANSWER = "The quick brown fox jumps over"
 STOP = Expected(text=ANSWER, finish_reason="stop")
 LENGTH = Expected(text=ANSWER, finish_reason="length")
-TOOLS = Expected(text="", finish_reason="tool_calls", tool_calls=1)
+TOOLS = Expected(text="", finish_reason="tool_calls", tool_calls=({"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},))
 ENDS_IN_ERROR = Expected(text="The quick", finish_reason=None)
 
 
@@ -69,8 +69,48 @@ def test_missing_tool_call_is_silent_truncation():
 
 @pytest.mark.parametrize("spelling", ["tool_calls", "tool-calls", "toolUse"])
 def test_each_clients_spelling_of_tool_calls_is_the_same_reason(spelling):
-    call = [{"name": "get_weather", "arguments": "{}"}]
+    call = [{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}]
     assert judge(report(text="", finish_reason=spelling, tool_calls=call), TOOLS).outcome is Outcome.OK
+
+
+def test_tool_call_arguments_are_compared_as_json_values():
+    # The AI SDK and Pi hand over parsed arguments; the driver's re-serialization spaces them differently.
+    call = [{"name": "get_weather", "arguments": '{"city":"Paris"}'}]
+    assert judge(report(text="", finish_reason="tool_calls", tool_calls=call), TOOLS).outcome is Outcome.OK
+
+
+def test_a_tool_call_with_cut_arguments_is_silent_truncation():
+    call = [{"name": "get_weather", "arguments": '{"city": "Pa'}]
+    judgement = judge(report(text="", finish_reason="tool_calls", tool_calls=call), TOOLS)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert "tool call 0 is get_weather({\"city\": \"Pa)" in judgement.reason
+
+
+def test_a_tool_call_with_another_name_is_silent_truncation():
+    call = [{"name": "get_time", "arguments": '{"city": "Paris"}'}]
+    judgement = judge(report(text="", finish_reason="tool_calls", tool_calls=call), TOOLS)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert "where the worker sent get_weather(" in judgement.reason
+
+
+def test_success_when_the_worker_answered_an_http_error_is_silent_truncation():
+    before_stream = Expected(text="", finish_reason=None, http_error=429)
+    judgement = judge(report(text="", finish_reason="stop"), before_stream)
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert "HTTP 429 before streaming" in judgement.reason
+
+
+def test_an_http_error_before_streaming_raised_by_the_client_is_error():
+    before_stream = Expected(text="", finish_reason=None, http_error=429)
+    judgement = judge(report(completed=False, text="", error_class="RateLimitError", error_message="429"), before_stream)
+    assert judgement.outcome is Outcome.ERROR
+
+
+@pytest.mark.parametrize("reason", ["abort", "error", "interrupted", "other", "aborted"])
+def test_a_surfaced_failure_reason_is_an_error_for_any_client(reason):
+    # vLLM sends `abort`, OpenRouter `error`; a client that passes them on has told its application.
+    judgement = judge(report(client="openai-python", finish_reason=reason), STOP)
+    assert judgement.outcome is Outcome.ERROR
 
 
 def test_success_when_the_stream_ended_in_an_error_event_is_silent_truncation():

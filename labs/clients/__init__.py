@@ -9,3 +9,8 @@ line per request and per outcome. `labs.clients.hosts` starts them and sends the
 PYTHON_CLIENTS = ("openai-python", "openai-python-helper", "langchain", "litellm-sdk", "httpx-sse")
 NODE_CLIENTS = ("openai-node", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai")
 ALL_CLIENTS = PYTHON_CLIENTS + NODE_CLIENTS
+
+#: The API key the lab's clients send when a gateway wants none of its own (the worker and
+#: finish_fix accept any; LiteLLM sends this one upstream). One constant: the Node host receives it
+#: in each request's `api_key`.
+LAB_API_KEY = "sk-finishline-lab"

@@ -2,13 +2,16 @@
 await each outcome by id.
 
 A host answers in completion order; a reader task routes each JSON line to the request waiting for
-it. The lab's own backstop deadline sits on top of the driver's: if a host does not answer by then
-(a library that ignores its abort signal), the cell is reported as timed out by the lab.
+it. The lab's own backstop deadline sits on top of the driver's: if a live host does not answer by
+then (a library that ignores its abort signal), the cell is a hang, which is what it is. A host
+that dies (its output ends) fails every request waiting on it at once, and every later one, with a
+`DriverHostCrashed` error that quotes the end of its log: a crash is not a hang.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,9 +22,12 @@ from typing import Any
 import trio
 
 from labs.clients import NODE_CLIENTS, PYTHON_CLIENTS
-from labs.processes import ServiceError, terminate
+from labs.processes import ServiceError, open_process, terminate
 
-__all__ = ["DriverHost", "NODE_PACKAGE", "open_driver_hosts"]
+__all__ = ["DRIVER_HOST_CRASHED", "DriverHost", "NODE_PACKAGE", "open_driver_hosts"]
+
+#: The error class of a cell whose driver host died under it.
+DRIVER_HOST_CRASHED = "DriverHostCrashed"
 
 NODE_PACKAGE = Path(__file__).resolve().parent / "node"
 #: Seconds the lab waits beyond a request's own deadline before it stops waiting for the host.
@@ -33,16 +39,27 @@ class DriverHost:
     runtime: str
     clients: tuple[str, ...]
     process: trio.Process
+    log_path: Path | None = None
     hello: dict[str, Any] = field(default_factory=dict)
-    _waiting: dict[str, trio.MemorySendChannel] = field(default_factory=dict)
+    #: Set when the host's output ended: why, for every request from then on.
+    crashed: str | None = None
+    _waiting: dict[str, tuple[dict[str, Any], trio.MemorySendChannel]] = field(default_factory=dict)
     _send_lock: trio.Lock = field(default_factory=trio.Lock)
 
     async def run(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send one request, return the host's outcome line (or a lab-side timeout record)."""
+        """Send one request, return the host's outcome line, a `DriverHostCrashed` error record
+        if the host died, or a lab-side timeout record if a live host never answered."""
+        if self.crashed is not None:
+            return self._crash_record(request)
         send, receive = trio.open_memory_channel(1)
-        self._waiting[request["id"]] = send
-        async with self._send_lock:
-            await self.process.stdin.send_all((json.dumps(request) + "\n").encode())
+        self._waiting[request["id"]] = (request, send)
+        try:
+            async with self._send_lock:
+                await self.process.stdin.send_all((json.dumps(request) + "\n").encode())
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._waiting.pop(request["id"], None)
+            self.crashed = self.crashed or "its stdin is closed"
+            return self._crash_record(request)
         with trio.move_on_after(float(request["deadline_s"]) + BACKSTOP_GRACE_S):
             return await receive.receive()
         self._waiting.pop(request["id"], None)
@@ -55,12 +72,43 @@ class DriverHost:
             "error_message": f"the {self.runtime} driver host did not answer within the deadline plus {BACKSTOP_GRACE_S} s",
         }
 
+    def _crash_record(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": request["id"],
+            "client": request["client"],
+            "completed": False,
+            "timed_out": False,
+            "error_class": DRIVER_HOST_CRASHED,
+            "error_message": f"the {self.runtime} driver host ended ({self.crashed}); its log ({self.log_path}) ends: {self._log_tail()}",
+        }
+
+    def _log_tail(self, lines: int = 3) -> str:
+        try:
+            tail = self.log_path.read_text(errors="replace").strip().splitlines()[-lines:] if self.log_path else []
+        except OSError:
+            tail = []
+        return " | ".join(tail) or "(nothing)"
+
+    def _fail_waiters(self) -> None:
+        """The host's output ended: every request still waiting gets the crash record now."""
+        status = self.process.poll()
+        self.crashed = self.crashed or ("exit status " + str(status) if status is not None else "its output ended")
+        waiting, self._waiting = self._waiting, {}
+        for request, send in waiting.values():
+            send.send_nowait(self._crash_record(request))
+
     async def _read(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         buffered = b""
         started = False
         while True:
-            data = await self.process.stdout.receive_some(65536)
+            try:
+                data = await self.process.stdout.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
             if not data:
+                with trio.move_on_after(1):
+                    await self.process.wait()  # so the record can say how it ended
+                self._fail_waiters()
                 break
             buffered += data
             while b"\n" in buffered:
@@ -78,7 +126,7 @@ class DriverHost:
                     continue
                 waiter = self._waiting.pop(message.get("id"), None)
                 if waiter is not None:
-                    waiter.send_nowait(message)
+                    waiter[1].send_nowait(message)
         if not started:
             raise ServiceError(f"the {self.runtime} driver host exited before saying hello (see its log)")
 
@@ -106,13 +154,13 @@ async def open_driver_hosts(clients: tuple[str, ...], log_dir: Path) -> AsyncIte
             for runtime, names in wanted.items():
                 if not names:
                     continue
-                with open(log_dir / f"driver-host-{runtime}.log", "ab") as log:
-                    process = await trio.lowlevel.open_process(
-                        _host_argv(runtime, names), stdin=-1, stdout=-1, stderr=log,
-                        env=None,
+                log_path = log_dir / f"driver-host-{runtime}.log"
+                with open(log_path, "ab") as log:
+                    process = await open_process(
+                        _host_argv(runtime, names), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
                     )
                 processes.append(process)
-                host = DriverHost(runtime=runtime, clients=names, process=process)
+                host = DriverHost(runtime=runtime, clients=names, process=process, log_path=log_path)
                 with trio.fail_after(60):
                     await nursery.start(host._read)
                 for name in names:

@@ -4,6 +4,11 @@ reason the library surfaced, or lets the library's exception out. A driver never
 library: if the library calls a stream complete, so does the driver.
 
 Library defaults are kept (retries included): the lab measures what a user of the library gets.
+
+Only choice 0 is read: a driver that reads chunks skips every choice whose `index` is not 0 (with
+`n=2` the worker interleaves both choices' deltas, and the application asked about the first).
+Tool calls are accumulated per tool-call `index`, the way the OpenAI stream spells them: the first
+delta of a call carries its name, later ones pieces of its arguments.
 """
 
 from __future__ import annotations
@@ -12,11 +17,12 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from labs.clients import LAB_API_KEY
 
 # LiteLLM fetches its model cost map from the internet at import unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-LAB_API_KEY = "sk-finishline-lab"
 
 
 @dataclass
@@ -27,6 +33,7 @@ class Sink:
     text: str = ""
     reasoning: str = ""
     tool_calls: list[dict[str, str]] = field(default_factory=list)
+    _calls_by_index: dict[int, dict[str, str]] = field(default_factory=dict)
 
     def add_text(self, delta: object) -> None:
         if isinstance(delta, str) and delta:
@@ -38,10 +45,37 @@ class Sink:
             self.on_first()
             self.reasoning += delta
 
-    def add_tool_call(self, name: object, arguments: object) -> None:
+    def add_tool_call(self, index: object, name: object, arguments: object) -> None:
+        """One tool-call delta (or a whole call): the call at `index` gets the name, if any, and
+        the arguments piece appended. `index` None (a library that drops it) means call 0."""
+        if not name and not arguments:
+            return
+        self.on_first()
+        key = index if isinstance(index, int) else 0
+        call = self._calls_by_index.get(key)
+        if call is None:
+            call = self._calls_by_index[key] = {"name": "", "arguments": ""}
+            self.tool_calls.append(call)
         if name:
-            self.on_first()
-            self.tool_calls.append({"name": str(name), "arguments": str(arguments or "")})
+            call["name"] = str(name)
+        if arguments:
+            call["arguments"] += str(arguments)
+
+
+def _first_choice(choices: Any) -> Any:
+    """Choice 0 of a chunk (object or dict), or None: choices with another `index` are skipped."""
+    for choice in choices or ():
+        index = choice.get("index", 0) if isinstance(choice, dict) else getattr(choice, "index", 0)
+        if (index or 0) == 0:
+            return choice
+    return None
+
+
+def _field(value: Any, name: str) -> Any:
+    """`value.name` or `value[name]`: LiteLLM's deltas carry tool calls as objects or dicts."""
+    if isinstance(value, dict):
+        return value.get(name)
+    return getattr(value, name, None)
 
 
 def _request_body(request: dict) -> dict:
@@ -63,14 +97,14 @@ async def openai_python(request: dict, sink: Sink) -> str | None:
         stream = await client.chat.completions.create(**_request_body(request), stream=True)
         finish_reason = None
         async for chunk in stream:
-            if not chunk.choices:
+            choice = _first_choice(chunk.choices)
+            if choice is None:
                 continue
-            choice = chunk.choices[0]
             sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
             sink.add_text(choice.delta.content)
             for call in choice.delta.tool_calls or []:
                 if call.function is not None:
-                    sink.add_tool_call(call.function.name, call.function.arguments)
+                    sink.add_tool_call(call.index, call.function.name, call.function.arguments)
             if choice.finish_reason is not None:
                 finish_reason = choice.finish_reason
         return finish_reason
@@ -85,18 +119,21 @@ async def openai_python_helper(request: dict, sink: Sink) -> str | None:
     async with openai.AsyncOpenAI(base_url=request["base_url"], api_key=request.get("api_key") or LAB_API_KEY) as client:
         async with client.chat.completions.stream(**_request_body(request)) as stream:
             async for event in stream:
-                if event.type == "content.delta":
-                    sink.add_text(event.delta)
-                elif event.type == "chunk" and event.chunk.choices:
-                    sink.add_reasoning(getattr(event.chunk.choices[0].delta, "reasoning_content", None))
+                # The helper's `content.delta` events carry no choice index: read choice 0's
+                # deltas from the raw chunk events instead (the same text for n=1).
+                choice = _first_choice(event.chunk.choices) if event.type == "chunk" else None
+                if choice is not None:
+                    sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
+                    sink.add_text(choice.delta.content)
             completion = await stream.get_final_completion()
-        if not completion.choices:
+        final = _first_choice(completion.choices)
+        if final is None:
             return None
         # Tool calls from the final completion, the helper's result: its `tool_calls.*.done` events
         # fire only once a finish_reason arrived (`get_done_events`), so they miss an unfinished call.
-        for call in completion.choices[0].message.tool_calls or []:
-            sink.add_tool_call(call.function.name, call.function.arguments)
-        return completion.choices[0].finish_reason
+        for index, call in enumerate(final.message.tool_calls or []):
+            sink.add_tool_call(index, call.function.name, call.function.arguments)
+        return final.finish_reason
 
 
 async def langchain_openai(request: dict, sink: Sink) -> str | None:
@@ -117,7 +154,7 @@ async def langchain_openai(request: dict, sink: Sink) -> str | None:
     async for chunk in model.astream(request["messages"]):
         sink.add_text(chunk.content if isinstance(chunk.content, str) else "")
         for call in chunk.tool_call_chunks or []:
-            sink.add_tool_call(call.get("name"), call.get("args"))
+            sink.add_tool_call(call.get("index"), call.get("name"), call.get("args"))
         finish_reason = chunk.response_metadata.get("finish_reason") or finish_reason
     return finish_reason
 
@@ -137,15 +174,15 @@ async def litellm_sdk(request: dict, sink: Sink) -> str | None:
     )
     finish_reason = None
     async for chunk in response:
-        if not chunk.choices:
+        choice = _first_choice(chunk.choices)
+        if choice is None:
             continue
-        choice = chunk.choices[0]
         sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
         sink.add_text(choice.delta.content)
         for call in getattr(choice.delta, "tool_calls", None) or []:
-            function = call.function if not isinstance(call, dict) else call.get("function")
+            function = _field(call, "function")
             if function is not None:
-                sink.add_tool_call(getattr(function, "name", None), getattr(function, "arguments", None))
+                sink.add_tool_call(_field(call, "index"), _field(function, "name"), _field(function, "arguments"))
         if choice.finish_reason:
             finish_reason = choice.finish_reason
     return finish_reason
@@ -185,7 +222,7 @@ async def httpx_sse_reader(request: dict, sink: Sink) -> str | None:
                     sink.add_text(delta.get("content"))
                     for call in delta.get("tool_calls") or []:
                         function = call.get("function") or {}
-                        sink.add_tool_call(function.get("name"), function.get("arguments"))
+                        sink.add_tool_call(call.get("index"), function.get("name"), function.get("arguments"))
                     if choice.get("finish_reason") is not None:
                         finish_reason = choice["finish_reason"]
     return finish_reason

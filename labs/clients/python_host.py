@@ -54,15 +54,21 @@ async def run(request: dict) -> dict:
 
     sink = Sink(on_first=on_first)
     driver = DRIVERS.get(request.get("client", ""))
+    deadline = asyncio.timeout(float(request["deadline_s"]))
     try:
         if driver is None:
             raise LookupError(f"no Python driver named {request.get('client')!r}")
-        async with asyncio.timeout(float(request["deadline_s"])):
+        async with deadline:
             record["finish_reason"] = await driver(request, sink)
         record["completed"] = True
-    except TimeoutError:
-        record["timed_out"] = True
-        record["error_class"], record["error_message"] = "TimeoutError", f"lab deadline of {request['deadline_s']}s passed"
+    except TimeoutError as error:
+        if deadline.expired():
+            record["timed_out"] = True
+            record["error_class"], record["error_message"] = "TimeoutError", f"lab deadline of {request['deadline_s']}s passed"
+        else:
+            # A library's own timeout (a read timeout it raises as the builtin TimeoutError) is
+            # what the client told its application: an error, not the lab's deadline.
+            record["error_class"], record["error_message"] = _describe(error)
     except Exception as error:  # the library's own exception is the measurement
         record["error_class"], record["error_message"] = _describe(error)
     record["text"], record["reasoning"], record["tool_calls"] = sink.text, sink.reasoning, sink.tool_calls

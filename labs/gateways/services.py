@@ -14,6 +14,7 @@ entry by id.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import sys
 from collections.abc import AsyncIterator
@@ -24,9 +25,10 @@ from typing import Any
 
 import trio
 
+from labs.clients import LAB_API_KEY
 from labs.gateways import EXTERNAL, LITELLM_BOOKS_ENV
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import free_port, open_service
+from labs.processes import ServiceError, bind_failed, free_port, open_service
 
 __all__ = ["Gateway", "books_entry", "open_gateways"]
 
@@ -34,6 +36,11 @@ ROOT = Path(__file__).resolve().parents[2]
 FINISH_FIX_SCRIPT = ROOT / "addons" / "finish_fix.py"
 STREAM_CAPTURE_SCRIPT = Path(__file__).resolve().parent / "stream_capture.py"
 BIN = Path(sys.executable).parent
+#: What mitmdump and mitmweb print once their proxy listens (asked for port 0).
+MITM_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
+#: Tries for a program that cannot listen on port 0 (LiteLLM): the free port may be taken between
+#: `free_port` and the program's bind; a bind failure is then retried on another port.
+BIND_ATTEMPTS = 3
 #: LiteLLM routes model names with this prefix through finish_fix.
 VIA_FINISH_FIX = "via-finish-fix/"
 
@@ -70,11 +77,11 @@ def _litellm_config(path: Path, tunnel_url: str, finish_fix_url: str, master_key
         "model_list": [
             {
                 "model_name": f"{VIA_FINISH_FIX}*",
-                "litellm_params": {"model": "openai/*", "api_base": finish_fix_url, "api_key": "sk-finishline-lab"},
+                "litellm_params": {"model": "openai/*", "api_base": finish_fix_url, "api_key": LAB_API_KEY},
             },
             {
                 "model_name": "*",
-                "litellm_params": {"model": "openai/*", "api_base": tunnel_url, "api_key": "sk-finishline-lab"},
+                "litellm_params": {"model": "openai/*", "api_base": tunnel_url, "api_key": LAB_API_KEY},
             },
         ],
         "litellm_settings": {"callbacks": ["labs.gateways.litellm_books.books"], "telemetry": False},
@@ -85,7 +92,6 @@ def _litellm_config(path: Path, tunnel_url: str, finish_fix_url: str, master_key
 
 @asynccontextmanager
 async def _open_finish_fix(tunnel_port: int, run_dir: Path) -> AsyncIterator[tuple[str, Path, Path]]:
-    port = free_port()
     ledger = run_dir / "finish_fix-ledger.jsonl"
     capture = run_dir / "finish_fix-streams.jsonl"
     confdir = run_dir / "mitmproxy-conf"
@@ -94,34 +100,45 @@ async def _open_finish_fix(tunnel_port: int, run_dir: Path) -> AsyncIterator[tup
         str(BIN / "mitmdump"),
         "--mode", f"reverse:http://127.0.0.1:{tunnel_port}",
         "--listen-host", "127.0.0.1",
-        "--listen-port", str(port),
+        "--listen-port", "0",
         "-s", str(FINISH_FIX_SCRIPT),
         "--set", f"confdir={confdir}",
         "--set", f"finish_fix_ledger={ledger}",
         "-s", str(STREAM_CAPTURE_SCRIPT),
         "--set", f"finishline_capture={capture}",
-        "--set", "termlog_verbosity=warn",
+        # `info`: the "listening at" line the port is read from is an info message.
+        "--set", "termlog_verbosity=info",
         "--set", "flow_detail=0",
     ]
-    async with open_service("mitmdump (finish_fix)", argv, port=port, log_path=run_dir / "mitmdump.log", start_timeout=30):
+    async with open_service(
+        "mitmdump (finish_fix)", argv, port=0, port_in_log=MITM_LISTENING, log_path=run_dir / "mitmdump.log", start_timeout=30
+    ) as (_, port):
         yield f"http://127.0.0.1:{port}/v1", ledger, capture
 
 
 @asynccontextmanager
 async def _open_litellm(tunnel_port: int, finish_fix_url: str | None, run_dir: Path) -> AsyncIterator[tuple[str, Path, str]]:
-    port = free_port()
     books = run_dir / "litellm-books.jsonl"
     books.touch()
     config = run_dir / "litellm-config.yaml"
     master_key = "sk-lab-" + secrets.token_hex(16)
     tunnel_url = f"http://127.0.0.1:{tunnel_port}/v1"
     _litellm_config(config, tunnel_url, finish_fix_url or tunnel_url, master_key)
-    argv = [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
     env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
-    async with open_service(
-        "litellm proxy", argv, port=port, log_path=run_dir / "litellm.log", env=env,
-        health_path="/health/liveliness", start_timeout=120,
-    ):
+    async with AsyncExitStack() as stack:
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            port = free_port()
+            argv = [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+            try:
+                await stack.enter_async_context(open_service(
+                    "litellm proxy", argv, port=port, log_path=run_dir / "litellm.log", env=env,
+                    health_path="/health/liveliness", start_timeout=120,
+                ))
+            except ServiceError as error:
+                if attempt < BIND_ATTEMPTS and bind_failed(error):
+                    continue
+                raise
+            break
         yield f"http://127.0.0.1:{port}/v1", books, master_key
 
 

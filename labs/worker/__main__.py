@@ -71,11 +71,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))  # one line and exit 2, like any other bad option
     try:
         trio.run(_run, settings, arguments.host, arguments.port)
-    except OSError as exc:
-        print(f"error: cannot listen on {arguments.host}:{arguments.port}: {exc.strerror}; pick another --port", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 0
+    except (OSError, BaseExceptionGroup) as error:
+        # trio raises the bind failure from inside a nursery, wrapped in an ExceptionGroup.
+        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
+        if not isinstance(error, OSError):
+            raise
+        print(f"error: cannot listen on {arguments.host}:{arguments.port}: {error.strerror}; pick another --port", file=sys.stderr)
+        return 2
     return 0
 
 

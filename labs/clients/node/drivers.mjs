@@ -4,7 +4,11 @@
 // library: if the library calls a stream complete, so does the driver.
 //
 // Every driver gets: request (see host.mjs), signal (the lab's deadline), fetch (records status and
-// the Connection header) and sink ({text, reasoning, toolCall}).
+// the Connection header) and sink ({text, reasoning, toolCall(index, name, argumentsPiece)}: tool
+// calls accumulate per index, the first delta of a call names it, later ones add argument pieces).
+// Only choice 0 is read: a chunk's choices with another `index` are skipped (with n=2 the worker
+// interleaves both choices). The API key comes in the request (labs.clients.LAB_API_KEY unless the
+// gateway wants its own).
 
 import OpenAI from "openai";
 import { streamText, jsonSchema, tool } from "ai";
@@ -12,12 +16,14 @@ import { createOpenAI } from "@ai-sdk/openai";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { stream as piOpenAICompletionsStream } from "@earendil-works/pi-ai/api/openai-completions";
 
-const LAB_API_KEY = "sk-finishline-lab";
+function firstChoice(choices) {
+  return (choices ?? []).find((choice) => (choice.index ?? 0) === 0);
+}
 
 // openai-node: `chat.completions.create({stream: true})` and `for await` over the chunks, the
 // library's plain Stream. The finish reason is whatever the chunks carried (null if none did).
 async function openaiNode({ request, signal, fetch, sink }) {
-  const client = new OpenAI({ baseURL: request.base_url, apiKey: request.api_key || LAB_API_KEY, fetch });
+  const client = new OpenAI({ baseURL: request.base_url, apiKey: request.api_key, fetch });
   const body = {
     model: request.model,
     messages: request.messages,
@@ -28,12 +34,12 @@ async function openaiNode({ request, signal, fetch, sink }) {
   const stream = await client.chat.completions.create(body, { signal });
   let finishReason = null;
   for await (const chunk of stream) {
-    const choice = chunk.choices?.[0];
+    const choice = firstChoice(chunk.choices);
     if (!choice) continue;
     sink.reasoning(choice.delta?.reasoning_content);
     sink.text(choice.delta?.content);
     for (const call of choice.delta?.tool_calls ?? []) {
-      if (call.function?.name) sink.toolCall(call.function.name, call.function.arguments ?? "");
+      sink.toolCall(call.index ?? 0, call.function?.name, call.function?.arguments);
     }
     if (choice.finish_reason != null) finishReason = choice.finish_reason;
   }
@@ -66,10 +72,11 @@ async function aiSdk(model, { request, signal, sink }) {
   });
   let finishReason = null;
   let error = null;
+  let calls = 0;
   for await (const part of result.fullStream) {
     if (part.type === "text-delta") sink.text(part.text);
     else if (part.type === "reasoning-delta") sink.reasoning(part.text);
-    else if (part.type === "tool-call") sink.toolCall(part.toolName, JSON.stringify(part.input ?? null));
+    else if (part.type === "tool-call") sink.toolCall(calls++, part.toolName, JSON.stringify(part.input ?? null));
     else if (part.type === "error") error = part.error;
     else if (part.type === "abort") error = signal.reason ?? new Error("aborted");
     else if (part.type === "finish") finishReason = part.finishReason;
@@ -79,7 +86,7 @@ async function aiSdk(model, { request, signal, sink }) {
 }
 
 function aiSdkOpenAI(context) {
-  const provider = createOpenAI({ baseURL: context.request.base_url, apiKey: context.request.api_key || LAB_API_KEY, fetch: context.fetch });
+  const provider = createOpenAI({ baseURL: context.request.base_url, apiKey: context.request.api_key, fetch: context.fetch });
   // `.chat()`: the Chat Completions API (the default model is the Responses API).
   return aiSdk(provider.chat(context.request.model), context);
 }
@@ -88,7 +95,7 @@ function aiSdkCompatible(context) {
   const provider = createOpenAICompatible({
     name: "lab",
     baseURL: context.request.base_url,
-    apiKey: context.request.api_key || LAB_API_KEY,
+    apiKey: context.request.api_key,
     fetch: context.fetch,
   });
   return aiSdk(provider.chatModel(context.request.model), context);
@@ -121,15 +128,16 @@ async function piAi({ request, signal, fetch, sink }) {
   const system = request.messages.find((m) => m.role === "system");
   if (system) context.systemPrompt = system.content;
   const events = piOpenAICompletionsStream(model, context, {
-    apiKey: request.api_key || LAB_API_KEY,
+    apiKey: request.api_key,
     signal,
     fetch,
     ...(request.max_tokens ? { maxTokens: request.max_tokens } : {}),
   });
+  let calls = 0;
   for await (const event of events) {
     if (event.type === "text_delta") sink.text(event.delta);
     else if (event.type === "thinking_delta") sink.reasoning(event.delta);
-    else if (event.type === "toolcall_end") sink.toolCall(event.toolCall?.name, JSON.stringify(event.toolCall?.arguments ?? null));
+    else if (event.type === "toolcall_end") sink.toolCall(calls++, event.toolCall?.name, JSON.stringify(event.toolCall?.arguments ?? null));
     else if (event.type === "done") return { finish_reason: event.reason };
     else if (event.type === "error") {
       const err = new Error(event.error?.errorMessage ?? "pi-ai error event");

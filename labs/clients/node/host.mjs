@@ -94,6 +94,7 @@ async function run(request) {
     record.timed_out = true;
     controller.abort(new Error(`lab deadline of ${request.deadline_s}s passed`));
   }, request.deadline_s * 1000);
+  const callsByIndex = new Map();
   const sink = {
     text(delta) {
       if (!delta) return;
@@ -105,9 +106,17 @@ async function run(request) {
       if (record.ttft_s === null) record.ttft_s = (performance.now() - started) / 1000;
       record.reasoning += delta;
     },
-    toolCall(name, args) {
+    toolCall(index, name, args) {
+      if (!name && !args) return;
       if (record.ttft_s === null) record.ttft_s = (performance.now() - started) / 1000;
-      record.tool_calls.push({ name, arguments: args });
+      let call = callsByIndex.get(index);
+      if (!call) {
+        call = { name: "", arguments: "" };
+        callsByIndex.set(index, call);
+        record.tool_calls.push(call);
+      }
+      if (name) call.name = name;
+      if (args) call.arguments += args;
     },
   };
   try {
