@@ -210,7 +210,13 @@ def _run(arguments: argparse.Namespace) -> int:
 
 
 def _apply(client: ToxiproxyClient, arguments: argparse.Namespace) -> None:
-    fault = _fault(client, arguments)
+    try:
+        fault = _fault(client, arguments)
+    except UsageError:
+        if _stopped_by:  # stopped while probing: the probe's own failure is not the news
+            print(f"{arguments.command} not applied ({_stopped_by[0]})", flush=True)
+            return
+        raise
     if _stopped_by:
         # Stopped while probing: do not apply a fault only to remove it.
         print(f"{fault.name} not applied ({_stopped_by[0]})", flush=True)

@@ -239,6 +239,10 @@ def test_sigterm_while_probing_applies_nothing(toxiproxy):
         request = b""
         while b"\r\n\r\n" not in request:
             request += await stream.receive_some(65536)
+        head, _, body_so_far = request.partition(b"\r\n\r\n")
+        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        while len(body_so_far) < length:  # read the whole request, or answering early breaks its pipe
+            body_so_far += await stream.receive_some(65536)
         probes += 1
         if probes == 2:
             second_probe_arrived.set()

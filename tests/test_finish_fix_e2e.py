@@ -303,39 +303,35 @@ def test_finished_content_length_body_without_done_gets_done_appended(
 
 
 
+def cut_through(finish_fix: FinishFixProxy, upstream: UpstreamServer, script: Script) -> tuple[openai.APIError, list]:
+    """Streams `script` through finish_fix; asserts the client raised the interruption error and the
+    ledger booked `interrupted`. Returns the error and the chunks received before it."""
+    prefix = upstream.route(script)
+    received: list = []
+    with openai_client(finish_fix.base_url(prefix)) as client:
+        with pytest.raises(openai.APIError) as raised:
+            stream_completion(client, received)
+    assert_interrupted_error(raised.value)
+    [record] = finish_fix.wait_ledger_lines(prefix)
+    assert record["verdict"] == "interrupted", record
+    return raised.value, received
+
+
 @pytest.mark.parametrize("script", CUTS.values(), ids=CUTS.keys())
 def test_cut_stream_raises_api_error_saying_it_was_interrupted(
     finish_fix: FinishFixProxy, upstream: UpstreamServer, script: Script
 ) -> None:
-    prefix = upstream.route(script)
-    received: list = []
-
-    with openai_client(finish_fix.base_url(prefix)) as client:
-        with pytest.raises(openai.APIError) as raised:
-            stream_completion(client, received)
-
-    assert_interrupted_error(raised.value)
+    error, received = cut_through(finish_fix, upstream, script)
     assert text_of(received) == "".join(ANSWER[:2]), "what came before the cut was passed on"
-    [record] = finish_fix.wait_ledger_lines(prefix)
-    assert record["verdict"] == "interrupted", record
 
 
 @pytest.mark.parametrize("script", CUTS_BEFORE_FIRST_TOKEN.values(), ids=CUTS_BEFORE_FIRST_TOKEN.keys())
 def test_cut_before_the_first_token_raises_api_error_saying_so(
     finish_fix: FinishFixProxy, upstream: UpstreamServer, script: Script
 ) -> None:
-    prefix = upstream.route(script)
-    received: list = []
-
-    with openai_client(finish_fix.base_url(prefix)) as client:
-        with pytest.raises(openai.APIError) as raised:
-            stream_completion(client, received)
-
-    assert_interrupted_error(raised.value)
-    assert re.search(r"before the first token", raised.value.message), raised.value.message
+    error, received = cut_through(finish_fix, upstream, script)
+    assert re.search(r"before the first token", error.message), error.message
     assert received == []
-    [record] = finish_fix.wait_ledger_lines(prefix)
-    assert record["verdict"] == "interrupted", record
 
 
 def test_cut_stream_gets_one_error_event_and_no_done(
