@@ -10,24 +10,21 @@ from /proc.
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import trio
 
+from faults import orphans
 from faults.toxiproxy_client import ToxiproxyClient, ToxiproxyUnavailable
 
 __all__ = ["ToxiproxyServer", "find_toxiproxy_server", "open_toxiproxy_server", "run_toxiproxy_server"]
@@ -110,7 +107,7 @@ def _start(*, host: str, port: int, log_path: str | None) -> Iterator[_Starting]
     # Split from the waiting so that `open_toxiproxy_server` starts the process in trio's own thread
     # (the parent-death signal follows the thread that forked, and trio's worker threads come and go)
     # and only waits in a worker thread.
-    if _prctl is None:
+    if not orphans.SUPPORTED:
         raise ToxiproxyServerError("running toxiproxy-server here needs Linux (/proc and the parent-death signal)")
     binary = find_toxiproxy_server()
     with open(log_path, "ab+") if log_path else tempfile.TemporaryFile() as log:
@@ -124,7 +121,7 @@ def _start(*, host: str, port: int, log_path: str | None) -> Iterator[_Starting]
             stdout=log,
             stderr=log,
             env={**os.environ, "LOG_LEVEL": os.environ.get("LOG_LEVEL", "warn") if log_path else "warn"},
-            preexec_fn=partial(_die_with_parent, os.getpid()),
+            preexec_fn=orphans.die_with_parent(os.getpid()),
         )
         try:
             yield _Starting(process=process, host=host, port=port, log=log, log_start=log_start)
@@ -241,19 +238,6 @@ def _maybe_listening_port(pid: int, port: int) -> int | None:
             if fields[3] == _TCP_LISTEN and fields[9] in inodes and port in (0, local_port):
                 return local_port
     return None
-
-
-def _die_with_parent(parent_pid: int) -> None:
-    # Runs in the child between fork and exec: ask Linux to send SIGTERM when the parent thread
-    # dies, however it dies (SIGKILL included), so toxiproxy-server is never orphaned. If the
-    # parent died before the request took effect, nobody would send it: leave now instead.
-    if _prctl(_PR_SET_PDEATHSIG, ctypes.c_ulong(signal.SIGTERM.value)) != 0 or os.getppid() != parent_pid:
-        os._exit(121)
-
-
-_PR_SET_PDEATHSIG = 1
-# Resolved before any fork, so the child only makes the call.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -13,23 +13,20 @@ thread that exits after 10 s idle, so `open_process` forks on the trio thread it
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
 import socket
 import subprocess
-import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
 
-__all__ = ["ServiceError", "die_with_parent", "free_port", "bind_failed", "open_process", "read_port_from_log", "open_service", "terminate"]
+from faults.orphans import die_with_parent
 
-#: prctl(2) option: the signal this process gets when its parent (thread) dies.
-_PR_SET_PDEATHSIG = 1
+__all__ = ["ServiceError", "free_port", "bind_failed", "open_process", "read_port_from_log", "open_service", "terminate"]
 
 
 class ServiceError(RuntimeError):
@@ -41,26 +38,6 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
-
-
-def die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A `preexec_fn` that makes the child get SIGTERM when its parent dies (Linux; elsewhere a no-op).
-
-    If the parent died between fork and prctl, the child was already re-parented: it stops itself.
-    """
-
-    if not sys.platform.startswith("linux"):
-        return lambda: None
-    # Looked up here, in the parent: between fork and exec the child should not dlopen (another
-    # thread may have held the loader's lock at the fork).
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return preexec
 
 
 async def open_process(
