@@ -78,6 +78,25 @@ def _field(value: Any, name: str) -> Any:
     return getattr(value, name, None)
 
 
+async def _read_chunks(chunks: Any, sink: Sink, *, is_reason: Callable[[Any], bool]) -> str | None:
+    """Reads OpenAI-shaped chunks (objects; LiteLLM's tool calls may be dicts) into `sink`; returns
+    the last finish reason that `is_reason` accepts, the way that client surfaces it."""
+    finish_reason = None
+    async for chunk in chunks:
+        choice = _first_choice(chunk.choices)
+        if choice is None:
+            continue
+        sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
+        sink.add_text(choice.delta.content)
+        for call in getattr(choice.delta, "tool_calls", None) or []:
+            function = _field(call, "function")
+            if function is not None:
+                sink.add_tool_call(_field(call, "index"), _field(function, "name"), _field(function, "arguments"))
+        if is_reason(choice.finish_reason):
+            finish_reason = choice.finish_reason
+    return finish_reason
+
+
 def _request_body(request: dict) -> dict:
     body: dict = {"model": request["model"], "messages": request["messages"]}
     if request.get("max_tokens"):
@@ -95,19 +114,8 @@ async def openai_python(request: dict, sink: Sink) -> str | None:
 
     async with openai.AsyncOpenAI(base_url=request["base_url"], api_key=request.get("api_key") or LAB_API_KEY) as client:
         stream = await client.chat.completions.create(**_request_body(request), stream=True)
-        finish_reason = None
-        async for chunk in stream:
-            choice = _first_choice(chunk.choices)
-            if choice is None:
-                continue
-            sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
-            sink.add_text(choice.delta.content)
-            for call in choice.delta.tool_calls or []:
-                if call.function is not None:
-                    sink.add_tool_call(call.index, call.function.name, call.function.arguments)
-            if choice.finish_reason is not None:
-                finish_reason = choice.finish_reason
-        return finish_reason
+        # The raw SDK surfaces "" as a value: any reason that is not None counts.
+        return await _read_chunks(stream, sink, is_reason=lambda reason: reason is not None)
 
 
 async def openai_python_helper(request: dict, sink: Sink) -> str | None:
@@ -172,20 +180,7 @@ async def litellm_sdk(request: dict, sink: Sink) -> str | None:
         stream=True,
         **{key: value for key, value in _request_body(request).items() if key != "model"},
     )
-    finish_reason = None
-    async for chunk in response:
-        choice = _first_choice(chunk.choices)
-        if choice is None:
-            continue
-        sink.add_reasoning(getattr(choice.delta, "reasoning_content", None))
-        sink.add_text(choice.delta.content)
-        for call in getattr(choice.delta, "tool_calls", None) or []:
-            function = _field(call, "function")
-            if function is not None:
-                sink.add_tool_call(_field(call, "index"), _field(function, "name"), _field(function, "arguments"))
-        if choice.finish_reason:
-            finish_reason = choice.finish_reason
-    return finish_reason
+    return await _read_chunks(response, sink, is_reason=bool)
 
 
 class StreamErrorEvent(Exception):
