@@ -183,7 +183,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         )
         report(f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel.listen_port}; starting gateways", 0, total)
         async with open_gateways(
-            gateway_names, tunnel_port=tunnel.listen_port, run_dir=run_dir,
+            gateway_names, primary_url=f"http://127.0.0.1:{tunnel.listen_port}", run_dir=run_dir,
             external_url=config.external_url, external_api_key=config.external_api_key,
         ) as gateways, open_driver_hosts(client_names, run_dir) as hosts:
             versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}

@@ -91,14 +91,14 @@ def _litellm_config(path: Path, tunnel_url: str, finish_fix_url: str, master_key
 
 
 @asynccontextmanager
-async def _open_finish_fix(tunnel_port: int, run_dir: Path) -> AsyncIterator[tuple[str, Path, Path]]:
+async def _open_finish_fix(upstream_url: str, run_dir: Path) -> AsyncIterator[tuple[str, Path, Path]]:
     ledger = run_dir / "finish_fix-ledger.jsonl"
     capture = run_dir / "finish_fix-streams.jsonl"
     confdir = run_dir / "mitmproxy-conf"
     confdir.mkdir(parents=True, exist_ok=True)
     argv = [
         str(BIN / "mitmdump"),
-        "--mode", f"reverse:http://127.0.0.1:{tunnel_port}",
+        "--mode", f"reverse:{upstream_url}",
         "--listen-host", "127.0.0.1",
         "--listen-port", "0",
         "-s", str(FINISH_FIX_SCRIPT),
@@ -117,12 +117,12 @@ async def _open_finish_fix(tunnel_port: int, run_dir: Path) -> AsyncIterator[tup
 
 
 @asynccontextmanager
-async def _open_litellm(tunnel_port: int, finish_fix_url: str | None, run_dir: Path) -> AsyncIterator[tuple[str, Path, str]]:
+async def _open_litellm(upstream_url: str, finish_fix_url: str | None, run_dir: Path) -> AsyncIterator[tuple[str, Path, str]]:
     books = run_dir / "litellm-books.jsonl"
     books.touch()
     config = run_dir / "litellm-config.yaml"
     master_key = "sk-lab-" + secrets.token_hex(16)
-    tunnel_url = f"http://127.0.0.1:{tunnel_port}/v1"
+    tunnel_url = f"{upstream_url}/v1"
     _litellm_config(config, tunnel_url, finish_fix_url or tunnel_url, master_key)
     env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
     async with AsyncExitStack() as stack:
@@ -146,26 +146,32 @@ async def _open_litellm(tunnel_port: int, finish_fix_url: str | None, run_dir: P
 async def open_gateways(
     names: tuple[str, ...],
     *,
-    tunnel_port: int | None,
+    primary_url: str | None,
+    spare_url: str | None = None,
     run_dir: Path,
     external_url: str | None = None,
     external_api_key: str | None = None,
 ) -> AsyncIterator[dict[str, Gateway]]:
-    """Start what `names` need and yield {name: Gateway}. `tunnel_port`: toxiproxy's listener in
-    front of the worker (not needed when only `external` runs)."""
+    """Start what `names` need and yield {name: Gateway}.
+
+    `primary_url`: the gateways' first upstream, `http://127.0.0.1:PORT` without `/v1` (the
+    worker's tunnel, or the hub in front of it; not needed when only `external` runs).
+    `spare_url`: a second, healthy worker for the gateways that can have more than one upstream
+    (None: a pool of one).
+    """
     gateways: dict[str, Gateway] = {}
     async with AsyncExitStack() as stack:
         if "direct" in names:
-            gateways["direct"] = Gateway(name="direct", base_url=f"http://127.0.0.1:{tunnel_port}/v1")
+            gateways["direct"] = Gateway(name="direct", base_url=f"{primary_url}/v1")
         finish_fix_url = ledger = capture = None
         if "finish_fix" in names or "litellm+finish_fix" in names:
-            finish_fix_url, ledger, capture = await stack.enter_async_context(_open_finish_fix(tunnel_port, run_dir))
+            finish_fix_url, ledger, capture = await stack.enter_async_context(_open_finish_fix(primary_url, run_dir))
             if "finish_fix" in names:
                 gateways["finish_fix"] = Gateway(
                     name="finish_fix", base_url=finish_fix_url, books_path=ledger, books_kind="finish_fix", capture_path=capture
                 )
         if "litellm" in names or "litellm+finish_fix" in names:
-            url, books, key = await stack.enter_async_context(_open_litellm(tunnel_port, finish_fix_url, run_dir))
+            url, books, key = await stack.enter_async_context(_open_litellm(primary_url, finish_fix_url, run_dir))
             if "litellm" in names:
                 gateways["litellm"] = Gateway(name="litellm", base_url=url, books_path=books, books_kind="litellm", api_key=key)
             if "litellm+finish_fix" in names:
