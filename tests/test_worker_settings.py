@@ -104,6 +104,32 @@ def test_for_request_prefers_max_completion_tokens_and_ignores_nonsense():
     assert (resolved.n, resolved.max_tokens, resolved.include_usage, resolved.model) == (1, None, False, DEFAULT_MODEL_NAME)
 
 
+@pytest.mark.parametrize(
+    "tool_choice",
+    ["required", {"type": "function", "function": {"name": "get_weather"}}],
+)
+def test_a_request_that_forces_a_tool_call_gets_one(tool_choice):
+    body = {"tools": [{"type": "function", "function": {"name": "get_weather"}}], "tool_choice": tool_choice}
+    resolved = WorkerSettings().for_request(body)
+    assert resolved.tool_calls == 1
+    assert expected_answer(resolved).choices[0].finish_reason == "tool_calls"
+    assert WorkerSettings(tool_calls=2).for_request(body).tool_calls == 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tools": [{"type": "function", "function": {"name": "get_weather"}}]},
+        {"tools": [{"type": "function", "function": {"name": "get_weather"}}], "tool_choice": "auto"},
+        {"tools": [{"type": "function", "function": {"name": "get_weather"}}], "tool_choice": "none"},
+        {"tools": [], "tool_choice": "required"},
+        {"tool_choice": "required"},
+    ],
+)
+def test_tools_without_a_forced_call_or_without_tools_get_text(body):
+    assert WorkerSettings().for_request(body).tool_calls == 0
+
+
 def test_expected_answer_content():
     answer = expected_answer(WorkerSettings(tokens=9).for_request({}))
     (choice,) = answer.choices

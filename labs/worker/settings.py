@@ -263,13 +263,17 @@ class WorkerSettings:
 
         Fields already set win over the request. Returns fully resolved settings: `n`,
         `include_usage` and `model` are never `None` afterwards (`max_tokens` stays `None` when
-        neither side limits).
+        neither side limits). A request that declares `tools` and forces a call (`tool_choice:
+        "required"` or `{"type": "function", ...}`) gets one tool call when `tool_calls` is 0.
         """
         stream_options = body.get("stream_options") or {}
         requested_max = body.get("max_completion_tokens", body.get("max_tokens"))
         model = body.get("model")
         return dataclasses.replace(
             self,
+            # A real server that is told it must call a tool does (`tool_choice: "required"`, or a
+            # named function): one call, unless the settings ask for more.
+            tool_calls=self.tool_calls if self.tool_calls or not _forces_tool_call(body) else 1,
             n=self.n if self.n is not None else _int_or(body.get("n"), 1),
             max_tokens=self.max_tokens if self.max_tokens is not None else _int_or(requested_max, None),
             include_usage=(
@@ -397,6 +401,13 @@ def _int_or(value: Any, default: int | None) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return default
+
+
+def _forces_tool_call(body: Mapping[str, Any]) -> bool:
+    # OpenAI: "required" means the model must call one or more tools; an object names the one.
+    choice = body.get("tool_choice")
+    forced = choice == "required" or (isinstance(choice, Mapping) and choice.get("type") == "function")
+    return forced and isinstance(body.get("tools"), list) and bool(body["tools"])
 
 
 def _model_or_default(model: Any) -> str:
