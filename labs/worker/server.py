@@ -9,7 +9,7 @@ closes, the settings say `Connection: close`, or the framing is close-delimited.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -27,7 +27,17 @@ from labs.worker.settings import (
 )
 from labs.worker.wire import ResponsePlan, json_plan, response_plan
 
-__all__ = ["HandledRequest", "RunningWorker", "open_worker", "serve_worker", "settings_for_request"]
+__all__ = [
+    "HandledRequest",
+    "RequestHandler",
+    "RunningWorker",
+    "maybe_read_request",
+    "open_worker",
+    "send_quietly",
+    "serve_http_connection",
+    "serve_worker",
+    "settings_for_request",
+]
 
 #: Requests larger than this are refused (a lab request is a few KB).
 MAX_REQUEST_BYTES = 1 << 20
@@ -119,9 +129,18 @@ async def open_worker(
         nursery.cancel_scope.cancel()
 
 
-async def _serve_connection(
-    stream: trio.SocketStream, defaults: WorkerSettings, handled: list[HandledRequest]
+#: Answers one parsed request on the connection; True when the connection can take another.
+RequestHandler = Callable[[trio.SocketStream, h11.Request, bytes], Awaitable[bool]]
+
+
+async def serve_http_connection(
+    stream: trio.SocketStream, answer: RequestHandler, bad_request: Callable[[str], ResponsePlan]
 ) -> None:
+    """Serve one HTTP/1.1 connection: parse each request (h11), let `answer` write the response
+    bytes itself, and go on while it says the connection stays open. A malformed request gets
+    `bad_request(why)` and the connection closes. The worker and the lab's hub (labs.hub) both
+    serve their connections with this loop; the stream is closed when it returns.
+    """
     buffered = b""
     try:
         while True:
@@ -131,30 +150,42 @@ async def _serve_connection(
             if buffered:  # receive_data(b"") would mean EOF to h11
                 parser.receive_data(buffered)
             try:
-                maybe_request = await _maybe_read_request(stream, parser)
+                maybe_request = await maybe_read_request(stream, parser)
             except h11.RemoteProtocolError as exc:
-                await _send_quietly(stream, _bad_request(defaults, f"malformed HTTP request: {exc}"))
+                await send_quietly(stream, bad_request(f"malformed HTTP request: {exc}"))
                 return
             if maybe_request is None:
                 return
             request, body = maybe_request
             buffered = parser.trailing_data[0]
-            keep_open = await _answer(stream, request, body, defaults, handled)
+            keep_open = await answer(stream, request, body)
             if not keep_open:
                 return
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         # The client (or the proxy in front) reset the connection between or during requests:
-        # a lab does that on purpose, so it is not a worker error.
+        # a lab does that on purpose, so it is not a server error.
         return
     finally:
         with trio.CancelScope(shield=True):
             await stream.aclose()
 
 
-async def _maybe_read_request(
+async def _serve_connection(
+    stream: trio.SocketStream, defaults: WorkerSettings, handled: list[HandledRequest]
+) -> None:
+    await serve_http_connection(
+        stream, partial(_answer, defaults=defaults, handled=handled), partial(_bad_request, defaults)
+    )
+
+
+async def maybe_read_request(
     stream: trio.SocketStream, parser: h11.Connection
 ) -> tuple[h11.Request, bytes] | None:
-    """The next request and its body, or None when the client closed between requests."""
+    """The next request and its body, or None when the client closed between requests.
+
+    Raises:
+        h11.RemoteProtocolError: the bytes are not an HTTP/1.1 request, or the body is too large.
+    """
     request = None
     body = bytearray()
     while True:
@@ -179,6 +210,7 @@ async def _answer(
     stream: trio.SocketStream,
     request: h11.Request,
     body: bytes,
+    *,
     defaults: WorkerSettings,
     handled: list[HandledRequest],
 ) -> bool:
@@ -192,6 +224,9 @@ async def _answer(
     stream_requested = False
     if method == "GET" and path.endswith("/models"):
         plan = _json_plan(defaults, 200, {"object": "list", "data": [_model_entry()]})
+    elif method == "GET" and path in _PROBES:
+        # What routers (SMG, vllm-router) probe before they route to a worker (labs/gateways).
+        plan = _json_plan(defaults, 200, _PROBES[path])
     elif method == "POST" and path.endswith("/chat/completions"):
         try:
             payload = json.loads(body or b"{}")
@@ -249,11 +284,24 @@ async def _send_plan(
     return "complete", sent
 
 
-async def _send_quietly(stream: trio.SocketStream, plan: ResponsePlan) -> None:
+async def send_quietly(stream: trio.SocketStream, plan: ResponsePlan) -> None:
     try:
         await stream.send_all(plan.to_bytes())
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+
+
+#: GET probes that routers send a worker, with the answer each gets: SMG and vllm-router poll
+#: `/health` before routing and drop a worker that fails it; the others are load and metadata
+#: polls whose answers they only log.
+_PROBES: dict[str, dict[str, Any]] = {
+    "/health": {},
+    "/version": {"version": "finishline-worker"},
+    "/server_info": {},
+    "/get_server_info": {},
+    "/v1/loads": {"loads": []},
+    "/get_load": {"load": 0},
+}
 
 
 def _model_entry() -> dict[str, Any]:

@@ -1,0 +1,291 @@
+"""The hub's HTTP/1.1 relay, on trio: gateway -> hub -> tunnel (toxiproxy) -> worker.
+
+Each request from the gateway is parsed with the worker's own connection loop
+(`labs.worker.server.serve_http_connection`) and sent on over a fresh upstream connection, one
+per request: toxiproxy's byte counts are per connection, so a cut "after n tokens" must see each
+response from its first byte. The response is read with h11 (as a client) and relayed as it
+arrives: the head as received, the body in its own framing (chunked: each complete chunk as one
+chunk of the same size; close-delimited and Content-Length: the bytes as they come), so a healthy
+response reaches the gateway byte for byte. When the tunnel fails, `labs.hub.policy` says what the
+gateway gets.
+
+The policy is read once per request, when it arrives: the lab's runner sets `Hub.on_tunnel_drop`
+before each scenario, and a request already in flight keeps the policy it started with.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+
+import h11
+import trio
+
+from labs.hub.policy import (
+    BAD_GATEWAY_BODY,
+    TERMINATOR,
+    ConnectionEnd,
+    TunnelDropPolicy,
+    TunnelFailure,
+    after_tunnel_drop,
+    parse_policy,
+)
+from labs.worker.server import send_quietly, serve_http_connection
+from labs.worker.settings import Framing
+from labs.worker.wire import ResponsePlan, json_plan
+
+__all__ = ["Hub", "HubExchange", "open_hub", "serve_hub"]
+
+#: Request headers that belong to one hop (RFC 9110 section 7.6.1) or to the body's framing; the
+#: hub sets its own (`content-length`, `connection: close`) on the upstream request.
+_HOP_HEADERS = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
+                b"upgrade", b"content-length", b"expect"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HubExchange:
+    """What the hub did for one request, for the lab's report."""
+
+    method: str
+    path: str
+    #: The request's `model` (it carries the lab's cell id), None when the body has none.
+    model: str | None
+    policy: TunnelDropPolicy
+    #: The upstream's status, None when no response head came through.
+    status: int | None
+    #: `complete`, or how the tunnel failed (`labs.hub.policy.TunnelFailure`), or `gateway_gone`
+    #: when the gateway left before the response ended.
+    upstream_ending: str
+    #: `passed` (the response as it came), or the policy's action (`labs.hub.policy.AfterDrop`).
+    action: str
+    #: Body bytes the hub relayed from the tunnel (framing excluded; a dropped partial chunk too).
+    body_bytes: int
+
+    def summary(self) -> str:
+        """One line for a report, e.g. `tunnel fin after 0 body bytes; hub close: clean_end`."""
+        if self.upstream_ending == "complete":
+            return f"complete ({self.body_bytes} body bytes)"
+        return f"tunnel {self.upstream_ending} after {self.body_bytes} body bytes; hub {self.policy}: {self.action}"
+
+
+@dataclass(slots=True, kw_only=True)
+class Hub:
+    """A running hub: where it listens, where it relays to, its policy (settable) and its record."""
+
+    host: str
+    port: int
+    upstream_host: str
+    upstream_port: int
+    _policy: TunnelDropPolicy
+    exchanges: list[HubExchange] = field(default_factory=list)
+
+    @property
+    def on_tunnel_drop(self) -> TunnelDropPolicy:
+        return self._policy
+
+    @on_tunnel_drop.setter
+    def on_tunnel_drop(self, value: TunnelDropPolicy | str) -> None:
+        # Checked here, so a bad policy fails where it is set, not in the middle of a request.
+        self._policy = parse_policy(value)
+
+    @property
+    def url(self) -> str:
+        """`http://127.0.0.1:PORT`, no `/v1`: what a gateway's upstream is set to."""
+        return f"http://{self.host}:{self.port}"
+
+
+async def serve_hub(
+    *,
+    upstream_port: int,
+    on_tunnel_drop: TunnelDropPolicy | str = TunnelDropPolicy.CLOSE,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    upstream_host: str = "127.0.0.1",
+    task_status: trio.TaskStatus[Hub] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled. `await nursery.start(partial(serve_hub, upstream_port=P))` returns the
+    `Hub` (its `.port` is the bound one; set `.on_tunnel_drop` to change the policy).
+
+    Raises:
+        ValueError: `on_tunnel_drop` is not a policy (before anything listens).
+    """
+    hub = Hub(host=host, port=0, upstream_host=upstream_host, upstream_port=upstream_port,
+              _policy=parse_policy(on_tunnel_drop))
+    listeners = await trio.open_tcp_listeners(port, host=host)
+    hub.port = listeners[0].socket.getsockname()[1]
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await serve_http_connection(stream, partial(_relay, hub=hub), _bad_request)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, handler, listeners)
+        task_status.started(hub)
+
+
+@asynccontextmanager
+async def open_hub(
+    *, upstream_port: int, on_tunnel_drop: TunnelDropPolicy | str = TunnelDropPolicy.CLOSE, port: int = 0,
+    host: str = "127.0.0.1", upstream_host: str = "127.0.0.1",
+) -> AsyncIterator[Hub]:
+    """Run a hub for the duration of the block, relaying to `upstream_host:upstream_port`."""
+    async with trio.open_nursery() as nursery:
+        hub = await nursery.start(partial(
+            serve_hub, upstream_port=upstream_port, on_tunnel_drop=on_tunnel_drop, host=host, port=port,
+            upstream_host=upstream_host,
+        ))
+        yield hub
+        nursery.cancel_scope.cancel()
+
+
+def _bad_request(message: str) -> ResponsePlan:
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": "invalid_hub_request"}
+    return json_plan(400, {"error": error}, connection_close=True)
+
+
+def _model_of(body: bytes) -> str | None:
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    model = value.get("model") if isinstance(value, dict) else None
+    return model if isinstance(model, str) else None
+
+
+def _upstream_request(request: h11.Request, body: bytes) -> tuple[h11.Connection, bytes]:
+    """An h11 client for the upstream connection, and the request bytes to send on it."""
+    headers = [(name, value) for name, value in request.headers.raw_items() if name.lower() not in _HOP_HEADERS]
+    headers += [(b"content-length", str(len(body)).encode()), (b"connection", b"close")]
+    parser = h11.Connection(h11.CLIENT)
+    data = parser.send(h11.Request(method=request.method, target=request.target, headers=headers))
+    data += parser.send(h11.Data(data=body)) if body else b""
+    data += parser.send(h11.EndOfMessage())
+    return parser, data
+
+
+def _framing(response: h11.Response) -> Framing:
+    names = {name.lower(): value.lower() for name, value in response.headers.raw_items()}
+    if b"chunked" in names.get(b"transfer-encoding", b""):
+        return Framing.CHUNKED
+    if b"content-length" in names:
+        return Framing.CONTENT_LENGTH
+    return Framing.CLOSE
+
+
+def _head(response: h11.Response) -> bytes:
+    # The head as received: h11 keeps each header's original spelling in `raw_items`.
+    lines = [b"HTTP/1.1 %d %s" % (response.status_code, response.reason)]
+    lines += [name + b": " + value for name, value in response.headers.raw_items()]
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def _closes(response: h11.Response, framing: Framing) -> bool:
+    connection = b",".join(value.lower() for name, value in response.headers.raw_items() if name.lower() == b"connection")
+    return framing is Framing.CLOSE or b"close" in connection
+
+
+def _failure(error: trio.BrokenResourceError) -> TunnelFailure:
+    return TunnelFailure.RESET if isinstance(error.__cause__, ConnectionResetError) else TunnelFailure.FIN
+
+
+def _reset(stream: trio.SocketStream) -> None:
+    # SO_LINGER with a zero timeout: the close that follows sends a TCP reset, not a FIN.
+    stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+
+async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *, hub: Hub) -> bool:
+    """Relay one request; True when the gateway's connection can take another."""
+    policy = hub.on_tunnel_drop
+    client_wants_close = request.http_version != b"1.1" or any(
+        name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()
+    )
+
+    def record(status: int | None, ending: str, action: str, body_bytes: int) -> None:
+        hub.exchanges.append(HubExchange(
+            method=request.method.decode(), path=request.target.decode("latin-1").split("?", 1)[0],
+            model=_model_of(body), policy=policy, status=status, upstream_ending=ending, action=action,
+            body_bytes=body_bytes,
+        ))
+
+    try:
+        upstream = await trio.open_tcp_stream(hub.upstream_host, hub.upstream_port)
+    except OSError:
+        return await _dropped(stream, policy, TunnelFailure.UNREACHABLE, None, record, status=None, body_bytes=0,
+                              closes=True)
+    async with upstream:
+        parser, request_bytes = _upstream_request(request, body)
+        response: h11.Response | None = None
+        framing: Framing | None = None
+        chunk = bytearray()
+        relayed = 0
+        try:
+            await upstream.send_all(request_bytes)
+            while True:
+                try:
+                    event = parser.next_event()
+                except h11.RemoteProtocolError:
+                    # At EOF: the tunnel closed mid-body (h11: "peer closed connection without
+                    # sending complete message body"); before EOF: bytes that are no response.
+                    failure = TunnelFailure.FIN if parser.trailing_data[1] else TunnelFailure.MALFORMED
+                    break
+                if event is h11.NEED_DATA:
+                    try:
+                        data = await upstream.receive_some(65536)
+                    except trio.BrokenResourceError as error:
+                        failure = _failure(error)
+                        break
+                    parser.receive_data(data)  # b"" is EOF
+                elif isinstance(event, h11.InformationalResponse):
+                    continue
+                elif isinstance(event, h11.Response):
+                    response, framing = event, _framing(event)
+                    await stream.send_all(_head(event))
+                elif isinstance(event, h11.Data):
+                    relayed += len(event.data)
+                    if framing is Framing.CHUNKED:
+                        # Whole chunks only, each as it was framed: a healthy stream passes byte
+                        # for byte, and a chunk the tunnel cut in half is never half-forwarded.
+                        chunk += event.data
+                        if event.chunk_end:
+                            await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), bytes(chunk)))
+                            chunk.clear()
+                    else:
+                        await stream.send_all(event.data)
+                elif isinstance(event, h11.EndOfMessage):
+                    if framing is Framing.CHUNKED:
+                        await stream.send_all(TERMINATOR)
+                    assert response is not None
+                    record(response.status_code, "complete", "passed", relayed)
+                    return not client_wants_close and not _closes(response, framing)
+                else:  # h11.ConnectionClosed before a response: the tunnel closed at once
+                    failure = TunnelFailure.FIN
+                    break
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            # Writing to the gateway failed: it left. Nothing to tell it; the upstream closes.
+            record(response.status_code if response else None, "gateway_gone", "none", relayed)
+            raise
+    return await _dropped(
+        stream, policy, failure, framing, record, status=response.status_code if response else None,
+        body_bytes=relayed - len(chunk), closes=client_wants_close or (response is not None and _closes(response, framing)),
+    )
+
+
+async def _dropped(
+    stream: trio.SocketStream, policy: TunnelDropPolicy, failure: TunnelFailure, framing: Framing | None,
+    record, *, status: int | None, body_bytes: int, closes: bool,
+) -> bool:
+    """Answer the gateway after a tunnel failure, as the policy says; True to keep its connection."""
+    answer = after_tunnel_drop(policy, failure, framing=framing)
+    record(status, failure.value, answer.action, body_bytes)
+    if answer.action == "bad_gateway":
+        await send_quietly(stream, json_plan(502, BAD_GATEWAY_BODY, connection_close=True))
+        return False
+    if answer.send:
+        await stream.send_all(answer.send)
+    if answer.end is ConnectionEnd.RESET:
+        _reset(stream)
+    return answer.end is ConnectionEnd.KEEP and not closes

@@ -1,0 +1,253 @@
+"""The hub (labs/hub): each tunnel-drop policy, byte for byte, for chunked and close-delimited
+bodies, with the real toxiproxy cutting the tunnel (FIN or reset) between the hub and the worker."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+
+import h11
+import pytest
+import trio
+
+from faults.catalog import cut_after_tokens, cut_during_prefill, down
+from labs.hub import (
+    ERROR_EVENT,
+    AfterDrop,
+    ConnectionEnd,
+    TunnelDropPolicy,
+    TunnelFailure,
+    after_tunnel_drop,
+    open_hub,
+    serve_hub,
+)
+from labs.processes import open_service
+from labs.worker import open_worker, parse_settings, response_plan
+from labs.worker.settings import Framing
+from tests.fixtures_lab import chat_request, client_exchange, open_proxy, run_trio
+
+ROOT = Path(__file__).resolve().parent.parent
+EXACT_ERROR_EVENT = (
+    b'data: {"error":{"message":"agent disconnected mid-request","type":"server_error","code":"worker_disconnected"}}\n\n'
+)
+TERMINATOR = b"0\r\n\r\n"
+HUB_LISTENING = re.compile(r"hub listening on http://127\.0\.0\.1:(\d+)/v1")
+#: How long a connection must stay silent to count as kept open (never a timing assertion: only
+#: "nothing more came for this long" is concluded).
+QUIET_S = 0.5
+
+
+def request_for(model: str) -> tuple[bytes, bytes, object]:
+    """The raw request, the worker's whole healthy response and its plan, for a model name."""
+    body = {"model": model, "stream": True}
+    plan = response_plan(parse_settings(model).for_request(body))
+    return chat_request(body), plan.to_bytes(), plan
+
+
+def through_hub(policy, model: str, fault_for=None, toxiproxy=None, *, expect_bytes: int | None = None):
+    """Send one request gateway-side to a hub in front of the real toxiproxy in front of the worker,
+    with `fault_for(plan)` applied to the tunnel; returns what the gateway got and the hub's record."""
+    request, _, plan = request_for(model)
+
+    async def scenario():
+        async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as tunnel:
+            async with open_hub(upstream_port=tunnel.listen_port, on_tunnel_drop=policy) as hub:
+                fault = fault_for(plan) if fault_for else None
+                if fault is None:
+                    received = await client_exchange(hub.port, request, stop_after_bytes=expect_bytes, quiet_seconds=QUIET_S)
+                else:
+                    async with fault.applied(toxiproxy, tunnel.name):
+                        received = await client_exchange(hub.port, request, stop_after_bytes=expect_bytes, quiet_seconds=QUIET_S)
+                return received, list(hub.exchanges)
+
+    return run_trio(scenario, deadline=30)
+
+
+CHUNKED = "finishline-worker;tokens=6"
+CLOSE_DELIMITED = "finishline-worker;tokens=6;framing=close"
+
+
+def cut_after_3(plan, *, reset=False):
+    return cut_after_tokens(3, plan, reset=reset)
+
+
+# -- the policy table, as data -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("failure", [TunnelFailure.FIN, TunnelFailure.RESET])
+def test_policy_table_mid_body(failure):
+    assert after_tunnel_drop(TunnelDropPolicy.CLOSE, failure, framing=Framing.CHUNKED) == AfterDrop(
+        send=TERMINATOR, end=ConnectionEnd.KEEP, action="clean_end")
+    assert after_tunnel_drop(TunnelDropPolicy.ERROR_EVENT, failure, framing=Framing.CHUNKED) == AfterDrop(
+        send=b"%x\r\n%s\r\n" % (len(EXACT_ERROR_EVENT), EXACT_ERROR_EVENT) + TERMINATOR, end=ConnectionEnd.KEEP,
+        action="error_event")
+    assert after_tunnel_drop(TunnelDropPolicy.ERROR_EVENT, failure, framing=Framing.CLOSE).send == EXACT_ERROR_EVENT
+    assert after_tunnel_drop(TunnelDropPolicy.CLOSE, failure, framing=Framing.CLOSE).end is ConnectionEnd.FIN
+    passed_on = after_tunnel_drop(TunnelDropPolicy.ABORT, failure, framing=Framing.CHUNKED)
+    assert (passed_on.send, passed_on.end.value) == (b"", failure.value)
+
+
+def test_the_error_event_is_the_issues_bytes():
+    assert ERROR_EVENT == EXACT_ERROR_EVENT
+
+
+def test_before_the_head_close_and_error_event_answer_502_and_abort_passes_the_failure_on():
+    for policy in (TunnelDropPolicy.CLOSE, TunnelDropPolicy.ERROR_EVENT):
+        assert after_tunnel_drop(policy, TunnelFailure.FIN, framing=None).action == "bad_gateway"
+    assert after_tunnel_drop(TunnelDropPolicy.ABORT, TunnelFailure.RESET, framing=None).end is ConnectionEnd.RESET
+
+
+# -- healthy responses pass byte for byte --------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [CHUNKED, CLOSE_DELIMITED, "finishline-worker;tokens=4;framing=content-length",
+                                   "finishline-worker;tokens=3;connection_close=1", "finishline-worker;http_error=429"])
+@pytest.mark.parametrize("policy", list(TunnelDropPolicy))
+def test_a_healthy_response_passes_byte_for_byte(toxiproxy, policy, model):
+    _, healthy, plan = request_for(model)
+    received, exchanges = through_hub(policy, model, toxiproxy=toxiproxy, expect_bytes=len(healthy))
+    assert received.data == healthy
+    # A response that closes (close-delimited, `Connection: close`) closes; others stay open.
+    assert received.ending == ("fin" if plan.closes else "open")
+    assert [(e.upstream_ending, e.action) for e in exchanges] == [("complete", "passed")]
+
+
+# -- a cut mid-body, chunked ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
+def test_close_ends_a_cut_chunked_body_with_the_terminator_and_keeps_the_connection(toxiproxy, reset):
+    _, healthy, plan = request_for(CHUNKED)
+    expected = healthy[: plan.offset_after_tokens(3)] + TERMINATOR
+    received, exchanges = through_hub("close", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, expect_bytes=len(expected))
+    assert received.data == expected
+    assert received.ending == "open"  # a complete response, as the post-mortem's hub made it
+    assert (exchanges[0].upstream_ending, exchanges[0].action) == ("reset" if reset else "fin", "clean_end")
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
+def test_error_event_sends_the_event_as_a_chunk_then_the_terminator(toxiproxy, reset):
+    _, healthy, plan = request_for(CHUNKED)
+    expected = healthy[: plan.offset_after_tokens(3)] + b"%x\r\n%s\r\n" % (len(EXACT_ERROR_EVENT), EXACT_ERROR_EVENT) + TERMINATOR
+    received, _ = through_hub("error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, expect_bytes=len(expected))
+    assert received.data == expected
+    assert received.ending == "open"
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
+def test_abort_passes_a_fin_as_a_fin_and_a_reset_as_a_reset(toxiproxy, reset):
+    _, healthy, plan = request_for(CHUNKED)
+    received, exchanges = through_hub("abort", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy)
+    assert received.data == healthy[: plan.offset_after_tokens(3)]
+    assert received.ending == ("reset" if reset else "fin")
+    assert exchanges[0].action == ("reset" if reset else "fin")
+
+
+def test_the_incident_a_prefill_cut_through_close_is_a_complete_empty_200(toxiproxy):
+    # The post-mortem: head sent, tunnel drops during prefill, the hub ends the body cleanly.
+    _, healthy, plan = request_for(CHUNKED)
+    expected = healthy[: plan.head_length] + TERMINATOR
+    received, exchanges = through_hub("close", CHUNKED, cut_during_prefill, toxiproxy, expect_bytes=len(expected))
+    assert received.data == expected
+    parser = h11.Connection(h11.CLIENT)
+    parser.send(h11.Request(method="POST", target="/", headers=[("host", "x"), ("content-length", "0")]))
+    parser.send(h11.EndOfMessage())
+    parser.receive_data(received.data)
+    events = [parser.next_event() for _ in range(2)]
+    assert events[0].status_code == 200 and isinstance(events[1], h11.EndOfMessage)
+    assert exchanges[0].summary() == "tunnel fin after 0 body bytes; hub close: clean_end"
+
+
+# -- a cut mid-body, close-delimited -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", list(TunnelDropPolicy))
+def test_a_fin_ends_a_close_delimited_body_for_every_policy(toxiproxy, policy):
+    # HTTP cannot tell this cut from the end: a close-delimited body ends with a FIN.
+    _, healthy, plan = request_for(CLOSE_DELIMITED)
+    received, exchanges = through_hub(policy, CLOSE_DELIMITED, cut_after_3, toxiproxy)
+    assert received.data == healthy[: plan.offset_after_tokens(3)]
+    assert received.ending == "fin"
+    assert exchanges[0].upstream_ending == "complete"
+
+
+@pytest.mark.parametrize(
+    ("policy", "appended", "ending"),
+    [("close", b"", "fin"), ("error_event", EXACT_ERROR_EVENT, "fin"), ("abort", b"", "reset")],
+)
+def test_a_reset_on_a_close_delimited_body(toxiproxy, policy, appended, ending):
+    _, healthy, plan = request_for(CLOSE_DELIMITED)
+    received, exchanges = through_hub(policy, CLOSE_DELIMITED, partial(cut_after_3, reset=True), toxiproxy)
+    assert received.data == healthy[: plan.offset_after_tokens(3)] + appended
+    assert received.ending == ending
+    assert exchanges[0].upstream_ending == "reset"
+
+
+# -- before the head -----------------------------------------------------------------------------
+
+
+def test_an_unreachable_tunnel_is_a_502_for_close_and_a_bare_close_for_abort(toxiproxy):
+    received, exchanges = through_hub("close", CHUNKED, lambda plan: down(), toxiproxy)
+    assert received.data.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
+    assert b'"code":"worker_unreachable"' in received.data and received.ending == "fin"
+    assert exchanges[0].upstream_ending == "unreachable"
+    received, _ = through_hub("abort", CHUNKED, lambda plan: down(), toxiproxy)
+    assert (received.data, received.ending) == (b"", "fin")
+
+
+# -- the policy is the runner's to set -----------------------------------------------------------
+
+
+def test_the_policy_can_be_changed_between_requests_and_a_bad_one_is_refused(toxiproxy):
+    request, healthy, plan = request_for(CHUNKED)
+
+    async def scenario():
+        async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as tunnel:
+            async with trio.open_nursery() as nursery:
+                hub = await nursery.start(partial(serve_hub, upstream_port=tunnel.listen_port))
+                assert hub.on_tunnel_drop is TunnelDropPolicy.CLOSE
+                with pytest.raises(ValueError, match="on_tunnel_drop 'drop' is not one of close, error_event, abort"):
+                    hub.on_tunnel_drop = "drop"
+                hub.on_tunnel_drop = "abort"
+                async with cut_after_3(plan).applied(toxiproxy, tunnel.name):
+                    received = await client_exchange(hub.port, request)
+                nursery.cancel_scope.cancel()
+                return received, hub.exchanges
+
+    received, exchanges = run_trio(scenario, deadline=30)
+    assert received.ending == "fin" and exchanges[0].policy is TunnelDropPolicy.ABORT
+
+
+# -- standalone ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--upstream", "nowhere"], "'nowhere' is not HOST:PORT"),
+        (["--upstream", "127.0.0.1:1", "--on-tunnel-drop", "drop"], "on_tunnel_drop 'drop' is not one of close, error_event, abort"),
+        (["--upstream", "127.0.0.1:1", "--port", "-4"], "'-4' is not a port"),
+    ],
+)
+def test_standalone_refuses_bad_arguments_in_one_line(argv, words):
+    result = subprocess.run([sys.executable, "-m", "labs.hub", *argv], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2
+    assert words in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_standalone_hub_relays_to_its_upstream(tmp_path):
+    request, healthy, _ = request_for("finishline-worker;tokens=3;connection_close=1")
+
+    async def scenario():
+        async with open_worker() as worker:
+            argv = [sys.executable, "-m", "labs.hub", "--upstream", f"127.0.0.1:{worker.port}", "--port", "0"]
+            async with open_service("hub", argv, port=0, log_path=tmp_path / "hub.log", port_in_log=HUB_LISTENING) as (_, port):
+                return await client_exchange(port, request)
+
+    received = run_trio(scenario, deadline=30)
+    assert received.data == healthy
+    assert "on_tunnel_drop=close" in (tmp_path / "hub.log").read_text()
