@@ -17,6 +17,7 @@ from labs.clients import ALL_CLIENTS
 from labs.entry import EXIT_ERROR, run_command
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
+from labs.outcome import Outcome
 from labs.report_html import write_html
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, ScenarioError, load_scenario, load_scenarios
@@ -27,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m labs",
         description="Run real clients through real gateways against a worker whose tunnel fails on "
-        "purpose, and print what each client saw (ok, error, hang, silent-truncation).",
+        f"purpose, and print what each client saw ({', '.join(o.value for o in Outcome)}).",
     )
     parser.add_argument("--scenario", action="append", metavar="NAME",
                         help=f"a scenario name from {SCENARIO_DIR} or a path to a .toml file (repeatable; default: all)")

@@ -6,8 +6,11 @@ result file and the HTML report show:
 - `ok`: the client finished normally with the full answer and the right finish reason (a client that
   surfaces no reason at all passes only where the true reason is `stop`, the one an application
   assumes when none is given).
-- `error`: the client told its application something went wrong: it raised (class: message), or it
-  finished with a reason that says so (the AI SDK's `interrupted`, a Pi `error` stop).
+- `error`: the client raised: it told its application something went wrong (class: message), and
+  an application that does nothing special stops there.
+- `flagged`: the client ended normally but surfaced a finish reason that means "incomplete" (the AI
+  SDK's `interrupted` or `other`, a passed-through `abort` or `error`): the failure is there to be
+  seen, but only an application that checks the reason notices it.
 - `hang`: no end within the scenario's deadline.
 - `silent-truncation`: the client reported success, but the text (or the tool calls: their names
   and arguments) is not the worker's full answer, or the reason is wrong (a missing `length` or
@@ -17,7 +20,8 @@ result file and the HTML report show:
 
 Books: a gateway that keeps books (finish_fix's ledger, LiteLLM's callbacks) says `ok` or `error`
 for the request; a mismatch is flagged when the books' word differs from what the client's outcome
-implies (a client-side `ok` needs books `ok`; anything else needs books `error`).
+implies (a client-side `ok` needs books `ok`; anything else, `flagged` included, needs books
+`error`: a `flagged` cell is a failure the client noticed).
 """
 
 from __future__ import annotations
@@ -46,8 +50,10 @@ class Outcome(enum.StrEnum):
 
     #: Full answer, right reason, normal end.
     OK = "ok"
-    #: The client raised, or surfaced a reason that means failure.
+    #: The client raised.
     ERROR = "error"
+    #: The client ended normally, but with a finish reason that means the answer is incomplete.
+    FLAGGED = "flagged"
     #: Nothing ended the request before the scenario's deadline.
     HANG = "hang"
     #: Success reported, but the answer is short or the reason wrong: the worst cell.
@@ -55,7 +61,7 @@ class Outcome(enum.StrEnum):
 
     @property
     def severity(self) -> int:
-        """0 for ok up to 3 for silent-truncation: the order cells are coloured and sorted in."""
+        """0 for ok up to 4 for silent-truncation: the order cells are coloured and sorted in."""
         return list(Outcome).index(self)
 
 
@@ -140,8 +146,8 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
     """Classify one client report against the true answer.
 
     Order matters: a deadline beats everything (a hung client may also hold partial text), then
-    what the client said (raised, or a failure reason), then what it did not say (short text,
-    wrong reason).
+    what the client said (raised: `error`; a failure reason: `flagged`), then what it did not say
+    (short text, wrong reason).
     """
     if report.timed_out:
         return Judgement(
@@ -153,7 +159,7 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
     surfaced = canonical_reason(report.finish_reason)
     if report.finish_reason in _FAILURE_REASONS:
         return Judgement(
-            outcome=Outcome.ERROR,
+            outcome=Outcome.FLAGGED,
             reason=f"no exception, but the client surfaced finish reason {report.finish_reason!r}",
         )
     if expected.http_error is not None:

@@ -1,9 +1,16 @@
 """The lab's HTML report: one self-contained file (no network, no external assets).
 
-The matrix is a colour-coded grid per gateway (scenario rows, client columns), with the outcome
-words as cell text; clicking a cell opens its details: why that outcome, the error the client
-raised, the text it received, what the gateway's books say, and the worker's stream for that
-scenario with the fault that was applied to it.
+Three views, top to bottom:
+
+- the versions that decide behaviour, as a table (runtime, package, version);
+- "compared with direct": per scenario, one row per gateway and one column per client, each cell
+  `direct's word -> this gateway's word`, marked better, worse or the same (by `Outcome.severity`:
+  a louder failure is better than a quieter one, and `ok` is best);
+- the matrix itself, a colour-coded grid per gateway (scenario rows, client columns).
+
+The outcome words are the cell text everywhere; clicking a cell opens its details: why that
+outcome, the error the client raised, the text it received, what the gateway's books say, and the
+worker's stream for that scenario with the fault that was applied to it.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from typing import Any
 
 from labs.outcome import Outcome
 
-__all__ = ["render_html", "write_html"]
+__all__ = ["BASELINE", "OUTCOME_COLOURS", "change", "render_html", "write_html"]
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -24,10 +31,6 @@ table.grid { border-collapse: collapse; }
 table.grid th, table.grid td { border: 1px solid #ccc; padding: 3px 6px; text-align: left; }
 table.grid th { background: #f4f4f4; font-weight: 600; }
 td.cell { cursor: pointer; font-family: ui-monospace, monospace; white-space: nowrap; }
-td.ok { background: #d7f5d7; }
-td.error { background: #fde9b8; }
-td.hang { background: #e6d3f5; }
-td.silent-truncation { background: #d9302c; color: #fff; font-weight: 700; }
 td.mismatch::after { content: " !"; font-weight: 700; }
 td.cell small { display: block; font-size: 11px; opacity: .75; }
 #details { position: fixed; top: 0; right: 0; width: 42%; height: 100%; overflow: auto;
@@ -35,7 +38,37 @@ td.cell small { display: block; font-size: 11px; opacity: .75; }
 #details pre { white-space: pre-wrap; word-break: break-all; background: #f6f6f6; padding: .5em; max-height: 22em; overflow: auto; }
 #details .close { float: right; cursor: pointer; font-size: 1.3em; }
 .legend span { padding: 2px 8px; margin-right: 6px; border: 1px solid #ccc; }
+table.versions td, table.versions th { padding: 2px 10px 2px 0; border: none; text-align: left; }
+table.versions th { font-weight: 600; vertical-align: top; }
+table.versions td.version { font-family: ui-monospace, monospace; }
+table.changes th.scenario { vertical-align: top; max-width: 16em; }
+table.changes th.scenario small { display: block; font-weight: 400; opacity: .75; }
+table.changes tr.first-of-scenario > * { border-top: 3px solid #888; }
+table.changes td.same { opacity: .45; }
+table.changes td.better { outline: 3px solid #1f8f3a; outline-offset: -3px; }
+table.changes td.worse { outline: 3px solid #b3261e; outline-offset: -3px; }
+table.changes td.better::before { content: "▲ "; color: #1f8f3a; }
+table.changes td.worse::before { content: "▼ "; color: #b3261e; }
+table.changes td.silent-truncation.worse::before, table.changes td.silent-truncation.better::before { color: #fff; }
+table.changes th.baseline, table.changes td.baseline { border-bottom: 2px solid #888; }
+table.tally td { text-align: right; }
 """
+
+#: Each outcome word's background and text colour: the grids, the legend and the comparison.
+OUTCOME_COLOURS = {
+    Outcome.OK: ("#d7f5d7", "#222"),
+    Outcome.ERROR: ("#fde9b8", "#222"),
+    Outcome.FLAGGED: ("#cfe3fb", "#222"),
+    Outcome.HANG: ("#e6d3f5", "#222"),
+    Outcome.SILENT_TRUNCATION: ("#d9302c", "#fff"),
+}
+#: The gateway every other one is compared with: the client talking to the worker's tunnel itself.
+BASELINE = "direct"
+_STYLE += "".join(
+    f"td.{outcome.value} {{ background: {background}; color: {text};"
+    f"{' font-weight: 700;' if outcome is Outcome.SILENT_TRUNCATION else ''} }}\n"
+    for outcome, (background, text) in OUTCOME_COLOURS.items()
+)
 
 _SCRIPT = """
 const data = JSON.parse(document.getElementById('lab-data').textContent);
@@ -60,7 +93,7 @@ function show(id) {
   if (s.expected.http_error) out += '<p>The worker answers HTTP ' + esc(s.expected.http_error) + ' before streaming.</p>';
   if (s.expected.tool_calls && s.expected.tool_calls.length) out += '<h3>worker\\'s tool calls</h3><pre>' + esc(JSON.stringify(s.expected.tool_calls, null, 1)) + '</pre>';
   if (c.books_entry) out += '<h3>books entry</h3><pre>' + esc(JSON.stringify(c.books_entry, null, 1)) + '</pre>';
-  if (c.finish_fix_stream != null) out += '<h3>stream as finish_fix sent it on' + (c.gateway === 'finish_fix' ? ' (to the client)' : ' (to LiteLLM)') + '</h3><pre>' + esc(c.finish_fix_stream) + '</pre>';
+  if (c.finish_fix_stream != null) out += '<h3>stream as finish_fix sent it on' + (c.gateway === 'finish_fix' ? ' (to the client)' : ' (to ' + esc(c.gateway.split('+')[0]) + ')') + '</h3><pre>' + esc(c.finish_fix_stream) + '</pre>';
   out += '<h3>worker\\'s stream</h3><p>fault: ' + esc(s.fault_summary || 'none') + '</p><pre>' + esc(s.worker_stream) + '</pre>';
   out += '<p>request model: <code>' + esc(c.request_model) + '</code></p>';
   const d = document.getElementById('details'); d.innerHTML = out; d.style.display = 'block';
@@ -87,28 +120,116 @@ def _grid(result: dict[str, Any], gateway: str) -> str:
             if cell is None:
                 parts.append("<td></td>")
                 continue
-            classes = ["cell", cell["outcome"]] + (["mismatch"] if cell.get("books_mismatch") else [])
             books = f"<small>books: {html.escape(cell['books'])}</small>" if cell.get("books") else ""
-            parts.append(
-                f'<td class="{" ".join(classes)}" data-id="{html.escape(cell["cell_id"])}" '
-                f'title="{html.escape(cell["why"])}">{html.escape(cell["outcome"])}{books}</td>'
-            )
+            parts.append(_cell_td(cell, html.escape(cell["outcome"]) + books))
         parts.append("</tr>")
     parts.append("</table>")
     return "".join(parts)
 
 
+def _versions(versions: dict[str, Any]) -> str:
+    """The versions block: runtime, package, version; one row per package (in the order the host
+    reported them: the runtime itself first), the runtime named once."""
+    if not versions:
+        return "<p>No versions recorded.</p>"
+    rows = []
+    for runtime, packages in sorted(versions.items()):
+        items = list(packages.items()) if isinstance(packages, dict) else [("", packages)]
+        for number, (package, version) in enumerate(items):
+            runtime_cell = f'<th rowspan="{len(items)}">{html.escape(runtime)}</th>' if number == 0 else ""
+            rows.append(
+                f"<tr>{runtime_cell}<td>{html.escape(str(package))}</td>"
+                f'<td class="version">{html.escape(str(version))}</td></tr>'
+            )
+    return '<table class="versions"><tr><th>runtime</th><th>package</th><th>version</th></tr>' + "".join(rows) + "</table>"
+
+
+def change(baseline: str, outcome: str) -> str:
+    """`better`, `worse` or `same`: how a gateway's outcome compares with the baseline's for the same
+    scenario and client (a lower `Outcome.severity` is better)."""
+    before, after = Outcome(baseline).severity, Outcome(outcome).severity
+    return "same" if before == after else ("better" if after < before else "worse")
+
+
+def _cell_td(cell: dict[str, Any], text: str, extra: tuple[str, ...] = ()) -> str:
+    classes = ["cell", cell["outcome"], *extra] + (["mismatch"] if cell.get("books_mismatch") else [])
+    return (
+        f'<td class="{" ".join(classes)}" data-id="{html.escape(cell["cell_id"])}" '
+        f'title="{html.escape(cell["why"])}">{text}</td>'
+    )
+
+
+def _changes(result: dict[str, Any]) -> str:
+    """Per scenario: the baseline's row, then one row per other gateway whose cells show
+    `baseline word -> gateway word`, marked better, worse or the same; and a tally per gateway."""
+    cells = {(c["scenario"], c["client"], c["gateway"]): c for c in result["cells"]}
+    others = [g for g in result["gateways"] if g != BASELINE]
+    if BASELINE not in result["gateways"] or not others:
+        return ""
+    clients = [c for c in result["clients"] if any(k[1] == c for k in cells)]
+    tally = {g: {"better": 0, "worse": 0, "same": 0} for g in others}
+    rows = []
+    for scenario in result["scenarios"]:
+        name = scenario["name"]
+        gateways = [g for g in [BASELINE, *others] if any((name, c, g) in cells for c in clients)]
+        if BASELINE not in gateways or len(gateways) < 2:
+            continue
+        for number, gateway in enumerate(gateways):
+            row = ['<tr class="first-of-scenario">' if number == 0 else "<tr>"]
+            if number == 0:
+                row.append(
+                    f'<th class="scenario" rowspan="{len(gateways)}">{html.escape(name)}'
+                    f"<small>{html.escape(scenario['title'])}</small></th>"
+                )
+            row.append(f'<th{" class=baseline" if gateway == BASELINE else ""}>{html.escape(gateway)}</th>')
+            for client in clients:
+                cell = cells.get((name, client, gateway))
+                baseline = cells.get((name, client, BASELINE))
+                if cell is None:
+                    row.append("<td></td>")
+                elif gateway == BASELINE:
+                    row.append(_cell_td(cell, html.escape(cell["outcome"]), ("baseline",)))
+                elif baseline is None:
+                    row.append(_cell_td(cell, html.escape(cell["outcome"])))
+                else:
+                    how = change(baseline["outcome"], cell["outcome"])
+                    tally[gateway][how] += 1
+                    text = html.escape(cell["outcome"]) if how == "same" else (
+                        f"{html.escape(baseline['outcome'])} &rarr; {html.escape(cell['outcome'])}"
+                    )
+                    row.append(_cell_td(cell, text, (how,)))
+            row.append("</tr>")
+            rows.append("".join(row))
+    if not rows:
+        return ""
+    header = "<tr><th>scenario</th><th>gateway</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in clients) + "</tr>"
+    tally_rows = "".join(
+        f"<tr><th>{html.escape(g)}</th><td>{t['better']}</td><td>{t['worse']}</td><td>{t['same']}</td></tr>"
+        for g, t in tally.items() if sum(t.values())
+    )
+    return (
+        f"<h2>compared with {BASELINE}: what each gateway changed for the clients</h2>"
+        f"<p>Each cell: {BASELINE}'s word &rarr; this gateway's, for the same scenario and client. "
+        "&#9650; better (a louder failure beats a quieter one, <code>ok</code> beats all), "
+        "&#9660; worse; cells that did not change are faded.</p>"
+        '<table class="grid tally"><tr><th>gateway</th><th>better</th><th>worse</th><th>same</th></tr>'
+        f"{tally_rows}</table><br>"
+        f'<table class="grid changes">{header}{"".join(rows)}</table>'
+    )
+
+
 def render_html(result: dict[str, Any]) -> str:
-    versions = html.escape(json.dumps(result.get("versions", {})))
+    legend = "".join(
+        f'<span style="background:{background};color:{text}">{outcome.value}</span>'
+        for outcome, (background, text) in OUTCOME_COLOURS.items()
+    )
     body = [
         "<h1>finishline lab: what each client saw</h1>",
-        f"<p>{len(result['cells'])} cells in {result['duration_s']:.0f} s. Versions: <code>{versions}</code></p>",
-        '<p class="legend">',
-        "".join(
-            f'<span style="background:{bg};color:{fg}">{o.value}</span>'
-            for o, bg, fg in zip(Outcome, ("#d7f5d7", "#fde9b8", "#e6d3f5", "#d9302c"), ("#222", "#222", "#222", "#fff"))
-        ),
+        f"<p>{len(result['cells'])} cells in {result['duration_s']:.0f} s.</p>",
+        f'<p class="legend">{legend}',
         " a trailing ! marks books that disagree with the client. Click a cell for its details.</p>",
+        "<h2>versions</h2>",
+        _versions(result.get("versions", {})),
         "<h2>scenarios</h2><ul>",
         "".join(
             f"<li><b>{html.escape(s['name'])}</b>: {html.escape(s['title'])}"
@@ -116,6 +237,8 @@ def render_html(result: dict[str, Any]) -> str:
             for s in result["scenarios"]
         ),
         "</ul>",
+        _changes(result),
+        "<h2>the matrix, per gateway</h2>",
         *(_grid(result, gateway) for gateway in result["gateways"]),
         '<div id="details"></div>',
     ]

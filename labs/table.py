@@ -1,7 +1,7 @@
 """The matrix as a terminal table: one block per gateway, scenario rows, client columns.
 
-Cells show the outcome words themselves (`ok`, `error`, `hang`, `silent-truncation`), coloured on a
-terminal; a trailing `!` marks a cell whose gateway books disagree with what the client saw. For a
+Cells show the outcome words themselves (`ok`, `error`, `flagged`, `hang`, `silent-truncation`),
+coloured on a terminal; a trailing `!` marks a cell whose gateway books disagree with what the client saw. For a
 gateway that keeps books, a last column counts what the books recorded for the row.
 """
 
@@ -17,6 +17,7 @@ __all__ = ["render_table"]
 _COLOURS = {
     Outcome.OK.value: "\033[32m",
     Outcome.ERROR.value: "\033[33m",
+    Outcome.FLAGGED.value: "\033[36m",
     Outcome.HANG.value: "\033[35m",
     Outcome.SILENT_TRUNCATION.value: "\033[1;31m",
 }

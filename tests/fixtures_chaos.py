@@ -65,6 +65,10 @@ def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
         )
         for name in ("reason-omitted", "cut-after-tokens-fin")
     ]
+    # The `Connection: close` trap through direct, for openai-node's plain stream and its helper.
+    conn_close = load_scenario(SCENARIO_DIR / "cut-after-tokens-conn-close.toml")
+    scenarios.append(dataclasses.replace(conn_close, name="cut-after-tokens-conn-close-direct", gateways=("direct",),
+                                         clients=("openai-node", "openai-node-helper")))
     # A short stall: every client through direct must hang (the lab's deadline ends it).
     stall = load_scenario(SCENARIO_DIR / "stall-after-tokens.toml")
     scenarios.append(dataclasses.replace(stall, deadline_s=3.0, gateways=("direct",), clients=("httpx-sse", "openai-node")))

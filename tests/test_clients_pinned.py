@@ -14,9 +14,12 @@ reason omitted (the worker ends with `[DONE]` and never sends a finish_reason):
   received becomes "stop": `ok`, reason "stop" (1.109+ raise instead, per shared notes).
 - httpx-sse 0.4.3 (the baseline reader): `ok`, no reason.
 - openai-node 7.59.0, `core/streaming` `Stream`: stops at `[DONE]`: `ok`, null.
+- openai-node 7.59.0's `chat.completions.stream()` helper, `lib/ChatCompletionStream.js`
+  `finalizeChatCompletion`: a choice whose snapshot has no (truthy) finish_reason throws
+  `OpenAIError("missing finish_reason for choice 0")` from `finalChatCompletion()`: `error`.
 - @ai-sdk/openai 4.0.118, `dist/index.js` chat `doStream`: finishReason starts as
   {unified: "interrupted"} and only a received finish_reason replaces it: no exception, reason
-  "interrupted": `error`.
+  "interrupted": `flagged`.
 - @ai-sdk/openai-compatible 3.0.92, `dist/index.js` `flush`: no finish reason enqueues an
   `InvalidResponseDataError("Response stream ended without a finish reason.")`: `error`.
 - @earendil-works/pi-ai 1.6.0, `dist/api/openai-completions.js`: `compat.supportsFinishReason`
@@ -25,8 +28,15 @@ reason omitted (the worker ends with `[DONE]` and never sends a finish_reason):
 cut after 5 tokens (FIN, chunked body without terminator, no `Connection: close`): every client
 raises its transport error: openai-python `APIConnectionError` (a `RemoteProtocolError` cause),
 LangChain `OpenAIConnectionError`, LiteLLM `MidStreamFallbackError`, httpx `RemoteProtocolError`,
-undici `TypeError: terminated` (openai-node as is, the AI SDK wrapped in `APICallError`, Pi as an
-error event "terminated").
+undici `TypeError: terminated` (openai-node as is, its `.stream()` helper re-raised as
+`OpenAIError: terminated` with the TypeError as cause (`lib/EventStream.js` `#handleError`), the AI
+SDK wrapped in `APICallError`, Pi as an error event "terminated").
+
+The helper differs from the plain openai-node `Stream` wherever the reason is missing: an omitted
+`length` (plain: `silent-truncation`), and a cut that Node 20's fetch takes for a complete body
+(`Connection: close`; plain: `silent-truncation`) both raise "missing finish_reason for choice 0".
+It does not raise on a `length` finish (unlike openai-python's helper): `LengthFinishReasonError`
+is thrown only for parse/tool-runner requests (`hasAutoParseableInput`, `_runTools`).
 
 finish_fix's column (client-side, and behind LiteLLM for a few clients): every omitted or empty
 reason (`reason-omitted`, `reason-empty`, `tool-calls-omitted`) is `ok` for every client, and every
@@ -66,7 +76,8 @@ REASON_OMITTED_DIRECT = {
     "litellm-sdk": ("ok", "stop", None),
     "httpx-sse": ("ok", None, None),
     "openai-node": ("ok", None, None),
-    "ai-sdk-openai": ("error", "interrupted", None),
+    "openai-node-helper": ("error", "OpenAIError", "missing finish_reason for choice 0"),
+    "ai-sdk-openai": ("flagged", "interrupted", None),
     "ai-sdk-compatible": ("error", "InvalidResponseDataError", "Response stream ended without a finish reason."),
     "pi-ai": ("error", "PiStreamError(error)", "Stream ended without finish_reason"),
 }
@@ -78,6 +89,7 @@ CUT_AFTER_TOKENS_DIRECT = {
     "litellm-sdk": ("error", "MidStreamFallbackError", "Connection error"),
     "httpx-sse": ("error", "RemoteProtocolError", "incomplete chunked read"),
     "openai-node": ("error", "TypeError", "terminated"),
+    "openai-node-helper": ("error", "OpenAIError", "terminated"),
     "ai-sdk-openai": ("error", "APICallError", "terminated"),
     "ai-sdk-compatible": ("error", "APICallError", "terminated"),
     "pi-ai": ("error", "PiStreamError(error)", "terminated"),
@@ -114,6 +126,25 @@ def test_cut_after_tokens_through_direct(small_matrix, client):
     cell = small_matrix.cell("cut-after-tokens-fin", client, "direct")
     _check(cell, CUT_AFTER_TOKENS_DIRECT[client])
     assert cell["report"]["text"] == "The quick brown fox jumps"
+
+
+# Where openai-node's `.stream()` helper and its plain `Stream` part ways (through direct): the
+# helper checks the final completion's finish_reason, the plain stream never looks.
+NODE_HELPER_DIFFERS = {
+    "length-omitted": "silent-truncation",
+    "cut-after-tokens-conn-close-direct": "silent-truncation",
+}
+
+
+@pytest.mark.parametrize("scenario", NODE_HELPER_DIFFERS)
+def test_the_openai_node_helper_raises_where_the_plain_stream_is_silent(small_matrix, scenario):
+    plain = small_matrix.cell(scenario, "openai-node", "direct")
+    helper = small_matrix.cell(scenario, "openai-node-helper", "direct")
+    assert plain["outcome"] == NODE_HELPER_DIFFERS[scenario], plain["why"]
+    assert (helper["outcome"], helper["report"]["error_class"]) == ("error", "OpenAIError"), helper["why"]
+    assert helper["report"]["error_message"] == "missing finish_reason for choice 0"
+    # Both received the same text; only the helper said it was incomplete.
+    assert helper["report"]["text"] == plain["report"]["text"]
 
 
 @pytest.mark.parametrize("client", ALL_CLIENTS)

@@ -1,11 +1,14 @@
-"""The matrix as text (labs/table.py) and as HTML (labs/report_html.py): same words, same cells."""
+"""The matrix as text (labs/table.py) and as HTML (labs/report_html.py): same words, same cells;
+and the HTML's views for a person: the versions table and the comparison with `direct`."""
 
 from __future__ import annotations
 
 import re
 
+import pytest
+
 from labs.outcome import Outcome
-from labs.report_html import render_html
+from labs.report_html import change, render_html
 from labs.table import render_table
 
 
@@ -23,7 +26,7 @@ def _cell(scenario, client, gateway, outcome, *, books=None, mismatch=False, num
 
 RESULT = {
     "duration_s": 12.0,
-    "versions": {"node": {"node": "20.20.2"}},
+    "versions": {"node": {"node": "20.20.2", "undici": "6.24.1"}, "python": {"python": "3.12.1", "openai": "3.57.0"}},
     "clients": ["openai-python", "pi-ai"],
     "gateways": ["direct", "finish_fix"],
     "scenarios": [
@@ -39,6 +42,8 @@ RESULT = {
         _cell("stall", "pi-ai", "direct", "silent-truncation"),
         _cell("reason-omitted", "openai-python", "finish_fix", "ok", books="ok"),
         _cell("reason-omitted", "pi-ai", "finish_fix", "error", books="ok", mismatch=True),
+        _cell("stall", "openai-python", "finish_fix", "error", books="error"),
+        _cell("stall", "pi-ai", "finish_fix", "flagged", books="error"),
     ],
 }
 
@@ -57,11 +62,12 @@ def test_table_marks_books_that_disagree_and_counts_the_books():
     finish_fix_block = text[text.index("gateway: finish_fix"):]
     assert "error!" in finish_fix_block
     assert "ok 2" in finish_fix_block
+    assert "error 2" in finish_fix_block  # the stall row's books
     assert "! the gateway's books disagree with what the client saw" in text
 
 
 def test_table_summary_counts_every_outcome_word():
-    assert "cells: ok 2, error 2, hang 1, silent-truncation 1; 6 in 12 s" in render_table(RESULT)
+    assert "cells: ok 2, error 3, flagged 1, hang 1, silent-truncation 1; 8 in 12 s" in render_table(RESULT)
 
 
 def test_table_colours_only_on_request():
@@ -83,3 +89,58 @@ def test_html_is_self_contained_and_escapes_client_text():
     # The embedded JSON must not end the script element early.
     assert "</script><b>x</b>" not in page
     assert page.count("<script") == 2
+
+
+def test_a_flagged_cell_is_its_own_word_and_colour():
+    assert "flagged" in render_table(RESULT).split()
+    assert "\033[36mflagged" in render_table(RESULT, colour=True)
+    assert 'class="cell flagged"' in render_html(RESULT)
+
+
+def test_html_versions_are_a_table_of_runtime_package_version_not_json():
+    page = render_html(RESULT)
+    versions = page[page.index("<h2>versions</h2>"): page.index("<h2>scenarios</h2>")]
+    assert '<th rowspan="2">node</th><td>node</td><td class="version">20.20.2</td>' in versions
+    assert '<td>undici</td><td class="version">6.24.1</td>' in versions
+    assert '<th rowspan="2">python</th><td>python</td><td class="version">3.12.1</td>' in versions
+    assert "{" not in versions
+
+
+@pytest.mark.parametrize(
+    ("direct", "gateway", "how"),
+    [
+        ("ok", "ok", "same"),
+        ("error", "ok", "better"),
+        ("silent-truncation", "error", "better"),
+        ("silent-truncation", "flagged", "better"),
+        ("flagged", "error", "better"),  # a raised error reaches an application that checks nothing
+        ("hang", "error", "better"),
+        ("ok", "error", "worse"),
+        ("error", "silent-truncation", "worse"),
+        ("error", "hang", "worse"),
+    ],
+)
+def test_a_gateways_change_is_judged_by_the_outcome_severity(direct, gateway, how):
+    assert change(direct, gateway) == how
+
+
+def _comparison(page: str) -> str:
+    return page[page.index("compared with direct"): page.index("the matrix, per gateway")]
+
+
+def test_html_compares_each_gateways_cells_with_directs_per_scenario():
+    comparison = _comparison(render_html(RESULT))
+    # stall: openai-python hung through direct and got an error through finish_fix.
+    assert re.search(r'class="cell error better" data-id="c\d+" title="because error">hang &rarr; error</td>', comparison)
+    assert re.search(r'class="cell flagged better" data-id="c\d+" title="because flagged">silent-truncation &rarr; flagged</td>', comparison)
+    # Unchanged cells show the word once; direct is the first row of each scenario.
+    assert re.search(r'class="cell ok same" data-id="c\d+" title="because ok">ok</td>', comparison)
+    grid = comparison[comparison.index('class="grid changes"'):]
+    assert grid.index('<th class=baseline>direct</th>') < grid.index("<th>finish_fix</th>")
+    # The tally: finish_fix made 2 cells better, none worse, left 2 the same.
+    assert "<tr><th>finish_fix</th><td>2</td><td>0</td><td>2</td></tr>" in comparison
+
+
+def test_html_has_no_comparison_without_direct_in_the_run():
+    only_finish_fix = {**RESULT, "gateways": ["finish_fix"], "cells": [c for c in RESULT["cells"] if c["gateway"] == "finish_fix"]}
+    assert "compared with direct" not in render_html(only_finish_fix)

@@ -15,10 +15,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 def test_every_planned_cell_has_an_outcome_from_the_closed_set(small_matrix):
     outcomes = {c["outcome"] for c in small_matrix.result["cells"]}
-    assert outcomes <= {"ok", "error", "hang", "silent-truncation"}
-    # 3 scenarios x 9 clients x 2 gateways, the stall (2 clients), the LiteLLM row (1 client), 5
-    # scenarios x 9 clients through finish_fix, 2 x 3 clients through litellm+finish_fix.
-    assert len(small_matrix.result["cells"]) == 3 * 9 * 2 + 2 + 1 + 5 * 9 + 2 * 3
+    assert outcomes <= {"ok", "error", "flagged", "hang", "silent-truncation"}
+    # 3 scenarios x 10 clients x 2 gateways, the conn-close row (2 clients), the stall (2 clients),
+    # the LiteLLM row (1 client), 5 scenarios x 10 clients through finish_fix, 2 x 3 clients through
+    # litellm+finish_fix.
+    assert len(small_matrix.result["cells"]) == 3 * 10 * 2 + 2 + 2 + 1 + 5 * 10 + 2 * 3
 
 
 def test_a_stalled_worker_is_a_hang_at_the_scenarios_deadline(small_matrix):

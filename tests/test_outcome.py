@@ -17,9 +17,9 @@ def report(**fields) -> ClientReport:
     return ClientReport(**{"client": "test-client", "completed": True, "text": ANSWER, **fields})
 
 
-def test_the_closed_set_is_these_four_words_in_this_order():
-    assert [o.value for o in Outcome] == ["ok", "error", "hang", "silent-truncation"]
-    assert [o.severity for o in Outcome] == [0, 1, 2, 3]
+def test_the_closed_set_is_these_five_words_in_this_order():
+    assert [o.value for o in Outcome] == ["ok", "error", "flagged", "hang", "silent-truncation"]
+    assert [o.severity for o in Outcome] == [0, 1, 2, 3, 4]
 
 
 def test_full_answer_with_the_true_reason_is_ok():
@@ -107,10 +107,11 @@ def test_an_http_error_before_streaming_raised_by_the_client_is_error():
 
 
 @pytest.mark.parametrize("reason", ["abort", "error", "interrupted", "other", "aborted"])
-def test_a_surfaced_failure_reason_is_an_error_for_any_client(reason):
-    # vLLM sends `abort`, OpenRouter `error`; a client that passes them on has told its application.
+def test_a_surfaced_failure_reason_is_flagged_for_any_client(reason):
+    # vLLM sends `abort`, OpenRouter `error`; a client that passes them on has told its application,
+    # without raising.
     judgement = judge(report(client="openai-python", finish_reason=reason), STOP)
-    assert judgement.outcome is Outcome.ERROR
+    assert judgement.outcome is Outcome.FLAGGED
 
 
 def test_success_when_the_stream_ended_in_an_error_event_is_silent_truncation():
@@ -126,10 +127,16 @@ def test_a_raised_error_is_error_with_class_and_message():
 
 
 @pytest.mark.parametrize("reason", ["interrupted", "error", "other", "aborted"])
-def test_a_failure_reason_without_exception_is_error(reason):
+def test_a_failure_reason_without_exception_is_flagged_not_error(reason):
     judgement = judge(report(finish_reason=reason), STOP)
-    assert judgement.outcome is Outcome.ERROR
+    assert judgement.outcome is Outcome.FLAGGED
     assert judgement.reason == f"no exception, but the client surfaced finish reason {reason!r}"
+
+
+def test_a_failure_reason_after_a_short_answer_is_flagged_not_silent_truncation():
+    # The AI SDK after a cut that undici took for a clean end: part of the text, reason `interrupted`.
+    # The client did say so; whether the application listens is what `flagged` tells apart.
+    assert judge(report(text="The quick", finish_reason="interrupted"), STOP).outcome is Outcome.FLAGGED
 
 
 def test_a_timed_out_request_is_hang_even_with_partial_text():
@@ -150,6 +157,9 @@ def test_hang_wins_over_a_completed_flag():
         (Outcome.OK, BOOKS_ERROR, True),
         (Outcome.ERROR, BOOKS_ERROR, False),
         (Outcome.ERROR, BOOKS_OK, True),
+        # A flagged cell is a failure the client noticed: books that call it a success disagree.
+        (Outcome.FLAGGED, BOOKS_OK, True),
+        (Outcome.FLAGGED, BOOKS_ERROR, False),
         (Outcome.SILENT_TRUNCATION, BOOKS_OK, True),
         (Outcome.HANG, BOOKS_OK, True),
         (Outcome.HANG, BOOKS_ERROR, False),

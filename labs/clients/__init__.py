@@ -7,7 +7,7 @@ line per request and per outcome. `labs.clients.hosts` starts them and sends the
 
 #: Every client the lab knows, by the runtime whose host runs it; the matrix shows them in this order.
 PYTHON_CLIENTS = ("openai-python", "openai-python-helper", "langchain", "litellm-sdk", "httpx-sse")
-NODE_CLIENTS = ("openai-node", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai")
+NODE_CLIENTS = ("openai-node", "openai-node-helper", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai")
 ALL_CLIENTS = PYTHON_CLIENTS + NODE_CLIENTS
 
 #: The API key the lab's clients send when a gateway wants none of its own (the worker and

@@ -46,6 +46,38 @@ async function openaiNode({ request, signal, fetch, sink }) {
   return { finish_reason: finishReason };
 }
 
+// openai-node's `chat.completions.stream()` helper (`ChatCompletionStream`): `for await` over the
+// same chunks, then `finalChatCompletion()`, the way an application that wants the assembled message
+// uses it. The helper validates the end (lib/ChatCompletionStream.js `finalizeChatCompletion`): a
+// choice without a finish_reason rejects with `OpenAIError: missing finish_reason for choice 0`; a
+// transport error is re-raised as an `OpenAIError` with the same message and the original as its
+// cause (lib/EventStream.js `#handleError`). The finish reason returned is the final completion's.
+async function openaiNodeHelper({ request, signal, fetch, sink }) {
+  const client = new OpenAI({ baseURL: request.base_url, apiKey: request.api_key, fetch });
+  const body = {
+    model: request.model,
+    messages: request.messages,
+    ...(request.max_tokens ? { max_tokens: request.max_tokens } : {}),
+    ...(request.tools ? { tools: request.tools } : {}),
+  };
+  const stream = client.chat.completions.stream(body, { signal });
+  // Asked for before iterating: a helper whose error nobody awaits surfaces it as an unhandled
+  // rejection (lib/EventStream.js), which would end the host process, not the cell.
+  const final = stream.finalChatCompletion();
+  final.catch(() => {});
+  for await (const chunk of stream) {
+    const choice = firstChoice(chunk.choices);
+    if (!choice) continue;
+    sink.reasoning(choice.delta?.reasoning_content);
+    sink.text(choice.delta?.content);
+    for (const call of choice.delta?.tool_calls ?? []) {
+      sink.toolCall(call.index ?? 0, call.function?.name, call.function?.arguments);
+    }
+  }
+  const completion = await final;
+  return { finish_reason: firstChoice(completion.choices)?.finish_reason ?? null };
+}
+
 // The AI SDK turns a request's OpenAI tools into its own tool set (no execute: the lab only
 // looks at what the model asked for).
 function aiSdkTools(tools) {
@@ -150,6 +182,7 @@ async function piAi({ request, signal, fetch, sink }) {
 
 export const DRIVERS = {
   "openai-node": openaiNode,
+  "openai-node-helper": openaiNodeHelper,
   "ai-sdk-openai": aiSdkOpenAI,
   "ai-sdk-compatible": aiSdkCompatible,
   "pi-ai": piAi,

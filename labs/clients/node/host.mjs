@@ -39,11 +39,13 @@ function describeError(err) {
   if (err == null) return { error_class: null, error_message: null };
   if (err instanceof Error) {
     // undici reports a cut body as `TypeError: terminated` with the socket error as its cause:
-    // keep both, the cause is what tells a FIN from a reset.
+    // keep the causes, the socket error is what tells a FIN from a reset. The chain is walked
+    // because a helper may wrap it once more (openai-node's ChatCompletionStream re-raises the
+    // TypeError as an OpenAIError with the same message).
     let message = err.message;
-    const cause = err.cause;
-    if (cause instanceof Error && cause.message && !message.includes(cause.message)) {
-      message += ` (cause: ${cause.name}: ${cause.message})`;
+    let cause = err.cause;
+    for (let depth = 0; depth < 4 && cause instanceof Error; depth += 1, cause = cause.cause) {
+      if (cause.message && !message.includes(cause.message)) message += ` (cause: ${cause.name}: ${cause.message})`;
     }
     return { error_class: err.constructor?.name || err.name || "Error", error_message: message };
   }
