@@ -3,33 +3,63 @@
 It lives next to `addons/finish_fix.py` so that `mitmdump -s addons/finish_fix.py` finds it with a
 stock mitmproxy install (mitmproxy puts the script's folder on sys.path); the tests and the lab import
 the same module under the same name.
+
+Using it (one `StreamRepair` per response; it also serves as a judge of a server's streams)::
+
+    repair = StreamRepair(request=RequestFacts.from_body(request_body), policy=RepairPolicy())
+    for piece in upstream_body_pieces:           # any split: TCP reads, HTTP chunks, single bytes
+        send(repair.receive_data(piece))         # bytes to forward now (often the piece itself)
+    send(repair.receive_end())                   # the body ended cleanly: anything left to append
+    # or, when the transport failed mid-body:
+    ending = repair.receive_failure("connection reset")   # ClientEnding(client_bytes, end_response)
+    repair.report.verdict                        # Verdict.CLEAN / REPAIRED / INTERRUPTED / ...
+    repair.report.detail                         # one line saying what happened and what was changed
+
+Times are optional: pass `started_at=` and `now=` from your own clock for durations. Stall deadlines
+(`RepairPolicy(idle_timeout=..., first_token_timeout=...)`) need them: call `next_stall_check(now)`
+for when to look again and `receive_timer(now)` then; it returns a `ClientEnding` once the upstream
+stalled. `receive_*` never raises on what the upstream sent; calling it after the end raises
+`LocalProtocolError`. `repair_completion` does the same for a whole, non-streaming body.
 """
 
-from ._completion import repair_completion
+from ._completion import CompletionRepair, repair_completion
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
-from ._repair import MAX_HELD_BYTES, FailureOutput, StreamRepair
+from ._repair import MAX_HELD_BYTES, StreamRepair
 from ._request import RequestFacts
 from ._sse import Event, EventFramer
 from ._transcript import looks_like_chat_stream, transcribe_chat_stream
-from ._verdict import CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
+from ._verdict import (
+    Booking,
+    ClientEnding,
+    CutCause,
+    Interruption,
+    OnCut,
+    RepairPolicy,
+    StreamReport,
+    Verdict,
+    book_missing_response,
+)
 
 __all__ = [
+    "Booking",
+    "ClientEnding",
+    "CompletionRepair",
     "CutCause",
     "Event",
-    "FailureOutput",
-    "MAX_HELD_BYTES",
     "EventFramer",
     "Interruption",
     "LocalProtocolError",
+    "MAX_HELD_BYTES",
     "OnCut",
     "RepairPolicy",
     "RequestFacts",
     "StreamRepair",
     "StreamReport",
     "Verdict",
+    "book_missing_response",
     "infer_finish_reason",
     "looks_like_chat_stream",
-    "transcribe_chat_stream",
     "repair_completion",
+    "transcribe_chat_stream",
 ]

@@ -11,6 +11,7 @@ import json
 import re
 from typing import NamedTuple
 
+from . import _wording as wording
 from ._inference import infer_finish_reason
 from ._json import maybe_parse_json
 from ._request import RequestFacts
@@ -23,8 +24,8 @@ _TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
 
 
 class CompletionRepair(NamedTuple):
-    verdict: Verdict  # CLEAN, REPAIRED, or SKIPPED (not a chat completion this can read)
-    body: bytes
+    verdict: Verdict  # CLEAN, REPAIRED, HTTP_ERROR, or SKIPPED (not a chat completion this can read)
+    body: bytes  # what to send: the body as it came unless the verdict is REPAIRED
     detail: str
     repairs: list[str]
 
@@ -35,13 +36,30 @@ class _ChoiceSpan(NamedTuple):
     reason_value: tuple[int, int] | None  # offsets of the finish_reason value, when the key is there
 
 
-def repair_completion(body: bytes, request: RequestFacts = RequestFacts()) -> CompletionRepair:
-    """Fills in missing finish_reasons of a chat completion (the same inference as rule 3)."""
+def repair_completion(
+    body: bytes,
+    request: RequestFacts = RequestFacts(),
+    *,
+    status: int = 200,
+    content_type: str = "application/json",
+    content_encoding: str = "",
+) -> CompletionRepair:
+    """Fills in missing finish_reasons of a chat completion (the same inference as rule 3).
+
+    A response that is not one to repair passes as it came, with the verdict that says why: an error
+    status (`http_error`), a compressed body or one that is not JSON (`skipped`)."""
+    if status >= 400:
+        return CompletionRepair(Verdict.HTTP_ERROR, body, wording.http_error_detail(status), [])
+    encoding = content_encoding.strip().lower()
+    if encoding not in ("", "identity"):
+        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail(f"compressed body ({encoding}) passed through untouched"), [])
+    if "json" not in content_type.lower():
+        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not an event stream or a JSON chat completion"), [])
     completion = maybe_parse_json(body)
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
-        return CompletionRepair(Verdict.SKIPPED, body, "skipped: not a chat completion", [])
+        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a chat completion"), [])
     if completion.get("object", "chat.completion") != "chat.completion":
-        return CompletionRepair(Verdict.SKIPPED, body, f"skipped: not a chat completion ({completion.get('object')!r})", [])
+        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail(f"not a chat completion ({completion.get('object')!r})"), [])
     usage = completion.get("usage")
     completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     repairs: list[str] = []
@@ -58,13 +76,13 @@ def repair_completion(body: bytes, request: RequestFacts = RequestFacts()) -> Co
         )
         choice["finish_reason"] = reason
         to_fix.append((position, reason))
-        repairs.append(f"set finish_reason {reason!r} for choice {choice.get('index', position)}")
+        repairs.append(wording.set_finish_reason(reason, choice.get("index", position)))
     if not repairs:
         return CompletionRepair(Verdict.CLEAN, body, "clean", [])
     new_body = _edit_in_place(body, to_fix)
     if new_body is None or maybe_parse_json(new_body) != completion:
         new_body = json.dumps(completion, ensure_ascii=False, separators=(",", ":")).encode()
-    return CompletionRepair(Verdict.REPAIRED, new_body, "repaired: " + "; ".join(repairs), repairs)
+    return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs)
 
 
 def _edit_in_place(body: bytes, to_fix: list[tuple[int, str]]) -> bytes | None:

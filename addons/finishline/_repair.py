@@ -6,12 +6,8 @@ Bytes go through three stages: `EventFramer` (bytes -> events), `_on_event` (eve
 send for it, plus anything injected before it) and the caller, who sends those bytes. Every complete
 event leaves as soon as it arrived; only the current incomplete event is held.
 
-The stream is in one `_Phase` at a time:
-
-    STREAMING --data: [DONE]------------> AFTER_DONE         (the stream ended as the spec says)
-    STREAMING --error event-------------> AFTER_ERROR_EVENT  (the upstream said it failed, rule 5)
-    any       --a bug of ours, or an event
-                 over MAX_HELD_BYTES----> PASSTHROUGH        (everything from here on unchanged)
+The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of what moves it
+(`[DONE]`, an upstream error event, giving up) and `_move` is the only place that changes it.
 
 Per choice index it remembers whether the choice finished (and whether the upstream or finish_fix
 gave the reason), and whether it carried tool or function calls. The rules act at four points:
@@ -23,6 +19,13 @@ gave the reason), and whether it carried tool or function calls. The rules act a
 * the upstream body ends cleanly                -> [DONE] appended if every choice finished (rule 4),
                                                    else the stream was cut (rules 6, 7)
 * the upstream connection fails mid-body        -> the stream was cut (rule 6), unless it finished
+* the caller's timer finds a deadline passed     -> the upstream stalled: a cut as above, and the
+  (`next_stall_check`, `receive_timer`)             caller closes the upstream connection
+
+Stall deadlines. The core has no clock: the caller passes `now` into every call and sets its own
+timer for `next_stall_check(now)`. The machine notes when events arrive (once per `receive_data`
+call that completed any, so a stream of many small events costs nothing extra per event) and when
+the first token came; a comment or keep-alive line is not an event and never moves a deadline.
 
 A finish injected at a usage chunk counts for rule 4 only if no content followed it; otherwise the
 usage chunk was not the end, and a stream that then stops is a cut, never a success.
@@ -31,19 +34,19 @@ Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) 
 
 from __future__ import annotations
 
-import enum
 import json
 import re
-from typing import NamedTuple
 
+from . import _wording as wording
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
-from ._json import UNREADABLE, maybe_parse_json, plural
+from ._json import UNREADABLE, maybe_parse_json
+from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._sse import Event, EventFramer, split_lines
-from ._verdict import CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
+from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
 
-__all__ = ["FailureOutput", "StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
+__all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
 
 # An event still open after this many bytes is not a chat chunk (rule 8 asks for 10 MB events to
 # pass whole): stop framing and pass the stream through rather than hold it all.
@@ -57,27 +60,6 @@ _TOKEN_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "tool_cal
 _EMPTY_REASON = re.compile(rb'("finish_reason"\s*:\s*)""')
 _DONE = b"[DONE]"
 _ERROR_CODE = "stream_interrupted"
-
-
-class _Phase(enum.Enum):
-    # Events are being repaired.
-    STREAMING = enum.auto()
-    # `data: [DONE]` went by: the client stops reading here; later bytes pass as sent.
-    AFTER_DONE = enum.auto()
-    # The upstream sent an error event: nothing is ever injected after it (rule 5).
-    AFTER_ERROR_EVENT = enum.auto()
-    # finish_fix gave up on this stream (a bug of its own, or an event too big to hold).
-    PASSTHROUGH = enum.auto()
-
-
-class FailureOutput(NamedTuple):
-    """What `receive_failure` asks the caller to do."""
-
-    # Bytes to send to the client now.
-    client_bytes: bytes
-    # True: end the client's response normally after them (what was sent says how the stream
-    # ended). False: let the client see the cut as it happened (on_cut=pass, or passthrough).
-    end_response: bool
 
 
 class _Choice:
@@ -99,9 +81,16 @@ class StreamRepair:
         policy: the repair options.
         started_at: the caller's clock when the request started, if it has one; with `now` on the
             `receive_*` calls it gives the times in the report and the error message.
+        head_at: the caller's clock when the response head arrived; the first-token deadline counts
+            from it (from `started_at` when not given).
+        status: the response's HTTP status. An error status (>= 400) is not repaired: its body
+            passes unchanged and the verdict is `http_error`.
+        content_encoding: the response's content coding ("" or "identity" for none). A compressed
+            body cannot be read in flight: it passes unchanged and the verdict is `skipped`.
 
     `receive_data` and `receive_end` return the bytes to send to the client now (possibly b"");
-    `receive_failure` returns a `FailureOutput`. None of them raises on anything the upstream sent.
+    `receive_failure` and `receive_timer` return a `ClientEnding`. None of them raises on anything the
+    upstream sent. `report` is the running account (final once `ended`).
     """
 
     def __init__(
@@ -110,19 +99,32 @@ class StreamRepair:
         request: RequestFacts = RequestFacts(),
         policy: RepairPolicy = RepairPolicy(),
         started_at: float | None = None,
+        head_at: float | None = None,
+        status: int = 200,
+        content_encoding: str = "",
     ) -> None:
         self._request = request
         self._policy = policy
         self._started_at = started_at
+        self._head_at = head_at if head_at is not None else started_at
         self._framer = EventFramer()
-        self._phase = _Phase.STREAMING
+        self._phase = Phase.STREAMING
         self._ended = False
         self._choices: dict[int, _Choice] = {}
         self._chunk_fields: dict = {}
         self._completion_tokens: int | None = None
         self._first_token_seen = False
+        # The caller's clock at the last `receive_data` that completed an event (the idle deadline).
+        self._last_event_at: float | None = None
         self._empty_rewritten = 0
         self.report = StreamReport(model=request.model)
+        encoding = content_encoding.strip().lower()
+        if status >= 400:
+            self._move(Signal.GIVE_UP)
+            self._set(Verdict.HTTP_ERROR, wording.http_error_detail(status))
+        elif encoding not in ("", "identity"):
+            self._move(Signal.GIVE_UP)
+            self._set(Verdict.SKIPPED, wording.skipped_detail(f"compressed body ({encoding}) passed through untouched"))
 
     # -- input --------------------------------------------------------------------------------
 
@@ -130,10 +132,13 @@ class StreamRepair:
         """Takes the next piece of the upstream body."""
         self._check_open("receive_data")
         self.report.upstream_bytes += len(data)
-        if self._phase is _Phase.PASSTHROUGH:
+        if self._phase is Phase.PASSTHROUGH:
             return self._sent(data)
+        events_before = self.report.events
         out = self._on_events(self._framer.receive_data(data), now)
-        if self._phase is not _Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
+        if self.report.events != events_before:
+            self._last_event_at = now
+        if self._phase is not Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
             self._pass_through_from_here(f"an event grew past {MAX_HELD_BYTES} bytes without ending")
             out += self._framer.take_buffered()
         return self._sent(out)
@@ -143,7 +148,7 @@ class StreamRepair:
         close-delimited body, HTTP/2 END_STREAM)."""
         self._check_open("receive_end")
         self._ended = True
-        if self._phase is _Phase.PASSTHROUGH:
+        if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return b""
         leftover = self._framer.receive_end()
@@ -156,54 +161,106 @@ class StreamRepair:
         self._finish(now)
         return self._sent(out)
 
-    def receive_failure(self, reason: str, *, now: float | None = None) -> FailureOutput:
+    def receive_failure(self, reason: str, *, now: float | None = None) -> ClientEnding:
         """The upstream connection failed mid-body (incomplete chunked body, short Content-Length,
         reset, HTTP/2 stream reset). `reason` is the transport's own words."""
         self._check_open("receive_failure")
+        return self._end_broken(CutCause.TRANSPORT_ERROR, reason, now)
+
+    def next_stall_check(self, now: float) -> float | None:
+        """When (in the caller's clock) to call `receive_timer` next, or None when no timer is
+        needed: no deadline is set, the stream ended, or it is past `[DONE]`, an error event or in
+        passthrough. Before the first event with only the idle deadline on, nothing can stall yet,
+        but the caller cannot see events arrive: it is asked to look again one idle timeout later."""
+        if self._ended or self._phase not in DEADLINES_RUN:
+            return None
+        deadline = self._stall_deadline()
+        if deadline is not None:
+            return deadline[0]
+        return now + self._policy.idle_timeout if self._policy.idle_timeout > 0 else None
+
+    def receive_timer(self, now: float) -> ClientEnding | None:
+        """The caller's timer went off. None when no deadline has passed (set the next timer from
+        `next_stall_check`); else the upstream stalled: the stream is over, the caller sends the
+        ending as after `receive_failure` and closes the upstream connection."""
+        self._check_open("receive_timer")
+        if self._phase not in DEADLINES_RUN:
+            return None
+        deadline = self._stall_deadline()
+        if deadline is None or now < deadline[0]:
+            return None
+        first_token = deadline[1]
+        timeout = self._policy.first_token_timeout if first_token else self._policy.idle_timeout
+        reason = wording.stall_reason(first_token=first_token, timeout=timeout, events=self.report.events)
+        return self._end_broken(CutCause.STALLED, reason, now)
+
+    def _stall_deadline(self) -> tuple[float, bool] | None:
+        """The earliest deadline now running, and whether it is the first token's: one idle timeout
+        after the last event (once there was one), one first-token timeout after the head (until
+        the first token). None when neither runs."""
+        policy = self._policy
+        deadline = None
+        if policy.idle_timeout > 0 and self._last_event_at is not None:
+            deadline = (self._last_event_at + policy.idle_timeout, False)
+        if policy.first_token_timeout > 0 and not self._first_token_seen and self._head_at is not None:
+            first_token_deadline = self._head_at + policy.first_token_timeout
+            if deadline is None or first_token_deadline < deadline[0]:
+                deadline = (first_token_deadline, True)
+        return deadline
+
+    def _end_broken(self, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
+        """The stream ended without its clean end (a transport failure, a stall)."""
         self._ended = True
-        if self._phase is _Phase.PASSTHROUGH:
+        if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
-            return FailureOutput(b"", end_response=False)
+            return ClientEnding(b"", end_response=False)
         leftover = self._framer.receive_end()
         try:
             out = b"" if leftover is None else self._drop_or_pass(leftover)
-            cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.TRANSPORT_ERROR, reason=reason)
+            cut = Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason)
             out += self._on_stream_end(cut, now)
         except Exception as error:
             self._pass_through_from_here(error)
             out = b"" if leftover is None else leftover.raw
         self._finish(now)
-        end_response = self._phase is not _Phase.PASSTHROUGH and (
-            self._phase is not _Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._all_finished()
+        end_response = self._phase is not Phase.PASSTHROUGH and (
+            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._all_finished()
         )
-        return FailureOutput(self._sent(out), end_response=end_response)
+        return ClientEnding(self._sent(out), end_response=end_response)
 
     def receive_client_gone(self, reason: str, *, now: float | None = None) -> None:
         """The exchange ended on the client's side (the client went away, the flow was killed):
         nothing more can be sent, so this only closes the books."""
         self._check_open("receive_client_gone")
         self._ended = True
-        if self._phase is _Phase.PASSTHROUGH:
+        if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return
         self._framer.receive_end()
-        if self._phase is _Phase.STREAMING:
+        if self._phase is Phase.STREAMING:
             cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason)
             self.report.interruption = cut
-            self._set(Verdict.INTERRUPTED, f"interrupted: {cut.how} after {plural(self.report.events, 'event')}, before the stream finished")
+            self._set(Verdict.INTERRUPTED, wording.client_gone_detail(how=cut.how, events=self.report.events))
         self._finish(now)
 
     @property
     def ended(self) -> bool:
-        """True once `receive_end`, `receive_failure` or `receive_client_gone` was called."""
+        """True once the stream ended: `receive_end`, `receive_failure`, `receive_client_gone`, or a
+        `receive_timer` that found it stalled."""
         return self._ended
+
+    def give_up(self, error: Exception) -> None:
+        """For the caller that caught an exception from this machine (a bug of finishline's): pass
+        everything from here on unchanged and book the stream `skipped` with the error."""
+        if self._phase is not Phase.PASSTHROUGH:
+            self._pass_through_from_here(error)
 
     # -- events -------------------------------------------------------------------------------
 
     def _on_events(self, events: list[Event], now: float | None) -> bytes:
         out = []
         for position, event in enumerate(events):
-            if self._phase is _Phase.PASSTHROUGH:
+            if self._phase is Phase.PASSTHROUGH:
                 out.append(event.raw)
                 continue
             events_before = self.report.events
@@ -223,12 +280,12 @@ class StreamRepair:
         self.report.events += 1
         if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
             self.report.time_to_first_event = now - self._started_at
-        if self._phase is not _Phase.STREAMING:
+        if self._phase is not Phase.STREAMING:
             return event.raw
         data = event.data or b""
         if data.startswith(_DONE):
             before = self._finish_choices("before [DONE]")
-            self._phase = _Phase.AFTER_DONE
+            self._move(Signal.DONE)
             return before + event.raw
         chunk = maybe_parse_json(data)
         if event.event_type == b"error":
@@ -285,7 +342,7 @@ class StreamRepair:
         return 1 if reason == "" else 0
 
     def _on_error_event(self, event: Event, chunk: dict | None) -> bytes:
-        self._phase = _Phase.AFTER_ERROR_EVENT
+        self._move(Signal.ERROR_EVENT)
         error = chunk.get("error") if chunk is not None else None
         if isinstance(error, dict):
             message = error.get("message")
@@ -293,8 +350,8 @@ class StreamRepair:
         else:
             message = error if chunk is not None else (event.data or b"").decode("utf-8", "replace")
             label = None
-        self.report.upstream_error_message = _one_line(str(message)) if message else None
-        self._set(Verdict.UPSTREAM_ERROR, "upstream_error: error event" + (f" ({_one_line(str(label), 60)})" if label else ""))
+        self.report.upstream_error_message = wording.one_line(str(message)) if message else None
+        self._set(Verdict.UPSTREAM_ERROR, wording.upstream_error_detail(str(label) if label else None))
         return event.raw
 
     def _remember_chunk(self, chunk: dict) -> None:
@@ -341,7 +398,7 @@ class StreamRepair:
             state.finish_reason = reason
             out.append(self._finishing_event(index, reason))
             self.report.injected.append({"kind": "finish", "choice": index, "finish_reason": reason})
-            self._repaired(f"injected finish_reason {reason!r} for choice {index} {where}")
+            self._repaired(wording.injected_finish(reason, index, where))
         return b"".join(out)
 
     def _finishing_event(self, index: int, reason: str) -> bytes:
@@ -371,19 +428,19 @@ class StreamRepair:
         else is an incomplete event, i.e. a cut."""
         data = leftover.data
         readable = data is not None and (data.startswith(_DONE) or maybe_parse_json(data) is not UNREADABLE)
-        if not readable or self._phase is not _Phase.STREAMING:
+        if not readable or self._phase is not Phase.STREAMING:
             return self._drop_or_pass(leftover)
         ending = self._framer.line_ending or b"\n"
         missing = ending if leftover.raw.endswith((b"\n", b"\r")) else ending + ending
         out = self._on_event(Event(raw=leftover.raw + missing, data=data, event_type=leftover.event_type), now)
-        self._repaired("completed the framing of the last event")
+        self._repaired(wording.completed_framing())
         return out
 
     def _drop_or_pass(self, leftover: Event) -> bytes:
         # An incomplete event is discarded by every SSE client (WHATWG: "the incomplete event is not
         # dispatched"), and bytes appended after it would merge into its last line and corrupt
         # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
-        if self._policy.on_cut is OnCut.PASS or self._phase is not _Phase.STREAMING:
+        if self._policy.on_cut is OnCut.PASS or self._phase is not Phase.STREAMING:
             return leftover.raw
         self.report.dropped_incomplete_bytes += len(leftover.raw)
         return b""
@@ -395,32 +452,29 @@ class StreamRepair:
         )
 
     def _on_stream_end(self, cut: Interruption, now: float | None) -> bytes:
-        if self._phase is not _Phase.STREAMING:
+        if self._phase is not Phase.STREAMING:
             return b""
         if self._all_finished():
             # Rule 4: every choice finished, only [DONE] is missing.
-            self._repaired(f"appended [DONE] ({cut.how})")
+            self._repaired(wording.appended_done(cut.how))
             self.report.injected.append({"kind": "done"})
             return self._event(_DONE)
         return self._on_cut(cut, now)
 
     def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
         self.report.interruption = cut
-        phase = "before the first token" if cut.before_first_token else "after the first token"
-        when = f"after {plural(self.report.events, 'event')}"
-        if now is not None and self._started_at is not None:
-            when += f" and {now - self._started_at:.1f} s"
-        if cut.cause is CutCause.CLEAN_END:
-            upstream_did = "ended the response"
-        else:
-            upstream_did = f"connection failed ({cut.reason})"
-        message = (
-            f"stream was interrupted: the upstream {upstream_did} {when}, {phase}, "
-            "without a finish_reason; the response is incomplete (finish_fix)"
-        )
+        elapsed = now - self._started_at if now is not None and self._started_at is not None else None
         policy = self._policy.on_cut
+        # The books stay true whatever the client is told (on_cut=stop tells it a story).
+        self._set(Verdict.INTERRUPTED, wording.cut_detail(
+            how=cut.how, before_first_token=cut.before_first_token, events=self.report.events, elapsed=elapsed,
+            on_cut=str(policy),
+        ))
         if policy is OnCut.ERROR:
-            self._set(Verdict.INTERRUPTED, f"interrupted {phase} ({cut.how}) {when}; sent an error event")
+            message = wording.cut_message(
+                cause=str(cut.cause), reason=cut.reason, before_first_token=cut.before_first_token,
+                events=self.report.events, elapsed=elapsed,
+            )
             self.report.injected.append({"kind": "error_event", "code": _ERROR_CODE})
             return self._event({"error": {"message": message, "type": "server_error", "code": _ERROR_CODE}})
         if policy is OnCut.STOP:
@@ -428,20 +482,20 @@ class StreamRepair:
                 self._choices[0] = _Choice()
             finishing = self._finish_choices("after the cut (finish_fix_on_cut=stop)")
             self.report.injected.append({"kind": "done"})
-            # The books stay true even when the client is told a story.
-            self._set(Verdict.INTERRUPTED, f"interrupted {phase} ({cut.how}) {when}; finished as success (on_cut=stop)")
             return finishing + self._event(_DONE)
-        self._set(Verdict.INTERRUPTED, f"interrupted {phase} ({cut.how}) {when}; passed on unchanged")
         return b""
 
     # -- books --------------------------------------------------------------------------------
 
+    def _move(self, signal: Signal) -> None:
+        self._phase = TRANSITIONS[self._phase][signal]
+
     def _pass_through_from_here(self, cause: Exception | str) -> None:
-        self._phase = _Phase.PASSTHROUGH
+        self._move(Signal.GIVE_UP)
         why = cause if isinstance(cause, str) else f"internal error ({type(cause).__name__}: {cause})"
         if not isinstance(cause, str):
             self.report.internal_error = why
-        self._set(Verdict.SKIPPED, f"skipped: {_one_line(why)}; passed through unchanged from event {self.report.events + 1}")
+        self._set(Verdict.SKIPPED, wording.skipped_detail(why, from_event=self.report.events + 1))
 
     def _repaired(self, what: str) -> None:
         self.report.repairs.append(what)
@@ -454,13 +508,13 @@ class StreamRepair:
 
     def _finish(self, now: float | None) -> None:
         if self._empty_rewritten:
-            self.report.repairs.insert(0, f"rewrote {plural(self._empty_rewritten, 'empty finish_reason value')} to null")
+            self.report.repairs.insert(0, wording.rewrote_empty_reasons(self._empty_rewritten))
             if self.report.verdict is Verdict.CLEAN:
                 self.report.verdict = Verdict.REPAIRED
         if any(c.content_after_injection for c in self._choices.values()):
-            self.report.repairs.append("content arrived after a finish injected at a usage chunk")
+            self.report.repairs.append(wording.content_after_injection())
         if self.report.verdict is Verdict.REPAIRED:
-            self.report.detail = "repaired: " + "; ".join(self.report.repairs)
+            self.report.detail = wording.repaired_detail(self.report.repairs)
         if now is not None and self._started_at is not None:
             self.report.duration = now - self._started_at
 
@@ -470,9 +524,7 @@ class StreamRepair:
 
     def _check_open(self, method: str) -> None:
         if self._ended:
-            raise LocalProtocolError(f"{method}() called after the stream ended (receive_end, receive_failure or receive_client_gone)")
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+            raise LocalProtocolError(
+                f"{method}() called after the stream ended (receive_end, receive_failure, receive_client_gone, "
+                "or receive_timer that found a stall)"
+            )

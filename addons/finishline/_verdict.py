@@ -4,8 +4,21 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
+from typing import NamedTuple
 
-__all__ = ["Verdict", "OnCut", "RepairPolicy", "CutCause", "Interruption", "StreamReport"]
+from ._wording import how_it_was_cut, no_response_detail
+
+__all__ = [
+    "Booking",
+    "ClientEnding",
+    "CutCause",
+    "Interruption",
+    "OnCut",
+    "RepairPolicy",
+    "StreamReport",
+    "Verdict",
+    "book_missing_response",
+]
 
 
 class Verdict(enum.StrEnum):
@@ -38,10 +51,21 @@ class OnCut(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RepairPolicy:
-    """The repair's options (see finish_fix's `finish_fix_empty_to_null` and `finish_fix_on_cut`)."""
+    """The repair's options (finish_fix's `finish_fix_empty_to_null`, `finish_fix_on_cut`,
+    `finish_fix_idle_timeout` and `finish_fix_first_token_timeout`).
+
+    Attributes:
+        idle_timeout: seconds allowed between two events once the first event arrived (comments and
+            keep-alive lines are not events); 0 = no limit.
+        first_token_timeout: seconds allowed from the response head to the first token; 0 = no limit.
+            The core has no clock: these act only through `StreamRepair.next_stall_check` and
+            `receive_timer`, with times the caller passes in.
+    """
 
     empty_to_null: bool = True
     on_cut: OnCut = OnCut.ERROR
+    idle_timeout: float = 0.0
+    first_token_timeout: float = 0.0
 
 
 class CutCause(enum.StrEnum):
@@ -54,6 +78,9 @@ class CutCause(enum.StrEnum):
     TRANSPORT_ERROR = "transport_error"
     # The exchange ended on the client's side (the client went away, the flow was killed).
     CLIENT_GONE = "client_gone"
+    # The upstream went silent past a deadline (`RepairPolicy.idle_timeout` or
+    # `first_token_timeout`); the caller closed it.
+    STALLED = "stalled"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,7 +90,7 @@ class Interruption:
     Attributes:
         before_first_token: no chunk with content, reasoning or a tool call had arrived.
         cause: what ended it.
-        reason: the transport's own words ("" for a clean end).
+        reason: the transport's own words ("" for a clean end); for a stall, which deadline passed.
     """
 
     before_first_token: bool
@@ -72,11 +99,36 @@ class Interruption:
 
     @property
     def how(self) -> str:
-        """In words: "clean end without [DONE]", "transport error: ...", "client gone: ..."."""
-        if self.cause is CutCause.CLEAN_END:
-            return "clean end without [DONE]"
-        label = "transport error" if self.cause is CutCause.TRANSPORT_ERROR else "client gone"
-        return f"{label}: {self.reason}"
+        """In words: "clean end without [DONE]", "transport error: ...", "client gone: ...",
+        "stalled: ..."."""
+        return how_it_was_cut(self.cause, self.reason)
+
+
+class ClientEnding(NamedTuple):
+    """How the client's response ends after a cut or a stall (`StreamRepair.receive_failure`,
+    `receive_timer`). finish_fix's cut hook applies it as is."""
+
+    # Bytes to send to the client now (body bytes; the transport adds its own framing).
+    client_bytes: bytes
+    # True: end the client's response normally after them (what was sent says how the stream
+    # ended). False: let the client see the failure as it happened (on_cut=pass, or passthrough).
+    end_response: bool
+
+
+class Booking(NamedTuple):
+    """A verdict and its detail, for a flow that never got a response."""
+
+    verdict: Verdict
+    detail: str
+
+
+def book_missing_response(reason: str, *, client_gone: bool) -> Booking:
+    """A flow in scope that ended without any response: the client left first (`skipped`, nothing
+    went wrong upstream), or the upstream never answered (`http_error`: the client got the proxy's
+    own error status, e.g. mitmproxy's 502). `reason` is the proxy's error message."""
+    if client_gone:
+        return Booking(Verdict.SKIPPED, no_response_detail(client_gone=True, reason=reason))
+    return Booking(Verdict.HTTP_ERROR, no_response_detail(client_gone=False, reason=reason))
 
 
 @dataclass(slots=True, kw_only=True)

@@ -1,0 +1,158 @@
+"""Every sentence finishline writes: the error event's message, the verdict details in the books, the
+repairs listed there. The state machine decides what happened; this module only says it.
+
+The words are contracts in places: the error message starts with "stream was interrupted" because
+pi-ai's `isRetryableAssistantError` (1.6.0) matches that phrase and retries the turn; verdict details
+start with the verdict word so that a ledger line reads on its own. Only plain values come in (counts,
+strings, seconds), so the module depends on nothing else in the package.
+"""
+
+from __future__ import annotations
+
+from ._json import plural
+
+__all__ = [
+    "appended_done",
+    "client_gone_detail",
+    "completed_framing",
+    "content_after_injection",
+    "cut_detail",
+    "cut_message",
+    "how_it_was_cut",
+    "http_error_detail",
+    "injected_finish",
+    "no_response_detail",
+    "one_line",
+    "repaired_detail",
+    "rewrote_empty_reasons",
+    "seconds",
+    "set_finish_reason",
+    "skipped_detail",
+    "stall_reason",
+    "upstream_error_detail",
+]
+
+# What finish_fix tells the client after the events it sent (OnCut values -> words in the books).
+_OUTCOMES = {
+    "error": "sent an error event",
+    "stop": "finished as success (on_cut=stop)",
+    "pass": "passed on unchanged",
+}
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """`text` with its whitespace folded, cut to `limit` characters (for books and comments)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def seconds(value: float) -> str:
+    """2 -> "2", 0.5 -> "0.5", 1.25 -> "1.25" (timeouts as the operator wrote them)."""
+    return f"{value:g}"
+
+
+# -- interruptions --------------------------------------------------------------------------------
+
+
+def how_it_was_cut(cause: str, reason: str) -> str:
+    """`Interruption.how`: "clean end without [DONE]", "transport error: ...", "client gone: ...",
+    "stalled: ..." (`cause` is a `CutCause` value)."""
+    if cause == "clean_end":
+        return "clean end without [DONE]"
+    label = {"transport_error": "transport error", "client_gone": "client gone", "stalled": "stalled"}[cause]
+    return f"{label}: {reason}"
+
+
+def stall_reason(*, first_token: bool, timeout: float, events: int) -> str:
+    """Which deadline passed: "no token within 60 s of the response head", "no event for 30 s after
+    12 events"."""
+    if first_token:
+        return f"no token within {seconds(timeout)} s of the response head"
+    return f"no event for {seconds(timeout)} s after {plural(events, 'event')}"
+
+
+def _when(events: int, elapsed: float | None) -> str:
+    when = f"after {plural(events, 'event')}"
+    return when if elapsed is None else when + f" and {elapsed:.1f} s"
+
+
+def _phase(before_first_token: bool) -> str:
+    return "before the first token" if before_first_token else "after the first token"
+
+
+def cut_message(*, cause: str, reason: str, before_first_token: bool, events: int, elapsed: float | None) -> str:
+    """The message of the error event sent for a cut or a stall (rule 6)."""
+    if cause == "stalled":
+        return f"stream was interrupted: {reason}; the upstream stalled (finish_fix)"
+    upstream_did = "ended the response" if cause == "clean_end" else f"connection failed ({reason})"
+    return (
+        f"stream was interrupted: the upstream {upstream_did} {_when(events, elapsed)}, "
+        f"{_phase(before_first_token)}, without a finish_reason; the response is incomplete (finish_fix)"
+    )
+
+
+def cut_detail(*, how: str, before_first_token: bool, events: int, elapsed: float | None, on_cut: str) -> str:
+    """The `interrupted` verdict's detail: where, how, when, and what the client was told."""
+    return f"interrupted {_phase(before_first_token)} ({how}) {_when(events, elapsed)}; {_OUTCOMES[on_cut]}"
+
+
+def client_gone_detail(*, how: str, events: int) -> str:
+    return f"interrupted: {how} after {plural(events, 'event')}, before the stream finished"
+
+
+# -- repairs --------------------------------------------------------------------------------------
+
+
+def injected_finish(reason: str, index: int, where: str) -> str:
+    return f"injected finish_reason {reason!r} for choice {index} {where}"
+
+
+def set_finish_reason(reason: str, index: object) -> str:
+    """Rule 9's repair of a whole (non-streaming) completion."""
+    return f"set finish_reason {reason!r} for choice {index}"
+
+
+def appended_done(how: str) -> str:
+    return f"appended [DONE] ({how})"
+
+
+def completed_framing() -> str:
+    return "completed the framing of the last event"
+
+
+def rewrote_empty_reasons(count: int) -> str:
+    return f"rewrote {plural(count, 'empty finish_reason value')} to null"
+
+
+def content_after_injection() -> str:
+    return "content arrived after a finish injected at a usage chunk"
+
+
+def repaired_detail(repairs: list[str]) -> str:
+    return "repaired: " + "; ".join(repairs)
+
+
+# -- the other verdicts ---------------------------------------------------------------------------
+
+
+def upstream_error_detail(label: str | None) -> str:
+    return "upstream_error: error event" + (f" ({one_line(label, 60)})" if label else "")
+
+
+def skipped_detail(why: str, *, from_event: int | None = None) -> str:
+    """`skipped`, and why; `from_event` when the stream was repaired up to there."""
+    if from_event is None:
+        return f"skipped: {one_line(why)}"
+    return f"skipped: {one_line(why)}; passed through unchanged from event {from_event}"
+
+
+def http_error_detail(status: int) -> str:
+    return f"http_error: HTTP {status}"
+
+
+def no_response_detail(*, client_gone: bool, reason: str) -> str:
+    """A flow that ended without any response."""
+    if client_gone:
+        return "skipped: the client went away before the response"
+    # mitmproxy answered the client itself, e.g. 502 for an unreachable upstream.
+    return f"http_error: no upstream response ({reason})"
