@@ -157,7 +157,8 @@ async def _drop_pooled_connections(toxiproxy, proxy: str) -> None:
 
 
 async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] | None = None) -> LabResult:
-    """Run the matrix; `progress(message, done, total)` is called as cells finish."""
+    """Run the matrix; `progress(message, done, total)` is called as each scenario starts
+    (`"<scenario>: starting, N cells"`) and as cells finish (`"<scenario>: <client> via <gateway>: <outcome>"`)."""
     started = time.time()
     clock = time.monotonic()
     planned = plan_cells(config)
@@ -198,6 +199,9 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             for scenario in config.scenarios:
                 cells = [(c, g) for s, c, g in planned if s is scenario]
                 if cells:
+                    # "NAME: ..." like every cell's line, so a progress display knows the scenario
+                    # from its first moment (a stall's cells finish only at its deadline).
+                    report(f"{scenario.name}: starting, {len(cells)} cells", done, total)
                     await _drop_pooled_connections(toxiproxy, TUNNEL)
                     results += await _run_scenario(
                         scenario, cells, faults[scenario.name], first_number=len(results) + 1,
