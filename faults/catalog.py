@@ -79,15 +79,26 @@ def _reset_arm(name: str) -> Toxic:
     return Toxic(name=f"{name}_reset_arm", type="reset_peer", stream="upstream", toxicity=0.0, attributes={"timeout": 0})
 
 
-def cut_during_prefill(layout: ResponseLayout, *, reset: bool = False) -> Fault:
-    """The tunnel drops after the response head (200 and headers) and before any event."""
+def cut_during_prefill(layout: ResponseLayout, *, reset: bool = False, after_seconds: float = 0.0) -> Fault:
+    """The tunnel drops after the response head (200 and headers) and before any event.
+
+    With `after_seconds`, the drop comes that long after the head (a `slow_close` holds it back):
+    a tunnel that dies in the middle of a long prefill, as in the post-mortem (13.7 s).
+    """
+    if after_seconds < 0:
+        raise ValueError(f"after_seconds must be >= 0, got {after_seconds}")
     name = "cut_during_prefill"
     toxics = (_reset_arm(name),) if reset else ()
     how = "reset" if reset else "FIN"
+    hold = ()
+    if after_seconds:
+        delay = round(after_seconds * 1000)
+        hold = (Toxic(name=f"{name}_slow_close", type="slow_close", stream="downstream", attributes={"delay": delay}),)
     return Fault(
         name=name,
-        summary=f"the client gets the {layout.head_length}-byte response head, then a {how}",
-        toxics=(*toxics, _limit(name, layout.head_length)),
+        summary=f"the client gets the {layout.head_length}-byte response head, then a {how}"
+        + (f" {after_seconds:g} s later" if after_seconds else ""),
+        toxics=(*toxics, _limit(name, layout.head_length), *hold),
     )
 
 

@@ -8,11 +8,21 @@ Scenarios run one after another, because a fault belongs to the tunnel and every
 must go through it; the cells of one scenario run at once (at most `jobs` at a time), which is what
 makes a full matrix take a minute rather than ten.
 
+Topologies (labs.scenario.Topology): a scenario with `[hub]` puts the hub (labs.hub, in this
+process, in front of the tunnel) between the gateways and the tunnel, and sets its policy for the
+scenario; `[pool] workers = 2` adds a second, healthy worker (the spare, in this process, no
+tunnel) as the gateways' second upstream. Gateways are told their upstreams at start, so each
+topology the run needs gets its own set of gateways, all started at once before the first cell
+(LiteLLM alone takes ~15 s to start); scenarios run grouped by topology. Which worker answered a
+cell is read from the workers' own records (`RunningWorker.arrivals`): the spare if it saw the
+cell's request (it is healthy: it answered in full), else the primary.
+
 Every cell's request carries the scenario's worker settings and its own cell id in the model name
 (labs.scenario), so the worker serves every scenario at once and the gateways' books can be matched
 to cells. Before each scenario the tunnel is switched off and on, which closes every pooled
 connection: each cell then opens a fresh connection with the fault already in place (toxiproxy's
-reset arm and byte counts are per connection, see faults/catalog.py).
+reset arm and byte counts are per connection, see faults/catalog.py). The hub opens one tunnel
+connection per request for the same reason.
 """
 
 from __future__ import annotations
@@ -20,7 +30,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +45,13 @@ from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.gateways.services import Gateway, books_entry, captured_stream, open_gateways, read_books
+from labs.hub import Hub, open_hub
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
-from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario
-from labs.worker.server import open_worker
+from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology, cell_id_of
+from labs.worker.server import RunningWorker, open_worker
 from labs.worker.wire import response_plan
 
-__all__ = ["TUNNEL", "CellResult", "LabConfig", "LabError", "LabResult", "run_lab"]
+__all__ = ["PRIMARY", "SPARE", "TUNNEL", "CellResult", "LabConfig", "LabError", "LabResult", "run_lab"]
 
 #: The toxiproxy proxy in front of the worker (the lab's and `make ui`'s).
 TUNNEL = "worker"
@@ -49,6 +61,9 @@ TUNNEL = "worker"
 BOOKS_DEADLINE_S = 15.0
 #: The books word for a cell whose gateway keeps books but wrote nothing for it.
 BOOKS_NO_ENTRY = "no entry"
+#: The two workers, as a cell's `answered_by` names them: the one behind the tunnel, the spare.
+PRIMARY = "primary"
+SPARE = "spare"
 
 
 class LabError(ValueError):
@@ -83,6 +98,15 @@ class CellResult:
     books_mismatch: bool = False
     #: The stream as finish_fix sent it on, for the finish_fix gateways.
     finish_fix_stream: str | None = None
+    #: `tunnel`, `hub`, `tunnel+spare` or `hub+spare` (labs.scenario.Topology.label).
+    topology: str = "tunnel"
+    #: The worker whose answer the client got: `spare` if the spare saw the request (it is
+    #: healthy), else `primary` if the primary did; None: no worker saw it.
+    answered_by: str | None = None
+    #: How many times each worker was asked for this cell (a gateway's retries show here).
+    worker_requests: dict[str, int] = field(default_factory=dict)
+    #: What the hub did, one line per request it relayed for this cell (labs.hub.HubExchange).
+    hub: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -140,6 +164,7 @@ async def _run_cell(
         scenario=scenario.name,
         client=client,
         gateway=gateway.name,
+        topology=scenario.topology.label,
         cell_id=cell_id,
         outcome=judgement.outcome.value,
         why=judgement.reason,
@@ -172,43 +197,66 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
 
     report = progress or (lambda message, done, total: None)
     results: list[CellResult] = []
-    gateway_names = tuple(dict.fromkeys(g for _, _, g in planned))
     client_names = tuple(dict.fromkeys(c for _, c, _ in planned))
     faults = {s.name: build_fault(s) for s in config.scenarios}  # refuse a bad fault before starting anything
+    groups = _topology_groups(config.scenarios, planned)
 
-    async with open_worker() as worker, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
+    async with AsyncExitStack() as stack:
+        worker = await stack.enter_async_context(open_worker())
+        toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
         tunnel = await trio.to_thread.run_sync(
             lambda: toxiproxy.client.create_proxy(
                 TUNNEL, upstream=f"127.0.0.1:{worker.port}", listen=f"127.0.0.1:{config.tunnel_port}"
             )
         )
-        report(f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel.listen_port}; starting gateways", 0, total)
-        async with open_gateways(
-            gateway_names, primary_url=f"http://127.0.0.1:{tunnel.listen_port}", run_dir=run_dir,
-            external_url=config.external_url, external_api_key=config.external_api_key,
-        ) as gateways, open_driver_hosts(client_names, run_dir) as hosts:
-            versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
-            limiter = trio.CapacityLimiter(max(1, config.jobs))
-            done = 0
+        tunnel_url = f"http://127.0.0.1:{tunnel.listen_port}"
+        workers = {PRIMARY: worker}
+        if any(topology.workers == 2 for topology in groups):
+            workers[SPARE] = await stack.enter_async_context(open_worker())
+        hub = None
+        if any(topology.hub for topology in groups):
+            hub = await stack.enter_async_context(open_hub(upstream_port=tunnel.listen_port))
+        report(_topology_line(worker, tunnel.listen_port, workers.get(SPARE), hub) + "; starting gateways", 0, total)
+        upstreams = {
+            topology: (hub.url if topology.hub else tunnel_url, workers[SPARE].base_url.removesuffix("/v1") if topology.workers == 2 else None)
+            for topology in groups
+        }
+        gateway_sets = await stack.enter_async_context(_open_gateway_sets(
+            {topology: tuple(dict.fromkeys(g for s, _, g in planned if s.topology == topology)) for topology in groups},
+            upstreams, run_dir, config,
+        ))
+        hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir))
+        versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
+        limiter = trio.CapacityLimiter(max(1, config.jobs))
+        done = 0
 
-            def on_cell(scenario: Scenario, result: CellResult) -> None:
-                nonlocal done
-                done += 1
-                report(f"{scenario.name}: {result.client} via {result.gateway}: {result.outcome}", done, total)
+        def on_cell(scenario: Scenario, result: CellResult) -> None:
+            nonlocal done
+            done += 1
+            report(f"{scenario.name}: {result.client} via {result.gateway}: {result.outcome}", done, total)
 
-            for scenario in config.scenarios:
-                cells = [(c, g) for s, c, g in planned if s is scenario]
-                if cells:
-                    # "NAME: ..." like every cell's line, so a progress display knows the scenario
-                    # from its first moment (a stall's cells finish only at its deadline).
-                    report(f"{scenario.name}: starting, {len(cells)} cells", done, total)
-                    await _drop_pooled_connections(toxiproxy, TUNNEL)
-                    results += await _run_scenario(
-                        scenario, cells, faults[scenario.name], first_number=len(results) + 1,
-                        gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
-                    )
-            await _wait_for_books(results, gateways)
-            _attach_books(results, gateways)
+        # Cell ids in matrix order, whatever order the topology groups run in.
+        numbered = [(number, *cell) for number, cell in enumerate(planned, start=1)]
+        for topology, scenarios in groups.items():
+            gateways = gateway_sets[topology]
+            group_results: list[CellResult] = []
+            for scenario in scenarios:
+                cells = [(number, c, g) for number, s, c, g in numbered if s is scenario]
+                # "NAME: ..." like every cell's line, so a progress display knows the scenario
+                # from its first moment (a stall's cells finish only at its deadline).
+                report(f"{scenario.name}: starting, {len(cells)} cells", done, total)
+                if hub is not None and scenario.hub_policy is not None:
+                    hub.on_tunnel_drop = scenario.hub_policy
+                await _drop_pooled_connections(toxiproxy, TUNNEL)
+                group_results += await _run_scenario(
+                    scenario, cells, faults[scenario.name],
+                    gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
+                )
+            await _wait_for_books(group_results, gateways)
+            _attach_books(group_results, gateways)
+            results += group_results
+        _attach_workers(results, workers, hub)
+    results.sort(key=lambda r: r.cell_id)
     return LabResult(
         started=started,
         duration_s=time.monotonic() - clock,
@@ -216,11 +264,12 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             {"name": s.name, "title": s.title, "deadline_s": s.deadline_s, "fault": s.fault,
              "fault_summary": faults[s.name].summary if faults[s.name] else None,
              "worker": s.worker.to_header(), "expected": dataclasses.asdict(s.expected()),
-             "worker_stream": _worker_stream(s)}
+             "worker_stream": _worker_stream(s), "topology": s.topology.label,
+             "hub": s.hub_policy.value if s.hub_policy else None, "workers": s.pool_workers}
             for s in config.scenarios
         ],
         clients=list(client_names),
-        gateways=list(gateway_names),
+        gateways=list(dict.fromkeys(g for _, _, g in planned)),
         versions=versions,
         run_dir=str(run_dir),
         cells=results,
@@ -229,10 +278,9 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
 
 async def _run_scenario(
     scenario: Scenario,
-    cells: list[tuple[str, str]],
+    cells: list[tuple[int, str, str]],
     fault: Fault | None,
     *,
-    first_number: int,
     gateways: dict[str, Gateway],
     hosts: dict,
     limiter: trio.CapacityLimiter,
@@ -249,8 +297,8 @@ async def _run_scenario(
 
     async with fault.applied(toxiproxy.client, TUNNEL) if fault is not None else contextlib.nullcontext():
         async with trio.open_nursery() as nursery:
-            for index, (client, gateway) in enumerate(cells):
-                nursery.start_soon(one, CELL_ID_TEMPLATE.format(first_number + index), client, gateway)
+            for number, client, gateway in cells:
+                nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway)
     return sorted(results, key=lambda r: r.cell_id)
 
 
@@ -292,3 +340,86 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
             continue
         result.books, result.books_entry = word, entry
         result.books_mismatch = books_mismatch(Outcome(result.outcome), word)
+
+
+def _topology_groups(
+    scenarios: tuple[Scenario, ...], planned: list[tuple[Scenario, str, str]]
+) -> dict[Topology, list[Scenario]]:
+    """The scenarios that have cells, by topology: the default one (no hub, one worker) first,
+    each group in the order the scenarios were given."""
+    groups: dict[Topology, list[Scenario]] = {}
+    having_cells = {id(s) for s, _, _ in planned}
+    for scenario in scenarios:
+        if id(scenario) in having_cells:
+            groups.setdefault(scenario.topology, []).append(scenario)
+    return dict(sorted(groups.items()))
+
+
+def _topology_line(worker: RunningWorker, tunnel_port: int, spare: RunningWorker | None, hub: Hub | None) -> str:
+    line = f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel_port}"
+    if hub is not None:
+        line += f", hub on 127.0.0.1:{hub.port}"
+    if spare is not None:
+        line += f", spare worker on 127.0.0.1:{spare.port}"
+    return line
+
+
+@asynccontextmanager
+async def _open_gateway_sets(
+    names: dict[Topology, tuple[str, ...]],
+    upstreams: dict[Topology, tuple[str, str | None]],
+    run_dir: Path,
+    config: LabConfig,
+) -> AsyncIterator[dict[Topology, dict[str, Gateway]]]:
+    """Every topology's gateways, started at the same time (each start is mostly waiting for a
+    process to come up); all stop when the block ends, and one that fails to start stops the rest.
+
+    The default topology's gateways keep their logs and books in `run_dir`, the others in a
+    folder named after the topology (`run_dir/hub`, `run_dir/hub+spare`), so two LiteLLMs never
+    share a config or a log.
+    """
+    sets: dict[Topology, dict[str, Gateway]] = {}
+    ready = {topology: trio.Event() for topology in names}
+    release = trio.Event()
+
+    async def hold(topology: Topology) -> None:
+        primary_url, spare_url = upstreams[topology]
+        directory = run_dir if topology == Topology() else run_dir / topology.label
+        directory.mkdir(parents=True, exist_ok=True)
+        async with open_gateways(
+            names[topology], primary_url=primary_url, spare_url=spare_url, run_dir=directory,
+            external_url=config.external_url, external_api_key=config.external_api_key,
+        ) as gateways:
+            sets[topology] = gateways
+            ready[topology].set()
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        for topology in names:
+            nursery.start_soon(hold, topology)
+        for event in ready.values():
+            await event.wait()
+        try:
+            yield sets
+        finally:
+            release.set()
+
+
+def _attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
+    """Which worker answered each cell, how often each was asked, and what the hub did."""
+    asked: dict[str, dict[str, int]] = {}
+    for name, worker in workers.items():
+        for model in worker.arrivals:
+            cell = cell_id_of(model)
+            if cell is not None:
+                counts = asked.setdefault(cell, {})
+                counts[name] = counts.get(name, 0) + 1
+    relayed: dict[str, list[str]] = {}
+    for exchange in hub.exchanges if hub is not None else ():
+        cell = cell_id_of(exchange.model)
+        if cell is not None:
+            relayed.setdefault(cell, []).append(exchange.summary())
+    for result in results:
+        result.worker_requests = asked.get(result.cell_id, {})
+        result.answered_by = SPARE if SPARE in result.worker_requests else PRIMARY if result.worker_requests else None
+        result.hub = relayed.get(result.cell_id, [])

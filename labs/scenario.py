@@ -10,6 +10,7 @@ File format (every table optional except `title`):
     clients = ["openai-python", "pi-ai"]    # default: every client
     gateways = ["direct", "finish_fix"]     # default: every gateway
     order = 80                              # row order in the matrix
+    default = false                         # not in the default run (`--all` or `--scenario` runs it)
 
     [worker]                                # labs.worker.settings.WorkerSettings fields
     tokens = 12
@@ -22,6 +23,17 @@ File format (every table optional except `title`):
     [fault]                                 # faults: see labs/fault_plan.py for the kinds
     kind = "cut_after_tokens"
     n = 5
+
+    [hub]                                   # put the hub between the gateways and the tunnel
+    on_tunnel_drop = "close"                # close | error_event | abort (labs/hub/policy.py)
+
+    [pool]                                  # the gateways' upstream workers
+    workers = 2                             # 1 (default) or 2: a second, healthy worker (the spare)
+
+No `[hub]` table: the gateways talk to the tunnel itself. With `workers = 2` every gateway that can
+have more than one upstream also gets the spare, reachable without the tunnel (and without the
+hub); `direct` and single-upstream gateways use the first only. Scenarios of one topology (hub or
+not, one worker or two) share one set of gateways (`Topology`).
 """
 
 from __future__ import annotations
@@ -34,10 +46,22 @@ from typing import Any
 
 from labs.clients import ALL_CLIENTS
 from labs.gateways import GATEWAYS
+from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
 from labs.worker.settings import TOOL_NAME, WorkerSettings, expected_answer, parse_settings
 
-__all__ = ["CELL_ID_TEMPLATE", "MAX_CELLS", "SCENARIO_DIR", "Scenario", "ScenarioError", "load_scenario", "load_scenarios"]
+__all__ = [
+    "CELL_ID_TEMPLATE",
+    "MAX_CELLS",
+    "POOL_SIZES",
+    "SCENARIO_DIR",
+    "Scenario",
+    "ScenarioError",
+    "Topology",
+    "cell_id_of",
+    "load_scenario",
+    "load_scenarios",
+]
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
@@ -63,6 +87,29 @@ WORKER_TOOL = {
 }
 
 DEFAULT_DEADLINE_S = 20.0
+#: `[pool] workers`: the primary alone, or the primary and one healthy spare.
+POOL_SIZES = (1, 2)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Topology:
+    """What sits between the gateways and the workers: the hub or not, one worker or two."""
+
+    hub: bool = False
+    workers: int = 1
+
+    @property
+    def label(self) -> str:
+        """`tunnel`, `hub`, `tunnel+spare` or `hub+spare`: for reports and run folders."""
+        return ("hub" if self.hub else "tunnel") + ("+spare" if self.workers == 2 else "")
+
+
+def cell_id_of(model: object) -> str | None:
+    """The cell id in a model name as a gateway or worker saw it (`c0007;tokens=3`, with or
+    without a route prefix such as `via-finish-fix/`), or None."""
+    if not isinstance(model, str):
+        return None
+    return model.split(";", 1)[0].rsplit("/", 1)[-1] or None
 
 
 class ScenarioError(ValueError):
@@ -81,8 +128,18 @@ class Scenario:
     clients: tuple[str, ...] | None = None
     gateways: tuple[str, ...] | None = None
     order: int = 1000
+    #: In the default run (`python -m labs` without `--all` or `--scenario`).
+    default: bool = True
     source: str = ""
     prompt: str = "Say the sentence about the fox."
+    #: `[hub] on_tunnel_drop`, None: no hub.
+    hub_policy: TunnelDropPolicy | None = None
+    #: `[pool] workers`.
+    pool_workers: int = 1
+
+    @property
+    def topology(self) -> Topology:
+        return Topology(hub=self.hub_policy is not None, workers=self.pool_workers)
 
     @property
     def resolved(self) -> WorkerSettings:
@@ -135,19 +192,21 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(f"{path}: not valid TOML: {error}") from None
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
-    known = {"title", "deadline_s", "clients", "gateways", "order", "worker", "request", "fault", "prompt"}
+    known = {"title", "deadline_s", "clients", "gateways", "order", "worker", "request", "fault", "prompt", "hub", "pool", "default"}
     unknown = set(data) - known
     if unknown:
         raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
     if "title" not in data:
         raise ScenarioError(f"{path}: missing `title`")
     _check_type(path, "title", data["title"], str, "a string")
-    for key in ("worker", "request", "fault"):
+    for key in ("worker", "request", "fault", "hub", "pool"):
         _check_type(path, f"[{key}]", data.get(key, {}), dict, "a table")
     if "prompt" in data:
         _check_type(path, "prompt", data["prompt"], str, "a string")
     if "order" in data:
         _check_type(path, "order", data["order"], int, "an integer")
+    if "default" in data:
+        _check_type(path, "default", data["default"], bool, "true or false")
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
@@ -184,6 +243,8 @@ def load_scenario(path: Path) -> Scenario:
     fault = data.get("fault")
     if fault is not None and not isinstance(fault.get("kind"), str):
         raise ScenarioError(f"{path}: [fault] needs a `kind` (a fault name, e.g. \"cut_after_tokens\")")
+    hub_policy = _hub_policy(path, data.get("hub"))
+    pool_workers = _pool_workers(path, data.get("pool", {}))
     return Scenario(
         name=name,
         title=data["title"],
@@ -195,9 +256,36 @@ def load_scenario(path: Path) -> Scenario:
         clients=clients,
         gateways=gateways,
         order=data.get("order", 1000),
+        default=data.get("default", True),
         source=str(path),
+        hub_policy=hub_policy,
+        pool_workers=pool_workers,
         **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
+
+
+def _hub_policy(path: Path, hub: dict[str, Any] | None) -> TunnelDropPolicy | None:
+    if hub is None:
+        return None
+    unknown = set(hub) - {"on_tunnel_drop"}
+    if unknown:
+        raise ScenarioError(f"{path}: [hub]: unknown keys {sorted(unknown)}; known: on_tunnel_drop")
+    if "on_tunnel_drop" not in hub:
+        raise ScenarioError(f"{path}: [hub] needs `on_tunnel_drop` (close, error_event or abort)")
+    try:
+        return parse_policy(hub["on_tunnel_drop"])
+    except ValueError as error:
+        raise ScenarioError(f"{path}: [hub]: {error}") from None
+
+
+def _pool_workers(path: Path, pool: dict[str, Any]) -> int:
+    unknown = set(pool) - {"workers"}
+    if unknown:
+        raise ScenarioError(f"{path}: [pool]: unknown keys {sorted(unknown)}; known: workers")
+    workers = pool.get("workers", 1)
+    if isinstance(workers, bool) or workers not in POOL_SIZES:
+        raise ScenarioError(f"{path}: [pool]: `workers` must be 1 or 2, not {workers!r}")
+    return workers
 
 
 def _check_type(path: Path, key: str, value: Any, kind: type, described: str) -> None:

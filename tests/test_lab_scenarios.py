@@ -9,8 +9,9 @@ import dataclasses
 
 import trio
 
-from labs.runner import LabConfig, LabError, plan_cells, run_lab
-from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, load_scenario, load_scenarios
+from labs.hub import TunnelDropPolicy
+from labs.runner import LabConfig, LabError, _topology_groups, plan_cells, run_lab
+from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, Topology, cell_id_of, load_scenario, load_scenarios
 from labs.worker.server import settings_for_request
 from labs.worker.settings import Finish, WorkerSettings
 from labs.worker.wire import response_plan
@@ -30,6 +31,13 @@ DEFAULT_SET = {
     "stall-after-tokens",
     "sliced",
     "latency-jitter",
+    # The hub and the spare worker (issue 7).
+    "incident-prefill-cut-hub-close",
+    "cut-during-prefill-hub-error-event",
+    "cut-after-tokens-hub-close",
+    "cut-after-tokens-hub-error-event",
+    "rule1-prefill-cut-hub-close-spare",
+    "rule1-prefill-cut-hub-abort-spare",
 }
 
 
@@ -151,6 +159,13 @@ def scenario_file(tmp_path, text, name="s"):
         ('[request]\ntools = "yes"\n', r"`\[request\] tools` must be true or false, not 'yes'"),
         ("worker = 3\n", r"`\[worker\]` must be a table, not 3"),
         ("[fault]\nkind = 5\n", r"\[fault\] needs a `kind`"),
+        ('[hub]\non_tunnel_drop = "drop"\n', r"\[hub\]: on_tunnel_drop 'drop' is not one of close, error_event, abort"),
+        ("[hub]\n", r"\[hub\] needs `on_tunnel_drop` \(close, error_event or abort\)"),
+        ('[hub]\non_tunnel_drop = "close"\npolicy = 1\n', r"\[hub\]: unknown keys \['policy'\]; known: on_tunnel_drop"),
+        ("hub = 3\n", r"`\[hub\]` must be a table, not 3"),
+        ("[pool]\nworkers = 3\n", r"\[pool\]: `workers` must be 1 or 2, not 3"),
+        ("[pool]\nworkers = true\n", r"\[pool\]: `workers` must be 1 or 2, not True"),
+        ("[pool]\nspares = 1\n", r"\[pool\]: unknown keys \['spares'\]; known: workers"),
     ],
 )
 def test_a_value_of_the_wrong_type_is_refused_naming_the_key(tmp_path, text, message):
@@ -209,3 +224,67 @@ def test_more_cells_than_the_fixed_width_ids_hold_are_refused_before_anything_st
 
     with pytest.raises(LabError, match=f"at most {MAX_CELLS} fit in one run"):
         trio.run(run)
+
+
+# -- the hub and the pool (issue 7) ----------------------------------------------------------------
+
+
+def test_no_hub_table_is_todays_topology():
+    healthy = load_scenario_named("healthy")
+    assert (healthy.hub_policy, healthy.pool_workers, healthy.topology) == (None, 1, Topology(hub=False, workers=1))
+    assert healthy.topology.label == "tunnel"
+
+
+@pytest.mark.parametrize(
+    ("name", "policy", "workers", "label"),
+    [
+        ("incident-prefill-cut-hub-close", "close", 1, "hub"),
+        ("cut-during-prefill-hub-error-event", "error_event", 1, "hub"),
+        ("cut-after-tokens-hub-close", "close", 1, "hub"),
+        ("cut-after-tokens-hub-error-event", "error_event", 1, "hub"),
+        ("rule1-prefill-cut-hub-close-spare", "close", 2, "hub+spare"),
+        ("rule1-prefill-cut-hub-abort-spare", "abort", 2, "hub+spare"),
+    ],
+)
+def test_the_hub_scenarios_say_their_policy_and_pool(name, policy, workers, label):
+    scenario = load_scenario_named(name)
+    assert (scenario.hub_policy, scenario.pool_workers, scenario.topology.label) == (TunnelDropPolicy(policy), workers, label)
+
+
+def test_the_incident_drops_the_tunnel_137_seconds_into_a_longer_prefill():
+    # The post-mortem's numbers: the head goes out, then 13.7 s of prefill, then the tunnel drops;
+    # the worker is still in prefill then (its prefill is longer), so no event ever comes.
+    scenario = load_scenario_named("incident-prefill-cut-hub-close")
+    fault = build_fault(scenario)
+    toxics = [(t.type, t.attributes) for t in fault.toxics]
+    assert toxics == [("limit_data", {"bytes": response_plan(scenario.resolved).head_length}), ("slow_close", {"delay": 13700})]
+    assert scenario.resolved.prefill_delay > 13.7 + 5
+    assert scenario.deadline_s > 13.7 + 20
+    assert fault.summary.endswith("then a FIN 13.7 s later")
+
+
+def test_scenarios_are_grouped_by_topology_default_first_in_the_given_order():
+    names = ["rule1-prefill-cut-hub-abort-spare", "cut-after-tokens-hub-close", "healthy",
+             "rule1-prefill-cut-hub-close-spare", "reason-omitted"]
+    scenarios = tuple(load_scenario_named(name) for name in names)
+    config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct",))
+    groups = _topology_groups(config.scenarios, plan_cells(config))
+    assert [(t.label, [s.name for s in group]) for t, group in groups.items()] == [
+        ("tunnel", ["healthy", "reason-omitted"]),
+        ("hub", ["cut-after-tokens-hub-close"]),
+        ("hub+spare", ["rule1-prefill-cut-hub-abort-spare", "rule1-prefill-cut-hub-close-spare"]),
+    ]
+
+
+def test_a_scenario_without_cells_starts_no_topology(tmp_path):
+    only_finish_fix = dataclasses.replace(load_scenario_named("cut-after-tokens-hub-close"), gateways=("finish_fix",))
+    config = LabConfig(scenarios=(load_scenario_named("healthy"), only_finish_fix), clients=("pi-ai",), gateways=("direct",))
+    assert [t.label for t in _topology_groups(config.scenarios, plan_cells(config))] == ["tunnel"]
+
+
+@pytest.mark.parametrize(
+    ("model", "cell"),
+    [("c0007;tokens=3", "c0007"), ("via-finish-fix/c0007;tokens=3", "c0007"), ("openai/c0042", "c0042"), (None, None), ("", None)],
+)
+def test_the_cell_id_is_read_back_from_a_model_name_as_gateways_and_workers_see_it(model, cell):
+    assert cell_id_of(model) == cell

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -63,12 +63,15 @@ class HandledRequest:
 
 @dataclass(slots=True, kw_only=True)
 class RunningWorker:
-    """A worker serving on `host:port`; `handled` grows as requests finish."""
+    """A worker serving on `host:port`; `handled` grows as requests finish, `arrivals` as they come."""
 
     host: str
     port: int
     defaults: WorkerSettings
     handled: list[HandledRequest]
+    #: The `model` of each chat-completions request, as it arrived (a request in a long prefill
+    #: is here before it is in `handled`): which worker a gateway sent a request to.
+    arrivals: list[str] = field(default_factory=list)
 
     @property
     def base_url(self) -> str:
@@ -100,16 +103,18 @@ async def serve_worker(
     host: str = "127.0.0.1",
     port: int = 0,
     handled: list[HandledRequest] | None = None,
+    arrivals: list[str] | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled. `await nursery.start(serve_worker, ...)` returns the bound port."""
     defaults = defaults if defaults is not None else WorkerSettings()
     handled = handled if handled is not None else []
+    arrivals = arrivals if arrivals is not None else []
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound_port = listeners[0].socket.getsockname()[1]
 
     async def handler(stream: trio.SocketStream) -> None:
-        await _serve_connection(stream, defaults, handled)
+        await _serve_connection(stream, defaults, handled, arrivals)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, handler, listeners)
@@ -123,9 +128,12 @@ async def open_worker(
     """Run a worker for the duration of the block (port 0 = a free port, see `.port`)."""
     defaults = defaults if defaults is not None else WorkerSettings()
     handled: list[HandledRequest] = []
+    arrivals: list[str] = []
     async with trio.open_nursery() as nursery:
-        bound_port = await nursery.start(partial(serve_worker, defaults, host=host, port=port, handled=handled))
-        yield RunningWorker(host=host, port=bound_port, defaults=defaults, handled=handled)
+        bound_port = await nursery.start(
+            partial(serve_worker, defaults, host=host, port=port, handled=handled, arrivals=arrivals)
+        )
+        yield RunningWorker(host=host, port=bound_port, defaults=defaults, handled=handled, arrivals=arrivals)
         nursery.cancel_scope.cancel()
 
 
@@ -171,10 +179,10 @@ async def serve_http_connection(
 
 
 async def _serve_connection(
-    stream: trio.SocketStream, defaults: WorkerSettings, handled: list[HandledRequest]
+    stream: trio.SocketStream, defaults: WorkerSettings, handled: list[HandledRequest], arrivals: list[str]
 ) -> None:
     await serve_http_connection(
-        stream, partial(_answer, defaults=defaults, handled=handled), partial(_bad_request, defaults)
+        stream, partial(_answer, defaults=defaults, handled=handled, arrivals=arrivals), partial(_bad_request, defaults)
     )
 
 
@@ -213,6 +221,7 @@ async def _answer(
     *,
     defaults: WorkerSettings,
     handled: list[HandledRequest],
+    arrivals: list[str],
 ) -> bool:
     """Send the response to one request; True when the connection can take another request."""
     method = request.method.decode()
@@ -237,6 +246,7 @@ async def _answer(
             # SettingsError is a ValueError too; json.JSONDecodeError as well.
             plan = _bad_request(defaults, str(exc))
         else:
+            arrivals.append(str(payload.get("model")))
             stream_requested = payload.get("stream") is True
             plan = response_plan(settings, stream=stream_requested)
     else:
