@@ -15,6 +15,8 @@ TOXIPROXY_SERVER := $(TOOLS)/bin/toxiproxy-server
 TOXIPROXY_STAMP := $(TOOLS)/toxiproxy-$(TOXIPROXY_VERSION).built
 NODE_CLIENTS := $(CURDIR)/labs/clients/node
 NODE_STAMP := $(NODE_CLIENTS)/node_modules/.installed
+PORTKEY := $(CURDIR)/labs/gateways/portkey
+PORTKEY_STAMP := $(PORTKEY)/node_modules/.installed
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export FINISHLINE_TOXIPROXY_SERVER := $(TOXIPROXY_SERVER)
@@ -39,7 +41,7 @@ help:
 # A missing tool is one line saying what to install, not "command not found" halfway through.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "error: '$(1)' not found; $(2)" >&2; exit 1; }
 
-setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP)
+setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP) $(PORTKEY_STAMP)
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (mitmproxy 12 needs it); install one or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -67,6 +69,12 @@ $(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
 	@touch $@
 
+# The lab's Portkey gateway (@portkey-ai/gateway, @hono/node-server pinned by an override), from its lock file.
+$(PORTKEY_STAMP): $(PORTKEY)/package.json $(PORTKEY)/package-lock.json
+	$(call need,npm,install Node.js 20 or newer with npm: the lab's Portkey gateway needs it)
+	cd $(PORTKEY) && npm ci --no-audit --no-fund
+	@touch $@
+
 test: setup
 	$(PY) -m pytest
 
@@ -80,4 +88,4 @@ ui: setup
 	$(PY) -m labs.ui
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis $(NODE_CLIENTS)/node_modules
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis $(NODE_CLIENTS)/node_modules $(PORTKEY)/node_modules
