@@ -1,0 +1,112 @@
+"""The report card: one line per check (rule, check, mark, evidence), and the exit status it implies.
+
+A card is data; `labs.grade.render` prints it for a terminal, as JSON and as HTML. The marks are a
+closed set, and these exact words are what the terminal, the JSON and the HTML show:
+
+- `pass`: the check ran and the target did what the spec (or the post-mortem's rule) asks.
+- `fail`: the check ran and the target did not; the evidence says what it did instead.
+- `not tested`: the check could not run against this setup (rule 1 without a spare worker, a hub
+  policy without the hub); never counted as a pass.
+- `not checked`: the check needs something the grader cannot see (the gateway's books without
+  `--books`); never counted as a pass either.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Card", "CheckResult", "GradeError", "Mark", "EXIT_FAILED", "EXIT_PASSED", "EXIT_CANNOT_RUN"]
+
+#: Every check that ran passed.
+EXIT_PASSED = 0
+#: At least one check failed.
+EXIT_FAILED = 1
+#: The grader could not run (bad arguments, target unreachable): one line says what to fix.
+EXIT_CANNOT_RUN = 2
+
+
+class GradeError(RuntimeError):
+    """The grader cannot run as asked; the message is the one line that says what to fix."""
+
+
+class Mark(enum.StrEnum):
+    """A check's result, in the words the card shows."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    #: The check needs a part this setup lacks (a spare worker, the hub).
+    NOT_TESTED = "not tested"
+    #: The check needs data the grader cannot read (the gateway's books).
+    NOT_CHECKED = "not checked"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckResult:
+    """One row of the card."""
+
+    #: The group the check belongs to: `rule 1`, `finish reasons`, `streaming`, ...
+    rule: str
+    #: The check's id: stable, a pytest test id, the JSON key (e.g. `cut-after-tokens-fin`).
+    check: str
+    #: What the check asks of the target, in one sentence.
+    title: str
+    mark: Mark
+    #: One line: what was seen. The pytest plugin's failure message is this line.
+    evidence: str
+    #: Everything behind the evidence (each client's outcome, the raw stream), for JSON and HTML.
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "check": self.check,
+            "title": self.title,
+            "mark": str(self.mark),
+            "evidence": self.evidence,
+            "details": self.details,
+        }
+
+
+@dataclass(slots=True, kw_only=True)
+class Card:
+    """The card for one target: what was graded, with what, and each check's row."""
+
+    #: `gateway` or `server`.
+    kind: str
+    #: The base URL graded.
+    target: str
+    results: list[CheckResult] = field(default_factory=list)
+    #: Facts about the run a reader needs (clients and their versions, ports, deadlines).
+    setup: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_status(self) -> int:
+        """0 when every check that ran passed, 1 when one failed."""
+        return EXIT_FAILED if any(r.mark is Mark.FAIL for r in self.results) else EXIT_PASSED
+
+    def counts(self) -> dict[str, int]:
+        """How many checks got each mark, every mark listed."""
+        return {str(mark): sum(1 for r in self.results if r.mark is mark) for mark in Mark}
+
+    def result(self, check: str) -> CheckResult:
+        """The row of one check, by id.
+
+        Raises:
+            KeyError: no such check on this card.
+        """
+        for row in self.results:
+            if row.check == check:
+                return row
+        raise KeyError(f"no check {check!r} on this card; checks: {', '.join(r.check for r in self.results)}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "exit_status": self.exit_status,
+            "counts": self.counts(),
+            "setup": self.setup,
+            "results": [r.to_json() for r in self.results],
+        }

@@ -1,0 +1,125 @@
+"""`python -m labs.grade gateway|server ...`: grade a gateway or a server, print the card, exit 0/1/2.
+
+Exit status: 0 when every check that ran passed, 1 when one failed, 2 when the grader could not run
+(a bad argument, the target unreachable), with one line `error: ...` saying what to fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from labs.clients import ALL_CLIENTS
+from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
+from labs.grade.render import render_terminal, write_html, write_json
+
+__all__ = ["build_parser", "main"]
+
+#: The clients a gateway is graded with unless `--client` says otherwise.
+DEFAULT_GATEWAY_CLIENTS = ("openai-python", "openai-node", "pi-ai")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line that says what to fix; `--help` has the rest.
+        self.exit(EXIT_CANNOT_RUN, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1-65535)") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (1-65535)")
+    return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} must be above 0 seconds")
+    return value
+
+
+def _url(text: str) -> str:
+    if not text.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// base URL (e.g. http://127.0.0.1:4000/v1)")
+    return text.rstrip("/")
+
+
+def _outputs(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the card as JSON to PATH")
+    parser.add_argument("--html", type=Path, metavar="PATH", help="also write the card as one HTML page to PATH")
+    parser.add_argument("--model", help="model name to ask for (server: default the first of GET /models; gateway: default the "
+                        "worker's settings as a model name, which your gateway must pass through)")
+    parser.add_argument("--api-key", help="API key to send as a bearer token (default: none for a server, a dummy for a gateway)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m labs.grade", description="Grade a gateway or an OpenAI-compatible server: a report card, exit 0 (all passed), 1 (one failed), 2 (could not run).")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{gateway,server}")
+    gateway = commands.add_parser("gateway", help="grade a gateway: the lab serves its upstream(s) and breaks them on purpose")
+    gateway.add_argument("--url", type=_url, required=True, help="the gateway's OpenAI base URL, e.g. http://127.0.0.1:4000/v1")
+    gateway.add_argument("--upstream-port", type=_port, required=True, metavar="P",
+                         help="the 127.0.0.1 port your gateway uses as its upstream: the lab's hub (or tunnel) listens there")
+    gateway.add_argument("--spare-port", type=_port, metavar="Q",
+                         help="a second upstream port your gateway can retry on: a healthy spare worker listens there (rule 1)")
+    gateway.add_argument("--client", action="append", choices=ALL_CLIENTS, metavar="CLIENT",
+                         help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)}; known: {', '.join(ALL_CLIENTS)})")
+    gateway.add_argument("--books", type=Path, metavar="FILE",
+                         help="the gateway's books as JSON lines (request_id or model, status, verdict; see the README); rule 3 is not checked without it")
+    gateway.add_argument("--stall-deadline", type=_seconds, metavar="SECONDS",
+                         help="how long the gateway has to end a stalled stream with an error (default 30)")
+    gateway.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR",
+                         help="where the run's logs go (default lab-results/)")
+    _outputs(gateway)
+    server = commands.add_parser("server", help="grade an OpenAI-compatible server (no faults)")
+    server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    _outputs(server)
+    return parser
+
+
+def _emit(card: Card, arguments: argparse.Namespace) -> int:
+    print(render_terminal(card, colour=sys.stdout.isatty()))
+    if arguments.json:
+        write_json(card, arguments.json)
+    if arguments.html:
+        write_html(card, arguments.html)
+    return card.exit_status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    arguments = parser.parse_args(argv)
+    if arguments.command == "server":
+        from labs.grade.server_grader import grade_server
+
+        try:
+            card = grade_server(arguments.url, model=arguments.model, api_key=arguments.api_key)
+        except GradeError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_CANNOT_RUN
+        return _emit(card, arguments)
+    if arguments.spare_port is not None and arguments.spare_port == arguments.upstream_port:
+        parser.error(f"--spare-port {arguments.spare_port} is the --upstream-port; give the spare worker another port")
+    if arguments.books is not None and not arguments.books.parent.is_dir():
+        parser.error(f"--books {arguments.books}: no directory {arguments.books.parent}")
+    from labs.entry import run_command
+    from labs.grade.gateway_grader import GatewayTarget, grade_gateway
+
+    target = GatewayTarget(
+        url=arguments.url, upstream_port=arguments.upstream_port, spare_port=arguments.spare_port,
+        clients=tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS)), books_path=arguments.books,
+        stall_deadline_s=arguments.stall_deadline, model=arguments.model, api_key=arguments.api_key,
+        results_dir=arguments.results,
+    )
+    status, card = run_command(grade_gateway, target)
+    if card is None:
+        return status  # run_command printed the one line (GradeError, a helper that did not start, a signal)
+    return _emit(card, arguments)

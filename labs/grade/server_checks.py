@@ -1,0 +1,323 @@
+"""The server checks, as data: what to ask an OpenAI-compatible server, and how each answer is judged.
+
+Theory of operation
+-------------------
+The grader sends five requests (`REQUESTS`), each streamed and not streamed: a natural stop, a
+`max_tokens` truncation, a forced tool call (`tool_choice: "required"`), `n=2`, and
+`stream_options.include_usage`. Every answer is read once (`labs.grade.reading`, finishline's core
+as the judge) and the checks below read those readings; a check never sends anything itself.
+
+Each check tests one thing, so that each way of ending badly fails the check named after it and
+no other: a missing reason fails `stream-finish-reason` (and `json-finish-reason`), not the check
+that the truncation's reason is `length`. A check whose subject is missing (no reason to compare,
+a stream that ended in an error) is `not tested`, with the check that failed named in its evidence:
+it is never a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from labs.grade.card import CheckResult, Mark
+from labs.grade.reading import CompletionReading, StreamReading
+from labs.outcome import canonical_reason
+from labs.scenario import WORKER_TOOL
+
+__all__ = ["REQUESTS", "SERVER_CHECKS", "ServerCheck", "ServerRequest", "request_body"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerRequest:
+    """One request the grader sends, streamed and not."""
+
+    name: str
+    #: In the evidence: what this request asks for.
+    label: str
+    fields: dict[str, Any]
+    #: Only streamed (`stream_options` means nothing to a non-streamed request).
+    stream_only: bool = False
+
+
+#: A prompt whose honest answer is long, so that `max_tokens` really truncates it.
+_LONG_PROMPT = "Write the numbers from 1 to 200 in words, separated by commas."
+_SHORT_PROMPT = "Say the sentence about the quick brown fox."
+
+REQUESTS = (
+    ServerRequest(name="stop", label="a natural stop", fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}]}),
+    ServerRequest(
+        name="length", label="max_tokens=5",
+        fields={"messages": [{"role": "user", "content": _LONG_PROMPT}], "max_tokens": 5},
+    ),
+    ServerRequest(
+        name="tool_call", label='a forced tool call (tool_choice "required")',
+        fields={
+            "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
+            "tools": [WORKER_TOOL],
+            "tool_choice": "required",
+        },
+    ),
+    ServerRequest(name="n2", label="n=2", fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}], "n": 2}),
+    ServerRequest(
+        name="usage", label="stream_options.include_usage",
+        fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}], "stream_options": {"include_usage": True}},
+        stream_only=True,
+    ),
+)
+
+
+def request_body(request: ServerRequest, *, model: str, stream: bool) -> dict[str, Any]:
+    """The JSON body for one request; temperature 0 so the streamed and the JSON answer can agree."""
+    return {"model": model, **request.fields, "stream": stream, "temperature": 0}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Readings:
+    """Every answer, by request name."""
+
+    streams: dict[str, StreamReading]
+    completions: dict[str, CompletionReading]
+
+
+Verdict = tuple[Mark, str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerCheck:
+    rule: str
+    check: str
+    title: str
+    judge: Callable[[Readings], Verdict]
+
+    def run(self, readings: Readings) -> CheckResult:
+        mark, evidence = self.judge(readings)
+        return CheckResult(rule=self.rule, check=self.check, title=self.title, mark=mark, evidence=evidence)
+
+
+def _label(name: str) -> str:
+    return next(r.label for r in REQUESTS if r.name == name)
+
+
+def _answered(reading: StreamReading | CompletionReading) -> bool:
+    return reading.status == 200
+
+
+def _stream_problem(name: str, reading: StreamReading) -> str | None:
+    """Why a stream cannot be judged beyond `stream-no-error`, or None."""
+    if reading.status != 200:
+        return f"stream {_label(name)}: HTTP {reading.status}"
+    if reading.error_positions:
+        return f"stream {_label(name)} ended in an error event (see stream-no-error)"
+    if reading.report.interruption is not None:
+        return f"stream {_label(name)} was cut: {reading.report.interruption.how} (see stream-no-error)"
+    return None
+
+
+def _completion_problem(name: str, reading: CompletionReading) -> str | None:
+    if reading.status != 200:
+        return f"JSON {_label(name)}: HTTP {reading.status}"
+    if reading.error is not None or not reading.choices:
+        return f"JSON {_label(name)} is an error, not a completion (see json-no-error)"
+    return None
+
+
+# -- streaming ----------------------------------------------------------------------------------
+
+
+def _stream_no_error(readings: Readings) -> Verdict:
+    for name, reading in readings.streams.items():
+        if reading.status != 200:
+            return Mark.FAIL, f"stream {_label(name)}: HTTP {reading.status}: {reading.body[:200].decode('utf-8', 'replace')}"
+        if reading.error_positions:
+            return Mark.FAIL, f"stream {_label(name)} sent an error event after {reading.error_positions[0]} events: {reading.error_message()}"
+        if reading.report.interruption is not None:
+            return Mark.FAIL, f"stream {_label(name)}: {reading.report.detail}"
+    return Mark.PASS, f"{len(readings.streams)} streams, each completed without an error event or a cut"
+
+
+def _stream_finish_reason(readings: Readings) -> Verdict:
+    judged = 0
+    for name, reading in readings.streams.items():
+        if _stream_problem(name, reading):
+            continue
+        judged += 1
+        if not reading.choices:
+            return Mark.FAIL, f"stream {_label(name)} carried no choice at all"
+        for choice in reading.choices.values():
+            if choice.finish_reason is None:
+                injected = [r for r in reading.report.repairs if "injected finish_reason" in r]
+                why = f"; the core: {injected[0]}" if injected else ""
+                return Mark.FAIL, f"stream {_label(name)}: choice {choice.index} got no non-empty finish_reason before [DONE]{why}"
+    if not judged:
+        return Mark.NOT_TESTED, "no stream completed (see stream-no-error)"
+    return Mark.PASS, f"every choice of {judged} streams got a non-empty finish_reason"
+
+
+def _stream_null_not_empty(readings: Readings) -> Verdict:
+    for name, reading in readings.streams.items():
+        for choice in reading.choices.values():
+            if "" in choice.reasons_seen:
+                count = choice.reasons_seen.count("")
+                return Mark.FAIL, f'stream {_label(name)}: choice {choice.index} has "finish_reason": "" on {count} chunks (null is the spec\'s "not yet")'
+    return Mark.PASS, "no chunk says \"finish_reason\": \"\""
+
+
+def _stream_done_last(readings: Readings) -> Verdict:
+    for name, reading in readings.streams.items():
+        if reading.status != 200:
+            continue
+        done = reading.done_positions
+        if not done:
+            return Mark.FAIL, f"stream {_label(name)} ended without data: [DONE] ({reading.ending}, last event: {reading.last_event})"
+        if len(done) > 1 or done[-1] != len(reading.events) - 1:
+            return Mark.FAIL, f"stream {_label(name)}: {len(reading.events) - 1 - done[0]} events after the first [DONE]"
+    return Mark.PASS, "every stream ends with exactly one data: [DONE]"
+
+
+def _stream_usage_after_finish(readings: Readings) -> Verdict:
+    reading = readings.streams["usage"]
+    problem = _stream_problem("usage", reading)
+    if problem:
+        return Mark.NOT_TESTED, problem
+    usage = reading.usage_positions
+    if not usage:
+        return Mark.FAIL, "stream_options.include_usage was set, but no usage-only chunk (choices [] and usage) came"
+    reasons = reading.reason_positions()
+    late = [p for p in reasons if p > usage[0]]
+    if late:
+        return Mark.FAIL, f"a finish_reason came in event {late[0] + 1}, after the usage chunk (event {usage[0] + 1}); OpenAI sends the finish chunk first"
+    tokens = reading.events[usage[0]][1]["usage"]
+    return Mark.PASS, f"the usage chunk ({_usage_words(tokens)}) follows every finish chunk"
+
+
+def _usage_words(usage: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {usage[k]}" for k in ("prompt_tokens", "completion_tokens") if k in usage) or "no counts"
+
+
+# -- finish reasons (the value, where one was given) ----------------------------------------------
+
+
+def _reason_check(name: str, want: str, extra: Callable[[Any], str | None] | None = None) -> Callable[[Readings], Verdict]:
+    def judge(readings: Readings) -> Verdict:
+        seen = []
+        for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
+            if reading is None:
+                continue
+            problem = _stream_problem(name, reading) if side == "stream" else _completion_problem(name, reading)
+            if problem:
+                return Mark.NOT_TESTED, problem
+            choice = reading.choices.get(0)
+            if choice is None:
+                return Mark.FAIL, f"{side} {_label(name)}: no choice 0"
+            reason = canonical_reason(choice.finish_reason)
+            if reason is None:
+                seen.append(f"{side}: none")
+                continue
+            if reason != want:
+                return Mark.FAIL, f"{side} {_label(name)} ended with {choice.finish_reason!r}, expected {want!r}"
+            if extra is not None:
+                trouble = extra(choice)
+                if trouble:
+                    return Mark.FAIL, f"{side} {_label(name)}: {trouble}"
+            seen.append(f"{side}: {want}")
+        if all(s.endswith("none") for s in seen):
+            return Mark.NOT_TESTED, f"{_label(name)}: no finish_reason given to judge (see stream-finish-reason, json-finish-reason)"
+        return Mark.PASS, f"{_label(name)}: " + ", ".join(seen)
+
+    return judge
+
+
+def _tool_call_shape(choice: Any) -> str | None:
+    if not choice.tool_calls:
+        return "finish_reason tool_calls but no tool call"
+    call = choice.tool_calls[0]
+    if call["name"] != WORKER_TOOL["function"]["name"]:
+        return f"tool call {call['name']!r}, the only tool offered is {WORKER_TOOL['function']['name']!r}"
+    try:
+        json.loads(call["arguments"] or "")
+    except ValueError:
+        return f"tool call arguments are not JSON: {call['arguments'][:80]!r}"
+    return None
+
+
+def _n_choices(readings: Readings) -> Verdict:
+    for side, reading in (("stream", readings.streams["n2"]), ("JSON", readings.completions["n2"])):
+        problem = _stream_problem("n2", reading) if side == "stream" else _completion_problem("n2", reading)
+        if problem:
+            return Mark.NOT_TESTED, problem
+        indices = sorted(reading.choices)
+        if indices != [0, 1]:
+            return Mark.FAIL, f"{side} n=2 carried choices {indices}, expected [0, 1]"
+        empty = [c.index for c in reading.choices.values() if not (c.content or c.tool_calls)]
+        if empty:
+            return Mark.FAIL, f"{side} n=2: choice {empty[0]} carried no content"
+    return Mark.PASS, "stream and JSON each carried choices 0 and 1 with content"
+
+
+# -- non-streaming ----------------------------------------------------------------------------------
+
+
+def _json_no_error(readings: Readings) -> Verdict:
+    for name, reading in readings.completions.items():
+        if reading.status != 200:
+            return Mark.FAIL, f"JSON {_label(name)}: HTTP {reading.status}"
+        if reading.error is not None:
+            return Mark.FAIL, f"JSON {_label(name)}: status 200 with an error body: {str(reading.error)[:160]}"
+        if not reading.choices:
+            return Mark.FAIL, f"JSON {_label(name)}: not a chat.completion with choices"
+    return Mark.PASS, f"{len(readings.completions)} completions, none an error"
+
+
+def _json_finish_reason(readings: Readings) -> Verdict:
+    judged = 0
+    for name, reading in readings.completions.items():
+        if _completion_problem(name, reading):
+            continue
+        judged += 1
+        for choice in reading.choices.values():
+            if choice.finish_reason is None:
+                given = repr(choice.reasons_seen[-1]) if choice.reasons_seen else "null or missing"
+                return Mark.FAIL, f"JSON {_label(name)}: choice {choice.index} finish_reason is {given}; the core: {reading.detail}"
+    if not judged:
+        return Mark.NOT_TESTED, "no completion answered (see json-no-error)"
+    return Mark.PASS, f"every choice of {judged} completions has a non-empty finish_reason"
+
+
+def _stream_json_agree(readings: Readings) -> Verdict:
+    compared = 0
+    for name, completion in readings.completions.items():
+        stream = readings.streams[name]
+        if _stream_problem(name, stream) or _completion_problem(name, completion):
+            continue
+        compared += 1
+        for index in sorted(set(stream.choices) | set(completion.choices)):
+            got, want = stream.choices.get(index), completion.choices.get(index)
+            if got is None or want is None:
+                return Mark.FAIL, f"{_label(name)}: choice {index} only in the {'JSON' if got is None else 'stream'}"
+            if canonical_reason(got.finish_reason) != canonical_reason(want.finish_reason):
+                return Mark.FAIL, f"{_label(name)}: choice {index} streamed reason {got.finish_reason!r}, JSON {want.finish_reason!r}"
+            if got.content != want.content:
+                return Mark.FAIL, f"{_label(name)}: choice {index} streamed {len(got.content)} characters, JSON {len(want.content)}, and they differ"
+            if [c["name"] for c in got.tool_calls] != [c["name"] for c in want.tool_calls]:
+                return Mark.FAIL, f"{_label(name)}: choice {index} streamed tool calls {[c['name'] for c in got.tool_calls]}, JSON {[c['name'] for c in want.tool_calls]}"
+    if not compared:
+        return Mark.NOT_TESTED, "no request answered both ways without an error (see stream-no-error, json-no-error)"
+    return Mark.PASS, f"{compared} requests: streamed and JSON answers agree on reason and content"
+
+
+SERVER_CHECKS = (
+    ServerCheck(rule="streaming", check="stream-no-error", title="every stream completes: no error event, no cut", judge=_stream_no_error),
+    ServerCheck(rule="streaming", check="stream-finish-reason", title="every choice gets a non-empty finish_reason before [DONE]", judge=_stream_finish_reason),
+    ServerCheck(rule="streaming", check="stream-null-not-empty", title='intermediate chunks say "finish_reason": null, never ""', judge=_stream_null_not_empty),
+    ServerCheck(rule="streaming", check="stream-done-last", title="data: [DONE] ends every stream, once, nothing after it", judge=_stream_done_last),
+    ServerCheck(rule="streaming", check="stream-usage-after-finish", title="include_usage: a usage-only chunk after every finish chunk", judge=_stream_usage_after_finish),
+    ServerCheck(rule="finish reasons", check="reason-stop", title="a natural stop ends with stop", judge=_reason_check("stop", "stop")),
+    ServerCheck(rule="finish reasons", check="reason-length", title="a max_tokens truncation ends with length", judge=_reason_check("length", "length")),
+    ServerCheck(rule="finish reasons", check="reason-tool-calls", title='a forced tool call ends with tool_calls and a JSON call', judge=_reason_check("tool_call", "tool_calls", _tool_call_shape)),
+    ServerCheck(rule="finish reasons", check="n-choices", title="n=2 gives choices 0 and 1", judge=_n_choices),
+    ServerCheck(rule="non-streaming", check="json-no-error", title="every non-streamed answer is a completion, not an error", judge=_json_no_error),
+    ServerCheck(rule="non-streaming", check="json-finish-reason", title="every choice of a completion has a non-empty finish_reason", judge=_json_finish_reason),
+    ServerCheck(rule="non-streaming", check="stream-json-agree", title="streamed and non-streamed answers agree on reason and content", judge=_stream_json_agree),
+)

@@ -1,0 +1,91 @@
+"""The pytest plugin, as a user's suite sees it (pytester): the server checks as tests, one id per
+check, the card's evidence as the failure message; and the fixtures in a user's own test file."""
+
+from __future__ import annotations
+
+import pytest
+
+from labs.grade.server_checks import SERVER_CHECKS
+
+pytest_plugins = ["pytester"]
+
+CHECK_IDS = [c.check for c in SERVER_CHECKS]
+
+
+@pytest.mark.timeout(90)
+def test_server_checks_are_one_test_per_check(pytester, finishline_worker):
+    result = pytester.runpytest(f"--finishline-server-url={finishline_worker()}", "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=len(CHECK_IDS))
+    result.stdout.fnmatch_lines([f"finishline/server::{check} PASSED*" for check in CHECK_IDS])
+
+
+@pytest.mark.timeout(90)
+def test_a_failing_check_fails_with_the_evidence_line(pytester, finishline_worker):
+    result = pytester.runpytest(f"--finishline-server-url={finishline_worker('finish=omitted')}", "-rfs", "-p", "no:cacheprovider")
+    # finish=omitted: the two reason-presence checks fail, the three reason-value checks skip.
+    result.assert_outcomes(passed=len(CHECK_IDS) - 5, failed=2, skipped=3)
+    result.stdout.fnmatch_lines([
+        "_* finishline/server::stream-finish-reason _*",
+        "stream a natural stop: choice 0 got no non-empty finish_reason before [DONE]; the core: injected finish_reason 'stop' for choice 0 before [DONE]",
+        "_* finishline/server::json-finish-reason _*",
+        "JSON a natural stop: choice 0 finish_reason is null or missing; the core: repaired: set finish_reason 'stop' for choice 0",
+        "SKIPPED*not tested: a natural stop: no finish_reason given to judge (see stream-finish-reason, json-finish-reason)",
+    ])
+    # The failure section is the evidence line, not a traceback into the plugin.
+    assert "CheckFailed" not in result.stdout.str() and "Traceback" not in result.stdout.str()
+
+
+@pytest.mark.timeout(60)
+def test_an_unreachable_server_fails_every_check_with_one_line(pytester):
+    result = pytester.runpytest("--finishline-server-url=http://127.0.0.1:9/v1", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=len(CHECK_IDS))
+    result.stdout.fnmatch_lines(["_* finishline/server::stream-no-error _*", "the grader could not run: cannot connect to http://127.0.0.1:9/v1*check --url"])
+
+
+def test_without_the_options_the_plugin_adds_no_test(pytester):
+    pytester.makepyfile("def test_mine(): pass")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+
+
+def test_the_gateway_checks_need_the_upstream_port(pytester):
+    result = pytester.runpytest("--finishline-gateway-url=http://127.0.0.1:9/v1", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--finishline-gateway-url needs --finishline-upstream-port P*"])
+
+
+@pytest.mark.timeout(90)
+def test_the_fixtures_in_a_users_own_tests(pytester):
+    pytester.makepyfile(
+        """
+        import httpx
+        import pytest
+
+        BODY = {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+
+        def test_worker_with_a_defect(finishline_worker):
+            url = finishline_worker("tokens=3; finish=omitted")
+            body = httpx.post(url + "/chat/completions", json=BODY, timeout=10).text
+            assert body.count('"content":') == 4 and '"finish_reason":"stop"' not in body
+            assert body.endswith("data: [DONE]\\n\\n")
+
+        @pytest.mark.finishline_worker("tokens=4")
+        def test_tunnel_cuts_after_two_tokens(finishline_tunnel):
+            with finishline_tunnel.fault("cut_after_tokens", n=2, request=BODY):
+                with pytest.raises(httpx.RemoteProtocolError):
+                    with httpx.stream("POST", finishline_tunnel.url + "/chat/completions", json=BODY, timeout=10) as response:
+                        for _ in response.iter_raw():
+                            pass
+            # Outside the block the fault is gone: the whole answer arrives.
+            body = httpx.post(finishline_tunnel.url + "/chat/completions", json=BODY, timeout=10).text
+            assert '"finish_reason":"stop"' in body
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=2)
+
+
+@pytest.mark.timeout(90)
+def test_k_selects_among_the_checks(pytester, finishline_worker):
+    result = pytester.runpytest(f"--finishline-server-url={finishline_worker('done=0')}", "-k", "stream-done-last", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, deselected=len(CHECK_IDS) - 1)
