@@ -5,7 +5,9 @@
 Streams every `text/event-stream` response; those whose request path matches `finish_fix_paths` go
 through finishline's repair core (`addons/finishline/`, standard library only): a missing or empty
 `finish_reason` is supplied before `[DONE]`, and a stream the upstream cut gets an explicit SSE error
-event instead of just stopping. A cut is never turned into a success unless `finish_fix_on_cut=stop`.
+event instead of just stopping, and so does one that goes silent past a deadline
+(`finish_fix_idle_timeout`, `finish_fix_first_token_timeout`). A cut is never turned into a success
+unless `finish_fix_on_cut=stop`.
 Each flow in scope gets a verdict (flow.metadata["finish_fix"], a mark and comment in mitmweb, and a
 line in the optional ledger). The rules are in README.md; this module only adapts them to mitmproxy.
 
@@ -17,15 +19,16 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections import Counter
 
 from mitmproxy import contentviews, ctx, exceptions, http
 
 import finish_fix_cut_hook
 from finish_fix_books import BodyCopy, Ledger, parse_size
-from finish_fix_stream import ClientStream, on_upstream_failure, stream_of
+from finish_fix_stream import ClientStream, stream_of
 from finish_fix_view import SseChatView
-from finishline import OnCut, RepairPolicy, RequestFacts, StreamRepair, Verdict, repair_completion
+from finishline import OnCut, RepairPolicy, RequestFacts, StreamRepair, Verdict, book_missing_response, repair_completion
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,10 @@ METADATA_KEY = "finish_fix"
 DEFAULT_PATHS = r"(^|/)chat/completions/?$"
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:"}
 BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
+# Stall deadlines, in seconds (README "Options" says why these values).
+DEFAULT_IDLE_TIMEOUT = "120"
+DEFAULT_FIRST_TOKEN_TIMEOUT = "600"
+POLICY_OPTIONS = {"finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_idle_timeout", "finish_fix_first_token_timeout"}
 
 
 class FinishFix:
@@ -81,6 +88,23 @@ class FinishFix:
             "show it (streamed bodies are otherwise 'content missing'); longer streams keep their "
             "start and end. A size like 4MB, 512KB or 1048576; 0 keeps nothing.",
         )
+        loader.add_option(
+            # Seconds as a str: mitmproxy's --set cannot parse a float option.
+            "finish_fix_idle_timeout", str, DEFAULT_IDLE_TIMEOUT,
+            "Seconds allowed between two SSE events once the first event arrived; comments and "
+            "keep-alive lines do not count, so they cannot hide a stall. Past it the client gets an "
+            "error event (code stream_interrupted; finish_fix_on_cut applies), its response ends, "
+            "and the upstream connection is closed. 0 = no limit. The default, 120, is above the "
+            "60-100 s idle timeouts of common load balancers and far above any pause between "
+            "tokens of a live stream.",
+        )
+        loader.add_option(
+            "finish_fix_first_token_timeout", str, DEFAULT_FIRST_TOKEN_TIMEOUT,
+            "Seconds allowed from the response head to the first token (content, reasoning, a "
+            "refusal or a tool call); past it the stream ends as for finish_fix_idle_timeout. 0 = no "
+            "limit. The default, 600, is the OpenAI SDKs' own request timeout: a reasoning model "
+            "may think for minutes, or a long prompt prefill, before its first token.",
+        )
         contentviews.add(SseChatView)
 
     def configure(self, updated: set[str]) -> None:
@@ -92,7 +116,7 @@ class FinishFix:
                 raise exceptions.OptionsError(
                     f"finish_fix_paths: {options.finish_fix_paths!r} is not a valid regex ({e})"
                 ) from None
-        if "finish_fix_on_cut" in updated or "finish_fix_empty_to_null" in updated:
+        if POLICY_OPTIONS & updated:
             valid = [policy.value for policy in OnCut]
             if options.finish_fix_on_cut not in valid:
                 raise exceptions.OptionsError(
@@ -103,7 +127,12 @@ class FinishFix:
                 raise exceptions.OptionsError(
                     f"finish_fix_empty_to_null: {options.finish_fix_empty_to_null!r} is not one of true, false"
                 )
-            self.policy = RepairPolicy(empty_to_null=empty_to_null, on_cut=OnCut(options.finish_fix_on_cut))
+            self.policy = RepairPolicy(
+                empty_to_null=empty_to_null,
+                on_cut=OnCut(options.finish_fix_on_cut),
+                idle_timeout=_seconds("finish_fix_idle_timeout", options.finish_fix_idle_timeout),
+                first_token_timeout=_seconds("finish_fix_first_token_timeout", options.finish_fix_first_token_timeout),
+            )
         if "finish_fix_body_copy" in updated:
             try:
                 self.copy_limit = parse_size(options.finish_fix_body_copy)
@@ -122,9 +151,9 @@ class FinishFix:
                     ) from None
 
     def running(self) -> None:
-        # The handler is a function of the stream module, not of this instance: flows streaming
-        # across a hot reload keep their state on the flow.
-        finish_fix_cut_hook.install(on_upstream_failure)
+        # The hook finds each flow's handler on the flow (its ClientStream), not on this instance:
+        # flows streaming across a hot reload keep their state.
+        finish_fix_cut_hook.install()
 
     def done(self) -> None:
         """Shutdown, or the old instance on a hot reload (the new one installs the hook again)."""
@@ -153,19 +182,17 @@ class FinishFix:
             response.stream = True
             return
         encoding = _content_encoding(response)
-        if response.status_code >= 400:
-            stream = ClientStream(None, BodyCopy(self.copy_limit))
-        elif encoding:
-            stream = ClientStream(None, BodyCopy(self.copy_limit, plain=False), f"compressed body ({encoding}) passed through untouched")
-        else:
-            repair = StreamRepair(
-                request=RequestFacts.from_body(flow.request.raw_content),
-                policy=self.policy,
-                started_at=flow.request.timestamp_start,
-            )
-            stream = ClientStream(repair, BodyCopy(self.copy_limit))
+        repair = StreamRepair(
+            request=RequestFacts.from_body(flow.request.raw_content),
+            policy=self.policy,
+            started_at=flow.request.timestamp_start,
+            head_at=time.time(),
+            status=response.status_code,
+            content_encoding=encoding,
+        )
+        if repair.repairing:
             _let_the_body_length_change(flow)
-        response.stream = stream
+        response.stream = ClientStream(repair, BodyCopy(self.copy_limit, plain=not encoding))
 
     def response(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
@@ -182,12 +209,10 @@ class FinishFix:
         stream = stream_of(flow)
         if stream is None:
             if self._in_scope(flow) and flow.response is None and flow.error is not None:
-                if flow.error.msg.lower().startswith("client disconnected"):
-                    self._book(flow, Verdict.SKIPPED, "skipped: the client went away before the response", {})
-                else:  # mitmproxy answered the client itself, e.g. 502 for an unreachable upstream
-                    self._book(flow, Verdict.HTTP_ERROR, f"http_error: no upstream response ({flow.error.msg})", {})
+                client_gone = flow.error.msg.lower().startswith("client disconnected")
+                self._book(flow, *book_missing_response(flow.error.msg, client_gone=client_gone), {})
             return
-        # An upstream cut came through the hook first; anything else ended on the client's side.
+        # An upstream cut or a stall came through the hook first; anything else ended on the client's side.
         stream.on_client_gone(flow.error.msg if flow.error else "unknown error")
         self._close_books(flow, stream)
 
@@ -196,20 +221,17 @@ class FinishFix:
     def _on_whole_response(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
-        record = {"client_bytes": len(response.raw_content or b"")}
-        if response.status_code >= 400:
-            self._book(flow, Verdict.HTTP_ERROR, f"http_error: HTTP {response.status_code}", record)
-            return
-        if encoding := _content_encoding(response):
-            self._book(flow, Verdict.SKIPPED, f"skipped: compressed body ({encoding}) passed through untouched", record)
-            return
-        if "json" not in response.headers.get("content-type", ""):
-            self._book(flow, Verdict.SKIPPED, "skipped: not an event stream or a JSON chat completion", record)
-            return
-        result = repair_completion(response.raw_content or b"", RequestFacts.from_body(flow.request.raw_content))
+        result = repair_completion(
+            response.raw_content or b"",
+            RequestFacts.from_body(flow.request.raw_content),
+            status=response.status_code,
+            content_type=response.headers.get("content-type", ""),
+            content_encoding=_content_encoding(response),
+        )
+        record: dict = {"client_bytes": len(result.body)}
         if result.verdict is Verdict.REPAIRED:
             response.content = result.body
-            record = {"client_bytes": len(result.body), "repairs": result.repairs}
+            record["repairs"] = result.repairs
         self._book(flow, result.verdict, result.detail, record)
 
     # -- books --------------------------------------------------------------------------------
@@ -217,14 +239,7 @@ class FinishFix:
     def _close_books(self, flow: http.HTTPFlow, stream: ClientStream) -> None:
         if flow.response is not None and stream.copy.limit:
             flow.response.raw_content = stream.copy.value()
-        repair = stream.repair
-        if repair is None:
-            if flow.response is not None and flow.response.status_code >= 400:
-                self._book(flow, Verdict.HTTP_ERROR, f"http_error: HTTP {flow.response.status_code}", {})
-            else:
-                self._book(flow, Verdict.SKIPPED, f"skipped: {stream.skipped_because}", {})
-            return
-        report = repair.report
+        report = stream.repair.report
         comment = report.detail
         if report.upstream_error_message:
             comment += f": {report.upstream_error_message}"
@@ -247,6 +262,16 @@ class FinishFix:
 
     def _in_scope(self, flow: http.HTTPFlow) -> bool:
         return self.paths.search(flow.request.path.partition("?")[0]) is not None
+
+
+def _seconds(option: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise exceptions.OptionsError(f"{option}: {text!r} is not a number of seconds >= 0 (0 = no limit), e.g. 120 or 2.5")
+    return value
 
 
 def _is_event_stream(response: http.Response) -> bool:

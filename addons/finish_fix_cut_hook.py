@@ -7,18 +7,27 @@ Why it is needed, for a response body that is being streamed:
   stream reset), mitmproxy never calls the stream callable again; it runs the `error` hook and closes
   the client connection. No public API can write to the client then, so a cut stream would reach the
   client as a bare transport error, and finish_fix could not append its error event (rule 6).
-  Here a `ResponseProtocolError` goes to the installed handler first, which returns the bytes to send
-  and whether to then end the client's response normally.
+  Here a `ResponseProtocolError` goes to the flow's handler first, which returns the bytes to send
+  and whether to then end the client's response normally (a `finishline.ClientEnding`).
+* When the upstream goes silent, nothing happens at all: no event reaches any hook. Here the stream
+  asks mitmproxy's event loop for a timer (`RequestWakeup`, the command mitmproxy's own HTTP/2 layer
+  uses for its keep-alive pings) when its response head has gone out; on each `Wakeup` the handler
+  says whether a stall deadline passed. If one did, the client's response ends like a cut one and the
+  upstream exchange is abandoned the way mitmproxy abandons it for a client that went away: a
+  `RequestProtocolError` sent to the server connection, which closes an HTTP/1 connection and resets
+  only this stream on HTTP/2.
 * mitmproxy passes an empty HTTP/2 DATA frame (without END_STREAM) to the stream callable as `b""`,
   which is also how it signals the end of the body: the callable cannot tell them apart, and for an
   HTTP/1.1 client the empty piece would be written as the chunked terminator. Here such an empty
   piece is dropped before it reaches the callable.
 
-Everything else goes to mitmproxy's own method unchanged. The clean end mirrors
-`HttpStream.handle_protocol_error` and `HttpStream.flow_done`, and the empty piece
-`HttpStream.state_stream_response_body`; `tests/test_cut_hook.py` pins the source of all four, and the
-end-to-end tests cut real streams through a real mitmdump: a mitmproxy upgrade that changes any of
-them fails loudly.
+Everything else goes to mitmproxy's own method unchanged. The handler is the flow's own stream
+callable (`flow.response.stream`) when it is a `CutHandler`: nothing per process is stored on
+mitmproxy's class but the original method. The clean end mirrors `HttpStream.handle_protocol_error`
+and `HttpStream.flow_done`, the empty piece `HttpStream.state_stream_response_body`, the timer's start
+`HttpStream.start_response_stream`, and its delivery `HttpLayer.event_to_child`; `tests/test_cut_hook.py`
+pins their source, and the end-to-end tests cut and stall real streams through a real mitmdump: a
+mitmproxy upgrade that changes any of them fails loudly.
 
 Hot reloads: mitmproxy re-executes the addon script on change, but this sibling module stays
 imported. The original method is kept on the class itself, so a wrapper is never wrapped, and
@@ -28,43 +37,57 @@ imported. The original method is kept on the class itself, so a wrapper is never
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import NamedTuple
+import time
 
 from mitmproxy import flow as mitm_flow
 from mitmproxy import http
-from mitmproxy.proxy.layers.http import DropStream, HttpErrorHook, HttpStream, ResponseData, SendHttp
-from mitmproxy.proxy.layers.http import ResponseEndOfMessage, ResponseProtocolError
+from mitmproxy.proxy.commands import RequestWakeup
+from mitmproxy.proxy.events import Wakeup
+from mitmproxy.proxy.layers.http import DropStream, ErrorCode, HttpErrorHook, HttpStream, RequestProtocolError
+from mitmproxy.proxy.layers.http import ResponseData, ResponseEndOfMessage, ResponseProtocolError, SendHttp
 
-__all__ = ["CutAction", "CutHandler", "install", "uninstall", "installed"]
+from finishline import ClientEnding
+
+__all__ = ["CutHandler", "STALL_MESSAGE", "install", "uninstall", "installed"]
 
 logger = logging.getLogger(__name__)
 
 _ORIGINAL = "_finishline_original_handle_event"
-_HANDLER = "_finishline_cut_handler"
+# The flow's error after a stall (the books carry the details: which deadline, after how many events).
+STALL_MESSAGE = "the upstream stalled; finish_fix closed it"
+# A timer never fires sooner than this: a deadline that is due now is checked on the next turn of the
+# event loop rather than in a tight loop should the clock step back.
+_MIN_DELAY_S = 0.01
 
 
-class CutAction(NamedTuple):
-    """What to do with a response whose upstream died mid-body."""
+class CutHandler:
+    """What a flow's stream callable provides to hear of cuts and stalls. The defaults do nothing:
+    mitmproxy then handles the flow as it would without finish_fix.
 
-    # Bytes to send to the client first (body bytes; mitmproxy adds chunked framing or DATA frames).
-    client_bytes: bytes
-    # True: end the client's response normally after them (the body says why it ended).
-    # False: let mitmproxy close the client connection / reset the stream as it would have.
-    end_response: bool
+    Every method must be cheap and should not raise (an exception is logged and mitmproxy goes on
+    as usual). `now` is `time.time()`.
+    """
+
+    def on_upstream_failure(self, message: str) -> ClientEnding | None:
+        """The upstream died mid-body (`message`: mitmproxy's words). None: leave it to mitmproxy."""
+        return None
+
+    def next_stall_check(self, now: float) -> float | None:
+        """When to call `on_timer` next (a time like `now`), or None for no timer."""
+        return None
+
+    def on_timer(self, now: float) -> ClientEnding | None:
+        """The timer went off: None if nothing stalled, else how the client's response ends (the
+        upstream connection is then closed)."""
+        return None
 
 
-# Called with the flow and the transport's error message; returns None to leave mitmproxy alone.
-CutHandler = Callable[[http.HTTPFlow, str], CutAction | None]
-
-
-def install(handler: CutHandler) -> None:
-    """Routes mid-body upstream failures of streamed responses to `handler` (replacing any earlier
-    handler; the method is wrapped only once)."""
+def install() -> None:
+    """Routes mid-body failures and stall timers of streamed responses to each flow's handler (the
+    method is wrapped only once, however often this is called)."""
     if _ORIGINAL not in HttpStream.__dict__:
         setattr(HttpStream, _ORIGINAL, HttpStream.__dict__["_handle_event"])
         HttpStream._handle_event = _handle_event
-    setattr(HttpStream, _HANDLER, handler)
 
 
 def uninstall() -> None:
@@ -73,8 +96,6 @@ def uninstall() -> None:
     if original is not None:
         HttpStream._handle_event = original
         delattr(HttpStream, _ORIGINAL)
-    if _HANDLER in HttpStream.__dict__:
-        delattr(HttpStream, _HANDLER)
 
 
 def installed() -> bool:
@@ -83,31 +104,64 @@ def installed() -> bool:
 
 def _handle_event(self: HttpStream, event):
     original = getattr(HttpStream, _ORIGINAL)
-    streaming = getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object())
-    if streaming and isinstance(event, ResponseData) and not event.data:
-        return  # an empty DATA frame mid-body: nothing to send, and not the end
-    if streaming and isinstance(event, ResponseProtocolError):
-        action = _ask_handler(self.flow, event.message)
-        if action is not None:
-            return (yield from _end_after_cut(self, event, action))
-    return (yield from original(self, event))
+    if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
+        if isinstance(event, ResponseData) and not event.data:
+            return  # an empty DATA frame mid-body: nothing to send, and not the end
+        if isinstance(event, ResponseProtocolError):
+            ending = _ask(self.flow, "on_upstream_failure", event.message)
+            if ending is not None:
+                return (yield from _end_after_cut(self, event, ending))
+        elif isinstance(event, Wakeup):
+            return (yield from _on_timer(self))
+        return (yield from original(self, event))
+    if isinstance(event, Wakeup):
+        return  # the timer of a response that is over (HttpStream asks for no wakeups of its own)
+    yield from original(self, event)
+    if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
+        # The response head just went to the client (start_response_stream): start the stall timer.
+        yield from _set_timer(self, time.time())
 
 
-def _ask_handler(flow: http.HTTPFlow, message: str) -> CutAction | None:
-    handler = getattr(HttpStream, _HANDLER, None)
-    if handler is None or flow.response is None or flow.error:  # killed flows: mitmproxy's way
+def _handler_of(flow: http.HTTPFlow) -> CutHandler | None:
+    stream = flow.response.stream if flow.response is not None else None
+    return stream if isinstance(stream, CutHandler) else None
+
+
+def _ask(flow: http.HTTPFlow, method: str, *args):
+    handler = _handler_of(flow)
+    if handler is None or flow.error:  # killed flows: mitmproxy's way
         return None
     try:
-        return handler(flow, message)
+        return getattr(handler, method)(*args)
     except Exception:  # never let the repair make a failure worse
-        logger.exception("finish_fix: cut handler failed; mitmproxy handles this cut as usual")
+        logger.exception(f"finish_fix: {method} failed; mitmproxy handles this flow as usual")
         return None
 
 
-def _end_after_cut(self: HttpStream, event: ResponseProtocolError, action: CutAction):
-    if action.client_bytes:
-        yield SendHttp(ResponseData(self.stream_id, action.client_bytes), self.context.client)
-    if not action.end_response:
+def _set_timer(self: HttpStream, now: float):
+    at = _ask(self.flow, "next_stall_check", now)
+    if at is not None:
+        # Delivered back to this stream: HttpLayer.event_to_child remembers who asked for a wakeup.
+        yield RequestWakeup(max(at - now, _MIN_DELAY_S))
+
+
+def _on_timer(self: HttpStream):
+    now = time.time()
+    ending = _ask(self.flow, "on_timer", now)
+    if ending is None:
+        return (yield from _set_timer(self, now))
+    if ending.client_bytes:
+        yield SendHttp(ResponseData(self.stream_id, ending.client_bytes), self.context.client)
+    # Abandon the upstream exchange as HttpStream.handle_protocol_error does for a client that left.
+    yield SendHttp(RequestProtocolError(self.stream_id, STALL_MESSAGE, ErrorCode.CANCEL), self.context.server)
+    stall = ResponseProtocolError(self.stream_id, STALL_MESSAGE, ErrorCode.GENERIC_SERVER_ERROR)
+    return (yield from _end_after_cut(self, stall, ClientEnding(b"", ending.end_response)))
+
+
+def _end_after_cut(self: HttpStream, event: ResponseProtocolError, ending: ClientEnding):
+    if ending.client_bytes:
+        yield SendHttp(ResponseData(self.stream_id, ending.client_bytes), self.context.client)
+    if not ending.end_response:
         return (yield from getattr(HttpStream, _ORIGINAL)(self, event))
     # End the client's response like a finished one (as HttpStream.flow_done does), but keep the books
     # true: the flow carries the upstream's error and the error hook runs, the response hook does not

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 from mitmproxy import exceptions
@@ -13,6 +14,7 @@ from mitmproxy.test import taddons, tflow, tutils
 import finish_fix
 import finish_fix_cut_hook
 import finish_fix_stream
+import finishline
 from tests.feeding import chunk, data_events, sse
 
 HEALTHY = sse(chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]")
@@ -68,17 +70,21 @@ def _as_list(result):
         ("finish_fix_empty_to_null", "maybe", "finish_fix_empty_to_null: 'maybe' is not one of true, false"),
         ("finish_fix_body_copy", "lots", "finish_fix_body_copy: 'lots' is not a size; use a number of bytes or e.g. 512KB"),
         ("finish_fix_ledger", "/nonexistent-dir/ledger.jsonl", "finish_fix_ledger: cannot append to"),
+        ("finish_fix_idle_timeout", "soon", "finish_fix_idle_timeout: 'soon' is not a number of seconds >= 0 (0 = no limit)"),
+        ("finish_fix_first_token_timeout", "-1", "finish_fix_first_token_timeout: '-1' is not a number of seconds >= 0"),
+        ("finish_fix_idle_timeout", "inf", "finish_fix_idle_timeout: 'inf' is not a number of seconds >= 0"),
     ],
 )
 def test_bad_option_is_refused_naming_the_option(addon, option, value, message):
-    with pytest.raises(exceptions.OptionsError, match="^" + message.replace("(", r"\(")):
+    with pytest.raises(exceptions.OptionsError, match="^" + re.escape(message)):
         addon.tctx.configure(addon, **{option: value})
 
 
 def test_every_option_has_help_and_the_prefix(addon):
     ours = [name for name in addon.tctx.options.keys() if name.startswith("finish_fix")]
     assert sorted(ours) == sorted(
-        ["finish_fix_paths", "finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_ledger", "finish_fix_body_copy"]
+        ["finish_fix_paths", "finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_ledger", "finish_fix_body_copy",
+         "finish_fix_idle_timeout", "finish_fix_first_token_timeout"]
     )
     for name in ours:
         assert len(addon.tctx.options._options[name].help) > 40
@@ -137,7 +143,7 @@ def test_repaired_stream_is_marked_and_commented(addon):
 def test_cut_through_the_hook_sends_an_error_event_and_books_it(addon):
     flow = make_flow()
     sent = stream_through(addon, flow, [sse(chunk("x")) + b'data: {"par'], end="cut")
-    action = finish_fix_stream.on_upstream_failure(flow, "peer closed connection without sending complete message body")
+    action = finish_fix_stream.stream_of(flow).on_upstream_failure("peer closed connection without sending complete message body")
     assert action.end_response is True
     assert data_events(action.client_bytes)[0]["error"]["code"] == "stream_interrupted"
     flow.error = flow.error or mitm_flow.Error("peer closed connection")
@@ -157,8 +163,8 @@ def test_cut_with_pass_lets_mitmproxy_close_as_usual(addon):
     addon.tctx.configure(addon, finish_fix_on_cut="pass")
     flow = make_flow()
     stream_through(addon, flow, [sse(chunk("x")) + b"data: {"], end="cut")
-    action = finish_fix_stream.on_upstream_failure(flow, "reset")
-    assert action == finish_fix_cut_hook.CutAction(b"data: {", end_response=False)
+    action = finish_fix_stream.stream_of(flow).on_upstream_failure("reset")
+    assert action == finishline.ClientEnding(b"data: {", end_response=False)
 
 
 def test_client_going_away_is_booked_without_sending_anything(addon):
@@ -221,7 +227,7 @@ def test_a_flow_streaming_across_a_hot_reload_is_still_repaired_and_booked(tmp_p
         sent = flow.response.stream(sse(chunk("x")))
         old.done()  # the reload: the old instance goes, the new one installs the hook
         new.running()
-        action = finish_fix_stream.on_upstream_failure(flow, "reset")
+        action = finish_fix_stream.stream_of(flow).on_upstream_failure("reset")
         flow.error = mitm_flow.Error("reset")
         new.error(flow)
     finish_fix_cut_hook.uninstall()

@@ -53,11 +53,11 @@ def test_the_names_the_hook_uses_still_exist():
 def test_install_wraps_once_and_uninstall_restores():
     original = HttpStream.__dict__["_handle_event"]
     try:
-        finish_fix_cut_hook.install(lambda flow, message: None)
+        finish_fix_cut_hook.install()
         wrapped = HttpStream.__dict__["_handle_event"]
         assert wrapped is not original and finish_fix_cut_hook.installed()
         # A hot reload installs again with a new handler: still one wrapper around the original.
-        finish_fix_cut_hook.install(lambda flow, message: None)
+        finish_fix_cut_hook.install()
         assert HttpStream.__dict__["_handle_event"] is wrapped
         assert HttpStream.__dict__["_finishline_original_handle_event"] is original
     finally:

@@ -15,7 +15,8 @@ are served as HTTP/2, where `Ending.STREAM_RESET` (RST_STREAM) is one more way t
 `UpstreamServer.route(script)`, which returns a path prefix; a request whose path starts with that
 prefix gets that script (so `base_url=f"{proxy}{prefix}/v1"` makes the openai client's
 `/v1/chat/completions` land on it). Every request is recorded (`UpstreamServer.requests`) with its
-headers and body, so a test can check what reached the upstream.
+headers and body, so a test can check what reached the upstream, and every response the peer stopped
+taking before its script ended (`UpstreamServer.abandoned`: the proxy closed the connection).
 
 Threads, stdlib sockets and h11 for parsing requests; responses are written by hand because half of
 them are deliberately malformed.
@@ -162,6 +163,8 @@ class UpstreamServer:
 
     tls: ssl.SSLContext | None = None
     requests: list[ReceivedRequest] = field(default_factory=list)
+    # Targets of the responses whose writing failed because the peer closed the connection.
+    abandoned: list[str] = field(default_factory=list)
     _routes: dict[str, Script] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _listener: socket.socket | None = None
@@ -222,6 +225,17 @@ class UpstreamServer:
         with self._lock:
             return [r for r in self.requests if r.target.startswith(prefix + "/")]
 
+    def wait_abandoned(self, prefix: str, timeout: float = 10) -> bool:
+        """True once a response under `prefix` could not be written to the end because the peer had
+        closed the connection; False if that did not happen within `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if any(target.startswith(prefix + "/") for target in self.abandoned):
+                    return True
+            time.sleep(0.05)
+        return False
+
     def _script_for(self, target: str) -> Script | None:
         prefix = "/" + target.lstrip("/").split("/", 1)[0]
         with self._lock:
@@ -265,7 +279,12 @@ class UpstreamServer:
                 with self._lock:
                     self.requests.append(request)
                 script = self._script_for(request.target) or _NOT_FOUND
-                keep_alive = _send_response(connection, script)
+                try:
+                    keep_alive = _send_response(connection, script)
+                except ConnectionError:  # broken pipe, reset: the peer closed on us
+                    with self._lock:
+                        self.abandoned.append(request.target)
+                    raise
                 if not keep_alive or "close" in (request.header("connection") or "").lower():
                     return
         except (OSError, ssl.SSLError, h11.RemoteProtocolError, h2.exceptions.H2Error):

@@ -1,0 +1,148 @@
+"""finish_fix end to end, stalls: a real mitmdump with short deadlines in front of an upstream that
+goes silent, and the clients behind it (raw httpx for the bytes, openai-python for what an
+application sees).
+
+The deadlines are 2 s (`finish_fix_idle_timeout`, `finish_fix_first_token_timeout`). The tests assert
+the order and the content of what the client got, what the books say, and that the upstream
+connection was closed; times only within generous bounds (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import httpx
+import openai
+import pytest
+
+from tests.chat_streams import chat_stream
+from tests.e2e_support import ANSWER, PROMPT, assert_interrupted_error, chat_url, openai_client, parse_sse_data, stream_completion
+from tests.fixtures_e2e import FinishFixProxy
+from tests.upstream_server import Script, UpstreamServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+
+DEADLINES = {"finish_fix_idle_timeout": "2", "finish_fix_first_token_timeout": "2"}
+KEEP_ALIVE = b": keep-alive\n\n"
+# Comments every 0.5 s for 15 s: the upstream is alive on the wire, but sends no event.
+COMMENTS = [KEEP_ALIVE] * 30
+THREE_EVENTS = chat_stream(ANSWER, finish_reason=None, done=False)
+
+
+def read_with_times(url: str) -> tuple[list[tuple[float, bytes]], Exception | None]:
+    """POST and read the raw body; each piece with the monotonic time it arrived. A transport
+    error is returned, not raised."""
+    body = {"model": "e2e-model", "stream": True, "messages": [{"role": "user", "content": PROMPT}]}
+    pieces: list[tuple[float, bytes]] = []
+    with httpx.Client(trust_env=False, timeout=30) as client:
+        with client.stream("POST", url, json=body) as response:
+            assert response.status_code == 200
+            try:
+                for piece in response.iter_raw():
+                    pieces.append((time.monotonic(), piece))
+            except httpx.TransportError as error:
+                return pieces, error
+    return pieces, None
+
+
+def arrival_of(pieces: list[tuple[float, bytes]], marker: bytes) -> float:
+    """When the piece that completed the first occurrence of `marker` arrived."""
+    received = b""
+    for at, piece in pieces:
+        received += piece
+        if marker in received:
+            return at
+    raise AssertionError(f"{marker!r} never arrived in {received!r}")
+
+
+@pytest.fixture
+def stalling_proxy(start_finish_fix: Callable[..., FinishFixProxy]) -> FinishFixProxy:
+    return start_finish_fix(**DEADLINES)
+
+
+def test_events_then_only_comments_get_the_idle_error_after_the_deadline(stalling_proxy, upstream: UpstreamServer):
+    prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
+    pieces, error = read_with_times(chat_url(stalling_proxy.mitmdump.url, prefix))
+    body = b"".join(piece for _, piece in pieces)
+
+    assert error is None, f"the client's response must end normally, got {error!r}"
+    # The three events unchanged and first, then the comments that came meanwhile, then the error.
+    assert body.startswith(b"".join(THREE_EVENTS)), body
+    between = body[len(b"".join(THREE_EVENTS)) : body.index(b"data: {\"error\"")]
+    assert between and between == KEEP_ALIVE * (len(between) // len(KEEP_ALIVE)), between
+    *tokens, last = parse_sse_data(body)
+    assert [json.loads(t)["choices"][0]["delta"]["content"] for t in tokens] == ANSWER
+    error_event = json.loads(last)["error"]
+    assert error_event["type"] == "server_error" and error_event["code"] == "stream_interrupted"
+    assert "stream was interrupted: no event for 2 s after 3 events; the upstream stalled" in error_event["message"]
+    waited = arrival_of(pieces, b'"error"') - arrival_of(pieces, b"".join(THREE_EVENTS))
+    assert 1.0 < waited < 12, waited  # about 2 s; never before the deadline, long before the upstream ends
+
+    assert upstream.wait_abandoned(prefix), "finish_fix must close the stalled upstream connection"
+    [record] = stalling_proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "interrupted", record
+    assert record["detail"].startswith("interrupted after the first token (stalled: no event for 2 s after 3 events)")
+    assert record["injected"] == [{"kind": "error_event", "code": "stream_interrupted"}]
+
+
+def test_headers_then_only_comments_get_the_first_token_error(stalling_proxy, upstream: UpstreamServer):
+    prefix = upstream.route(Script(pieces=COMMENTS, pause_between_s=0.5))
+    pieces, error = read_with_times(chat_url(stalling_proxy.mitmdump.url, prefix))
+    body = b"".join(piece for _, piece in pieces)
+
+    assert error is None, error
+    assert body.startswith(KEEP_ALIVE), body
+    [last] = parse_sse_data(body)
+    error_event = json.loads(last)["error"]
+    assert error_event["code"] == "stream_interrupted"
+    assert "no token within 2 s of the response head; the upstream stalled" in error_event["message"]
+    assert upstream.wait_abandoned(prefix)
+    [record] = stalling_proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "interrupted"
+    assert "before the first token (stalled: no token within 2 s of the response head)" in record["detail"]
+
+
+def test_openai_python_raises_the_stall_as_an_api_error(stalling_proxy, upstream: UpstreamServer):
+    prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
+    received: list = []
+    with openai_client(stalling_proxy.base_url(prefix)) as client:
+        with pytest.raises(openai.APIError) as raised:
+            stream_completion(client, received)
+    assert_interrupted_error(raised.value)
+    assert "stalled" in raised.value.message
+    assert "".join(c.choices[0].delta.content or "" for c in received if c.choices) == "".join(ANSWER)
+
+
+def test_a_healthy_stream_with_a_second_between_events_is_byte_identical(stalling_proxy, upstream: UpstreamServer):
+    events = chat_stream(ANSWER)
+    prefix = upstream.route(Script(pieces=events, pause_between_s=1.0))
+    pieces, error = read_with_times(chat_url(stalling_proxy.mitmdump.url, prefix))
+    assert error is None
+    assert b"".join(piece for _, piece in pieces) == b"".join(events)
+    [record] = stalling_proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "clean", record
+
+
+def test_on_cut_pass_lets_the_client_see_the_stall_as_a_failure(start_finish_fix, upstream: UpstreamServer):
+    proxy = start_finish_fix(finish_fix_on_cut="pass", **DEADLINES)
+    prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
+    pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
+    body = b"".join(piece for _, piece in pieces)
+    assert isinstance(error, httpx.TransportError), "pass adds nothing: the client sees the connection end"
+    assert b'"error"' not in body and body.startswith(b"".join(THREE_EVENTS))
+    assert upstream.wait_abandoned(prefix)
+    [record] = proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "interrupted" and record["detail"].endswith("; passed on unchanged")
+
+
+def test_on_cut_stop_finishes_a_stall_as_success_but_books_it(start_finish_fix, upstream: UpstreamServer):
+    proxy = start_finish_fix(finish_fix_on_cut="stop", **DEADLINES)
+    prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
+    pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
+    data = parse_sse_data(b"".join(piece for _, piece in pieces))
+    assert error is None
+    assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] == "stop"
+    [record] = proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "interrupted" and "stalled" in record["detail"]
