@@ -141,6 +141,12 @@ class EventFramer:
         return leftover
 
     @property
+    def idle(self) -> bool:
+        """True when nothing is held: the next byte starts a new event (and a CR before it did not
+        leave an LF pending), so a piece that is one whole event would frame as exactly itself."""
+        return not self._buffer and not self._after_cr and not self._at_stream_start
+
+    @property
     def held_bytes(self) -> int:
         """How many bytes of the current, incomplete event are held."""
         return len(self._buffer)

@@ -1,0 +1,230 @@
+"""The fast path for the chunks almost every stream is made of: routine text deltas.
+
+Theory of operation
+-------------------
+Nearly every event of a chat-completion stream is the one before it with only the text changed:
+
+    data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hel"},"logprobs":null,"finish_reason":null}]}
+
+Parsing each one as JSON costs more than everything else finish_fix does per event, and a proxy in
+front of a gateway sees every token of every user. So once the full path has parsed a chunk and
+found it routine (`_routine_facts`: one choice, no finish_reason, no error, no usage, a text delta
+and nothing else that counts), `RoutineChunks.learn` takes its *shape*: the event's exact bytes with
+the text value cut out (and OpenAI's per-chunk `obfuscation` padding, which changes on every chunk),
+compiled into one regular expression that matches those bytes with any JSON string in the gaps.
+
+A piece of the body that matches a shape whole is, byte for byte, the learned event with other JSON
+strings in the gaps. A JSON string is one token: putting another one in its place changes the parsed
+value there and nothing else. So the full path would treat the piece exactly as it treated the
+learned chunk, except for what depends on the text, which is only whether it is empty (the first
+token). That, and the choice index, is what `maybe_match` gives back; the repair machine applies the
+same bookkeeping its full path would (`StreamRepair._on_routine_piece`). Anything else, or anything
+unusual (another shape, a finish_reason, a tool call, `\\r` inside, a split event, a piece holding two
+events), goes the full path, which is always right; the fast path only has to be right when it says
+yes. `tests/test_core_fast_path.py` checks that both paths give the same bytes and report for
+generated streams, realistic and adversarial.
+
+Where the gaps are is read from the parse, never guessed from the bytes: each candidate place (a
+`"content"` key followed by a string, say) is checked by parsing the event once more with a probe
+string put there and comparing with the chunk as it should then be. A candidate inside another
+string, or a value the parser drops because its key comes twice, fails that check.
+
+`_JSON_STRING` accepts a subset of what `json.loads` accepts: escapes as JSON has them, no control
+characters, strictly valid UTF-8 (no encoded surrogates). A string outside that subset is simply not
+matched and goes the full path.
+
+Learning costs a few parses; a stream whose chunks never repeat a shape (an `id` that changes on
+every chunk) would pay that on every chunk, so learning stops once attempts outrun hits
+(`_LEARN_FREE`, `_HITS_PER_LEARN`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+__all__ = ["RoutineChunks", "RoutineMatch", "TEXT_DELTA_KEYS"]
+
+# Delta keys whose string value is the model's text. One of them is the gap; every other delta key
+# of a routine chunk must be falsy (so nothing else makes it a "token"), except `role`.
+TEXT_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "refusal")
+# Top-level keys whose string value may change on every chunk and that the repair never reads.
+# OpenAI pads every stream chunk with a random `obfuscation` string (stream_options.include_obfuscation).
+_FREE_TOP_LEVEL_KEYS = ("obfuscation",)
+# Fields the repair remembers from every chunk for the finishing events it may inject.
+_REMEMBERED_KEYS = ("id", "created", "model", "system_fingerprint")
+
+_ASCII_CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7f]++"
+_ESCAPE = rb'\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
+_UTF8_SEQUENCE = (
+    rb"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
+    rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
+    rb"|\xf4[\x80-\x8f][\x80-\xbf]{2}"
+)
+_JSON_STRING = rb'"(?:' + _ASCII_CHARS + rb"|" + _ESCAPE + rb"|" + _UTF8_SEQUENCE + rb')*+"'
+_JSON_STRING_PATTERN = re.compile(_JSON_STRING)
+_JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
+_PROBE = "finishline probe \u00e9"
+_PROBE_TOKEN = json.dumps(_PROBE).encode()
+
+# At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
+_MAX_SHAPES = 4
+# Learning attempts allowed before any hit, and hits that earn one more attempt.
+_LEARN_FREE = 8
+_HITS_PER_LEARN = 16
+
+
+class RoutineMatch:
+    """What the full path would have learned from a matched piece.
+
+    Attributes:
+        index: the choice index.
+        remembered: the chunk's `id`, `created`, `model`, `system_fingerprint` (those present).
+        has_text: whether the text is non-empty (the delta then counts as a token).
+    """
+
+    __slots__ = ("index", "remembered", "has_text")
+
+    def __init__(self, index: int, remembered: dict[str, Any]) -> None:
+        self.index = index
+        self.remembered = remembered
+        self.has_text = False
+
+
+class _Shape:
+    __slots__ = ("pattern", "result")
+
+    def __init__(self, pattern: re.Pattern[bytes], result: RoutineMatch) -> None:
+        self.pattern = pattern
+        self.result = result
+
+
+class RoutineChunks:
+    """The routine chunk shapes of one stream: learned from fully parsed events, matched on pieces."""
+
+    __slots__ = ("_shapes", "_attempts", "_hits", "_enabled")
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        """`enabled=False` never learns, so nothing ever matches (the full path for every event)."""
+        self._shapes: list[_Shape] = []
+        self._attempts = 0
+        self._hits = 0
+        self._enabled = enabled
+
+    @property
+    def learned(self) -> bool:
+        return bool(self._shapes)
+
+    def maybe_match(self, piece: bytes) -> RoutineMatch | None:
+        """The match, if `piece` is exactly one event of a learned shape; else None. The returned
+        object is reused by the next match of the same shape."""
+        shapes = self._shapes
+        for position, shape in enumerate(shapes):
+            match = shape.pattern.fullmatch(piece)
+            if match is not None:
+                if position:  # the shape seen last is tried first next time
+                    shapes.insert(0, shapes.pop(position))
+                self._hits += 1
+                result = shape.result
+                result.has_text = match.end(1) - match.start(1) > 2
+                return result
+        return None
+
+    def learn(self, raw: bytes, data: bytes, chunk: Any) -> None:
+        """Called by the full path with an event it read (`raw`, its `data` field) and the parsed
+        chunk, after handling it. Learns its shape if it is routine and new. Never raises."""
+        if not self._enabled or self._attempts >= _LEARN_FREE + self._hits // _HITS_PER_LEARN:
+            return
+        facts = _routine_facts(chunk)
+        if facts is None:
+            return
+        ending = raw[len(b"data: ") + len(data) :]
+        if (
+            not raw.startswith(b"data: ")
+            or raw[len(b"data: ") : len(b"data: ") + len(data)] != data
+            or ending not in (b"\n\n", b"\r\n\r\n")
+            or b"\n" in data
+            or b"\r" in data
+        ):
+            return
+        if any(shape.pattern.fullmatch(raw) for shape in self._shapes):
+            return
+        self._attempts += 1
+        try:
+            shape = _maybe_shape(raw, data, chunk, facts)
+        except (ValueError, RecursionError, TypeError, KeyError, IndexError):
+            shape = None
+        if shape is None:
+            return
+        self._shapes.insert(0, shape)
+        del self._shapes[_MAX_SHAPES:]
+
+
+def _routine_facts(chunk: Any) -> tuple[int, str, str | None] | None:
+    """(choice index, the text key, the free top-level key or None) if the full path's handling of
+    `chunk` depends on nothing but whether its text is empty; else None."""
+    if type(chunk) is not dict or chunk.get("error") is not None or isinstance(chunk.get("usage"), dict):
+        return None
+    choices = chunk.get("choices")
+    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
+        return None
+    choice = choices[0]
+    index = choice.get("index", 0)
+    if type(index) is not int or choice.get("finish_reason") is not None:
+        return None
+    delta = choice.get("delta")
+    if type(delta) is not dict:
+        return None
+    text_key = next((key for key in TEXT_DELTA_KEYS if type(delta.get(key)) is str), None)
+    if text_key is None:
+        return None
+    if any(value for key, value in delta.items() if key != text_key and key != "role"):
+        return None
+    free_key = next((key for key in _FREE_TOP_LEVEL_KEYS if type(chunk.get(key)) is str), None)
+    return index, text_key, free_key
+
+
+def _maybe_shape(raw: bytes, data: bytes, chunk: dict, facts: tuple[int, str, str | None]) -> _Shape | None:
+    index, text_key, free_key = facts
+    delta = chunk["choices"][0]["delta"]
+    text_gap = _maybe_gap(data, chunk, text_key, delta)
+    if text_gap is None:
+        return None
+    gaps = [(text_gap, True)]
+    if free_key is not None:
+        free_gap = _maybe_gap(data, chunk, free_key, chunk)
+        if free_gap is None:
+            return None
+        gaps.append((free_gap, False))
+    gaps.sort()
+    parts = [re.escape(b"data: ")]
+    position = 0
+    for (start, end), is_text in gaps:
+        parts.append(re.escape(data[position:start]))
+        parts.append(b"(" + _JSON_STRING + b")" if is_text else b"(?:" + _JSON_STRING + b")")
+        position = end
+    parts.append(re.escape(raw[len(b"data: ") + position :]))
+    pattern = re.compile(b"".join(parts), re.DOTALL)
+    if pattern.fullmatch(raw) is None:
+        return None
+    remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk}
+    return _Shape(pattern, RoutineMatch(index, remembered))
+
+
+def _maybe_gap(data: bytes, chunk: dict, key: str, holder: dict) -> tuple[int, int] | None:
+    """The byte span of `holder[key]`'s string token in `data`, proven by a probe parse."""
+    candidates = re.finditer(
+        re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")", data
+    )
+    original = holder[key]
+    for candidate in candidates:
+        start, end = candidate.span(1)
+        probed = json.loads(data[:start] + _PROBE_TOKEN + data[end:])
+        probed_holder = probed["choices"][0]["delta"] if holder is not chunk else probed
+        if type(probed_holder) is not dict or probed_holder.get(key) != _PROBE:
+            continue
+        probed_holder[key] = original
+        if probed == chunk:
+            return start, end
+    return None
