@@ -33,6 +33,7 @@ from typing import Any
 
 __all__ = [
     "BOOKS_ERROR",
+    "BOOKS_NONE",
     "BOOKS_OK",
     "ClientReport",
     "Expected",
@@ -67,6 +68,8 @@ class Outcome(enum.StrEnum):
 
 BOOKS_OK = "ok"
 BOOKS_ERROR = "error"
+#: The books column of a gateway that keeps no per-request record (never a blank).
+BOOKS_NONE = "none"
 
 # Clients name reasons their own way (the AI SDK `tool-calls`, Pi `toolUse`): one spelling each.
 _REASON_SPELLINGS = {

@@ -44,7 +44,7 @@ from labs.clients import ALL_CLIENTS, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
-from labs.gateways.services import Gateway, books_entry, captured_stream, open_gateways, read_books
+from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, open_gateways, read_books
 from labs.hub import Hub, open_hub
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology, cell_id_of
@@ -331,6 +331,8 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
         gateway = gateways[result.gateway]
         result.finish_fix_stream = captured_stream(captures[result.gateway], result.cell_id)
         if gateway.books_path is None:
+            # A gateway that keeps no per-request record says so (`none`), never a blank.
+            result.books = BOOKS_NONE if gateway.books_kind == BOOKS_NONE else None
             continue
         word, entry = books_entry(gateway, entries[result.gateway], result.cell_id)
         if entry is None:

@@ -1,145 +1,69 @@
 """Start the lab's gateways and read their books.
 
-One mitmdump with finish_fix serves both finish_fix placements (the client's, and LiteLLM's
-upstream), and one LiteLLM proxy serves both LiteLLM gateways: its model list routes a model name
-starting with `via-finish-fix/` to finish_fix and every other name straight to the tunnel. LiteLLM
-takes ~15 s to start on a small machine, so starting it once matters.
+`open_gateways` looks each requested name up in the registry (labs.gateways.registry), refuses a
+gateway that is not installed before anything starts (one line each, saying how to install it),
+and starts the entries in matrix order; their processes stop when the block ends. The entries
+themselves live in one module per gateway (`labs/gateways/<name>.py`).
 
-Books: finish_fix appends a ledger line per flow (`--set finish_fix_ledger=...`); LiteLLM's
-success/failure callbacks (labs.gateways.litellm_books) append theirs. Both record the request's
-model name, which carries the cell id (`labs.scenario.Scenario.model_name`), so a cell finds its
-entry by id.
+Books: every gateway that keeps per-request books writes them as JSON lines (finish_fix's ledger,
+LiteLLM's callbacks, the routers' JSON logs, Envoy's access log ...). Each record names the
+request's model, which carries the cell id (`labs.scenario.Scenario.model_name`), so a cell finds
+its entry by id; the registry says, per books kind, how an entry becomes the books' word.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import secrets
 import sys
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import trio
+from labs.outcome import BOOKS_NONE
 
-from labs.clients import LAB_API_KEY
-from labs.gateways import EXTERNAL, LITELLM_BOOKS_ENV
-from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import ServiceError, bind_failed, free_port, open_service
-
-__all__ = ["Gateway", "books_entry", "open_gateways"]
+__all__ = [
+    "BOOKS_NONE",
+    "Gateway",
+    "GatewayNotInstalled",
+    "books_entry",
+    "captured_stream",
+    "entries_for_cell",
+    "open_gateways",
+    "read_books",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 FINISH_FIX_SCRIPT = ROOT / "addons" / "finish_fix.py"
-STREAM_CAPTURE_SCRIPT = Path(__file__).resolve().parent / "stream_capture.py"
 BIN = Path(sys.executable).parent
 #: What mitmdump and mitmweb print once their proxy listens (asked for port 0).
 MITM_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
 #: Tries for a program that cannot listen on port 0 (LiteLLM): the free port may be taken between
 #: `free_port` and the program's bind; a bind failure is then retried on another port.
 BIND_ATTEMPTS = 3
-#: LiteLLM routes model names with this prefix through finish_fix.
-VIA_FINISH_FIX = "via-finish-fix/"
 
-# finish_fix's verdicts, as the books column words (README of issue 2: clean and repaired are
-# successes; interrupted, upstream_error and http_error failures; skipped says nothing).
-_FINISH_FIX_BOOKS = {
-    "clean": BOOKS_OK,
-    "repaired": BOOKS_OK,
-    "interrupted": BOOKS_ERROR,
-    "upstream_error": BOOKS_ERROR,
-    "http_error": BOOKS_ERROR,
-}
+
+class GatewayNotInstalled(RuntimeError):
+    """A requested gateway is not installed; the message has one line per gateway saying how."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Gateway:
     name: str
     base_url: str
-    #: The JSON-lines file this gateway's books go to, or None (no books).
+    #: The JSON-lines file this gateway's books go to, or None (no books, or none read).
     books_path: Path | None = None
     #: Prefix the gateway needs on the model name (LiteLLM's route through finish_fix).
     model_prefix: str = ""
-    #: Whose books: `finish_fix` or `litellm`.
+    #: Whose books (a registry books kind: `finish_fix`, `litellm`, ...), `none` for a gateway
+    #: that keeps no per-request record, None for no gateway (`direct`, `external`).
     books_kind: str | None = None
     #: The API key the gateway wants (LiteLLM's master key of this run); None: any.
     api_key: str | None = None
     #: JSON lines of the streams finish_fix sent on (labs/gateways/stream_capture.py), or None.
     capture_path: Path | None = None
-
-
-def _litellm_config(path: Path, tunnel_url: str, finish_fix_url: str, master_key: str) -> None:
-    # JSON is valid YAML, and needs no YAML writer here.
-    config = {
-        "model_list": [
-            {
-                "model_name": f"{VIA_FINISH_FIX}*",
-                "litellm_params": {"model": "openai/*", "api_base": finish_fix_url, "api_key": LAB_API_KEY},
-            },
-            {
-                "model_name": "*",
-                "litellm_params": {"model": "openai/*", "api_base": tunnel_url, "api_key": LAB_API_KEY},
-            },
-        ],
-        "litellm_settings": {"callbacks": ["labs.gateways.litellm_books.books"], "telemetry": False},
-        "general_settings": {"master_key": master_key},
-    }
-    path.write_text(json.dumps(config, indent=2))
-
-
-@asynccontextmanager
-async def _open_finish_fix(upstream_url: str, run_dir: Path) -> AsyncIterator[tuple[str, Path, Path]]:
-    ledger = run_dir / "finish_fix-ledger.jsonl"
-    capture = run_dir / "finish_fix-streams.jsonl"
-    confdir = run_dir / "mitmproxy-conf"
-    confdir.mkdir(parents=True, exist_ok=True)
-    argv = [
-        str(BIN / "mitmdump"),
-        "--mode", f"reverse:{upstream_url}",
-        "--listen-host", "127.0.0.1",
-        "--listen-port", "0",
-        "-s", str(FINISH_FIX_SCRIPT),
-        "--set", f"confdir={confdir}",
-        "--set", f"finish_fix_ledger={ledger}",
-        "-s", str(STREAM_CAPTURE_SCRIPT),
-        "--set", f"finishline_capture={capture}",
-        # `info`: the "listening at" line the port is read from is an info message.
-        "--set", "termlog_verbosity=info",
-        "--set", "flow_detail=0",
-    ]
-    async with open_service(
-        "mitmdump (finish_fix)", argv, port=0, port_in_log=MITM_LISTENING, log_path=run_dir / "mitmdump.log", start_timeout=30
-    ) as (_, port):
-        yield f"http://127.0.0.1:{port}/v1", ledger, capture
-
-
-@asynccontextmanager
-async def _open_litellm(upstream_url: str, finish_fix_url: str | None, run_dir: Path) -> AsyncIterator[tuple[str, Path, str]]:
-    books = run_dir / "litellm-books.jsonl"
-    books.touch()
-    config = run_dir / "litellm-config.yaml"
-    master_key = "sk-lab-" + secrets.token_hex(16)
-    tunnel_url = f"{upstream_url}/v1"
-    _litellm_config(config, tunnel_url, finish_fix_url or tunnel_url, master_key)
-    env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
-    async with AsyncExitStack() as stack:
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            port = free_port()
-            argv = [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
-            try:
-                await stack.enter_async_context(open_service(
-                    "litellm proxy", argv, port=port, log_path=run_dir / "litellm.log", env=env,
-                    health_path="/health/liveliness", start_timeout=120,
-                ))
-            except ServiceError as error:
-                if attempt < BIND_ATTEMPTS and bind_failed(error):
-                    continue
-                raise
-            break
-        yield f"http://127.0.0.1:{port}/v1", books, master_key
 
 
 @asynccontextmanager
@@ -158,68 +82,70 @@ async def open_gateways(
     worker's tunnel, or the hub in front of it; not needed when only `external` runs).
     `spare_url`: a second, healthy worker for the gateways that can have more than one upstream
     (None: a pool of one).
+
+    Raises:
+        UnknownGateway: a name is not in the registry (the message lists the valid ones).
+        GatewayNotInstalled: a requested gateway is not installed (one line each, with the fix).
     """
-    gateways: dict[str, Gateway] = {}
-    async with AsyncExitStack() as stack:
-        if "direct" in names:
-            gateways["direct"] = Gateway(name="direct", base_url=f"{primary_url}/v1")
-        finish_fix_url = ledger = capture = None
-        if "finish_fix" in names or "litellm+finish_fix" in names:
-            finish_fix_url, ledger, capture = await stack.enter_async_context(_open_finish_fix(primary_url, run_dir))
-            if "finish_fix" in names:
-                gateways["finish_fix"] = Gateway(
-                    name="finish_fix", base_url=finish_fix_url, books_path=ledger, books_kind="finish_fix", capture_path=capture
-                )
-        if "litellm" in names or "litellm+finish_fix" in names:
-            url, books, key = await stack.enter_async_context(_open_litellm(primary_url, finish_fix_url, run_dir))
-            if "litellm" in names:
-                gateways["litellm"] = Gateway(name="litellm", base_url=url, books_path=books, books_kind="litellm", api_key=key)
-            if "litellm+finish_fix" in names:
-                gateways["litellm+finish_fix"] = Gateway(
-                    name="litellm+finish_fix", base_url=url, books_path=books, books_kind="litellm", model_prefix=VIA_FINISH_FIX,
-                    api_key=key, capture_path=capture,
-                )
-        if EXTERNAL in names:
-            if not external_url:
-                raise ValueError("the external gateway needs --gateway-url")
-            gateways[EXTERNAL] = Gateway(name=EXTERNAL, base_url=external_url.rstrip("/"), api_key=external_api_key)
-        yield gateways
+    from labs.gateways.registry import GatewayContext, entries, lookup, missing_installs
+
+    chosen = [lookup(name) for name in names]
+    missing = missing_installs(names)
+    if missing:
+        raise GatewayNotInstalled("; ".join(missing))
+    ctx = GatewayContext(
+        primary_url=primary_url, spare_url=spare_url, run_dir=run_dir, names=tuple(names),
+        external_url=external_url, external_api_key=external_api_key,
+    )
+    order = list(entries())
+    async with ctx.stack:
+        gateways = {}
+        for entry in sorted(chosen, key=lambda e: order.index(e.name)):
+            gateways[entry.name] = await entry.start(ctx)
+        yield {name: gateways[name] for name in names}
 
 
 def read_books(path: Path | None) -> list[dict[str, Any]]:
+    """Every JSON line of a books file (lines that are not JSON objects are skipped)."""
     if path is None or not path.exists():
         return []
     entries = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
-            entries.append(json.loads(line))
+            entry = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(entry, dict):
+            entries.append(entry)
     return entries
 
 
 def books_entry(gateway: Gateway, entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
     """The books' word (`ok`/`error`, None when there is no entry) and the entry for one cell.
 
-    The cell id is the first item of the model name; LiteLLM may record it with its route prefix.
     With `litellm+finish_fix` two books see the request; the gateway's own (LiteLLM's) count.
     """
-    mine = [e for e in entries if _cell_of(e.get("model")) == cell_id]
-    if not mine:
+    if gateway.books_kind is None or gateway.books_kind == BOOKS_NONE:
         return None, None
-    entry = mine[-1]
-    if gateway.books_kind == "finish_fix":
-        return _FINISH_FIX_BOOKS.get(entry.get("verdict")), entry
-    return (BOOKS_OK if entry.get("status") == "success" else BOOKS_ERROR), entry
+    from labs.gateways.registry import books_reader
+
+    return books_reader(gateway.books_kind)(entries, cell_id)
 
 
 def captured_stream(entries: list[dict[str, Any]], cell_id: str) -> str | None:
     """The stream finish_fix sent on for one cell (to the client, or to LiteLLM), if captured."""
-    mine = [e for e in entries if _cell_of(e.get("model")) == cell_id]
+    mine = entries_for_cell(entries, cell_id)
     return mine[-1].get("stream") if mine else None
 
 
-def _cell_of(model: object) -> str | None:
+def entries_for_cell(entries: list[dict[str, Any]], cell_id: str, key: str = "model") -> list[dict[str, Any]]:
+    """The entries whose `key` (the request's model name) belongs to the cell, oldest first."""
+    return [e for e in entries if cell_of(e.get(key)) == cell_id]
+
+
+def cell_of(model: object) -> str | None:
+    """The cell id in a model name: its first `;` item, without a route prefix (LiteLLM may record
+    `via-finish-fix/c0001;...`)."""
     if not isinstance(model, str):
         return None
     name = model.split(";", 1)[0]

@@ -1,0 +1,104 @@
+"""finish_fix as a lab gateway: `mitmdump --mode reverse:<upstream> -s addons/finish_fix.py`.
+
+`finish_fix` is the client-side placement (in front of the worker's tunnel). The same mitmdump is
+LiteLLM's upstream for `litellm+finish_fix` (labs.gateways.litellm_proxy), so it is a shared
+service of the run. It has one upstream (mitmproxy's reverse mode takes one), so it uses the first
+worker only.
+
+Books: finish_fix's ledger (`--set finish_fix_ledger=...`), one JSON line per flow with its verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, entries_for_cell
+from labs.outcome import BOOKS_ERROR, BOOKS_OK
+from labs.processes import open_service
+
+STREAM_CAPTURE_SCRIPT = Path(__file__).resolve().parent / "stream_capture.py"
+#: The shared-service key of the run's one finish_fix mitmdump in front of the primary upstream.
+SERVICE = "finish_fix"
+
+# finish_fix's verdicts, as the books column words (README: clean and repaired are successes;
+# interrupted, upstream_error and http_error failures; skipped says nothing).
+VERDICT_BOOKS = {
+    "clean": BOOKS_OK,
+    "repaired": BOOKS_OK,
+    "interrupted": BOOKS_ERROR,
+    "upstream_error": BOOKS_ERROR,
+    "http_error": BOOKS_ERROR,
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningFinishFix:
+    #: The OpenAI base URL in front of the upstream (`http://127.0.0.1:PORT/v1`).
+    base_url: str
+    ledger: Path
+    #: JSON lines of the streams finish_fix sent on (labs/gateways/stream_capture.py).
+    capture: Path
+
+
+@asynccontextmanager
+async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish_fix") -> AsyncIterator[RunningFinishFix]:
+    """A mitmdump with finish_fix in reverse mode in front of `upstream_url` (no `/v1`), its files
+    named after `label` in `run_dir`."""
+    ledger = run_dir / f"{label}-ledger.jsonl"
+    capture = run_dir / f"{label}-streams.jsonl"
+    confdir = run_dir / "mitmproxy-conf"
+    confdir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(BIN / "mitmdump"),
+        "--mode", f"reverse:{upstream_url}",
+        "--listen-host", "127.0.0.1",
+        "--listen-port", "0",
+        "-s", str(FINISH_FIX_SCRIPT),
+        "--set", f"confdir={confdir}",
+        "--set", f"finish_fix_ledger={ledger}",
+        # A short idle deadline so the stall scenario ends in finish_fix's error event within its
+        # deadline; the first-token deadline stays at its default (the incident's prefill is long).
+        "--set", "finish_fix_idle_timeout=2",
+        "-s", str(STREAM_CAPTURE_SCRIPT),
+        "--set", f"finishline_capture={capture}",
+        # `info`: the "listening at" line the port is read from is an info message.
+        "--set", "termlog_verbosity=info",
+        "--set", "flow_detail=0",
+    ]
+    log = run_dir / ("mitmdump.log" if label == "finish_fix" else f"mitmdump-{label}.log")
+    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log, start_timeout=30) as (_, port):
+        yield RunningFinishFix(base_url=f"http://127.0.0.1:{port}/v1", ledger=ledger, capture=capture)
+
+
+async def shared_finish_fix(ctx: GatewayContext) -> RunningFinishFix:
+    """The run's finish_fix in front of the primary upstream (started once, whoever asks first)."""
+    return await ctx.shared(SERVICE, lambda: open_finish_fix(ctx.upstream(), ctx.run_dir))
+
+
+def read_finish_fix_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
+    mine = entries_for_cell(entries, cell_id)
+    if not mine:
+        return None, None
+    return VERDICT_BOOKS.get(mine[-1].get("verdict")), mine[-1]
+
+
+async def _start(ctx: GatewayContext) -> Gateway:
+    running = await shared_finish_fix(ctx)
+    return Gateway(
+        name="finish_fix", base_url=running.base_url, books_path=running.ledger, books_kind="finish_fix",
+        capture_path=running.capture,
+    )
+
+
+ENTRIES = (
+    GatewayEntry(
+        name="finish_fix",
+        summary="mitmdump with finish_fix in reverse mode in front of the worker's tunnel (the client-side placement)",
+        start=_start, books_kind="finish_fix", read_books=read_finish_fix_books,
+    ),
+)

@@ -1,0 +1,156 @@
+"""LiteLLM's proxy as lab gateways: `litellm` (straight to the worker) and `litellm+finish_fix`
+(its deployment goes through finish_fix to the worker: the gateway-side placement).
+
+One proxy serves both: its model list routes a model name starting with `via-finish-fix/` to the
+run's finish_fix (labs.gateways.finish_fix_proxy) and every other name straight to the primary
+upstream. LiteLLM takes ~15 s to start on a small machine, so starting it once matters.
+
+The spare worker (litellm 1.108.7, read in `litellm/router.py`): with a pool of two, each route
+gets a second deployment to the spare worker at `order: 2`, the first at `order: 1`: LiteLLM's
+documented priority failover ("Deployment Ordering (Priority)" in its load-balancing docs). The
+router sends a request to the lowest order only; when that fails after its retries, it tries the
+next order with the same model name (`Router._async_function_with_fallbacks_common_utils`,
+"ORDER-BASED FALLBACKS", wildcard routes included). Retries are the shipped default,
+`num_retries` = `openai.DEFAULT_MAX_RETRIES` = 2 (`Router.__init__`): the docs' reliability page
+sets the same kind of number, so there is no second variant to run. What makes a stream retryable
+at all: `Router._acompletion` reads the stream's *first chunk* before it returns
+(`_aread_first_chunk`), so a stream that dies before its first chunk raises inside the retry and
+fallback machinery; after the first chunk, `_acompletion_streaming_iterator` re-raises the
+provider's error to the client (a mid-stream fallback only happens before any content was
+generated). A stream that ends cleanly with no chunk at all (the hub's `close` during prefill)
+is no error to it: nothing is retried.
+
+Books: LiteLLM's success/failure callbacks (labs.gateways.litellm_books), one JSON line each.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from labs.clients import LAB_API_KEY
+from labs.gateways import LITELLM_BOOKS_ENV
+from labs.gateways.finish_fix_proxy import shared_finish_fix
+from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.services import BIN, BIND_ATTEMPTS, Gateway, entries_for_cell
+from labs.outcome import BOOKS_ERROR, BOOKS_OK
+from labs.processes import ServiceError, bind_failed, free_port, open_service
+
+#: LiteLLM routes model names with this prefix through finish_fix.
+VIA_FINISH_FIX = "via-finish-fix/"
+SERVICE = "litellm"
+FINISH_FIX_NAME = "litellm+finish_fix"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningLiteLLM:
+    base_url: str
+    books: Path
+    master_key: str
+
+
+def _deployments(model_name: str, primary_base: str, spare_base: str | None) -> list[dict[str, Any]]:
+    """One route: the primary deployment, and the spare at the next order when there is one."""
+    primary = {"model": "openai/*", "api_base": primary_base, "api_key": LAB_API_KEY}
+    if spare_base is None:
+        return [{"model_name": model_name, "litellm_params": primary}]
+    spare = {"model": "openai/*", "api_base": spare_base, "api_key": LAB_API_KEY, "order": 2}
+    return [
+        {"model_name": model_name, "litellm_params": {**primary, "order": 1}},
+        {"model_name": model_name, "litellm_params": spare},
+    ]
+
+
+def litellm_config(*, primary_base: str, finish_fix_base: str, spare_base: str | None, master_key: str) -> dict[str, Any]:
+    """The proxy's config: the `via-finish-fix/` route first (LiteLLM matches the longer pattern)."""
+    return {
+        "model_list": [
+            *_deployments(f"{VIA_FINISH_FIX}*", finish_fix_base, spare_base),
+            *_deployments("*", primary_base, spare_base),
+        ],
+        "litellm_settings": {"callbacks": ["labs.gateways.litellm_books.books"], "telemetry": False},
+        "general_settings": {"master_key": master_key},
+    }
+
+
+@asynccontextmanager
+async def open_litellm(ctx: GatewayContext, finish_fix_base: str | None) -> AsyncIterator[RunningLiteLLM]:
+    run_dir = ctx.run_dir
+    books = run_dir / "litellm-books.jsonl"
+    books.touch()
+    config = run_dir / "litellm-config.yaml"
+    master_key = "sk-lab-" + secrets.token_hex(16)
+    primary_base = f"{ctx.upstream()}/v1"
+    spare_base = f"{ctx.spare_url}/v1" if ctx.spare_url else None
+    # JSON is valid YAML, and needs no YAML writer here.
+    config.write_text(json.dumps(litellm_config(
+        primary_base=primary_base, finish_fix_base=finish_fix_base or primary_base, spare_base=spare_base,
+        master_key=master_key,
+    ), indent=2))
+    env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    async with AsyncExitStack() as stack:
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            port = free_port()
+            argv = [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+            try:
+                await stack.enter_async_context(open_service(
+                    "litellm proxy", argv, port=port, log_path=run_dir / "litellm.log", env=env,
+                    health_path="/health/liveliness", start_timeout=120,
+                ))
+            except ServiceError as error:
+                if attempt < BIND_ATTEMPTS and bind_failed(error):
+                    continue
+                raise
+            break
+        yield RunningLiteLLM(base_url=f"http://127.0.0.1:{port}/v1", books=books, master_key=master_key)
+
+
+async def _shared_litellm(ctx: GatewayContext) -> RunningLiteLLM:
+    # One proxy per run with both routes; the finish_fix route needs finish_fix running, so it is
+    # started first when `litellm+finish_fix` is among the run's gateways.
+    async def start() -> RunningLiteLLM:
+        finish_fix_base = (await shared_finish_fix(ctx)).base_url if FINISH_FIX_NAME in ctx.names else None
+        return await ctx.enter(open_litellm(ctx, finish_fix_base))
+
+    return await ctx.shared_async(SERVICE, start)
+
+
+def read_litellm_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
+    mine = entries_for_cell(entries, cell_id)
+    if not mine:
+        return None, None
+    entry = mine[-1]
+    return (BOOKS_OK if entry.get("status") == "success" else BOOKS_ERROR), entry
+
+
+async def _start_litellm(ctx: GatewayContext) -> Gateway:
+    running = await _shared_litellm(ctx)
+    return Gateway(name="litellm", base_url=running.base_url, books_path=running.books, books_kind="litellm", api_key=running.master_key)
+
+
+async def _start_litellm_finish_fix(ctx: GatewayContext) -> Gateway:
+    running = await _shared_litellm(ctx)
+    capture = (await shared_finish_fix(ctx)).capture
+    return Gateway(
+        name=FINISH_FIX_NAME, base_url=running.base_url, books_path=running.books, books_kind="litellm",
+        model_prefix=VIA_FINISH_FIX, api_key=running.master_key, capture_path=capture,
+    )
+
+
+ENTRIES = (
+    GatewayEntry(
+        name="litellm",
+        summary="LiteLLM proxy 1.108.7, one wildcard route to the worker (the spare at order 2, retries as shipped)",
+        start=_start_litellm, books_kind="litellm", read_books=read_litellm_books, uses_spare=True,
+    ),
+    GatewayEntry(
+        name=FINISH_FIX_NAME,
+        summary="the same LiteLLM proxy, its deployment going through finish_fix to the worker (the gateway-side placement)",
+        start=_start_litellm_finish_fix, books_kind="litellm", uses_spare=True,
+    ),
+)

@@ -1,0 +1,179 @@
+"""The lab's gateways as data: one `GatewayEntry` per gateway name, looked up by name.
+
+Theory of operation
+-------------------
+An entry says what a gateway needs (`missing`: the install check, one line when something is not
+there), how it is started for one run (`start`: an async function that gets a `GatewayContext` and
+returns the `Gateway` the clients talk to), and how its books are read (`books_kind`, and
+`read_books` for that kind). `open_gateways` (labs.gateways.services) looks the requested names up
+here, checks every install first (so a missing gateway is refused before anything starts), and
+starts each entry in registry order.
+
+Processes belong to the context, not to an entry: `ctx.enter(cm)` keeps a process running until the
+run's gateways are closed, and `ctx.shared(key, factory)` starts one process that several entries
+use (one mitmdump serves `finish_fix` and LiteLLM's upstream route through finish_fix; one LiteLLM
+proxy serves every LiteLLM variant through its model groups).
+
+Upstreams: `ctx.primary_url` is the worker's tunnel (or the hub in front of it); `ctx.spare_url`,
+when the scenario's pool has two workers, a second healthy worker. An entry that can have more than
+one upstream configures both, with retry or fallback the way its own documentation tells an
+operator to (see each module); `uses_spare` says which entries do.
+
+Adding a gateway: write a module `labs/gateways/<name>.py` that defines `ENTRIES` (a tuple of
+`GatewayEntry`), and add the module's name to `_MODULES` below, at the place its columns should
+appear in the matrix. An entry's `start` may import heavy things lazily; importing the module must
+stay cheap (the LiteLLM proxy imports this package to load its books callback).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from labs.gateways.services import Gateway
+
+__all__ = [
+    "BooksReader",
+    "GatewayContext",
+    "GatewayEntry",
+    "UnknownGateway",
+    "books_reader",
+    "entries",
+    "lookup",
+    "missing_installs",
+]
+
+T = TypeVar("T")
+
+#: Reads one cell's books: (every entry the gateway's books hold, the cell id) -> (the books' word,
+#: `ok`/`error` from labs.outcome, or None; the entry it came from, or None when there is none).
+BooksReader = Callable[[list[dict[str, Any]], str], "tuple[str | None, dict[str, Any] | None]"]
+
+
+class UnknownGateway(ValueError):
+    """A gateway name that is not in the registry; the message lists the valid ones."""
+
+
+@dataclass(slots=True, kw_only=True)
+class GatewayContext:
+    """What an entry's `start` gets: the upstreams, the run's directory, and the run's processes."""
+
+    #: `http://127.0.0.1:PORT` (no `/v1`): the tunnel, or the hub in front of it.
+    primary_url: str | None
+    #: A second, healthy worker (`http://127.0.0.1:PORT`), or None for a pool of one.
+    spare_url: str | None
+    run_dir: Path
+    #: Every gateway name of this run (a shared service may serve several of them).
+    names: tuple[str, ...] = ()
+    external_url: str | None = None
+    external_api_key: str | None = None
+    stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    _shared: dict[str, Any] = field(default_factory=dict)
+
+    async def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
+        """Keep `manager` (a running process) open until the run's gateways close."""
+        return await self.stack.enter_async_context(manager)
+
+    async def shared(self, key: str, factory: Callable[[], AbstractAsyncContextManager[T]]) -> T:
+        """The value of `factory()`, entered once per run under `key` and shared by every entry
+        that asks for the same key."""
+        if key not in self._shared:
+            self._shared[key] = await self.enter(factory())
+        return self._shared[key]
+
+    async def shared_async(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
+        """Like `shared`, for a start that enters its own processes with `enter` (a service that
+        needs another shared service started first)."""
+        if key not in self._shared:
+            self._shared[key] = await start()
+        return self._shared[key]
+
+    def upstream(self) -> str:
+        """The primary upstream; an entry that needs one and gets none is a lab bug."""
+        if not self.primary_url:
+            raise ValueError("this gateway needs the worker's tunnel (primary_url)")
+        return self.primary_url
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayEntry:
+    #: The lab gateway name (`--gateway NAME`, the matrix heading).
+    name: str
+    #: One sentence for `--help` and the report: what this gateway is and how it is configured.
+    summary: str
+    start: Callable[[GatewayContext], Awaitable[Gateway]]
+    #: The install check: None when everything it needs is there, else one line saying what is
+    #: missing and how to install it.
+    missing: Callable[[], str | None] = lambda: None
+    #: Whose books: a key of `books_reader`; `none` for a gateway that keeps no per-request record;
+    #: None for no gateway at all (`direct`, `external`: nothing to ask).
+    books_kind: str | None = None
+    #: How `books_kind` books are read (entries that share a kind may leave it to one of them).
+    read_books: BooksReader | None = None
+    #: Whether it takes the spare worker when the pool has one (single-upstream gateways do not).
+    uses_spare: bool = False
+
+
+# In matrix order. `direct` and `external` are not modules: see labs.gateways.direct.
+_MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "envoy", "portkey")
+
+
+def _load() -> dict[str, GatewayEntry]:
+    registry: dict[str, GatewayEntry] = {}
+    for module in _MODULES:
+        for entry in importlib.import_module(f"labs.gateways.{module}").ENTRIES:
+            if entry.name in registry:
+                raise RuntimeError(f"gateway {entry.name!r} is defined twice (labs.gateways.{module})")
+            registry[entry.name] = entry
+    # `external` last: it is not one of the lab's gateways, and the matrix shows it after them.
+    from labs.gateways import EXTERNAL
+
+    registry[EXTERNAL] = registry.pop(EXTERNAL)
+    return registry
+
+
+_REGISTRY: dict[str, GatewayEntry] | None = None
+
+
+def entries() -> dict[str, GatewayEntry]:
+    """Every gateway entry by name, in matrix order (the lab's own, then `external`)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        _REGISTRY = _load()
+    return _REGISTRY
+
+
+def lookup(name: str) -> GatewayEntry:
+    """The entry for `name`.
+
+    Raises:
+        UnknownGateway: `name` is not a gateway; the message lists the valid names.
+    """
+    try:
+        return entries()[name]
+    except KeyError:
+        raise UnknownGateway(f"unknown gateway {name!r}; gateways: {', '.join(entries())}") from None
+
+
+def missing_installs(names: tuple[str, ...] | list[str]) -> list[str]:
+    """One line per requested gateway that is not installed (empty when all are)."""
+    lines = []
+    for name in dict.fromkeys(names):
+        problem = lookup(name).missing()
+        if problem:
+            lines.append(f"{name}: {problem}")
+    return lines
+
+
+def books_reader(kind: str) -> BooksReader:
+    """How books of `kind` are read (the entry that declares `read_books` for it)."""
+    for entry in entries().values():
+        if entry.books_kind == kind and entry.read_books is not None:
+            return entry.read_books
+    kinds = sorted({e.books_kind for e in entries().values() if e.read_books is not None})
+    raise ValueError(f"no books reader for {kind!r}; books kinds: {', '.join(kinds)}")
