@@ -237,9 +237,10 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
 
         # Cell ids in matrix order, whatever order the topology groups run in.
         numbered = [(number, *cell) for number, cell in enumerate(planned, start=1)]
+        by_topology: dict[Topology, list[CellResult]] = {}
         for topology, scenarios in groups.items():
             gateways = gateway_sets[topology]
-            group_results: list[CellResult] = []
+            group_results = by_topology.setdefault(topology, [])
             for scenario in scenarios:
                 cells = [(number, c, g) for number, s, c, g in numbered if s is scenario]
                 # "NAME: ..." like every cell's line, so a progress display knows the scenario
@@ -252,8 +253,12 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     scenario, cells, faults[scenario.name],
                     gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
                 )
-            await _wait_for_books(group_results, gateways)
-            _attach_books(group_results, gateways)
+        # Every topology's books at once: one deadline for the run, not one per gateway set.
+        async with trio.open_nursery() as nursery:
+            for topology, group_results in by_topology.items():
+                nursery.start_soon(_wait_for_books, group_results, gateway_sets[topology])
+        for topology, group_results in by_topology.items():
+            _attach_books(group_results, gateway_sets[topology])
             results += group_results
         _attach_workers(results, workers, hub)
     results.sort(key=lambda r: r.cell_id)

@@ -3,7 +3,8 @@
 `small_matrix` runs real clients (every driver, Python and Node) through real gateways (direct,
 finish_fix, and LiteLLM with and without finish_fix for a few clients) against the real worker and
 toxiproxy, with a few of the default scenarios plus a short stall (so `hang` is measured, not
-simulated). Tests then read cells from it. One run serves all the lab's end-to-end tests: starting
+simulated), and the hub's rows (the incident, an error event, the rule-1 rows with a spare worker),
+which add two topologies and so two more sets of gateways. Tests then read cells from it. One run serves all the lab's end-to-end tests: starting
 LiteLLM alone takes ~15 s.
 """
 
@@ -47,6 +48,30 @@ class Matrix:
         return self.cells[(scenario, client, gateway)]
 
 
+#: The incident's clients (the post-mortem's screenshot and the two OpenAI SDKs).
+INCIDENT_CLIENTS = ("openai-python", "openai-node", "pi-ai")
+#: The incident's tunnel drop in the small matrix: shorter than the default set's 13.7 s (the
+#: topology is the same; only the wait is shorter).
+INCIDENT_DROP_S = 2.0
+
+
+def hub_scenarios() -> list:
+    """The hub's rows in the small matrix: the incident through direct and finish_fix, the fixed
+    hub's error event through direct, and the rule-1 rows (a spare worker) through direct and LiteLLM."""
+    incident = load_scenario(SCENARIO_DIR / "incident-prefill-cut-hub-close.toml")
+    rows = [dataclasses.replace(
+        incident, fault={**incident.fault, "after_seconds": INCIDENT_DROP_S}, deadline_s=20.0,
+        gateways=("direct", "finish_fix"), clients=INCIDENT_CLIENTS,
+    )]
+    error_event = load_scenario(SCENARIO_DIR / "cut-after-tokens-hub-error-event.toml")
+    rows.append(dataclasses.replace(error_event, gateways=("direct",), clients=("openai-python", "pi-ai")))
+    rows += [
+        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=("direct", "litellm"), clients=("httpx-sse",))
+        for name in ("rule1-prefill-cut-hub-close-spare", "rule1-prefill-cut-hub-abort-spare")
+    ]
+    return rows
+
+
 @pytest.fixture(scope="session")
 def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
     scenarios = [
@@ -75,6 +100,7 @@ def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
     # LiteLLM's books, for one client: the proxy is the slow part to start.
     omitted = load_scenario(SCENARIO_DIR / "length-omitted.toml")
     scenarios.append(dataclasses.replace(omitted, name="length-omitted-litellm", gateways=("litellm",), clients=("httpx-sse",)))
+    scenarios += hub_scenarios()
     config = LabConfig(
         scenarios=tuple(scenarios),
         clients=ALL_CLIENTS,

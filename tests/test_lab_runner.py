@@ -19,7 +19,9 @@ def test_every_planned_cell_has_an_outcome_from_the_closed_set(small_matrix):
     # 3 scenarios x 10 clients x 2 gateways, the conn-close row (2 clients), the stall (2 clients),
     # the LiteLLM row (1 client), 5 scenarios x 10 clients through finish_fix, 2 x 3 clients through
     # litellm+finish_fix.
-    assert len(small_matrix.result["cells"]) == 3 * 10 * 2 + 2 + 2 + 1 + 5 * 10 + 2 * 3
+    # The hub's rows: the incident (3 clients x 2 gateways), the error event (2 clients), the
+    # rule-1 rows (2 scenarios x 1 client x 2 gateways).
+    assert len(small_matrix.result["cells"]) == 3 * 10 * 2 + 2 + 2 + 1 + 5 * 10 + 2 * 3 + 3 * 2 + 2 + 2 * 2
 
 
 def test_a_stalled_worker_is_a_hang_at_the_scenarios_deadline(small_matrix):
@@ -61,6 +63,9 @@ def test_the_run_writes_its_books_and_logs_under_its_run_dir(small_matrix):
     run_dir = Path(small_matrix.result["run_dir"])
     for name in ("finish_fix-ledger.jsonl", "litellm-books.jsonl", "mitmdump.log", "litellm.log", "toxiproxy.log"):
         assert (run_dir / name).exists(), name
+    # Each other topology's gateways keep theirs in a folder of its own.
+    assert (run_dir / "hub" / "mitmdump.log").exists()
+    assert (run_dir / "hub+spare" / "litellm.log").exists()
 
 
 def test_books_entries_are_matched_by_the_cell_id_in_the_model_name():
@@ -82,3 +87,64 @@ def test_finish_fix_verdicts_map_to_books_words():
     }
     assert words == {"clean": "ok", "repaired": "ok", "interrupted": "error", "upstream_error": "error",
                      "http_error": "error", "skipped": None}
+
+
+# -- the hub, the incident and the spare worker (issue 7) -------------------------------------------
+
+INCIDENT = "incident-prefill-cut-hub-close"
+
+
+def test_the_incident_through_direct_is_what_the_post_mortem_showed(small_matrix):
+    # The hub ends the response cleanly: a 200 whose body has no event at all. The OpenAI SDKs take
+    # that for an empty success; Pi is strict about the missing finish_reason.
+    for client in ("openai-python", "openai-node"):
+        cell = small_matrix.cell(INCIDENT, client, "direct")
+        assert cell["outcome"] == "silent-truncation", cell
+        assert cell["report"]["text"] == ""
+    pi = small_matrix.cell(INCIDENT, "pi-ai", "direct")
+    assert pi["outcome"] == "error"
+    assert pi["why"].endswith("Stream ended without finish_reason")
+    assert pi["topology"] == "hub"
+    assert pi["hub"] == ["tunnel fin after 0 body bytes; hub close: clean_end"]
+    assert (pi["answered_by"], pi["worker_requests"]) == ("primary", {"primary": 1})
+
+
+def test_through_finish_fix_every_client_is_told_the_stream_stopped_before_the_first_token(small_matrix):
+    for client in ("openai-python", "openai-node", "pi-ai"):
+        cell = small_matrix.cell(INCIDENT, client, "finish_fix")
+        assert cell["outcome"] == "error", cell
+        assert "before the first token" in cell["why"]
+        assert (cell["books"], cell["books_entry"]["verdict"]) == ("error", "interrupted")
+
+
+def test_the_fixed_hubs_error_event_reaches_the_client_as_an_error(small_matrix):
+    for client in ("openai-python", "pi-ai"):
+        cell = small_matrix.cell("cut-after-tokens-hub-error-event", client, "direct")
+        assert cell["outcome"] == "error", cell
+        assert "agent disconnected mid-request" in cell["why"]
+        assert cell["hub"] == ["tunnel fin after 1466 body bytes; hub error_event: error_event"]
+
+
+def test_rule_1_direct_never_reaches_the_spare(small_matrix):
+    for name in ("rule1-prefill-cut-hub-close-spare", "rule1-prefill-cut-hub-abort-spare"):
+        cell = small_matrix.cell(name, "httpx-sse", "direct")
+        assert cell["outcome"] != "ok"
+        assert (cell["answered_by"], cell["worker_requests"]) == ("primary", {"primary": 1})
+
+
+def test_rule_1_litellm_retries_a_visible_prefill_cut_on_the_spare(small_matrix):
+    # LiteLLM 1.108.7 (router.py): a connection error before the first chunk is retried
+    # (num_retries), then the request falls to the next `order` deployment: the spare, which
+    # answers in full. The hub passed the FIN on (`abort`), so LiteLLM saw a failure.
+    cell = small_matrix.cell("rule1-prefill-cut-hub-abort-spare", "httpx-sse", "litellm")
+    assert cell["outcome"] == "ok", cell
+    assert cell["answered_by"] == "spare"
+    assert cell["worker_requests"]["spare"] == 1 and cell["worker_requests"]["primary"] >= 1
+
+
+def test_rule_1_a_hub_that_ends_cleanly_hides_the_failure_from_litellms_retries(small_matrix):
+    # With the post-mortem's hub, LiteLLM sees a complete, empty 200: nothing to retry, and the
+    # client gets LiteLLM's made-up ending with no text.
+    cell = small_matrix.cell("rule1-prefill-cut-hub-close-spare", "httpx-sse", "litellm")
+    assert cell["outcome"] == "silent-truncation", cell
+    assert (cell["answered_by"], cell["worker_requests"]) == ("primary", {"primary": 1})

@@ -11,6 +11,7 @@ import openai
 import pytest
 import trio
 
+from faults.child_processes import run_child, start_child
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
 from tests.fixtures_lab import chat_request, client_exchange, run_trio, split_response
 
@@ -88,6 +89,19 @@ def test_prefill_delay_sends_the_head_then_waits():
     request = chat_request({"model": "m", "stream": True}, headers={"x-finishline-worker": "prefill_delay=30"})
     received, _ = exchange(request, stop_after_bytes=plan.head_length, quiet_seconds=0.4)
     assert (received.data, received.ending) == (plan.head, "open")
+
+
+def test_a_request_in_prefill_is_an_arrival_before_it_is_handled():
+    # The lab tells which worker a gateway asked from `arrivals`: a request whose tunnel dropped
+    # during a long prefill is handled only when the prefill ends, long after its cell.
+    async def scenario():
+        async with open_worker() as worker:
+            request = chat_request({"model": "c0007;prefill_delay=30", "stream": True})
+            await client_exchange(worker.port, request, stop_after_bytes=1, quiet_seconds=0.3)
+            return list(worker.arrivals), list(worker.handled)
+
+    arrivals, handled = run_trio(scenario)
+    assert (arrivals, handled) == (["c0007;prefill_delay=30"], [])
 
 
 def test_token_delay_paces_token_events():
@@ -200,23 +214,21 @@ def test_openai_python_raises_on_http_429():
 
 
 def test_standalone_help_lists_every_knob():
-    result = subprocess.run([sys.executable, "-m", "labs.worker", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    result = run_child([sys.executable, "-m", "labs.worker", "--help"], cwd=ROOT, timeout=30)
     assert result.returncode == 0
     for option in ("--tokens", "--prefill-delay", "--framing", "--connection-close", "--finish", "--error-after", "--http-error"):
         assert option in result.stdout
 
 
 def test_standalone_refuses_a_bad_default_in_one_line():
-    result = subprocess.run(
-        [sys.executable, "-m", "labs.worker", "--framing", "zip"], cwd=ROOT, capture_output=True, text=True, timeout=30
-    )
+    result = run_child([sys.executable, "-m", "labs.worker", "--framing", "zip"], cwd=ROOT, timeout=30)
     assert result.returncode == 2
     assert "framing must be one of chunked, content-length, close" in result.stderr
     assert "Traceback" not in result.stderr
 
 
 def test_standalone_worker_serves_with_its_command_line_defaults():
-    process = subprocess.Popen(
+    process = start_child(
         [sys.executable, "-m", "labs.worker", "--port", "0", "--tokens", "3", "--finish", "omitted"],
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -233,9 +233,9 @@ async def _answer(
     stream_requested = False
     if method == "GET" and path.endswith("/models"):
         plan = _json_plan(defaults, 200, {"object": "list", "data": [_model_entry()]})
-    elif method == "GET" and path in _PROBES:
+    elif method == "GET" and (probe := _probe(path)) is not None:
         # What routers (SMG, vllm-router) probe before they route to a worker (labs/gateways).
-        plan = _json_plan(defaults, 200, _PROBES[path])
+        plan = _json_plan(defaults, 200, _PROBES[probe])
     elif method == "POST" and path.endswith("/chat/completions"):
         try:
             payload = json.loads(body or b"{}")
@@ -312,6 +312,12 @@ _PROBES: dict[str, dict[str, Any]] = {
     "/v1/loads": {"loads": []},
     "/get_load": {"load": 0},
 }
+
+
+def _probe(path: str) -> str | None:
+    """The probe `path` ends with: a router may know the worker by a URL with a path (SMG's lab
+    gateway registers one per request model, labs/gateways/smg.py)."""
+    return next((probe for probe in _PROBES if path.endswith(probe)), None)
 
 
 def _model_entry() -> dict[str, Any]:
