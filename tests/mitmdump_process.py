@@ -3,24 +3,26 @@
 mitmdump is the one next to the running interpreter (`.venv/bin/mitmdump`), started with a private
 confdir (its CA lands there, never in `~/.mitmproxy`), `--listen-host 127.0.0.1 --listen-port 0`:
 the kernel picks a free port and mitmdump prints it, e.g.
-`reverse proxy to http://127.0.0.1:4242 listening at 127.0.0.1:40321.`, which `start` waits for and
-parses. Its combined stdout/stderr is collected by a reader thread so a test can search it and
-show it when something fails.
+`reverse proxy to http://127.0.0.1:4242 listening at 127.0.0.1:40321.`. It is started, its port read
+and it is stopped by the one launcher (`faults.child_processes`): the port is the one its own socket
+listens on, the line above names which. Its combined stdout/stderr goes to a log file next to the
+confdir, so a test can search it and show it when something fails.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from faults.child_processes import ChildProcess, ChildStartError, start_child
 
 __all__ = ["MitmdumpError", "Mitmdump", "REPO_ROOT", "FINISH_FIX_SCRIPT", "mitmdump_executable",
            "running_mitmdump"]
@@ -50,11 +52,8 @@ class Mitmdump:
     """A started mitmdump process; `port` is where it listens."""
 
     args: list[str]
-    process: subprocess.Popen[bytes]
+    process: ChildProcess
     port: int | None = None
-    _lines: list[str] = field(default_factory=list)
-    _lines_changed: threading.Condition = field(default_factory=threading.Condition)
-    _reader: threading.Thread | None = None
 
     @property
     def pid(self) -> int:
@@ -66,63 +65,38 @@ class Mitmdump:
 
     @property
     def output(self) -> str:
-        with self._lines_changed:
-            return "".join(self._lines)
-
-    def _read_output(self) -> None:
-        assert self.process.stdout is not None
-        for raw in iter(self.process.stdout.readline, b""):
-            with self._lines_changed:
-                self._lines.append(raw.decode("utf-8", "replace"))
-                self._lines_changed.notify_all()
-        with self._lines_changed:
-            self._lines_changed.notify_all()
+        """Everything mitmdump printed so far (stdout and stderr, from its log file)."""
+        return self.process.log_text()
 
     def wait_for_output(self, pattern: str | re.Pattern[str], timeout: float) -> re.Match[str]:
         """Wait until mitmdump's output matches `pattern`; raise MitmdumpError after `timeout` s."""
         regex = re.compile(pattern) if isinstance(pattern, str) else pattern
         deadline = time.monotonic() + timeout
-        with self._lines_changed:
-            while True:
-                if match := regex.search("".join(self._lines)):
-                    return match
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise MitmdumpError(
-                        f"mitmdump output did not match {regex.pattern!r} within {timeout} s"
-                        f"{self._describe()}"
-                    )
-                if self.process.poll() is not None and not (
-                    self._reader and self._reader.is_alive()
-                ):
-                    raise MitmdumpError(
-                        f"mitmdump exited with code {self.process.returncode} before its output "
-                        f"matched {regex.pattern!r}{self._describe()}"
-                    )
-                self._lines_changed.wait(min(remaining, 0.1))
+        while True:
+            exited = self.process.poll() is not None  # before reading: then the output is complete
+            if match := regex.search(self.output):
+                return match
+            if exited:
+                raise MitmdumpError(
+                    f"mitmdump exited with code {self.process.returncode} before its output "
+                    f"matched {regex.pattern!r}{self._describe()}"
+                )
+            if time.monotonic() > deadline:
+                raise MitmdumpError(
+                    f"mitmdump output did not match {regex.pattern!r} within {timeout} s{self._describe()}"
+                )
+            time.sleep(0.05)
 
     def wait_exit(self, timeout: float) -> int:
         """Wait for the process to exit by itself; return its code (raises on timeout)."""
         try:
-            code = self.process.wait(timeout)
+            return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             raise MitmdumpError(f"mitmdump still running after {timeout} s{self._describe()}")
-        if self._reader is not None:
-            self._reader.join(timeout=5)
-        return code
 
     def stop(self, timeout: float = 10) -> int:
         """SIGTERM (mitmdump's clean shutdown: addons get `done`), then SIGKILL if it hangs."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        if self._reader is not None:
-            self._reader.join(timeout=5)
-        return self.process.returncode
+        return self.process.stop(grace=timeout)
 
     def rss_kib(self) -> int:
         """Resident set size of the mitmdump process now, from /proc (KiB)."""
@@ -133,7 +107,7 @@ class Mitmdump:
         return int(match.group(1))
 
     def _describe(self) -> str:
-        return f"\ncommand: {' '.join(self.args)}\n--- mitmdump output ---\n{''.join(self._lines)}"
+        return f"\ncommand: {' '.join(self.args)}\n--- mitmdump output ---\n{self.output}"
 
 
 def start(
@@ -176,27 +150,28 @@ def start(
     # Proxies from the environment must not reroute mitmdump's own upstream connections.
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         env.pop(name, None)
-    process = subprocess.Popen(
-        args,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        cwd=REPO_ROOT,
-        env=env,
-    )
+    # Its own log file next to its confdir (several mitmdumps may share one confdir).
+    descriptor, log_path = tempfile.mkstemp(prefix=f"{program}-", suffix=".log", dir=confdir)
+    os.close(descriptor)
+    try:
+        process = start_child(args, name=program, log_path=log_path, cwd=REPO_ROOT, env=env)
+    except ChildStartError as error:
+        raise MitmdumpError(str(error)) from None
     mitmdump = Mitmdump(args=args, process=process)
-    mitmdump._reader = threading.Thread(target=mitmdump._read_output, daemon=True)
-    mitmdump._reader.start()
     if not wait_ready:
         return mitmdump
     try:
-        match = mitmdump.wait_for_output(_LISTENING, ready_timeout)
-        mitmdump.port = int(match.group(1))
-        # Scripts are loaded before the server listens, so by now a failed one has said so.
+        # Told port 0, it listens where the kernel says; the "listening at" line names the proxy
+        # port among its sockets (mitmweb has a second, its web UI) and comes after the scripts
+        # loaded, so a failed script has said so by then.
+        mitmdump.port = process.wait_until_listening(0, timeout=ready_timeout, port_in_log=_LISTENING)
         if scripts and (failure := _SCRIPT_FAILED.search(mitmdump.output)):
             raise MitmdumpError(
                 f"a mitmdump script failed to load ({failure.group(0)!r}){mitmdump._describe()}"
             )
+    except ChildStartError as error:
+        mitmdump.stop()
+        raise MitmdumpError(f"{str(error).split(';', 1)[0]}{mitmdump._describe()}") from None
     except BaseException:
         mitmdump.stop()
         raise

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from faults.child_processes import run_child, start_child, start_trio_child
 from faults.toxiproxy_client import ToxiproxyClient, ToxiproxyUnavailable
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
 from tests.fixtures_lab import chat_request, client_exchange, complete_events, open_proxy, run_trio, split_response, token_texts
@@ -20,9 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def faults_cli(*arguments: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "faults", *arguments], cwd=ROOT, capture_output=True, text=True, timeout=timeout
-    )
+    return run_child([sys.executable, "-m", "faults", *arguments], cwd=ROOT, timeout=timeout)
 
 
 def closed_port() -> int:
@@ -80,7 +79,7 @@ def test_probe_with_no_upstream_says_so(toxiproxy):
 async def run_live_fault(client: ToxiproxyClient, arguments: list[str], body: dict):
     """Start the CLI with a fault, wait for its 'applied' line, send one request, stop the CLI."""
     async with open_worker() as worker, open_proxy(client, worker.port) as proxy:
-        process = await trio.lowlevel.open_process(
+        process = await start_trio_child(
             [sys.executable, "-m", "faults", "--toxiproxy", client.url, *arguments, "--proxy", proxy.name],
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -126,7 +125,7 @@ def test_live_cut_after_tokens_then_removed_on_sigterm(toxiproxy, method):
 def test_live_down_then_removed(toxiproxy):
     async def scenario():
         async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as proxy:
-            process = await trio.lowlevel.open_process(
+            process = await start_trio_child(
                 [sys.executable, "-m", "faults", "--toxiproxy", toxiproxy.url, "down", "--proxy", proxy.name, "--for", "60"],
                 cwd=ROOT,
                 stdout=subprocess.PIPE,
@@ -146,7 +145,7 @@ def test_live_down_then_removed(toxiproxy):
 
 def test_server_command_runs_toxiproxy_with_a_proxy_and_stops_it():
     port, listen = closed_port(), closed_port()
-    process = subprocess.Popen(
+    process = start_child(
         [sys.executable, "-m", "faults", "--toxiproxy", f"http://127.0.0.1:{port}", "server",
          "--listen", f"127.0.0.1:{listen}", "--upstream", "127.0.0.1:9"],
         cwd=ROOT,

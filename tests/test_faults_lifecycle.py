@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from faults import catalog
+from faults.child_processes import ChildProcess, start_child, start_trio_child
 from faults.probe import capture_response
 from faults.toxiproxy_client import Toxic, ToxiproxyClient, ToxiproxyUnavailable
 from faults.toxiproxy_server import ToxiproxyServerError, run_toxiproxy_server
@@ -32,8 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DEADLINE = 20.0
 
 
-def start_cli(*arguments: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+def start_cli(*arguments: str) -> ChildProcess:
+    return start_child(
         [sys.executable, "-m", "faults", *arguments], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
 
@@ -62,7 +63,7 @@ def wait_until(condition, what: str, deadline: float = DEADLINE) -> None:
         time.sleep(0.02)
 
 
-def started_server(process: subprocess.Popen[str]) -> tuple[int, int]:
+def started_server(process: ChildProcess) -> tuple[int, int]:
     """Read the server command's first line; return its API port and toxiproxy-server's pid."""
     line = process.stdout.readline()
     match = re.match(r"toxiproxy 2\.12\.0 API on http://127\.0\.0\.1:(\d+)", line)
@@ -71,7 +72,7 @@ def started_server(process: subprocess.Popen[str]) -> tuple[int, int]:
     return int(match.group(1)), server_pid
 
 
-def stop(process: subprocess.Popen[str], number: int = signal.SIGTERM) -> tuple[int, str]:
+def stop(process: ChildProcess, number: int = signal.SIGTERM) -> tuple[int, str]:
     if process.poll() is None:
         process.send_signal(number)
     try:
@@ -175,7 +176,7 @@ def test_probe_refuses_a_proxy_that_holds_another_commands_fault(toxiproxy):
     # The reviewer's case: a cut held by one command, then a second cut probes through it.
     async def scenario():
         async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as proxy:
-            holder = await trio.lowlevel.open_process(
+            holder = await start_trio_child(
                 [sys.executable, "-m", "faults", "--toxiproxy", toxiproxy.url, "cut_after_tokens", "1",
                  "--proxy", proxy.name, "--for", "600"],
                 cwd=ROOT,
@@ -254,7 +255,7 @@ def test_sigterm_while_probing_applies_nothing(toxiproxy):
         async with trio.open_nursery() as nursery:
             (listener,) = await nursery.start(partial(trio.serve_tcp, upstream, 0, host="127.0.0.1"))
             async with open_proxy(toxiproxy, listener.socket.getsockname()[1]) as proxy:
-                process = await trio.lowlevel.open_process(
+                process = await start_trio_child(
                     [sys.executable, "-m", "faults", "--toxiproxy", toxiproxy.url, "cut_after_tokens", "1",
                      "--proxy", proxy.name, "--request", json.dumps(body)],
                     cwd=ROOT,

@@ -4,7 +4,6 @@ bodies, with the real toxiproxy cutting the tunnel (FIN or reset) between the hu
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -13,7 +12,9 @@ import h11
 import pytest
 import trio
 
-from faults.catalog import cut_after_tokens, cut_during_prefill, down
+from faults.catalog import Fault, cut_after_tokens, cut_during_prefill, down
+from faults.toxiproxy_client import Toxic
+from faults.child_processes import run_child
 from labs.hub import (
     ERROR_EVENT,
     AfterDrop,
@@ -146,6 +147,34 @@ def test_abort_passes_a_fin_as_a_fin_and_a_reset_as_a_reset(toxiproxy, reset):
     assert exchanges[0].action == ("reset" if reset else "fin")
 
 
+def cut_inside_the_fourth_token_event(plan):
+    # limit_data 10 bytes into the chunk after token 3: the tunnel cuts a chunk in half.
+    count = plan.offset_after_tokens(3) + 10
+    return Fault(name="cut", summary="mid-chunk", toxics=(
+        Toxic(name="mid_chunk", type="limit_data", stream="downstream", attributes={"bytes": count}),))
+
+
+@pytest.mark.parametrize(("policy", "ending"), [("close", "open"), ("abort", "fin")])
+def test_a_chunk_the_tunnel_cut_in_half_is_never_forwarded(toxiproxy, policy, ending):
+    _, healthy, plan = request_for(CHUNKED)
+    expected = healthy[: plan.offset_after_tokens(3)] + (TERMINATOR if policy == "close" else b"")
+    received, exchanges = through_hub(policy, CHUNKED, cut_inside_the_fourth_token_event, toxiproxy, expect_bytes=len(expected))
+    assert (received.data, received.ending) == (expected, ending)
+
+
+def test_an_http_10_request_without_host_is_relayed(toxiproxy):
+    _, healthy, _ = request_for(CHUNKED)
+    request = chat_request({"model": CHUNKED, "stream": True}).replace(b"HTTP/1.1\r\nhost: 127.0.0.1\r\n", b"HTTP/1.0\r\n")
+
+    async def scenario():
+        async with open_worker() as worker, open_hub(upstream_port=worker.port) as hub:
+            return await client_exchange(hub.port, request)
+
+    received = run_trio(scenario, deadline=30)
+    # The worker's response as it sent it; the hub closes after it (an HTTP/1.0 client).
+    assert (received.data, received.ending) == (healthy, "fin")
+
+
 def test_the_incident_a_prefill_cut_through_close_is_a_complete_empty_200(toxiproxy):
     # The post-mortem: head sent, tunnel drops during prefill, the hub ends the body cleanly.
     _, healthy, plan = request_for(CHUNKED)
@@ -233,7 +262,7 @@ def test_the_policy_can_be_changed_between_requests_and_a_bad_one_is_refused(tox
     ],
 )
 def test_standalone_refuses_bad_arguments_in_one_line(argv, words):
-    result = subprocess.run([sys.executable, "-m", "labs.hub", *argv], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    result = run_child([sys.executable, "-m", "labs.hub", *argv], cwd=ROOT, timeout=30)
     assert result.returncode == 2
     assert words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

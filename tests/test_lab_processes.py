@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from faults.child_processes import ChildProcess, start_child
 from labs.clients.hosts import DRIVER_HOST_CRASHED, open_driver_hosts
 from labs.gateways.services import Gateway
 from labs.runner import BOOKS_NO_ENTRY, CellResult, _attach_books, _wait_for_books
@@ -54,10 +55,10 @@ def _wait_until(predicate, deadline: float, what: str) -> None:
         time.sleep(0.1)
 
 
-def _lab(*arguments: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+def _lab(*arguments: str, cwd: Path) -> ChildProcess:
+    return start_child(
         [sys.executable, "-m", *arguments], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, new_session=True,
     )
 
 
@@ -74,7 +75,7 @@ def test_a_helper_process_dies_with_the_lab_even_when_the_lab_is_killed(tmp_path
         "    await trio.sleep(300)\n"
         "trio.run(main)\n"
     )
-    parent = subprocess.Popen([sys.executable, "-c", parent_code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    parent = start_child([sys.executable, "-c", parent_code], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
         child_pid = int(parent.stdout.readline())
         assert _alive(child_pid)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from faults.child_processes import run_child
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,7 +27,7 @@ def test_the_core_imports_only_the_standard_library():
         "import sys; sys.path.insert(0, 'addons'); import finishline; "
         "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'finishline', '__main__'}))"
     )
-    result = subprocess.run([sys.executable, "-I", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = run_child([sys.executable, "-I", "-c", code], cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -37,9 +38,7 @@ def test_a_stock_mitmdump_loads_the_addon_from_the_checkout(tmp_path):
     # modules (the core among them) were found through -s alone.
     args = ["--set", f"confdir={tmp_path}", "--listen-host", "127.0.0.1", "--listen-port", "0",
             "-s", str(ROOT / "addons" / "finish_fix.py"), "--set", "finish_fix_on_cut=bogus"]
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", STOCK_MITMDUMP, *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
+    result = run_child([sys.executable, "-I", "-c", STOCK_MITMDUMP, *args], cwd=tmp_path, timeout=60)
     output = result.stdout + result.stderr
     assert result.returncode != 0
     assert "finish_fix_on_cut: 'bogus' is not one of error, stop, pass" in output, output

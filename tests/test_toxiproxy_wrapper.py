@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 import trio
@@ -129,18 +130,14 @@ def test_a_scoped_fault_cannot_be_entered_twice(toxiproxy):
         scoped.__enter__()
 
 
-def test_open_toxiproxy_server_outlives_trios_worker_threads(monkeypatch):
-    # The parent-death signal follows the thread that started the server; trio's worker threads
-    # exit after an idle time (shortened here), so the server must not be started in one of them.
-    monkeypatch.setattr(trio._core._thread_cache, "IDLE_TIMEOUT", 0.1)
-
-    def trio_worker_threads() -> list[threading.Thread]:
-        return [t for t in threading.enumerate() if t.name.startswith("Trio thread")]
-
+def test_open_toxiproxy_server_forks_on_the_trio_thread():
+    # The parent-death signal follows the thread that started the server, and trio's worker
+    # threads exit when idle: the kernel's per-thread list of children says which thread forked it.
     async def scenario():
         async with open_toxiproxy_server() as server:
-            while trio_worker_threads():
-                await trio.sleep(0.05)
-            return await trio.to_thread.run_sync(server.client.version)
+            forked_here = Path(f"/proc/self/task/{threading.get_native_id()}/children").read_text().split()
+            return server.pid, forked_here, await trio.to_thread.run_sync(server.client.version)
 
-    assert run_trio(scenario) == "2.12.0"
+    pid, forked_here, version = run_trio(scenario)
+    assert str(pid) in forked_here
+    assert version == "2.12.0"

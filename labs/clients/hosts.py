@@ -21,8 +21,9 @@ from typing import Any
 
 import trio
 
+from faults.child_processes import TrioChildProcess, start_trio_child
 from labs.clients import NODE_CLIENTS, PYTHON_CLIENTS
-from labs.processes import ServiceError, open_process, terminate
+from labs.processes import ServiceError
 
 __all__ = ["DRIVER_HOST_CRASHED", "DriverHost", "NODE_PACKAGE", "open_driver_hosts"]
 
@@ -38,7 +39,7 @@ BACKSTOP_GRACE_S = 10.0
 class DriverHost:
     runtime: str
     clients: tuple[str, ...]
-    process: trio.Process
+    process: TrioChildProcess
     log_path: Path | None = None
     hello: dict[str, Any] = field(default_factory=dict)
     #: Set when the host's output ended: why, for every request from then on.
@@ -155,10 +156,11 @@ async def open_driver_hosts(clients: tuple[str, ...], log_dir: Path) -> AsyncIte
                 if not names:
                     continue
                 log_path = log_dir / f"driver-host-{runtime}.log"
-                with open(log_path, "ab") as log:
-                    process = await open_process(
-                        _host_argv(runtime, names), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
-                    )
+                # stdin and stdout carry the JSON lines; stderr goes to the log.
+                process = await start_trio_child(
+                    _host_argv(runtime, names), name=f"{runtime} driver host", log_path=log_path,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                )
                 processes.append(process)
                 host = DriverHost(runtime=runtime, clients=names, process=process, log_path=log_path)
                 with trio.fail_after(60):
@@ -175,5 +177,5 @@ async def open_driver_hosts(clients: tuple[str, ...], log_dir: Path) -> AsyncIte
                         pass
                     with trio.move_on_after(3):
                         await process.wait()
-                    await terminate(process)
+                    await process.aclose()
             nursery.cancel_scope.cancel()
