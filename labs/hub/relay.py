@@ -159,6 +159,8 @@ def _model_of(body: bytes) -> str | None:
 def _upstream_request(request: h11.Request, body: bytes) -> tuple[h11.Connection, bytes]:
     """An h11 client for the upstream connection, and the request bytes to send on it."""
     headers = [(name, value) for name, value in request.headers.raw_items() if name.lower() not in _HOP_HEADERS]
+    if not any(name.lower() == b"host" for name, _ in headers):
+        headers.append((b"host", b"127.0.0.1"))  # HTTP/1.1 needs one; an HTTP/1.0 gateway may send none
     headers += [(b"content-length", str(len(body)).encode()), (b"connection", b"close")]
     parser = h11.Connection(h11.CLIENT)
     data = parser.send(h11.Request(method=request.method, target=request.target, headers=headers))
@@ -224,6 +226,10 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
         relayed = 0
         try:
             await upstream.send_all(request_bytes)
+        except trio.BrokenResourceError as error:
+            # The tunnel failed before it took the request: nothing reached the gateway yet.
+            return await _dropped(stream, policy, _failure(error), None, record, status=None, body_bytes=0, closes=True)
+        try:
             while True:
                 try:
                     event = parser.next_event()
