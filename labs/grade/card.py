@@ -27,7 +27,7 @@ EXIT_FAILED = 1
 EXIT_CANNOT_RUN = 2
 
 
-class GradeError(RuntimeError):
+class GradeError(ValueError):
     """The grader cannot run as asked; the message is the one line that says what to fix."""
 
 

@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         url=arguments.url, upstream_port=arguments.upstream_port, spare_port=arguments.spare_port,
         clients=tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS)), books_path=arguments.books,
         stall_deadline_s=arguments.stall_deadline, model=arguments.model, api_key=arguments.api_key,
-        results_dir=arguments.results,
+        results_dir=arguments.results, progress=lambda line: print(f"grading {line}", file=sys.stderr, flush=True),
     )
     status, card = run_command(grade_gateway, target)
     if card is None:

@@ -1,0 +1,63 @@
+"""Rule 3's input: what a gateway's books say about one request, from a JSON-lines file it exports.
+
+The schema (`--books FILE`), one JSON object per line, any other keys ignored:
+
+- which request: `request_id` (the grader's request id, e.g. `c0007`), or else `model`, the model
+  name as the gateway recorded it, whose first `;` item (after any route prefix such as `lab/`)
+  is the request id: the grader sends it there (`c0007;tokens=12;...`);
+- what the books say: `verdict` and/or `status`. A verdict of `ok`, `success`, `completed`, `clean`
+  or `repaired` is a success; `error`, `failure`, `failed`, `interrupted`, `upstream_error`,
+  `http_error`, `cancelled` or `timeout` an error. Without a known verdict, `status` decides: an
+  HTTP status (>= 400 an error, else a success) or one of the same words.
+
+finish_fix's ledger (`--set finish_fix_ledger=FILE`) is such a file as it is: its lines have
+`model`, `status` and `verdict`. When several lines name one request, the last one counts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from labs.gateways.services import read_books
+from labs.outcome import BOOKS_ERROR, BOOKS_OK
+from labs.scenario import cell_id_of
+
+__all__ = ["BOOKS_NO_ENTRY", "books_word", "read_books_file"]
+
+#: The word for a request the books have no line for.
+BOOKS_NO_ENTRY = "no entry"
+
+_SUCCESS = {"ok", "success", "succeeded", "completed", "complete", "clean", "repaired"}
+_FAILURE = {"error", "failure", "failed", "interrupted", "upstream_error", "http_error", "cancelled", "canceled", "timeout"}
+
+
+def _word(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return BOOKS_ERROR if value >= 400 else BOOKS_OK
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text.isdigit():
+            return _word(int(text))
+        if text in _SUCCESS:
+            return BOOKS_OK
+        if text in _FAILURE:
+            return BOOKS_ERROR
+    return None
+
+
+def books_word(entry: dict[str, Any]) -> str | None:
+    """`ok` or `error` for one line, None when neither its verdict nor its status says."""
+    return _word(entry.get("verdict")) or _word(entry.get("status"))
+
+
+def read_books_file(path: Path) -> dict[str, tuple[str | None, dict[str, Any]]]:
+    """{request id: (word, the last line for it)} for every line that names a request."""
+    found: dict[str, tuple[str | None, dict[str, Any]]] = {}
+    for entry in read_books(path):
+        request_id = entry.get("request_id") if isinstance(entry.get("request_id"), str) else cell_id_of(entry.get("model"))
+        if request_id:
+            found[request_id] = (books_word(entry), entry)
+    return found

@@ -1,0 +1,225 @@
+"""The gateway checks, as data: which lab scenario each one runs, through which hub policy, and how
+the requests' results are judged.
+
+Theory of operation
+-------------------
+A gateway check is a lab scenario (`labs/scenarios/*.toml`: worker settings, fault, request) run
+through the user's gateway, always with the lab's hub as the gateway's upstream (a scenario
+without `[hub]` runs with `abort`, which passes the tunnel's failure on as it came: the same as
+no hub). Every check sends one request per client (real client libraries, `labs.clients`) and one
+through a byte-level reader (`bytes`), all at once while the fault is applied; the judge then reads:
+
+- each client's outcome, from the lab's own classification (`labs.outcome.judge`);
+- the bytes the gateway sent, read with finishline's core (`labs.grade.reading`);
+- which worker saw each request (the primary behind the faulty tunnel, or the spare).
+
+The post-mortem's rules: before the first token, retry on another worker (rule 1); after it, an
+explicit error event and no `[DONE]` after it (rule 2); a cut is an error in the books (rule 3,
+judged over the cuts of rule 2 and the stall, see `labs.grade.gateway_grader`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from labs.grade.card import Mark
+from labs.grade.reading import StreamReading
+from labs.hub.policy import TunnelDropPolicy
+from labs.outcome import Outcome
+
+__all__ = ["BYTES_CLIENT", "GATEWAY_CHECKS", "BOOKS_CHECK", "CheckRun", "GatewayCheck", "RequestResult"]
+
+#: The byte-level reader's name among the clients.
+BYTES_CLIENT = "bytes"
+#: Outcomes with which a client tells its application that the answer is incomplete.
+_TOLD = (Outcome.ERROR, Outcome.FLAGGED)
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestResult:
+    """One request of a check: who sent it, what it saw, which workers saw it."""
+
+    client: str
+    request_id: str
+    outcome: Outcome
+    why: str
+    #: The bytes the gateway sent, read (the `bytes` client only).
+    reading: StreamReading | None = None
+    #: How often each worker (`primary`, `spare`) saw the request.
+    workers: dict[str, int] = field(default_factory=dict)
+    #: The books' word (`ok`, `error`, `no entry`) and entry, when books are read.
+    books: str | None = None
+    books_entry: dict[str, Any] | None = None
+
+    @property
+    def reached_primary(self) -> bool:
+        return self.workers.get("primary", 0) > 0
+
+    def line(self) -> str:
+        return f"{self.client}: {self.outcome} ({self.why})"
+
+
+@dataclass(slots=True, kw_only=True)
+class CheckRun:
+    """Everything one check's run produced."""
+
+    results: list[RequestResult]
+    spare: bool
+    #: What the hub did, one line per request it relayed.
+    hub: list[str] = field(default_factory=list)
+
+    @property
+    def raw(self) -> RequestResult | None:
+        return next((r for r in self.results if r.client == BYTES_CLIENT), None)
+
+    def clients(self) -> list[RequestResult]:
+        return [r for r in self.results if r.client != BYTES_CLIENT]
+
+
+Judgement = tuple[Mark, str]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayCheck:
+    rule: str
+    check: str
+    title: str
+    #: The lab scenario it runs (a file name in labs/scenarios/, without `.toml`).
+    scenario: str
+    judge: Callable[[CheckRun], Judgement]
+    #: The hub's policy; None: the scenario's own, else `abort`.
+    hub: TunnelDropPolicy | None = None
+    #: Changes to the scenario's `[fault]` table (e.g. `reset = true`).
+    fault_changes: dict[str, Any] = field(default_factory=dict)
+    #: Needs the spare worker (rule 1): `not tested` without `--spare-port`.
+    needs_spare: bool = False
+    #: Its cuts must be booked as errors (rule 3).
+    booked_as_cut: bool = False
+    #: Its deadline is the grader's stall deadline, not the scenario's.
+    stall: bool = False
+
+
+def _everyone(run: CheckRun) -> str:
+    return "; ".join(r.line() for r in run.results)
+
+
+def _all_ok(run: CheckRun) -> Judgement:
+    bad = [r for r in run.results if r.outcome is not Outcome.OK]
+    if bad:
+        return Mark.FAIL, "; ".join(r.line() for r in bad)
+    return Mark.PASS, f"every client got the full answer and the right reason ({', '.join(r.client for r in run.results)})"
+
+
+def _finish_reason(run: CheckRun) -> Judgement:
+    mark, evidence = _all_ok(run)
+    raw = run.raw
+    if raw is not None and raw.reading is not None:
+        report = raw.reading.report
+        if report.verdict.value == "clean":
+            evidence += "; the gateway repaired the defect (its stream is well-formed)"
+        else:
+            evidence += f"; the gateway passed the defect on (the core: {report.detail})"
+    return mark, evidence
+
+
+def _retried_on_spare(run: CheckRun) -> Judgement:
+    """Rule 1: every client got the full answer, and it came from the spare after the cut."""
+    if not run.spare:
+        return Mark.NOT_TESTED, "no --spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"
+    judged = [r for r in run.results if r.reached_primary]
+    skipped = [r.client for r in run.results if not r.reached_primary and r.workers]
+    if not judged:
+        return Mark.NOT_TESTED, f"no request reached the faulty worker (the gateway sent them to the spare first: {', '.join(skipped)})"
+    bad = [r for r in judged if r.outcome is not Outcome.OK]
+    if bad:
+        retried = [r for r in bad if r.workers.get("spare")]
+        hint = "" if retried else "; the gateway never asked the spare"
+        return Mark.FAIL, "; ".join(r.line() for r in bad) + hint
+    not_from_spare = [r.client for r in judged if not r.workers.get("spare")]
+    if not_from_spare:
+        return Mark.FAIL, f"{', '.join(not_from_spare)}: full answer but the spare never saw the request (unexpected)"
+    note = f" ({', '.join(skipped)} went to the spare first, not judged)" if skipped else ""
+    return Mark.PASS, f"{len(judged)} requests cut before the first token got the full answer from the spare{note}"
+
+
+def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
+    """Rule 2: the gateway's bytes end in an error event, no [DONE] after it, no invented reason;
+    every client raised or flagged."""
+    raw = run.raw
+    if raw is None or raw.reading is None:
+        return Mark.NOT_TESTED, "the byte-level request did not run"
+    if not raw.reached_primary:
+        return Mark.NOT_TESTED, "the byte-level request never reached the faulty worker"
+    reading = raw.reading
+    invented = [c.finish_reason for c in reading.choices.values() if c.finish_reason]
+    if reading.status != 200:
+        problem = f"the gateway answered HTTP {reading.status} after the first token was due (no stream)"
+    elif invented:
+        problem = f"the gateway made up finish_reason {invented[0]!r}" + (" and [DONE]" if reading.done_positions else "") + " for a cut stream"
+    elif not reading.error_positions:
+        how = "a clean end" if reading.ending == "end" else reading.ending
+        done = " with [DONE]" if reading.done_positions else ""
+        problem = f"the stream just stopped: {len(reading.events)} events{done}, then {how}, no error event"
+    elif reading.done_positions and reading.done_positions[-1] > reading.error_positions[0]:
+        problem = "an error event, then [DONE] after it (clients that stop at [DONE] call that a success)"
+    else:
+        problem = None
+    quiet = [r for r in run.clients() if r.reached_primary and r.outcome not in _TOLD]
+    if problem is None and not quiet:
+        return Mark.PASS, f"error event: {reading.error_message()}; every client raised or flagged"
+    parts = ([problem] if problem else []) + [r.line() for r in quiet]
+    return Mark.FAIL, "; ".join(parts)
+
+
+def _ended_with_error_in_time(run: CheckRun) -> Judgement:
+    """Stalls: every request ended with an error before the deadline."""
+    raw = run.raw
+    problems = []
+    if raw is not None and raw.reading is not None:
+        reading = raw.reading
+        if reading.ending.startswith("timeout"):
+            problems.append(f"bytes: no end before the deadline ({len(reading.events)} events, then silence)")
+        elif reading.done_positions or any(c.finish_reason for c in reading.choices.values()):
+            problems.append("bytes: the stalled stream was finished as a success")
+        elif not reading.error_positions:
+            how = "a clean end" if reading.ending == "end" else reading.ending
+            problems.append(f"bytes: ended by {how} without an error event")
+    problems += [r.line() for r in run.clients() if r.outcome not in _TOLD]
+    if problems:
+        return Mark.FAIL, "; ".join(problems)
+    message = raw.reading.error_message() if raw is not None and raw.reading is not None else None
+    return Mark.PASS, f"ended with an error before the deadline{': ' + message if message else ''}; every client raised or flagged"
+
+
+GATEWAY_CHECKS = (
+    GatewayCheck(rule="baseline", check="healthy", title="a healthy stream arrives whole", scenario="healthy", judge=_all_ok),
+    GatewayCheck(rule="rule 1", check="prefill-cut-fin", title="cut before the first token (FIN): the client gets the full answer from the spare",
+                 scenario="rule1-prefill-cut-hub-abort-spare", judge=_retried_on_spare, needs_spare=True),
+    GatewayCheck(rule="rule 1", check="prefill-cut-reset", title="cut before the first token (reset): the client gets the full answer from the spare",
+                 scenario="rule1-prefill-cut-hub-abort-spare", fault_changes={"reset": True}, judge=_retried_on_spare, needs_spare=True),
+    GatewayCheck(rule="rule 1", check="prefill-cut-hub-close", title="cut before the first token, hub ends cleanly: the client gets the full answer from the spare",
+                 scenario="rule1-prefill-cut-hub-close-spare", judge=_retried_on_spare, needs_spare=True),
+    GatewayCheck(rule="rule 2", check="cut-after-tokens-fin", title="cut after tokens (FIN): an error event, no [DONE], no made-up reason",
+                 scenario="cut-after-tokens-fin", judge=_explicit_error_after_tokens, booked_as_cut=True),
+    GatewayCheck(rule="rule 2", check="cut-after-tokens-reset", title="cut after tokens (reset): an error event, no [DONE], no made-up reason",
+                 scenario="cut-after-tokens-reset", judge=_explicit_error_after_tokens, booked_as_cut=True),
+    GatewayCheck(rule="rule 2", check="cut-after-tokens-hub-close", title="cut after tokens, hub ends cleanly: an error event, no [DONE], no made-up reason",
+                 scenario="cut-after-tokens-hub-close", judge=_explicit_error_after_tokens, booked_as_cut=True),
+    GatewayCheck(rule="rule 2", check="cut-after-tokens-hub-error-event", title="cut after tokens, hub sends an error event: it reaches the client",
+                 scenario="cut-after-tokens-hub-error-event", judge=_explicit_error_after_tokens, booked_as_cut=True),
+    GatewayCheck(rule="finish reasons", check="reason-omitted", title="upstream omits finish_reason: clients end with stop",
+                 scenario="reason-omitted", judge=_finish_reason),
+    GatewayCheck(rule="finish reasons", check="reason-empty", title='upstream sends "finish_reason": "": clients end with stop',
+                 scenario="reason-empty", judge=_finish_reason),
+    GatewayCheck(rule="finish reasons", check="length-omitted", title="max_tokens truncation, reason omitted: clients end with length",
+                 scenario="length-omitted", judge=_finish_reason),
+    GatewayCheck(rule="finish reasons", check="tool-calls-omitted", title="tool call, reason omitted: clients end with tool_calls",
+                 scenario="tool-calls-omitted", judge=_finish_reason),
+    GatewayCheck(rule="stalls", check="stall-after-tokens", title="stall after tokens: an error before the stall deadline, not a hang",
+                 scenario="stall-after-tokens", judge=_ended_with_error_in_time, booked_as_cut=True, stall=True),
+)
+
+#: Rule 3's row: judged over the requests of every check with `booked_as_cut`.
+BOOKS_CHECK = ("rule 3", "cuts-booked-as-errors", "every cut request is an error in the gateway's books")

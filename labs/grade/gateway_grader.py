@@ -1,0 +1,331 @@
+"""`python -m labs.grade gateway`: run the gateway checks through the user's gateway and grade them.
+
+Topology: `clients -> the user's gateway -> hub (127.0.0.1:P) -> tunnel (toxiproxy) -> worker`,
+and, with a spare port Q, `gateway -> spare worker (127.0.0.1:Q)`, healthy. The lab starts
+everything right of the gateway; the user points the gateway's upstream(s) at P (and Q).
+
+Each request's model name is `[--model prefix]c0007;<worker settings>;model=finishline-worker`:
+the request id first (the gateway's books record it; `labs.scenario.cell_id_of` reads it back),
+the worker settings of the check's scenario next (so the gateway must pass the model name through
+to its upstream, as a wildcard route does), and the name the worker echoes pinned last, so the
+bytes, and with them the byte-exact cuts, do not depend on how the gateway renames the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import trio
+
+from faults.toxiproxy_server import open_toxiproxy_server
+from labs.clients import LAB_API_KEY
+from labs.clients.hosts import open_driver_hosts
+from labs.fault_plan import build_fault
+from labs.grade.books import BOOKS_NO_ENTRY, read_books_file
+from labs.grade.card import Card, CheckResult, GradeError, Mark
+from labs.grade.gateway_checks import BOOKS_CHECK, BYTES_CLIENT, GATEWAY_CHECKS, CheckRun, GatewayCheck, RequestResult
+from labs.grade.reading import CLEAN_END, StreamReading, read_stream
+from labs.hub import TunnelDropPolicy, open_hub
+from labs.outcome import BOOKS_ERROR, ClientReport, Outcome, judge
+from labs.scenario import CELL_ID_TEMPLATE, SCENARIO_DIR, Scenario, cell_id_of, load_scenario
+from labs.worker.server import RunningWorker, open_worker
+from labs.worker.settings import DEFAULT_MODEL_NAME
+
+__all__ = ["DEFAULT_STALL_DEADLINE_S", "GatewayTarget", "grade_gateway"]
+
+#: How long a gateway has to end a stalled stream, when neither `--stall-deadline` nor the
+#: gateway's own setting says.
+DEFAULT_STALL_DEADLINE_S = 30.0
+#: Seconds to wait for a cut's books entry (LiteLLM writes its books after the response).
+BOOKS_DEADLINE_S = 15.0
+#: Tries to get the byte-level request of a fault check to the faulty worker, when a gateway that
+#: balances load sent it to the spare instead.
+BYTES_ATTEMPTS = 3
+_TUNNEL = "worker"
+_RULE_ORDER = ("baseline", "rule 1", "rule 2", "rule 3", "finish reasons", "stalls")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GatewayTarget:
+    """What to grade and with what."""
+
+    url: str
+    upstream_port: int
+    spare_port: int | None = None
+    clients: tuple[str, ...] = ("openai-python", "openai-node", "pi-ai")
+    books_path: Path | None = None
+    #: Books read another way (the lab's own gateways): request id -> (word, entry).
+    books_lookup: Callable[[str], tuple[str | None, dict[str, Any] | None]] | None = None
+    stall_deadline_s: float | None = None
+    #: A prefix for the model name, for a gateway that routes on one (e.g. `lab/`).
+    model: str | None = None
+    api_key: str | None = None
+    results_dir: Path = Path("lab-results")
+    #: Called with one line as each check starts (the CLI prints it to stderr).
+    progress: Callable[[str], None] | None = None
+
+
+def _require_free(port: int, option: str) -> None:
+    with socket.socket() as probe:
+        # As trio's listeners do: connections of a previous run in TIME_WAIT do not hold the port.
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as error:
+            raise GradeError(f"{option} {port}: 127.0.0.1:{port} is taken ({error.strerror}); the lab listens there, so stop what holds it or pick another port") from None
+
+
+async def _require_reachable(url: str) -> None:
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        with trio.fail_after(10):
+            stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", port)
+    except (OSError, trio.TooSlowError) as error:
+        why = getattr(error, "strerror", None) or "no answer within 10 s"
+        raise GradeError(f"cannot connect to the gateway at {url} ({why}); is it running? check --url") from None
+    await stream.aclose()
+
+
+def _pinned(scenario: Scenario, check: GatewayCheck) -> Scenario:
+    """The scenario as the check runs it: its fault changed, the worker's echoed model pinned."""
+    fault = {**scenario.fault, **check.fault_changes} if scenario.fault is not None else None
+    worker = dataclasses.replace(scenario.worker, model=DEFAULT_MODEL_NAME)
+    return dataclasses.replace(scenario, fault=fault, worker=worker)
+
+
+def _model(scenario: Scenario, request_id: str, prefix: str | None) -> str:
+    return f"{prefix or ''}{scenario.model_name(request_id)};model={DEFAULT_MODEL_NAME}"
+
+
+async def _read_bytes(url: str, body: dict[str, Any], api_key: str, deadline_s: float) -> StreamReading:
+    """The gateway's response body as it arrived, and how it ended, within the deadline."""
+    chunks: list[bytes] = []
+    status, content_type, ending = 0, "", CLEAN_END
+    headers = {"authorization": f"Bearer {api_key}"}
+    with trio.move_on_after(deadline_s) as waited:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10)) as client:
+            try:
+                async with client.stream("POST", f"{url}/chat/completions", json=body, headers=headers) as response:
+                    status, content_type = response.status_code, response.headers.get("content-type", "")
+                    async for chunk in response.aiter_raw():
+                        chunks.append(chunk)
+            except httpx.TransportError as error:
+                ending = f"transport error: {error or type(error).__name__}"
+    if waited.cancelled_caught:
+        ending = f"timeout: no end within {deadline_s:g} s"
+    return read_stream(b"".join(chunks), status=status, content_type=content_type, ending=ending, request=body)
+
+
+def _bytes_report(reading: StreamReading) -> ClientReport:
+    """The byte-level reader as a client that believes what it reads (like a raw SSE loop)."""
+    choice = reading.choices.get(0)
+    failed: tuple[str, str] | None = None
+    if reading.ending.startswith("timeout"):
+        return ClientReport(client=BYTES_CLIENT, completed=False, timed_out=True, text=choice.content if choice else "")
+    if reading.status != 200:
+        failed = (f"HTTP {reading.status}", reading.body[:160].decode("utf-8", "replace"))
+    elif reading.error_positions:
+        failed = ("error event", reading.error_message() or "")
+    elif reading.ending != CLEAN_END:
+        failed = ("transport error", reading.ending)
+    if failed is not None:
+        return ClientReport(client=BYTES_CLIENT, completed=False, error_class=failed[0], error_message=failed[1],
+                            text=choice.content if choice else "")
+    return ClientReport(
+        client=BYTES_CLIENT, completed=True, text=choice.content if choice else "",
+        finish_reason=choice.finish_reason if choice else None,
+        tool_calls=[dict(c) for c in choice.tool_calls] if choice else [],
+    )
+
+
+class _Grader:
+    def __init__(self, target: GatewayTarget, *, primary: RunningWorker, spare: RunningWorker | None, hub: Any,
+                 toxiproxy: Any, hosts: dict[str, Any]) -> None:
+        self.target, self.primary, self.spare, self.hub, self.toxiproxy, self.hosts = target, primary, spare, hub, toxiproxy, hosts
+        self.next_number = 1
+        self.stall_deadline_s = target.stall_deadline_s or DEFAULT_STALL_DEADLINE_S
+
+    def new_id(self) -> str:
+        request_id = CELL_ID_TEMPLATE.format(self.next_number)
+        self.next_number += 1
+        return request_id
+
+    def workers_for(self, request_id: str) -> dict[str, int]:
+        seen = {}
+        for name, worker in (("primary", self.primary), ("spare", self.spare)):
+            count = sum(1 for model in worker.arrivals if cell_id_of(model) == request_id) if worker is not None else 0
+            if count:
+                seen[name] = count
+        return seen
+
+    async def run(self, check: GatewayCheck) -> CheckRun:
+        scenario = _pinned(load_scenario(SCENARIO_DIR / f"{check.scenario}.toml"), check)
+        self.hub.on_tunnel_drop = check.hub or scenario.hub_policy or TunnelDropPolicy.ABORT
+        fault = build_fault(scenario)
+        deadline_s = self.stall_deadline_s if check.stall else scenario.deadline_s
+        expected = scenario.expected()
+        results: list[RequestResult] = []
+        relayed_before = len(self.hub.exchanges)
+        # A fresh tunnel for each check: nothing pooled from the last one outlives its fault.
+        await trio.to_thread.run_sync(self.toxiproxy.client.set_enabled, _TUNNEL, False)
+        await trio.to_thread.run_sync(self.toxiproxy.client.set_enabled, _TUNNEL, True)
+
+        async def client(name: str) -> None:
+            request_id = self.new_id()
+            request = {"id": request_id, "client": name, "base_url": self.target.url, "model": _model(scenario, request_id, self.target.model),
+                       "deadline_s": deadline_s, **scenario.request(), "api_key": self.target.api_key or LAB_API_KEY}
+            raw = await self.hosts[name].run(request)
+            report = ClientReport.from_json({"client": name, "completed": False, **raw})
+            judged = judge(report, expected)
+            results.append(RequestResult(client=name, request_id=request_id, outcome=judged.outcome, why=judged.reason))
+
+        async def raw_bytes() -> None:
+            for _ in range(BYTES_ATTEMPTS):
+                request_id = self.new_id()
+                body = {"model": _model(scenario, request_id, self.target.model), "stream": True, **scenario.request()}
+                reading = await _read_bytes(self.target.url, body, self.target.api_key or LAB_API_KEY, deadline_s)
+                judged = judge(_bytes_report(reading), expected)
+                result = RequestResult(client=BYTES_CLIENT, request_id=request_id, outcome=judged.outcome, why=judged.reason, reading=reading,
+                                       workers=self.workers_for(request_id))
+                # A gateway that balances load may send a fault check's request to the healthy
+                # spare: ask again, so the bytes judged are the ones that met the fault.
+                if result.reached_primary or fault is None or check.needs_spare or self.spare is None:
+                    break
+            results.append(result)
+
+        async with fault.applied(self.toxiproxy.client, _TUNNEL) if fault is not None else contextlib.nullcontext():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(raw_bytes)
+                for name in self.target.clients:
+                    nursery.start_soon(client, name)
+        for result in results:
+            result.workers = self.workers_for(result.request_id)
+        hub_lines = [e.summary() for e in self.hub.exchanges[relayed_before:]]
+        order = {name: i for i, name in enumerate((BYTES_CLIENT, *self.target.clients))}
+        return CheckRun(results=sorted(results, key=lambda r: order[r.client]), spare=self.spare is not None, hub=hub_lines)
+
+
+def _details(run: CheckRun) -> dict[str, Any]:
+    requests = []
+    for r in run.results:
+        item: dict[str, Any] = {"client": r.client, "request_id": r.request_id, "outcome": str(r.outcome), "why": r.why, "workers": r.workers}
+        if r.books is not None:
+            item["books"] = r.books
+        if r.reading is not None:
+            item["stream"] = r.reading.summary()
+            item["bytes"] = r.reading.body[:4096].decode("utf-8", "replace")
+        requests.append(item)
+    return {"requests": requests, "hub": run.hub}
+
+
+def _books_lookup(target: GatewayTarget) -> Callable[[str], tuple[str | None, dict[str, Any] | None]] | None:
+    if target.books_lookup is not None:
+        return target.books_lookup
+    if target.books_path is None:
+        return None
+    path = target.books_path
+    return lambda request_id: read_books_file(path).get(request_id, (None, None))
+
+
+async def _books_row(target: GatewayTarget, cut: list[RequestResult]) -> CheckResult:
+    rule, check, title = BOOKS_CHECK
+    lookup = _books_lookup(target)
+    if lookup is None:
+        return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_CHECKED,
+                           evidence="the gateway's books were not read: pass --books FILE (JSON lines, see the README)")
+    cut = [r for r in cut if r.reached_primary]
+    if not cut:
+        return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_TESTED, evidence="no cut request reached the faulty worker")
+
+    def look_up_all() -> bool:
+        """Fill in every cut's books entry; True when each has one."""
+        for r in cut:
+            word, entry = lookup(r.request_id)
+            r.books, r.books_entry = (word if entry is not None else BOOKS_NO_ENTRY), entry
+        return all(r.books_entry is not None for r in cut)
+
+    with trio.move_on_after(BOOKS_DEADLINE_S):
+        while not await trio.to_thread.run_sync(look_up_all):
+            await trio.sleep(0.2)
+    wrong = [r for r in cut if r.books != BOOKS_ERROR]
+    details = {"requests": [{"client": r.client, "request_id": r.request_id, "books": r.books, "entry": r.books_entry} for r in cut]}
+    if wrong:
+        evidence = "; ".join(f"{r.request_id} ({r.client}, client saw {r.outcome}): books say {r.books}" for r in wrong)
+        return CheckResult(rule=rule, check=check, title=title, mark=Mark.FAIL, evidence=evidence, details=details)
+    return CheckResult(rule=rule, check=check, title=title, mark=Mark.PASS, evidence=f"all {len(cut)} cut requests are errors in the books", details=details)
+
+
+async def grade_gateway(target: GatewayTarget) -> Card:
+    """The gateway's card. Raises GradeError when it cannot run (a port taken, the gateway
+    unreachable, a healthy request that never reaches the lab's upstream)."""
+    _require_free(target.upstream_port, "--upstream-port")
+    if target.spare_port is not None:
+        _require_free(target.spare_port, "--spare-port")
+    await _require_reachable(target.url)
+    say = target.progress or (lambda line: None)
+    run_dir = (target.results_dir / time.strftime("grade-%Y%m%d-%H%M%S")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    card = Card(kind="gateway", target=target.url)
+    async with open_worker() as primary, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
+        tunnel = await trio.to_thread.run_sync(lambda: toxiproxy.client.create_proxy(_TUNNEL, upstream=f"127.0.0.1:{primary.port}"))
+        async with open_hub(upstream_port=tunnel.listen_port, port=target.upstream_port) as hub, \
+                _maybe_spare(target.spare_port) as spare, open_driver_hosts(target.clients, run_dir) as hosts:
+            grader = _Grader(target, primary=primary, spare=spare, hub=hub, toxiproxy=toxiproxy, hosts=hosts)
+            card.setup = {
+                "upstream": f"hub on 127.0.0.1:{target.upstream_port} -> tunnel (toxiproxy) 127.0.0.1:{tunnel.listen_port} -> worker 127.0.0.1:{primary.port}",
+                "spare": f"worker on 127.0.0.1:{target.spare_port}" if spare is not None else "none (rule 1 not tested)",
+                "clients": [BYTES_CLIENT, *target.clients],
+                "stall_deadline_s": grader.stall_deadline_s,
+                "versions": {host.runtime: host.hello.get("versions", {}) for host in hosts.values()},
+                "run_dir": str(run_dir),
+            }
+            cut: list[RequestResult] = []
+            for check in GATEWAY_CHECKS:
+                if check.needs_spare and spare is None:
+                    card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=Mark.NOT_TESTED,
+                                                    evidence="no --spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"))
+                    continue
+                say(f"{check.check}: {check.title}")
+                run = await grader.run(check)
+                if check.check == "healthy":
+                    _require_upstream_reached(run, target)
+                mark, evidence = check.judge(run)
+                card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=mark, evidence=evidence, details=_details(run)))
+                if check.booked_as_cut:
+                    cut += run.results
+            say("cuts-booked-as-errors: reading the books")
+            card.results.append(await _books_row(target, cut))
+    card.results.sort(key=lambda r: _RULE_ORDER.index(r.rule))
+    return card
+
+
+def _require_upstream_reached(run: CheckRun, target: GatewayTarget) -> None:
+    """The healthy request must reach the lab's worker with its settings, or nothing can be judged."""
+    raw = run.raw
+    if raw is None or raw.reached_primary or raw.workers.get("spare"):
+        return
+    status = raw.reading.status if raw.reading is not None else 0
+    raise GradeError(
+        f"the gateway answered HTTP {status} to a healthy request that never reached 127.0.0.1:{target.upstream_port}: "
+        f"point its upstream at http://127.0.0.1:{target.upstream_port}/v1 and let the model name through unchanged"
+    )
+
+
+@contextlib.asynccontextmanager
+async def _maybe_spare(port: int | None) -> AsyncIterator[RunningWorker | None]:
+    """The healthy spare worker on its port, or None without one."""
+    if port is None:
+        yield None
+        return
+    async with open_worker(port=port) as spare:
+        yield spare
