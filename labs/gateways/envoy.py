@@ -166,6 +166,7 @@ def envoy_bootstrap(*, primary_url: str, spare_url: str | None, access_log: Path
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvoyGateway:
+    port: int
     #: The OpenAI base URL clients are given (`http://127.0.0.1:PORT/v1`).
     base_url: str
     #: Envoy's access log (JSON lines), the books.
@@ -208,7 +209,7 @@ async def open_envoy(*, primary_url: str, spare_url: str | None = None, run_dir:
         name, argv, port=0, port_in_log=ADMIN_LISTENING, health_path="/ready", log_path=run_dir / f"{name}.log", start_timeout=30,
     ) as (_, admin_port):
         port = await trio.to_thread.run_sync(_listener_port, admin_port)
-        yield EnvoyGateway(base_url=f"http://127.0.0.1:{port}/v1", access_log=access_log)
+        yield EnvoyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", access_log=access_log)
 
 
 def envoy_books(entry: dict[str, Any]) -> str:

@@ -99,6 +99,7 @@ def portkey_config(*, primary_url: str, spare_url: str | None) -> dict[str, Any]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PortkeyGateway:
+    port: int
     #: The OpenAI base URL clients are given (`http://127.0.0.1:PORT/v1`).
     base_url: str
     #: The gateway's request log as JSON lines (the books).
@@ -132,7 +133,7 @@ async def open_portkey(
         name, ["node", str(LAUNCHER)], port=0, port_in_log=PORTKEY_LISTENING, log_path=run_dir / f"{name}.log",
         env=env, start_timeout=60,
     ) as (_, port):
-        yield PortkeyGateway(base_url=f"http://127.0.0.1:{port}/v1", request_log=request_log)
+        yield PortkeyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", request_log=request_log)
 
 
 def portkey_books(entry: dict[str, Any]) -> str:

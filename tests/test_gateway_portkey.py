@@ -1,0 +1,188 @@
+"""The `portkey` gateways: the config every request gets, the launcher, the books, and the real
+gateway (npm `@portkey-ai/gateway` 1.15.2, labs/gateways/portkey/) in front of real workers and the
+real toxiproxy (port 0 everywhere, a deadline on each test).
+
+What the gateway's source (Portkey-AI/gateway v1.15.2) says these tests must see is cited per
+test; the cells the lab shows are in tests/test_gateway_envoy_portkey_matrix.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from faults import catalog
+from labs.clients import LAB_API_KEY
+from labs.gateways.portkey import RETRY_ATTEMPTS, open_portkey, portkey_books, portkey_config, read_portkey_books
+from labs.gateways.registry import lookup
+from labs.outcome import BOOKS_ERROR, BOOKS_OK
+from labs.processes import free_port
+from labs.worker import WorkerSettings
+from labs.worker.server import open_worker
+from tests.fixtures_lab import (
+    chat_request,
+    client_exchange,
+    complete_events,
+    open_proxy,
+    request_for,
+    run_trio,
+    split_response,
+    token_texts,
+)
+
+pytestmark = pytest.mark.e2e
+
+PRIMARY = "http://127.0.0.1:18001"
+SPARE = "http://127.0.0.1:18002"
+PROMPT = "a prompt the books must not keep"
+
+
+def _request(settings: WorkerSettings) -> tuple[dict, object]:
+    body, plan = request_for(settings)
+    return {**body, "messages": [{"role": "user", "content": PROMPT}]}, plan
+
+
+def test_one_worker_is_one_openai_target_without_retries():
+    assert portkey_config(primary_url=PRIMARY, spare_url=None) == {
+        "provider": "openai", "custom_host": f"{PRIMARY}/v1", "api_key": LAB_API_KEY,
+    }
+
+
+def test_with_the_spare_it_falls_back_to_it_after_retrying_the_worker():
+    config = portkey_config(primary_url=PRIMARY, spare_url=SPARE)
+    assert config["strategy"] == {"mode": "fallback"}
+    assert config["retry"] == {"attempts": RETRY_ATTEMPTS}
+    assert [target["custom_host"] for target in config["targets"]] == [f"{PRIMARY}/v1", f"{SPARE}/v1"]
+
+
+@pytest.mark.parametrize(("status", "word"), [(200, BOOKS_OK), (500, BOOKS_ERROR), (502, BOOKS_ERROR), (None, BOOKS_ERROR)])
+def test_books_word_is_the_logged_status(status, word):
+    assert portkey_books({"status": status}) == word
+
+
+def test_books_are_found_by_the_cell_id_in_the_model():
+    entries = [{"model": "c0001;tokens=3", "status": 200}, {"model": "c0002;tokens=3", "status": 502}]
+    assert read_portkey_books(entries, "c0002") == (BOOKS_ERROR, entries[1])
+    assert read_portkey_books(entries, "c0009") == (None, None)
+
+
+def test_both_registry_entries_take_the_spare_and_keep_portkeys_books():
+    for name in ("portkey", "portkey+finish_fix"):
+        entry = lookup(name)
+        assert (entry.books_kind, entry.uses_spare, entry.missing()) == ("portkey", True, None)
+
+
+# -- the real gateway ----------------------------------------------------------------------------
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses with a TCP socket in LISTEN on `port` (Linux /proc/net/tcp, tcp6)."""
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+async def _entries(path: Path, count: int) -> list[dict]:
+    # The gateway logs a request after its handler returned; the launcher appends it.
+    while len(path.read_text().splitlines()) < count:
+        await trio.sleep(0.05)
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_launcher_binds_loopback_only_and_streams_the_worker_unchanged(tmp_path):
+    body, plan = _request(WorkerSettings(tokens=4))
+
+    async def scenario():
+        async with open_worker() as worker, open_portkey(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as portkey:
+            addresses = _listening_addresses(portkey.port)
+            received = await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
+            return addresses, received, await _entries(portkey.request_log, 1)
+
+    addresses, received, entries = run_trio(scenario)
+    assert addresses == {"0100007F"}  # 127.0.0.1, and no other interface
+    head, streamed = split_response(received.data)
+    assert head.startswith("HTTP/1.1 200")
+    # readStream: the openai provider has no stream transformer, events go on as they came.
+    assert streamed == split_response(plan.to_bytes())[1]
+    [entry] = entries
+    assert (entry["model"], entry["status"], entry["stream"]) == (body["model"], 200, True)
+
+
+def test_the_books_keep_neither_keys_nor_message_content(tmp_path):
+    body, _ = _request(WorkerSettings(tokens=2))
+
+    async def scenario():
+        async with open_worker() as worker, open_portkey(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as portkey:
+            await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
+            await _entries(portkey.request_log, 1)
+            return portkey.request_log.read_text()
+
+    books = run_trio(scenario)
+    assert body["model"] in books
+    assert LAB_API_KEY not in books and PROMPT not in books
+
+
+def test_a_cut_after_tokens_becomes_a_clean_end_of_the_body(tmp_path, toxiproxy):
+    # handleStreamingMode (src/handlers/streamHandler.ts): the read error is caught and logged, and
+    # `writer.close()` ends the body normally: the client gets the chunked terminator after the
+    # five token events, no error and no [DONE].
+    body, plan = _request(WorkerSettings(tokens=12))
+
+    async def scenario():
+        async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as tunnel:
+            async with open_portkey(primary_url=f"http://127.0.0.1:{tunnel.listen_port}", run_dir=tmp_path) as portkey:
+                async with catalog.cut_after_tokens(5, plan).applied(toxiproxy, tunnel.name):
+                    received = await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
+                return received, await _entries(portkey.request_log, 1)
+
+    received, [entry] = run_trio(scenario)
+    head, streamed = split_response(received.data)
+    assert head.startswith("HTTP/1.1 200")
+    assert received.data.endswith(b"\r\n0\r\n\r\n") and received.ending == "fin"
+    events = complete_events(streamed)
+    assert len(token_texts(events)) == 5 and "[DONE]" not in events
+    assert not any("error" in json.loads(event) for event in events)
+    assert entry["status"] == 200  # written at the head, before the cut
+
+
+def test_with_the_spare_a_refused_connection_is_retried_then_falls_back(tmp_path):
+    # retryRequest retries a fetch that threw (async-retry: 1 s, then 2 s), then answers 500; the
+    # fallback loop moves on from a non-ok answer to the next target, the spare.
+    body, plan = _request(WorkerSettings(tokens=4))
+    nobody = f"http://127.0.0.1:{free_port()}"
+
+    async def scenario():
+        async with open_worker() as spare, open_portkey(primary_url=nobody, spare_url=f"http://127.0.0.1:{spare.port}", run_dir=tmp_path) as portkey:
+            received = await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
+            return received, await _entries(portkey.request_log, 1), spare.port
+
+    received, [entry], spare_port = run_trio(scenario)
+    head, streamed = split_response(received.data)
+    assert head.startswith("HTTP/1.1 200")
+    assert streamed == split_response(plan.to_bytes())[1]
+    assert [attempt["url"] for attempt in entry["attempts"]] == [
+        f"{nobody}/v1/chat/completions", f"http://127.0.0.1:{spare_port}/v1/chat/completions",
+    ]
+    assert entry["status"] == 200
+
+
+def test_without_the_spare_a_refused_connection_is_a_500(tmp_path):
+    body, _ = _request(WorkerSettings(tokens=4))
+    nobody = f"http://127.0.0.1:{free_port()}"
+
+    async def scenario():
+        async with open_portkey(primary_url=nobody, run_dir=tmp_path) as portkey:
+            received = await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
+            return received, await _entries(portkey.request_log, 1)
+
+    received, [entry] = run_trio(scenario)
+    assert split_response(received.data)[0].startswith("HTTP/1.1 500")
+    assert (entry["status"], portkey_books(entry)) == (500, BOOKS_ERROR)
