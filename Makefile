@@ -17,6 +17,11 @@ NODE_CLIENTS := $(CURDIR)/labs/clients/node
 NODE_STAMP := $(NODE_CLIENTS)/node_modules/.installed
 PORTKEY := $(CURDIR)/labs/gateways/portkey
 PORTKEY_STAMP := $(PORTKEY)/node_modules/.installed
+# Gateways whose dependencies conflict with the lab's (LiteLLM pins many) get an environment each,
+# .tools/gateways/NAME, installed from the pinned, hashed labs/gateways/requirements/NAME.txt.
+GATEWAY_ENVS := $(TOOLS)/gateways
+GATEWAY_ENV_NAMES := smg vllm-router
+GATEWAY_ENV_STAMPS := $(foreach name,$(GATEWAY_ENV_NAMES),$(GATEWAY_ENVS)/$(name)/.installed)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 export FINISHLINE_TOXIPROXY_SERVER := $(TOXIPROXY_SERVER)
@@ -41,7 +46,7 @@ help:
 # A missing tool is one line saying what to install, not "command not found" halfway through.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "error: '$(1)' not found; $(2)" >&2; exit 1; }
 
-setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP) $(PORTKEY_STAMP)
+setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP) $(PORTKEY_STAMP) $(GATEWAY_ENV_STAMPS)
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (mitmproxy 12 needs it); install one or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -73,6 +78,13 @@ $(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 $(PORTKEY_STAMP): $(PORTKEY)/package.json $(PORTKEY)/package-lock.json
 	$(call need,npm,install Node.js 20 or newer with npm: the lab's Portkey gateway needs it)
 	cd $(PORTKEY) && npm ci --no-audit --no-fund
+	@touch $@
+
+# Redone only when its requirements file changes (the stamp is older than it).
+$(GATEWAY_ENVS)/%/.installed: labs/gateways/requirements/%.txt | $(UV)
+	rm -rf $(GATEWAY_ENVS)/$*
+	$(UV) venv --quiet --python $(PYTHON) $(GATEWAY_ENVS)/$*
+	$(UV) pip install --quiet --python $(GATEWAY_ENVS)/$*/bin/python --require-hashes -r $<
 	@touch $@
 
 test: setup

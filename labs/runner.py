@@ -44,7 +44,7 @@ from labs.clients import ALL_CLIENTS, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
-from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, open_gateways, read_books
+from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, open_gateways, prepare_gateways, read_books
 from labs.hub import Hub, open_hub
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology, cell_id_of
@@ -143,10 +143,15 @@ def plan_cells(config: LabConfig) -> list[tuple[Scenario, str, str]]:
     return cells
 
 
+def _request_model(scenario: Scenario, gateway: Gateway, cell: str | int) -> str:
+    """The model a cell's request names: the gateway's route prefix, the cell id, the settings."""
+    return gateway.model_prefix + scenario.model_name(cell if isinstance(cell, str) else CELL_ID_TEMPLATE.format(cell))
+
+
 async def _run_cell(
     scenario: Scenario, client: str, gateway: Gateway, cell_id: str, hosts: dict, limiter: trio.CapacityLimiter
 ) -> CellResult:
-    model = gateway.model_prefix + scenario.model_name(cell_id)
+    model = _request_model(scenario, gateway, cell_id)
     request = {
         "id": cell_id,
         "client": client,
@@ -248,6 +253,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 report(f"{scenario.name}: starting, {len(cells)} cells", done, total)
                 if hub is not None and scenario.hub_policy is not None:
                     hub.on_tunnel_drop = scenario.hub_policy
+                # Before the fault and the drop: SMG registers each model's workers (probes).
+                await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n)) for n, _, g in cells])
                 await _drop_pooled_connections(toxiproxy, TUNNEL)
                 group_results += await _run_scenario(
                     scenario, cells, faults[scenario.name],

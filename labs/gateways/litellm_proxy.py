@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,9 +37,8 @@ from labs.clients import LAB_API_KEY
 from labs.gateways import LITELLM_BOOKS_ENV
 from labs.gateways.finish_fix_proxy import shared_finish_fix
 from labs.gateways.registry import GatewayContext, GatewayEntry
-from labs.gateways.services import BIN, BIND_ATTEMPTS, Gateway, entries_for_cell
+from labs.gateways.services import BIN, Gateway, entries_for_cell, open_service_on_free_ports
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import ServiceError, bind_failed, free_port, open_service
 
 #: LiteLLM routes model names with this prefix through finish_fix.
 VIA_FINISH_FIX = "via-finish-fix/"
@@ -93,20 +92,13 @@ async def open_litellm(ctx: GatewayContext, finish_fix_base: str | None) -> Asyn
         master_key=master_key,
     ), indent=2))
     env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
-    async with AsyncExitStack() as stack:
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            port = free_port()
-            argv = [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
-            try:
-                await stack.enter_async_context(open_service(
-                    "litellm proxy", argv, port=port, log_path=run_dir / "litellm.log", env=env,
-                    health_path="/health/liveliness", start_timeout=120,
-                ))
-            except ServiceError as error:
-                if attempt < BIND_ATTEMPTS and bind_failed(error):
-                    continue
-                raise
-            break
+
+    def argv(port: int, _: int) -> list[str]:
+        return [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+
+    async with open_service_on_free_ports(
+        "litellm proxy", argv, log_path=run_dir / "litellm.log", env=env, health_path="/health/liveliness", start_timeout=120,
+    ) as port:
         yield RunningLiteLLM(base_url=f"http://127.0.0.1:{port}/v1", books=books, master_key=master_key)
 
 

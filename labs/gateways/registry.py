@@ -120,7 +120,7 @@ class GatewayEntry:
 
 
 # In matrix order. `direct` and `external` are not modules: see labs.gateways.direct.
-_MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "envoy", "portkey")
+_MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "smg", "vllm_router", "envoy", "portkey")
 
 
 def _load() -> dict[str, GatewayEntry]:

@@ -16,13 +16,14 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from labs.outcome import BOOKS_NONE
+from labs.processes import ServiceError, bind_failed, free_port, open_service
 
 __all__ = [
     "BOOKS_NONE",
@@ -32,6 +33,7 @@ __all__ = [
     "captured_stream",
     "entries_for_cell",
     "open_gateways",
+    "prepare_gateways",
     "read_books",
 ]
 
@@ -64,6 +66,20 @@ class Gateway:
     api_key: str | None = None
     #: JSON lines of the streams finish_fix sent on (labs/gateways/stream_capture.py), or None.
     capture_path: Path | None = None
+    #: Awaited with a scenario's request models before its fault is applied, for a gateway that
+    #: must be told a model before it routes it (SMG, labs/gateways/smg.py); None for the rest.
+    prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
+
+
+async def prepare_gateways(gateways: dict[str, Gateway], requests: Iterable[tuple[str, str]]) -> None:
+    """Tell each gateway that asks for it (`Gateway.prepare`) the models of the requests it is
+    about to get: `requests` is (gateway name, request model) pairs."""
+    models: dict[str, list[str]] = {}
+    for name, model in requests:
+        models.setdefault(name, []).append(model)
+    for name, wanted in models.items():
+        if gateways[name].prepare is not None:
+            await gateways[name].prepare(wanted)
 
 
 @asynccontextmanager
@@ -103,6 +119,27 @@ async def open_gateways(
         for entry in sorted(chosen, key=lambda e: order.index(e.name)):
             gateways[entry.name] = await entry.start(ctx)
         yield {name: gateways[name] for name in names}
+
+
+@asynccontextmanager
+async def open_service_on_free_ports(
+    name: str, argv_for: Callable[[int, int], list[str]], **service: Any
+) -> AsyncIterator[int]:
+    """`open_service` for a program that cannot listen on port 0 (LiteLLM, SMG, vllm-router):
+    `argv_for(port, second_port)` gets two ports that were free a moment ago (the second for a
+    metrics listener, if it has one); a start that fails because a port was taken meanwhile is
+    retried on others (`BIND_ATTEMPTS`). Yields the service's port."""
+    async with AsyncExitStack() as stack:
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            port, second_port = free_port(), free_port()
+            try:
+                await stack.enter_async_context(open_service(name, argv_for(port, second_port), port=port, **service))
+            except ServiceError as error:
+                if attempt < BIND_ATTEMPTS and bind_failed(error):
+                    continue
+                raise
+            break
+        yield port
 
 
 def read_books(path: Path | None) -> list[dict[str, Any]]:

@@ -1,0 +1,209 @@
+"""SMG (Shepherd Model Gateway, formerly sglang-router; PyPI `smg` 1.13.0) as lab gateways: `smg`,
+and `smg+finish_fix` (finish_fix between SMG and the worker, the gateway-side placement).
+
+Theory of operation
+-------------------
+SMG routes a request only to a worker registered for the request's exact model id
+(`WorkerModels::supports` / `ModelCard::matches`, crates/protocols; a miss is 404
+`model_not_found`), and a model alias is no way around that: SMG rewrites an aliased request's
+model to the canonical name (`Router::route_typed_request`, routers/http/router.rs), which would
+erase the worker settings the lab's model names carry. So the lab registers, before each scenario,
+one SMG worker per request model through SMG's worker API (`POST /workers` with the model named
+in `models`, SMG's documented way to add a backend at run time). Each registration needs a URL of
+its own (SMG keeps one worker per URL), so it points at `<upstream>/cells/<cell id>`; the lab's
+worker serves any path that ends in a route (labs/worker/server.py). Registration happens before
+the scenario's fault is applied and before the runner drops pooled connections, so no probe
+shares a connection (and so toxiproxy's per-connection byte count) with a request.
+
+The spare (pool of two): each model gets a second worker on the spare, registered after the
+primary. With `--policy round_robin` the first attempt goes to the first-registered worker, and
+SMG's retry (`RetryExecutor`, routers/common/retry.rs: 408, 429, 500, 502, 503, 504 and send
+errors are retried, `--retry-max-retries` 5 by default, a new worker chosen per attempt) moves on
+to the spare: that is SMG's documented failover, and it is on by default, so there is one variant.
+It retries only what fails before the response head: once the worker's 200 head went out, a cut
+is forwarded as it happens (the 1.13.0 binary writes an SSE `stream_error` frame and `[DONE]`;
+the newest source we could read, after v1.9.0, still ended the body with an error instead).
+
+Lab-only settings, each with its reason: `--disable-load-monitoring` and a health-check interval
+of an hour (round robin needs neither, and a poll through the tunnel during a fault would spend
+a connection's byte budget), `--shutdown-grace-period-secs 1` (the default 180 s would hold the
+lab's exit), JSON logs at debug level (the books, below).
+
+Books: SMG's own log, `--log-json`: per request (its `request_id` span) the worker URL it sent
+to (`Sending request`, which names the cell), the status it answered with (`finished processing
+request` and its `status_code`, logged when the response head goes out) and any WARN or ERROR
+it logged for the request. A stream that is cut after its head is logged as a 200.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from labs.gateways.finish_fix_proxy import open_finish_fix
+from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.services import Gateway, cell_of, open_service_on_free_ports
+from labs.gateways.tool_envs import missing_tool_env, tool_binary
+from labs.outcome import BOOKS_ERROR, BOOKS_OK
+from labs.processes import ServiceError
+
+PIN = "smg==1.13.0"
+#: A registered worker is ready within a second here; this bounds a registration that never is.
+REGISTRATION_DEADLINE_S = 30.0
+#: Where a cell's SMG worker points, under an upstream (labs/worker/server.py serves any prefix).
+CELL_PATH = "/cells/{cell}"
+_CELL_IN_URL = re.compile(r"/cells/([^/]+)")
+
+
+def smg_missing() -> str | None:
+    return missing_tool_env("smg", "smg", PIN)
+
+
+class SmgRegistrationError(ServiceError):
+    """SMG did not register a cell's workers in time; the message names them."""
+
+
+@dataclass(slots=True, kw_only=True)
+class RunningSmg:
+    base_url: str
+    admin_url: str
+    log: Path
+    #: The upstreams each model gets a worker on, in routing order (primary, then spare).
+    upstreams: tuple[str, ...]
+    _registered: set[str] = field(default_factory=set)
+
+    async def register_models(self, models: Sequence[str]) -> None:
+        """Register every new model's workers (primary first), and wait until SMG routes them."""
+        new = [m for m in dict.fromkeys(models) if m not in self._registered]
+        if not new:
+            return
+        urls = {}
+        for model in new:
+            for upstream in self.upstreams:
+                url = upstream + CELL_PATH.format(cell=cell_of(model))
+                urls[url] = model
+                await trio.to_thread.run_sync(self._post_worker, url, model)
+        with trio.move_on_after(REGISTRATION_DEADLINE_S):
+            while not set(urls) <= await trio.to_thread.run_sync(self._ready_urls):
+                await trio.sleep(0.1)
+            self._registered.update(new)
+            return
+        waiting = sorted(set(urls) - self._ready_urls())
+        raise SmgRegistrationError(f"SMG did not register {len(waiting)} workers within {REGISTRATION_DEADLINE_S} s: {', '.join(waiting[:3])}; its log: {self.log}")
+
+    def _post_worker(self, url: str, model: str) -> None:
+        body = json.dumps({"url": url, "models": [{"id": model}]}).encode()
+        request = urllib.request.Request(f"{self.admin_url}/workers", data=body, headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    def _ready_urls(self) -> set[str]:
+        try:
+            with urllib.request.urlopen(f"{self.admin_url}/workers", timeout=10) as response:
+                listing = json.load(response)
+        except (urllib.error.URLError, OSError, ValueError):
+            return set()
+        return {w["url"] for w in listing.get("workers", []) if w.get("status") == "ready" and w.get("is_healthy")}
+
+
+@asynccontextmanager
+async def open_smg(upstreams: Sequence[str], run_dir: Path, label: str) -> AsyncIterator[RunningSmg]:
+    """`smg launch` on 127.0.0.1 with no workers yet (they are registered per model)."""
+    log = run_dir / f"{label}.log"
+
+    def argv(port: int, metrics_port: int) -> list[str]:
+        # SMG takes no port 0, for its server nor its Prometheus listener.
+        return [
+            str(tool_binary("smg", "smg")), "launch",
+            "--host", "127.0.0.1", "--port", str(port),
+            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
+            "--policy", "round_robin",
+            "--disable-load-monitoring", "--health-check-interval-secs", "3600",
+            "--shutdown-grace-period-secs", "1",
+            "--log-json", "--log-level", "debug",
+        ]
+
+    async with open_service_on_free_ports(f"SMG ({label})", argv, log_path=log, health_path="/health", start_timeout=60) as port:
+        url = f"http://127.0.0.1:{port}"
+        yield RunningSmg(base_url=f"{url}/v1", admin_url=url, log=log, upstreams=tuple(upstreams))
+
+
+def _requests(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """SMG's JSON log lines, grouped by the request id of their `http_request` span."""
+    requests: dict[str, dict[str, Any]] = {}
+    for line in entries:
+        span = line.get("span") or {}
+        request_id = span.get("request_id")
+        if not request_id or "chat/completions" not in str(span.get("path", "")):
+            continue
+        request = requests.setdefault(request_id, {"request_id": request_id, "workers": [], "status_code": None, "problems": []})
+        message = str(line.get("message", ""))
+        if message == "Sending request" and line.get("url"):
+            request["workers"].append(line["url"])
+        if span.get("status_code") is not None:
+            request["status_code"] = int(span["status_code"])
+        if line.get("model_id"):
+            request.setdefault("model", line["model_id"])
+        if line.get("level") in ("WARN", "ERROR"):
+            request["problems"].append(f"{line['level']} {message}")
+    return requests
+
+
+def read_smg_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
+    mine = [
+        r for r in _requests(entries).values()
+        if any((m := _CELL_IN_URL.search(url)) and m.group(1) == cell_id for url in r["workers"]) or cell_of(r.get("model")) == cell_id
+    ]
+    if not mine:
+        return None, None
+    entry = mine[-1]
+    failed = entry["status_code"] is None or entry["status_code"] >= 400 or bool(entry["problems"])
+    return (BOOKS_ERROR if failed else BOOKS_OK), entry
+
+
+async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
+    name = "smg+finish_fix" if behind_finish_fix else "smg"
+    capture = None
+    primary = ctx.upstream()
+    if behind_finish_fix:
+        # A finish_fix of its own: the shared one serves `/v1` on the primary for other gateways,
+        # this one sees SMG's per-cell paths; its ledger is not the gateway's books.
+        finish_fix = await ctx.enter(open_finish_fix(primary, ctx.run_dir, label="smg-finish_fix"))
+        primary, capture = finish_fix.base_url.removesuffix("/v1"), finish_fix.capture
+    upstreams = (primary, ctx.spare_url) if ctx.spare_url else (primary,)
+    running = await ctx.enter(open_smg(upstreams, ctx.run_dir, label=name.replace("+", "-")))
+    return Gateway(
+        name=name, base_url=running.base_url, books_path=running.log, books_kind="smg", capture_path=capture,
+        prepare=running.register_models,
+    )
+
+
+async def _start_smg(ctx: GatewayContext) -> Gateway:
+    return await _start(ctx, behind_finish_fix=False)
+
+
+async def _start_smg_finish_fix(ctx: GatewayContext) -> Gateway:
+    return await _start(ctx, behind_finish_fix=True)
+
+
+ENTRIES = (
+    GatewayEntry(
+        name="smg",
+        summary="SMG 1.13.0 (round robin; the spare as a second worker, retried by SMG's default retries)",
+        start=_start_smg, missing=smg_missing, books_kind="smg", read_books=read_smg_books, uses_spare=True,
+    ),
+    GatewayEntry(
+        name="smg+finish_fix",
+        summary="SMG 1.13.0 whose primary worker is reached through finish_fix (the gateway-side placement)",
+        start=_start_smg_finish_fix, missing=smg_missing, books_kind="smg", uses_spare=True,
+    ),
+)
