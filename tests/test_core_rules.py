@@ -171,12 +171,21 @@ def test_rule_5_error_event_passes_and_nothing_is_injected(chunking):
     assert repair.report.upstream_error_message == "Rate limit reached"
 
 
-@pytest.mark.parametrize("event", [b"event: error\ndata: worker lost\n\n", b"event: error\n\n"])
-def test_rule_5_event_type_error_counts_too(chunking, event):
-    upstream = sse(chunk("x")) + event
+def test_rule_5_event_type_error_counts_too(chunking):
+    upstream = sse(chunk("x")) + b"event: error\ndata: worker lost\n\n"
     out, repair = run(upstream, chunking)
     assert out == upstream
     assert repair.report.verdict is Verdict.UPSTREAM_ERROR
+
+
+def test_rule_5_an_error_type_without_data_is_no_event(chunking):
+    # No client dispatches an event with no data (WHATWG), so it cannot tell the client anything:
+    # the stream still needs its end (found by the fuzz contracts, tests/test_core_fuzz.py).
+    upstream = sse(chunk("x")) + b"event: error\n\n"
+    out, repair = run(upstream, chunking)
+    assert out.startswith(upstream)
+    assert data_events(out)[-1]["error"]["code"] == "stream_interrupted"
+    assert repair.report.verdict is Verdict.INTERRUPTED
 
 
 @pytest.mark.parametrize("message", [None, {"nested": True}, 42, ["a"]])

@@ -249,6 +249,12 @@ class StreamRepair:
         `receive_timer` that found it stalled."""
         return self._ended
 
+    @property
+    def repairing(self) -> bool:
+        """False once every byte passes unchanged: an error status, a compressed body, or given up
+        (then the upstream's Content-Length still holds)."""
+        return self._phase is not Phase.PASSTHROUGH
+
     def give_up(self, error: Exception) -> None:
         """For the caller that caught an exception from this machine (a bug of finishline's): pass
         everything from here on unchanged and book the stream `skipped` with the error."""
@@ -275,7 +281,10 @@ class StreamRepair:
         return b"".join(out)
 
     def _on_event(self, event: Event, now: float | None) -> bytes:
-        if event.data is None and event.event_type != b"error":
+        # No data field: a comment, a keep-alive, an `id:`-only or a data-less `event: error` block.
+        # Clients dispatch no event for it (WHATWG: an empty data buffer is not dispatched), so it is
+        # not an event here either: it passes, counts for nothing, and moves no deadline.
+        if event.data is None:
             return event.raw
         self.report.events += 1
         if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
@@ -440,7 +449,9 @@ class StreamRepair:
         # An incomplete event is discarded by every SSE client (WHATWG: "the incomplete event is not
         # dispatched"), and bytes appended after it would merge into its last line and corrupt
         # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
-        if self._policy.on_cut is OnCut.PASS or self._phase is not Phase.STREAMING:
+        # (With on_cut=pass nothing is added at a cut, but rule 4 still appends [DONE] to a stream
+        # whose choices all finished: the fuzz contracts found that merge.)
+        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._all_finished()):
             return leftover.raw
         self.report.dropped_incomplete_bytes += len(leftover.raw)
         return b""
