@@ -16,9 +16,13 @@ why, from Envoy's docs and source (envoyproxy/envoy v1.40.0):
   envoy.retry_priorities.previous_priorities`) sends the retry to the next priority. That is the
   failover recipe of Envoy's docs (arch_overview/http/http_connection_management, "Retry plugin
   configuration"). Envoy retries only before it forwarded the response headers: once a head went
-  downstream, a failure resets the downstream stream (source/common/router/router.cc,
-  `onUpstreamReset` with `downstream_response_started_`: no retry). Without a spare there is no
-  retry policy: a route's shipped default is no retries.
+  downstream, a failure resets the downstream stream (source/common/router/router.cc:
+  `maybeRetryReset` returns at once when `downstream_response_started_`, and `onUpstreamAbort`
+  resets instead of answering). Over HTTP/1.1 that reset is a FIN without the chunked terminator,
+  sent when the HCM's `delayed_close_timeout` (default 1 s) ends on a keep-alive connection. A cut
+  chunked body is a codec protocol error (flag `UPE`); a failure before any head is a 503
+  "upstream connect error or disconnect/reset before headers". Without a spare there is no retry
+  policy: a route's shipped default is no retries.
 - Books: the HTTP connection manager's file access log, one JSON line per request when the
   request ends: response code, response flags (Envoy's word for what went wrong: `UC` upstream
   connection termination, `UPE` upstream protocol error, `URX` retries exhausted, `DC` the client

@@ -13,9 +13,10 @@
 //                              clients are stock SDKs that send no Portkey headers, where Portkey's
 //                              docs have the application send its config (the Portkey SDK's
 //                              `createHeaders({config})`). The gateway validates it as usual.
-//   FINISHLINE_PORTKEY_LOG     a JSON-lines file: every entry of the gateway's request log (what its
-//                              UI's Logs page shows, streamed from its own `GET /log/stream`), one
-//                              line each.
+//   FINISHLINE_PORTKEY_LOG     a JSON-lines file: one line per entry of the gateway's request log
+//                              (what its UI's Logs page shows, streamed from its own
+//                              `GET /log/stream`), keeping what says how the request went (see
+//                              `booksEntry`).
 //
 // Prints `portkey listening on http://127.0.0.1:PORT` once the port is bound and the log stream is
 // subscribed (so no request's log entry is missed).
