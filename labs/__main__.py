@@ -1,7 +1,8 @@
 """`python -m labs`: run the chaos lab and print the matrix.
 
 Examples:
-    python -m labs                                    # the default matrix
+    python -m labs                                    # the default run (see --all)
+    python -m labs --all                              # every scenario, every client
     python -m labs --scenario cut-after-tokens-fin --client pi-ai --gateway direct
     python -m labs --gateway external --gateway-url http://127.0.0.1:4000/v1 --tunnel-port 18080
 """
@@ -13,11 +14,12 @@ import json
 import sys
 from pathlib import Path
 
-from labs.clients import ALL_CLIENTS
+from labs.clients import ALL_CLIENTS, DEFAULT_CLIENTS
 from labs.entry import EXIT_ERROR, run_command
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.outcome import Outcome
+from labs.progress import Progress
 from labs.report_html import write_html
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, ScenarioError, load_scenario, load_scenarios
@@ -31,9 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"purpose, and print what each client saw ({', '.join(o.value for o in Outcome)}).",
     )
     parser.add_argument("--scenario", action="append", metavar="NAME",
-                        help=f"a scenario name from {SCENARIO_DIR} or a path to a .toml file (repeatable; default: all)")
+                        help=f"a scenario name from {SCENARIO_DIR} or a path to a .toml file (repeatable; default: "
+                        "every scenario not marked `default = false`)")
     parser.add_argument("--client", action="append", choices=ALL_CLIENTS, metavar="CLIENT",
-                        help=f"repeatable; default: all of {', '.join(ALL_CLIENTS)}")
+                        help=f"repeatable; one of {', '.join(ALL_CLIENTS)}; default: {', '.join(DEFAULT_CLIENTS)}")
+    parser.add_argument("--all", action="store_true",
+                        help="lift the default run's limits: every scenario and every client (a --scenario or "
+                        "--client given still picks)")
     parser.add_argument("--gateway", action="append", choices=(*GATEWAYS, EXTERNAL), metavar="GATEWAY",
                         help=f"repeatable; default: {', '.join(GATEWAYS)}; `{EXTERNAL}` needs --gateway-url")
     parser.add_argument("--gateway-url", help="base URL of your own gateway (e.g. http://127.0.0.1:4000/v1), run as the `external` gateway")
@@ -46,25 +52,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _scenarios(names: list[str] | None):
+def select_scenarios(names: list[str] | None, everything: bool, directory: Path = SCENARIO_DIR):
+    """The scenarios asked for by name (default or not), else every one (`--all`), else the
+    default run's: those whose file does not say `default = false`."""
     if not names:
-        return load_scenarios()
+        return [s for s in load_scenarios(directory) if everything or s.default]
     chosen = []
     for name in names:
         path = Path(name)
         if path.suffix != ".toml":
-            path = SCENARIO_DIR / f"{name}.toml"
+            path = directory / f"{name}.toml"
         if not path.exists():
-            known = ", ".join(s.name for s in load_scenarios())
+            known = ", ".join(s.name for s in load_scenarios(directory))
             raise ScenarioError(f"no scenario {name!r}; known: {known}")
         chosen.append(load_scenario(path))
     return chosen
 
 
+def select_clients(names: list[str] | None, everything: bool) -> tuple[str, ...]:
+    """The clients asked for, else every one (`--all`), else the default run's; in the matrix's
+    fixed order, whatever order they were asked in."""
+    wanted = names or (ALL_CLIENTS if everything else DEFAULT_CLIENTS)
+    return tuple(c for c in ALL_CLIENTS if c in wanted)
+
+
 def main(argv: list[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     try:
-        scenarios = _scenarios(arguments.scenario)
+        scenarios = select_scenarios(arguments.scenario, arguments.all or arguments.list)
         for scenario in scenarios:
             build_fault(scenario)  # a bad fault is refused before anything starts
     except (ScenarioError, FaultPlanError) as error:
@@ -72,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     if arguments.list:
         for scenario in scenarios:
-            print(f"{scenario.name:28} {scenario.title}")
+            print(f"{scenario.name:28} {scenario.title}" + ("" if scenario.default else "  (only with --all or --scenario)"))
         return 0
     gateways = tuple(g for g in (*GATEWAYS, EXTERNAL) if g in (arguments.gateway or ()))
     gateways = gateways or tuple( (GATEWAYS + ((EXTERNAL,) if arguments.gateway_url else ())))
@@ -81,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     config = LabConfig(
         scenarios=tuple(scenarios),
-        # The matrix shows clients in one fixed order, whatever order they were asked in.
-        clients=tuple(c for c in ALL_CLIENTS if c in (arguments.client or ALL_CLIENTS)),
+        clients=select_clients(arguments.client, arguments.all),
         gateways=gateways,
         jobs=arguments.jobs,
         results_dir=arguments.results,
@@ -90,27 +104,21 @@ def main(argv: list[str] | None = None) -> int:
         external_api_key=arguments.gateway_api_key,
         tunnel_port=arguments.tunnel_port,
     )
-    interactive = sys.stderr.isatty()
-
-    def progress(message: str, done: int, total: int) -> None:
-        if interactive:
-            sys.stderr.write(f"\r\033[K[{done}/{total}] {message}"[:200])
-        elif done == 0 or done == total or done % 25 == 0:
-            sys.stderr.write(f"[{done}/{total}] {message}\n")
-        sys.stderr.flush()
-
+    progress = Progress([s.name for s in scenarios], sys.stderr, interactive=sys.stderr.isatty())
     status, result = run_command(run_lab, config, progress)
-    if interactive:
-        sys.stderr.write("\n")
+    progress.finish()
     if status:
         return status
     data = result.to_json()
+    # Where the time went, for choosing what the default run covers (README: "the default run").
+    data["timings"] = progress.timings()
     run_dir = Path(result.run_dir)
     (run_dir / "result.json").write_text(json.dumps(data, indent=2))
     write_html(data, run_dir / "report.html")
     print(render_table(data, colour=sys.stdout.isatty()))
     for runtime, versions in sorted(data["versions"].items()):
         print(f"{runtime}: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
+    print(progress.summary())
     print(f"\nresults: {run_dir / 'result.json'}\nreport:  {run_dir / 'report.html'}")
     return 0
 

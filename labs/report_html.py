@@ -218,7 +218,25 @@ def _changes(result: dict[str, Any]) -> str:
     )
 
 
+def _scenario_time(timing: dict[str, Any] | None) -> str:
+    if not timing or not timing.get("cells"):
+        return ""
+    return f" <small>({timing['seconds']:.1f} s for {timing['cells']} cells)</small>"
+
+
+def _time_line(timings: dict[str, Any] | None) -> str:
+    """Where the run's time went (labs.progress.Progress.timings), when the run recorded it."""
+    if not timings:
+        return ""
+    in_scenarios = sum(s["seconds"] for s in timings["scenarios"])
+    return (
+        f"<p>Time: {timings['startup_s']:.0f} s to start the worker, toxiproxy, the gateways and the driver "
+        f"hosts; {in_scenarios:.0f} s in the scenarios; {timings['books_s']:.0f} s for the books and shutdown.</p>"
+    )
+
+
 def render_html(result: dict[str, Any]) -> str:
+    timings = {s["name"]: s for s in (result.get("timings") or {}).get("scenarios", [])}
     legend = "".join(
         f'<span style="background:{background};color:{text}">{outcome.value}</span>'
         for outcome, (background, text) in OUTCOME_COLOURS.items()
@@ -233,10 +251,12 @@ def render_html(result: dict[str, Any]) -> str:
         "<h2>scenarios</h2><ul>",
         "".join(
             f"<li><b>{html.escape(s['name'])}</b>: {html.escape(s['title'])}"
-            f"{' (fault: ' + html.escape(s['fault_summary']) + ')' if s.get('fault_summary') else ''}</li>"
+            f"{' (fault: ' + html.escape(s['fault_summary']) + ')' if s.get('fault_summary') else ''}"
+            f"{_scenario_time(timings.get(s['name']))}</li>"
             for s in result["scenarios"]
         ),
         "</ul>",
+        _time_line(result.get("timings")),
         _changes(result),
         "<h2>the matrix, per gateway</h2>",
         *(_grid(result, gateway) for gateway in result["gateways"]),
