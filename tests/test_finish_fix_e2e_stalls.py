@@ -87,6 +87,15 @@ def test_events_then_only_comments_get_the_idle_error_after_the_deadline(stallin
     assert record["injected"] == [{"kind": "error_event", "code": "stream_interrupted"}]
 
 
+def test_the_idle_deadline_alone_fires_with_the_default_first_token_deadline(start_finish_fix, upstream: UpstreamServer):
+    # The lab's setting: only the idle deadline short; the first-token one at its default (600 s).
+    proxy = start_finish_fix(finish_fix_idle_timeout="2")
+    prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
+    pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
+    assert error is None
+    assert "no event for 2 s after 3 events" in json.loads(parse_sse_data(b"".join(p for _, p in pieces))[-1])["error"]["message"]
+
+
 def test_headers_then_only_comments_get_the_first_token_error(stalling_proxy, upstream: UpstreamServer):
     prefix = upstream.route(Script(pieces=COMMENTS, pause_between_s=0.5))
     pieces, error = read_with_times(chat_url(stalling_proxy.mitmdump.url, prefix))

@@ -170,14 +170,18 @@ class StreamRepair:
     def next_stall_check(self, now: float) -> float | None:
         """When (in the caller's clock) to call `receive_timer` next, or None when no timer is
         needed: no deadline is set, the stream ended, or it is past `[DONE]`, an error event or in
-        passthrough. Before the first event with only the idle deadline on, nothing can stall yet,
-        but the caller cannot see events arrive: it is asked to look again one idle timeout later."""
+        passthrough. Deadlines only move later as events come, except when the first event starts
+        the idle deadline; until then the caller is asked to look again at least every idle timeout
+        (so a stall is still caught exactly one idle timeout after the last event)."""
         if self._ended or self._phase not in DEADLINES_RUN:
             return None
         deadline = self._stall_deadline()
-        if deadline is not None:
-            return deadline[0]
-        return now + self._policy.idle_timeout if self._policy.idle_timeout > 0 else None
+        if self._last_event_at is None and self._policy.idle_timeout > 0:
+            # The idle deadline starts with the first event, which may come any moment and is the
+            # only thing that brings a deadline forward: look again one idle timeout from now.
+            look_again = now + self._policy.idle_timeout
+            return look_again if deadline is None else min(deadline[0], look_again)
+        return None if deadline is None else deadline[0]
 
     def receive_timer(self, now: float) -> ClientEnding | None:
         """The caller's timer went off. None when no deadline has passed (set the next timer from
