@@ -17,8 +17,8 @@ import trio
 
 from faults.toxiproxy_server import open_toxiproxy_server
 from labs.entry import run_command
-from labs.gateways.services import BIND_ATTEMPTS, BIN, FINISH_FIX_SCRIPT, MITM_LISTENING
-from labs.processes import ServiceError, bind_failed, free_port, open_service, read_port_from_log
+from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING
+from labs.processes import open_service
 from labs.runner import TUNNEL
 from labs.worker.server import open_worker
 
@@ -71,34 +71,24 @@ async def main(results_dir: Path = RESULTS_DIR) -> None:
         password = secrets.token_urlsafe(9)
         ledger = run_dir / "finish_fix-ledger.jsonl"
         log_path = run_dir / "mitmweb.log"
-        # The proxy listens on port 0 and mitmweb prints where; its web UI cannot report a port 0,
-        # so that one is picked free and retried if taken meanwhile.
-        for attempt in range(1, BIND_ATTEMPTS + 1):
-            web_port = free_port()
-            offset = log_path.stat().st_size if log_path.exists() else 0
-            argv = [
-                str(BIN / "mitmweb"),
-                "--mode", f"reverse:http://127.0.0.1:{tunnel.listen_port}",
-                "--listen-host", "127.0.0.1", "--listen-port", "0",
-                "--web-host", "127.0.0.1", "--web-port", str(web_port),
-                "-s", str(FINISH_FIX_SCRIPT),
-                "--set", f"confdir={run_dir / 'mitmproxy-conf'}",
-                "--set", f"finish_fix_ledger={ledger}",
-                "--set", "web_open_browser=false",
-                "--set", f"web_password={password}",
-            ]
-            try:
-                await stack.enter_async_context(
-                    open_service("mitmweb (finish_fix)", argv, port=web_port, log_path=log_path, start_timeout=30)
-                )
-            except ServiceError as error:
-                if attempt < BIND_ATTEMPTS and bind_failed(error):
-                    continue
-                raise
-            break
-        with trio.fail_after(10):
-            while not (proxy_port := read_port_from_log(log_path, offset, MITM_LISTENING)):
-                await trio.sleep(0.1)
+        # Both of mitmweb's servers listen on port 0; the launcher reads their ports from its own
+        # sockets. Its log names the proxy's ("listening at"); the web UI's, bound before it
+        # (mitmproxy's WebMaster.running), is the other one.
+        argv = [
+            str(BIN / "mitmweb"),
+            "--mode", f"reverse:http://127.0.0.1:{tunnel.listen_port}",
+            "--listen-host", "127.0.0.1", "--listen-port", "0",
+            "--web-host", "127.0.0.1", "--web-port", "0",
+            "-s", str(FINISH_FIX_SCRIPT),
+            "--set", f"confdir={run_dir / 'mitmproxy-conf'}",
+            "--set", f"finish_fix_ledger={ledger}",
+            "--set", "web_open_browser=false",
+            "--set", f"web_password={password}",
+        ]
+        mitmweb, proxy_port = await stack.enter_async_context(
+            open_service("mitmweb (finish_fix)", argv, port=0, port_in_log=MITM_LISTENING, log_path=log_path, start_timeout=30)
+        )
+        (web_port,) = mitmweb.listening_ports() - {proxy_port}
         print(_instructions(proxy_port, web_port, password, toxiproxy.client.url, ledger), flush=True)
         await trio.sleep_forever()
 
