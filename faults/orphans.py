@@ -1,5 +1,7 @@
 """Children that die with their parent: no toxiproxy, LiteLLM or mitmdump is left running after a lab
-or a test that was killed outright (SIGKILL, a crash) and so never ran its cleanup."""
+or a test that was killed outright (SIGKILL, a crash) and so never ran its cleanup.
+
+Every child gets it from the one launcher, `faults.child_processes`; start children there."""
 
 from __future__ import annotations
 
