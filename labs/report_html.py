@@ -83,6 +83,9 @@ function show(id) {
     ['time to first token', r.ttft_s == null ? '' : r.ttft_s.toFixed(3) + ' s'], ['duration', r.duration_s == null ? '' : r.duration_s.toFixed(3) + ' s'],
     ['HTTP status / Connection', (r.http_status ?? '') + ' / ' + (r.connection ?? '')],
     ['books', (c.books ?? 'no books kept') + (c.books_mismatch ? '  (disagrees with what the client saw!)' : '')],
+    ['topology', c.topology ?? ''],
+    ['answered by', c.answered_by === undefined ? '' : (c.answered_by ?? 'no worker saw the request') +
+      (c.worker_requests && Object.keys(c.worker_requests).length ? '  (requests: ' + Object.entries(c.worker_requests).map(([w, n]) => w + ' ' + n).join(', ') + ')' : '')],
   ];
   let out = '<span class="close" onclick="hide()">&times;</span><h2>' + esc(c.scenario) + ' / ' + esc(c.client) + ' via ' + esc(c.gateway) + '</h2><table>';
   for (const [k, v] of rows) out += '<tr><th>' + esc(k) + '</th><td>' + esc(v) + '</td></tr>';
@@ -92,6 +95,7 @@ function show(id) {
   out += '<h3>worker\\'s answer</h3><pre>' + esc(s.expected.text) + '  [finish_reason: ' + esc(s.expected.finish_reason) + ']</pre>';
   if (s.expected.http_error) out += '<p>The worker answers HTTP ' + esc(s.expected.http_error) + ' before streaming.</p>';
   if (s.expected.tool_calls && s.expected.tool_calls.length) out += '<h3>worker\\'s tool calls</h3><pre>' + esc(JSON.stringify(s.expected.tool_calls, null, 1)) + '</pre>';
+  if (c.hub && c.hub.length) out += '<h3>what the hub did</h3><pre>' + esc(c.hub.join('\\n')) + '</pre>';
   if (c.books_entry) out += '<h3>books entry</h3><pre>' + esc(JSON.stringify(c.books_entry, null, 1)) + '</pre>';
   if (c.finish_fix_stream != null) out += '<h3>stream as finish_fix sent it on' + (c.gateway === 'finish_fix' ? ' (to the client)' : ' (to ' + esc(c.gateway.split('+')[0]) + ')') + '</h3><pre>' + esc(c.finish_fix_stream) + '</pre>';
   out += '<h3>worker\\'s stream</h3><p>fault: ' + esc(s.fault_summary || 'none') + '</p><pre>' + esc(s.worker_stream) + '</pre>';
@@ -121,7 +125,7 @@ def _grid(result: dict[str, Any], gateway: str) -> str:
                 parts.append("<td></td>")
                 continue
             books = f"<small>books: {html.escape(cell['books'])}</small>" if cell.get("books") else ""
-            parts.append(_cell_td(cell, html.escape(cell["outcome"]) + books))
+            parts.append(_cell_td(cell, html.escape(cell["outcome"]) + _spare(cell) + books))
         parts.append("</tr>")
     parts.append("</table>")
     return "".join(parts)
@@ -149,6 +153,11 @@ def change(baseline: str, outcome: str) -> str:
     scenario and client (a lower `Outcome.severity` is better)."""
     before, after = Outcome(baseline).severity, Outcome(outcome).severity
     return "same" if before == after else ("better" if after < before else "worse")
+
+
+def _spare(cell: dict[str, Any]) -> str:
+    """A note on a cell the spare worker answered (rule 1: a retry before the first token)."""
+    return "<small>answered by the spare</small>" if cell.get("answered_by") == "spare" else ""
 
 
 def _cell_td(cell: dict[str, Any], text: str, extra: tuple[str, ...] = ()) -> str:
@@ -197,7 +206,7 @@ def _changes(result: dict[str, Any]) -> str:
                     text = html.escape(cell["outcome"]) if how == "same" else (
                         f"{html.escape(baseline['outcome'])} &rarr; {html.escape(cell['outcome'])}"
                     )
-                    row.append(_cell_td(cell, text, (how,)))
+                    row.append(_cell_td(cell, text + _spare(cell), (how,)))
             row.append("</tr>")
             rows.append("".join(row))
     if not rows:

@@ -155,3 +155,13 @@ def test_html_says_where_the_time_went_when_the_run_recorded_it():
     assert "<b>stall</b>: stall (fault: silence) <small>(13.0 s for 4 cells)</small>" in page
     assert "Time: 20 s to start the worker, toxiproxy, the gateways and the driver hosts; 16 s in the scenarios; 4 s" in page
     assert "Time:" not in render_html(RESULT)
+
+
+def test_html_notes_the_cells_the_spare_worker_answered():
+    retried = _cell("stall", "openai-python", "litellm", "ok")
+    with_spare = {**RESULT, "gateways": [*RESULT["gateways"], "litellm"],
+                  "cells": [*RESULT["cells"], {**retried, "answered_by": "spare", "worker_requests": {"primary": 1, "spare": 1}}]}
+    page = render_html(with_spare)
+    # In the comparison (hang through direct, the spare's full answer through litellm) and in the grid.
+    assert "hang &rarr; ok<small>answered by the spare</small>" in _comparison(page)
+    assert page.count("answered by the spare</small>") == 2
