@@ -22,7 +22,10 @@ why, from Envoy's docs and source (envoyproxy/envoy v1.40.0):
   sent when the HCM's `delayed_close_timeout` (default 1 s) ends on a keep-alive connection. A cut
   chunked body is a codec protocol error (flag `UPE`); a failure before any head is a 503
   "upstream connect error or disconnect/reset before headers". Without a spare there is no retry
-  policy: a route's shipped default is no retries.
+  policy: a route's shipped default is no retries. There is no second variant with the shipped
+  default next to the spare: in every lab scenario the failure comes after the worker's head, where
+  no retry policy applies, so both would show the same cells (the tests show the retry working
+  when the primary refuses connections).
 - Books: the HTTP connection manager's file access log, one JSON line per request when the
   request ends: response code, response flags (Envoy's word for what went wrong: `UC` upstream
   connection termination, `UPE` upstream protocol error, `URX` retries exhausted, `DC` the client

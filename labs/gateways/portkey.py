@@ -18,7 +18,15 @@ The config (Portkey's `x-portkey-config`; see its docs "Configs", "Fallbacks", "
   or answered 429/500/502/503/504; the fallback loop (`tryTargetsRecursively`,
   src/handlers/handlerUtils.ts) moves to the next target when a target's final answer is not
   `ok`. Both look only at the response head: once a 200 head arrived, the body is streamed and
-  nothing retries or falls back.
+  nothing retries or falls back. So a variant with the shipped default (no retry, one target)
+  would show the same cells in every lab scenario, whose failures all come after the head: there
+  is one `portkey`.
+
+`portkey+finish_fix` puts finish_fix behind Portkey (Portkey's upstream is finish_fix in front of
+the worker). That placement is the one that says something new: Portkey hides a cut, but it passes
+finish_fix's error event on like any event, so the clients see the error while Portkey's own books
+still say 200. finish_fix in front of Portkey would catch the hidden cut too (a clean end without
+`[DONE]` is rule 6), but that is the `finish_fix` column's placement again.
 
 What it does with a stream (src/handlers/streamHandler.ts, `handleStreamingMode` and
 `readStream`): an OpenAI-compatible provider's events are passed on unchanged, split at blank
