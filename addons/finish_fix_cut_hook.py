@@ -150,12 +150,11 @@ def _on_timer(self: HttpStream):
     ending = _ask(self.flow, "on_timer", now)
     if ending is None:
         return (yield from _set_timer(self, now))
-    if ending.client_bytes:
-        yield SendHttp(ResponseData(self.stream_id, ending.client_bytes), self.context.client)
-    # Abandon the upstream exchange as HttpStream.handle_protocol_error does for a client that left.
+    # Abandon the upstream exchange as HttpStream.handle_protocol_error does for a client that left,
+    # then end the client's side exactly as after a cut.
     yield SendHttp(RequestProtocolError(self.stream_id, STALL_MESSAGE, ErrorCode.CANCEL), self.context.server)
     stall = ResponseProtocolError(self.stream_id, STALL_MESSAGE, ErrorCode.GENERIC_SERVER_ERROR)
-    return (yield from _end_after_cut(self, stall, ClientEnding(b"", ending.end_response)))
+    return (yield from _end_after_cut(self, stall, ending))
 
 
 def _end_after_cut(self: HttpStream, event: ResponseProtocolError, ending: ClientEnding):

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from . import _wording as wording
 from ._inference import infer_finish_reason
-from ._json import maybe_parse_json
+from ._json import json_or_unreadable
 from ._request import RequestFacts
 from ._verdict import Verdict
 
@@ -55,7 +55,7 @@ def repair_completion(
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail(f"compressed body ({encoding}) passed through untouched"), [])
     if "json" not in content_type.lower():
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not an event stream or a JSON chat completion"), [])
-    completion = maybe_parse_json(body)
+    completion = json_or_unreadable(body)
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a chat completion"), [])
     if completion.get("object", "chat.completion") != "chat.completion":
@@ -80,7 +80,7 @@ def repair_completion(
     if not repairs:
         return CompletionRepair(Verdict.CLEAN, body, "clean", [])
     new_body = _edit_in_place(body, to_fix)
-    if new_body is None or maybe_parse_json(new_body) != completion:
+    if new_body is None or json_or_unreadable(new_body) != completion:
         new_body = json.dumps(completion, ensure_ascii=False, separators=(",", ":")).encode()
     return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs)
 

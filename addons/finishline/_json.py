@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["UNREADABLE", "maybe_parse_json", "plural"]
+__all__ = ["UNREADABLE", "json_or_unreadable", "plural"]
 
 UNREADABLE: Any = object()
-"""What `maybe_parse_json` returns for bytes that are not JSON (a sentinel: JSON `null` is None)."""
+"""What `json_or_unreadable` returns for bytes that are not JSON (a sentinel: JSON `null` is None)."""
 
 
-def maybe_parse_json(data: bytes | str | None) -> Any:
+def json_or_unreadable(data: bytes | str | None) -> Any:
     """The parsed value, or UNREADABLE for invalid JSON, invalid UTF-8, or nesting too deep for the
     parser (json raises RecursionError there, which is not a ValueError)."""
     if data is None:

@@ -40,7 +40,7 @@ import re
 from . import _wording as wording
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
-from ._json import UNREADABLE, maybe_parse_json
+from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._sse import Event, EventFramer, split_lines
@@ -300,7 +300,7 @@ class StreamRepair:
             before = self._finish_choices("before [DONE]")
             self._move(Signal.DONE)
             return before + event.raw
-        chunk = maybe_parse_json(data)
+        chunk = json_or_unreadable(data)
         if event.event_type == b"error":
             return self._on_error_event(event, chunk if isinstance(chunk, dict) else None)
         if chunk is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
@@ -387,7 +387,7 @@ class StreamRepair:
                 choice["finish_reason"] = None
         rewritten = _EMPTY_REASON.sub(rb"\1null", event.raw)
         again = EventFramer().receive_data(rewritten)
-        if len(again) == 1 and maybe_parse_json(again[0].data) == chunk:
+        if len(again) == 1 and json_or_unreadable(again[0].data) == chunk:
             return rewritten
         lines = [line for line in split_lines(event.raw) if line]
         other_fields = tuple(line for line in lines if not (line == b"data" or line.startswith(b"data:")))
@@ -440,7 +440,7 @@ class StreamRepair:
         whole JSON chunk but forgot the blank line meant it: finish the framing and read it. Anything
         else is an incomplete event, i.e. a cut."""
         data = leftover.data
-        readable = data is not None and (data.startswith(_DONE) or maybe_parse_json(data) is not UNREADABLE)
+        readable = data is not None and (data.startswith(_DONE) or json_or_unreadable(data) is not UNREADABLE)
         if not readable or self._phase is not Phase.STREAMING:
             return self._drop_or_pass(leftover)
         ending = self._framer.line_ending or b"\n"

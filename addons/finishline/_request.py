@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ._json import maybe_parse_json
+from ._json import json_or_unreadable
 
 __all__ = ["RequestFacts"]
 
@@ -25,7 +25,7 @@ class RequestFacts:
     def from_body(cls, body: bytes | None) -> RequestFacts:
         """Reads a JSON request body. Anything unreadable gives empty facts, never an error: the
         repair then infers `stop` rather than `length`, which is what it would do without a limit."""
-        request = maybe_parse_json(body) if body else None
+        request = json_or_unreadable(body) if body else None
         if not isinstance(request, dict):
             return cls()
         max_tokens = None

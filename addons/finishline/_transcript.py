@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from ._json import UNREADABLE, maybe_parse_json
+from ._json import UNREADABLE, json_or_unreadable
 from ._sse import EventFramer
 
 __all__ = ["looks_like_chat_stream", "transcribe_chat_stream"]
@@ -55,7 +55,7 @@ def transcribe_chat_stream(data: bytes) -> str:
 def _summarize(data: bytes, answers: dict) -> str:
     if data.startswith(b"[DONE]"):
         return "[DONE]"
-    chunk = maybe_parse_json(data)
+    chunk = json_or_unreadable(data)
     if chunk is UNREADABLE:
         return "not JSON: " + data[:200].decode("utf-8", "replace")
     if not isinstance(chunk, dict):
