@@ -58,6 +58,10 @@ class CheckResult:
     #: Everything behind the evidence (each client's outcome, the raw stream), for JSON and HTML.
     details: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        # One line, whatever the evidence quotes (an HTML error page, a multi-line message).
+        object.__setattr__(self, "evidence", " ".join(self.evidence.split()))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "rule": self.rule,

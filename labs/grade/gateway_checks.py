@@ -29,7 +29,7 @@ from labs.grade.reading import StreamReading
 from labs.hub.policy import TunnelDropPolicy
 from labs.outcome import Outcome
 
-__all__ = ["BYTES_CLIENT", "GATEWAY_CHECKS", "BOOKS_CHECK", "CheckRun", "GatewayCheck", "RequestResult"]
+__all__ = ["BYTES_CLIENT", "GATEWAY_CHECKS", "GATEWAY_CHECK_IDS", "BOOKS_CHECK", "CheckRun", "GatewayCheck", "RequestResult"]
 
 #: The byte-level reader's name among the clients.
 BYTES_CLIENT = "bytes"
@@ -58,7 +58,24 @@ class RequestResult:
         return self.workers.get("primary", 0) > 0
 
     def line(self) -> str:
-        return f"{self.client}: {self.outcome} ({self.why})"
+        return f"{self.client}: {self.outcome} ({_short(self.why)})"
+
+
+def _short(text: str, limit: int = 110) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _lines(results: list[RequestResult]) -> str:
+    """Requests that ended alike in one clause: `bytes, openai-python: error (APIError: ...)`."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for r in results:
+        # Clients word the same failure differently; group by outcome and the message's start.
+        groups.setdefault((str(r.outcome), r.why.split(": ", 1)[-1][:60]), []).append(r.client)
+    parts = []
+    for (outcome, _), clients in groups.items():
+        first = next(r for r in results if r.client == clients[0])
+        parts.append(f"{', '.join(clients)}: {outcome} ({_short(first.why)})")
+    return "; ".join(parts)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -101,14 +118,10 @@ class GatewayCheck:
     stall: bool = False
 
 
-def _everyone(run: CheckRun) -> str:
-    return "; ".join(r.line() for r in run.results)
-
-
 def _all_ok(run: CheckRun) -> Judgement:
     bad = [r for r in run.results if r.outcome is not Outcome.OK]
     if bad:
-        return Mark.FAIL, "; ".join(r.line() for r in bad)
+        return Mark.FAIL, _lines(bad)
     return Mark.PASS, f"every client got the full answer and the right reason ({', '.join(r.client for r in run.results)})"
 
 
@@ -136,7 +149,7 @@ def _retried_on_spare(run: CheckRun) -> Judgement:
     if bad:
         retried = [r for r in bad if r.workers.get("spare")]
         hint = "" if retried else "; the gateway never asked the spare"
-        return Mark.FAIL, "; ".join(r.line() for r in bad) + hint
+        return Mark.FAIL, _lines(bad) + hint
     not_from_spare = [r.client for r in judged if not r.workers.get("spare")]
     if not_from_spare:
         return Mark.FAIL, f"{', '.join(not_from_spare)}: full answer but the spare never saw the request (unexpected)"
@@ -155,7 +168,7 @@ def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
     reading = raw.reading
     invented = [c.finish_reason for c in reading.choices.values() if c.finish_reason]
     if reading.status != 200:
-        problem = f"the gateway answered HTTP {reading.status} after the first token was due (no stream)"
+        problem = f"the gateway answered HTTP {reading.status} instead of streaming the tokens the worker had sent"
     elif invented:
         problem = f"the gateway made up finish_reason {invented[0]!r}" + (" and [DONE]" if reading.done_positions else "") + " for a cut stream"
     elif not reading.error_positions:
@@ -168,9 +181,8 @@ def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
         problem = None
     quiet = [r for r in run.clients() if r.reached_primary and r.outcome not in _TOLD]
     if problem is None and not quiet:
-        return Mark.PASS, f"error event: {reading.error_message()}; every client raised or flagged"
-    parts = ([problem] if problem else []) + [r.line() for r in quiet]
-    return Mark.FAIL, "; ".join(parts)
+        return Mark.PASS, f"error event: {_short(reading.error_message() or '')}; every client raised or flagged"
+    return Mark.FAIL, "; ".join(([problem] if problem else []) + ([_lines(quiet)] if quiet else []))
 
 
 def _ended_with_error_in_time(run: CheckRun) -> Judgement:
@@ -186,11 +198,13 @@ def _ended_with_error_in_time(run: CheckRun) -> Judgement:
         elif not reading.error_positions:
             how = "a clean end" if reading.ending == "end" else reading.ending
             problems.append(f"bytes: ended by {how} without an error event")
-    problems += [r.line() for r in run.clients() if r.outcome not in _TOLD]
+    quiet = [r for r in run.clients() if r.outcome not in _TOLD]
+    if quiet:
+        problems.append(_lines(quiet))
     if problems:
         return Mark.FAIL, "; ".join(problems)
     message = raw.reading.error_message() if raw is not None and raw.reading is not None else None
-    return Mark.PASS, f"ended with an error before the deadline{': ' + message if message else ''}; every client raised or flagged"
+    return Mark.PASS, f"ended with an error before the deadline{': ' + _short(message) if message else ''}; every client raised or flagged"
 
 
 GATEWAY_CHECKS = (
@@ -223,3 +237,10 @@ GATEWAY_CHECKS = (
 
 #: Rule 3's row: judged over the requests of every check with `booked_as_cut`.
 BOOKS_CHECK = ("rule 3", "cuts-booked-as-errors", "every cut request is an error in the gateway's books")
+
+#: Every row of a gateway card, in card order (the rule 3 row after rule 2).
+GATEWAY_CHECK_IDS = tuple(
+    [c.check for c in GATEWAY_CHECKS if c.rule in ("baseline", "rule 1", "rule 2")]
+    + [BOOKS_CHECK[1]]
+    + [c.check for c in GATEWAY_CHECKS if c.rule not in ("baseline", "rule 1", "rule 2")]
+)

@@ -108,10 +108,22 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     if config.getoption("--finishline-gateway-url"):
         if not config.getoption("--finishline-upstream-port"):
             raise pytest.UsageError("--finishline-gateway-url needs --finishline-upstream-port P (the port your gateway's upstream is)")
-        from labs.grade.gateway_checks import GATEWAY_CHECKS
+        from labs.grade.gateway_checks import GATEWAY_CHECK_IDS
 
-        card = GradedCard.from_parent(session, name=_GATEWAY, nodeid=_GATEWAY, checks=tuple(c.check for c in GATEWAY_CHECKS))
+        card = GradedCard.from_parent(session, name=_GATEWAY, nodeid=_GATEWAY, checks=GATEWAY_CHECK_IDS)
         items.extend(card.collect())
+
+
+_SELECTED = pytest.StashKey[dict]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # The checks left after `-k`/`-m`: the gateway grader runs only those (each costs seconds).
+    selected: dict[str, list[str]] = {}
+    for item in session.items:
+        if isinstance(item, GradedCheck):
+            selected.setdefault(item.card_key, []).append(item.check)
+    session.config.stash[_SELECTED] = selected
 
 
 def _grade(config: pytest.Config, key: str) -> Any:
@@ -133,7 +145,7 @@ def _grade(config: pytest.Config, key: str) -> Any:
         spare_port=option("--finishline-spare-port"), clients=tuple(option("--finishline-client") or DEFAULT_GATEWAY_CLIENTS),
         books_path=Path(books) if books else None, stall_deadline_s=option("--finishline-stall-deadline"),
         model=option("--finishline-model"), api_key=option("--finishline-api-key"),
-        results_dir=Path(config.rootpath) / "lab-results",
+        results_dir=Path(config.rootpath) / "lab-results", only=tuple(config.stash.get(_SELECTED, {}).get(key, ())) or None,
     )
     return trio.run(grade_gateway, target)
 
