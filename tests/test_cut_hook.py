@@ -1,6 +1,7 @@
 """The one private mitmproxy method finish_fix wraps (`HttpStream._handle_event`) and the methods whose
-behaviour its wrapper mirrors. If a mitmproxy upgrade changes any of them, these fail loudly and say
-what to re-check; the end-to-end cut tests then show whether the hook still works."""
+behaviour its wrapper mirrors or relies on. If a mitmproxy upgrade changes any of them, these fail
+loudly and say what to re-check; the end-to-end cut and stall tests then show whether the hook still
+works."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import hashlib
 import inspect
 
 import pytest
+from mitmproxy.proxy import commands, events
 from mitmproxy.proxy.layers import http as http_layer
-from mitmproxy.proxy.layers.http import HttpStream
+from mitmproxy.proxy.layers.http import HttpLayer, HttpStream
 
 import finish_fix_cut_hook
 
@@ -28,7 +30,11 @@ PINNED_SOURCES = {
     "state_stream_response_body": "3fb6320300d3ddd5569cfe3c04720b339cd64e400956b7d55b5d31fdcaf22e49",
     # Called by the wrapper after the error hook, as handle_protocol_error does.
     "check_killed": "368cad352d1e82b6907688a0d3196d2e586b4af9af2a8465ea00d46e2d3c3672",
+    # Sends the response head and enters state_stream_response_body: where the stall timer starts.
+    "start_response_stream": "b0de9e9a5ee272769f0e6013299e2803d9ca45aa4c1517c66a21a20822ae06ff",
 }
+# HttpLayer.event_to_child remembers which stream asked for a wakeup and hands the Wakeup back to it.
+EVENT_TO_CHILD = "1095f6e1581d1780afd5e87446b11eee0b12fb196c9be559f0fe15055436c8d7"
 
 
 @pytest.mark.parametrize("method", sorted(PINNED_SOURCES))
@@ -42,9 +48,28 @@ def test_the_methods_are_the_ones_we_read(method):
     )
 
 
+def test_wakeups_are_routed_back_to_the_stream_that_asked():
+    source = inspect.getsource(HttpLayer.event_to_child)
+    assert hashlib.sha256(source.encode()).hexdigest() == EVENT_TO_CHILD, (
+        "mitmproxy's HttpLayer.event_to_child changed; the stall timer relies on it handing a Wakeup "
+        "back to the HttpStream that yielded the RequestWakeup. Re-verify, then move the pin:\n" + source
+    )
+
+
+def test_every_wakeup_a_stream_gets_is_finish_fixs():
+    # The wrapper takes any Wakeup reaching an HttpStream as its stall timer: true only while
+    # HttpStream asks for none of its own.
+    finish_fix_cut_hook.uninstall()
+    assert "Wakeup" not in inspect.getsource(HttpStream), "HttpStream now uses wakeups of its own"
+
+
 def test_the_names_the_hook_uses_still_exist():
-    for name in ("DropStream", "HttpErrorHook", "ResponseData", "ResponseEndOfMessage", "ResponseProtocolError", "SendHttp"):
+    for name in ("DropStream", "ErrorCode", "HttpErrorHook", "RequestProtocolError", "ResponseData",
+                 "ResponseEndOfMessage", "ResponseProtocolError", "SendHttp"):
         assert hasattr(http_layer, name), f"mitmproxy.proxy.layers.http.{name} is gone"
+    assert hasattr(commands, "RequestWakeup") and hasattr(events, "Wakeup")
+    assert list(inspect.signature(commands.RequestWakeup).parameters) == ["delay"]
+    assert http_layer.ErrorCode.CANCEL.name == "CANCEL"
     for name in ("state_stream_response_body", "state_errored", "server_state", "stream_id", "flow", "context"):
         assert name in inspect.getsource(HttpStream), f"HttpStream no longer has {name}"
     assert list(inspect.signature(HttpStream._handle_event).parameters) == ["self", "event"]
