@@ -45,7 +45,7 @@ POLICY_OPTIONS = {"finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_i
 class FinishFix:
     def __init__(self) -> None:
         self.paths = re.compile(DEFAULT_PATHS)
-        self.policy = RepairPolicy()
+        self.policy = RepairPolicy(idle_timeout=float(DEFAULT_IDLE_TIMEOUT), first_token_timeout=float(DEFAULT_FIRST_TOKEN_TIMEOUT))
         self.copy_limit = 4 * 1024 * 1024
         self.ledger: Ledger | None = None
         self.verdicts: Counter[str] = Counter()

@@ -167,6 +167,31 @@ def test_cut_with_pass_lets_mitmproxy_close_as_usual(addon):
     assert action == finishline.ClientEnding(b"data: {", end_response=False)
 
 
+def test_a_stall_found_by_the_timer_sends_an_error_event_and_books_it(addon):
+    addon.tctx.configure(addon, finish_fix_idle_timeout="2", finish_fix_first_token_timeout="0")
+    flow = make_flow()
+    sent = stream_through(addon, flow, [sse(chunk("x"), chunk("y"))], end="cut")
+    stream = finish_fix_stream.stream_of(flow)
+    last_event = stream.repair._last_event_at
+    assert stream.next_stall_check(last_event) == last_event + 2
+    assert stream.on_timer(last_event + 1.9) is None
+    ending = stream.on_timer(last_event + 2)
+    assert ending.end_response is True
+    assert "no event for 2 s after 2 events" in data_events(ending.client_bytes)[0]["error"]["message"]
+    assert stream.on_timer(last_event + 3) is None  # the stream is over: nothing more
+    flow.error = mitm_flow.Error(finish_fix_cut_hook.STALL_MESSAGE)
+    addon.error(flow)
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "interrupted" and record["interruption"]["cause"] == "stalled"
+    assert flow.response.raw_content == sent + ending.client_bytes
+
+
+def test_the_stall_deadlines_default_to_what_a_careful_operator_accepts(addon):
+    assert (addon.policy.idle_timeout, addon.policy.first_token_timeout) == (120, 600)
+    addon.tctx.configure(addon, finish_fix_idle_timeout="0", finish_fix_first_token_timeout="2.5")
+    assert (addon.policy.idle_timeout, addon.policy.first_token_timeout) == (0, 2.5)
+
+
 def test_client_going_away_is_booked_without_sending_anything(addon):
     flow = make_flow()
     stream_through(addon, flow, [sse(chunk("x"))], end="cut")
