@@ -268,7 +268,10 @@ class TrioChildProcess:
             return await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
         # A pidfd per call, so that two tasks can wait at once (trio allows one waiter per fd). The
         # pid cannot be reused before this: only we reap the child, and it is not reaped yet.
-        pidfd = os.pidfd_open(self.process.pid)
+        try:
+            pidfd = os.pidfd_open(self.process.pid)
+        except ProcessLookupError:  # reaped by a `poll()` in another thread since the check above
+            return self.process.wait()
         try:
             await trio.lowlevel.wait_readable(pidfd)
         finally:
