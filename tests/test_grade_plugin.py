@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from labs.grade.gateway_checks import GATEWAY_CHECK_IDS
 from labs.grade.server_checks import SERVER_CHECKS
 
 pytest_plugins = ["pytester"]
@@ -89,3 +90,24 @@ def test_the_fixtures_in_a_users_own_tests(pytester):
 def test_k_selects_among_the_checks(pytester, finishline_worker):
     result = pytester.runpytest(f"--finishline-server-url={finishline_worker('done=0')}", "-k", "stream-done-last", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=1, deselected=len(CHECK_IDS) - 1)
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(200)
+def test_gateway_checks_as_tests_with_k_running_only_the_selected(pytester, start_mitmdump, tmp_path):
+    from labs.processes import free_port
+    from tests.mitmdump_process import FINISH_FIX_SCRIPT
+
+    upstream_port = free_port()
+    mitmdump = start_mitmdump(mode=f"reverse:http://127.0.0.1:{upstream_port}", scripts=[FINISH_FIX_SCRIPT],
+                              options={"finish_fix_ledger": str(tmp_path / "ledger.jsonl")})
+    result = pytester.runpytest(
+        f"--finishline-gateway-url={mitmdump.url}/v1", f"--finishline-upstream-port={upstream_port}",
+        "--finishline-client=openai-python", "-k", "cut-after-tokens-fin or prefill-cut-fin", "-v", "-rs", "-p", "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=1, skipped=1, deselected=len(GATEWAY_CHECK_IDS) - 2)
+    result.stdout.fnmatch_lines([
+        "finishline/gateway::prefill-cut-fin SKIPPED*",
+        "finishline/gateway::cut-after-tokens-fin PASSED*",
+        "SKIPPED*not tested: no --spare-port: nowhere to retry*",
+    ])
