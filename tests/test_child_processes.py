@@ -361,6 +361,34 @@ def test_the_check_lets_the_launcher_and_plain_uses_of_subprocess_through():
     assert process_starts("import subprocess\nstart_child(['x'], stdout=subprocess.PIPE)\nsubprocess.TimeoutExpired") == []
 
 
+def trio_internals(source: str) -> list[str]:
+    """Every private trio name `source` touches (`trio._core...`, `trio.Process._create`)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        dotted = _dotted(node) if isinstance(node, ast.Attribute) else None
+        if isinstance(node, ast.ImportFrom) and node.module:
+            dotted = node.module
+        if dotted and dotted.split(".")[0] == "trio" and any(part.startswith("_") for part in dotted.split(".")):
+            found.append(f"{dotted} at line {node.lineno}")
+    return found
+
+
+def test_the_internals_check_finds_private_trio_names():
+    assert trio_internals("import trio\ntrio._core._thread_cache.IDLE_TIMEOUT = 0.1")
+    assert trio_internals("from trio._subprocess import Process")
+    assert trio_internals("import trio\ntrio.lowlevel.FdStream(0)") == []
+
+
+def test_nothing_in_labs_faults_or_tests_uses_trio_internals():
+    offenders = {
+        str(path.relative_to(ROOT)): found
+        for folder in ("labs", "faults", "tests")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if "node_modules" not in path.parts and (found := trio_internals(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}
+
+
 def test_nothing_in_labs_faults_or_tests_starts_a_process_but_the_launcher():
     this_file = Path(__file__).resolve()
     offenders = {}
