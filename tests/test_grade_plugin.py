@@ -80,10 +80,21 @@ def test_the_fixtures_in_a_users_own_tests(pytester):
             # Outside the block the fault is gone: the whole answer arrives.
             body = httpx.post(finishline_tunnel.url + "/chat/completions", json=BODY, timeout=10).text
             assert '"finish_reason":"stop"' in body
+
+        @pytest.mark.finishline_worker("tokens=4")
+        def test_hub_policies(finishline_tunnel, finishline_hub):
+            url = finishline_hub.url + "/v1/chat/completions"
+            with finishline_tunnel.fault("cut_after_tokens", n=2, request=BODY):
+                # close: the post-mortem's hub ends the response cleanly; nothing says it was cut.
+                body = httpx.post(url, json=BODY, timeout=10).text
+                assert body.count('"content":') == 3 and "[DONE]" not in body and "error" not in body
+                finishline_hub.on_tunnel_drop = "error_event"
+                body = httpx.post(url, json=BODY, timeout=10).text
+                assert body.endswith('"code":"worker_disconnected"}}\\n\\n')
         """
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "-v")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=3)
 
 
 @pytest.mark.timeout(90)

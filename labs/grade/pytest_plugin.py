@@ -229,5 +229,17 @@ def finishline_tunnel(request: pytest.FixtureRequest) -> Iterator[Tunnel]:
         yield Tunnel(toxiproxy=toxiproxy, proxy=proxy, worker_settings=settings)
 
 
+@pytest.fixture
+def finishline_hub(finishline_tunnel: Tunnel) -> Iterator[Any]:
+    """The lab's hub (`labs.hub.Hub`) in front of `finishline_tunnel`: its `url` is what a gateway's
+    upstream is set to, `port` its port; set `hub.on_tunnel_drop` to `close`, `error_event` or
+    `abort` (default `close`, the post-mortem's hub) for the requests that follow."""
+    from labs.grade.background import serving_in_thread
+    from labs.hub import open_hub
+
+    with serving_in_thread(lambda: open_hub(upstream_port=finishline_tunnel.port), name="finishline hub") as hub:
+        yield hub
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "finishline_worker(settings): worker settings for the finishline_tunnel fixture")
