@@ -181,3 +181,33 @@ def test_regular_mode_https_cut_raises_api_error_saying_it_was_interrupted(
     assert_interrupted_error(raised.value)
     [request] = https_upstream.requests_under(prefix)
     assert request.http_version == ("2" if http2 else "1.1")
+
+
+@pytest.fixture
+def regular_mode_with_deadlines(mitmproxy_confdir: Path) -> Iterator[Mitmdump]:
+    with running_mitmdump(
+        confdir=mitmproxy_confdir, mode="regular", scripts=[FINISH_FIX_SCRIPT],
+        options={"ssl_insecure": "true", "finish_fix_idle_timeout": "2", "finish_fix_first_token_timeout": "2"},
+    ) as mitmdump:
+        yield mitmdump
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_regular_mode_https_stall_raises_api_error_saying_the_upstream_stalled(
+    regular_mode_with_deadlines: Mitmdump, https_upstream: UpstreamServer, mitmproxy_confdir: Path, http2: bool
+) -> None:
+    # Over HTTP/2 on both sides finish_fix resets only the stalled stream upstream (RST_STREAM).
+    keep_alive = [b": keep-alive\n\n"] * 30
+    prefix = https_upstream.route(Script(pieces=PARTIAL + keep_alive, pause_between_s=0.5))
+    received: list = []
+    with client_through(regular_mode_with_deadlines, https_upstream, prefix, mitmproxy_confdir, http2=http2) as client:
+        with pytest.raises(openai.APIError) as raised:
+            stream = client.chat.completions.create(model="e2e-model", messages=[{"role": "user", "content": "hi"}], stream=True)
+            assert stream.response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+            for chunk in stream:
+                received.append(chunk)
+    assert_interrupted_error(raised.value)
+    assert "no event for 2 s after 2 events; the upstream stalled" in raised.value.message
+    assert text_of(received) == "".join(ANSWER[:2])
+    [request] = https_upstream.requests_under(prefix)
+    assert request.http_version == ("2" if http2 else "1.1")
