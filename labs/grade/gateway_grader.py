@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from labs.scenario import CELL_ID_TEMPLATE, SCENARIO_DIR, Scenario, cell_id_of, 
 from labs.worker.server import RunningWorker, open_worker
 from labs.worker.settings import DEFAULT_MODEL_NAME
 
-__all__ = ["DEFAULT_STALL_DEADLINE_S", "GatewayTarget", "grade_gateway"]
+__all__ = ["DEFAULT_STALL_DEADLINE_S", "GatewayTarget", "GradingLab", "grade_gateway", "grade_with", "open_grading_lab"]
 
 #: How long a gateway has to end a stalled stream, when neither `--stall-deadline` nor the
 #: gateway's own setting says.
@@ -74,6 +74,9 @@ class GatewayTarget:
     progress: Callable[[str], None] | None = None
     #: Run only these checks (ids); None: every check.
     only: tuple[str, ...] | None = None
+    #: Awaited with a check's request models before they are sent, for a gateway that must be told
+    #: a model before it routes it (the lab's SMG: `labs.gateways.services.Gateway.prepare`).
+    prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
 
 
 def _require_free(port: int, option: str) -> None:
@@ -153,12 +156,20 @@ def _bytes_report(reading: StreamReading) -> ClientReport:
     )
 
 
-class _Grader:
-    def __init__(self, target: GatewayTarget, *, primary: RunningWorker, spare: RunningWorker | None, hub: Any,
-                 toxiproxy: Any, hosts: dict[str, Any]) -> None:
-        self.target, self.primary, self.spare, self.hub, self.toxiproxy, self.hosts = target, primary, spare, hub, toxiproxy, hosts
-        self.next_number = 1
-        self.stall_deadline_s = target.stall_deadline_s or DEFAULT_STALL_DEADLINE_S
+@dataclass(slots=True, kw_only=True)
+class GradingLab:
+    """Everything right of the gateway, and the clients left of it: open once, grade one or more
+    gateways with it (`grade_with`), one after another."""
+
+    primary: RunningWorker
+    spare: RunningWorker | None
+    hub: Any
+    toxiproxy: Any
+    tunnel_port: int
+    hosts: dict[str, Any]
+    clients: tuple[str, ...]
+    run_dir: Path
+    next_number: int = 1
 
     def new_id(self) -> str:
         request_id = CELL_ID_TEMPLATE.format(self.next_number)
@@ -173,6 +184,32 @@ class _Grader:
                 seen[name] = count
         return seen
 
+
+@contextlib.asynccontextmanager
+async def open_grading_lab(
+    *, upstream_port: int, spare_port: int | None, clients: tuple[str, ...], results_dir: Path
+) -> AsyncIterator[GradingLab]:
+    """The worker, its toxiproxy tunnel, the hub on 127.0.0.1:`upstream_port`, the spare worker on
+    `spare_port` (if any), and the clients' driver hosts."""
+    run_dir = (results_dir / time.strftime("grade-%Y%m%d-%H%M%S")).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    async with open_worker() as primary, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
+        tunnel = await trio.to_thread.run_sync(lambda: toxiproxy.client.create_proxy(_TUNNEL, upstream=f"127.0.0.1:{primary.port}"))
+        async with open_hub(upstream_port=tunnel.listen_port, port=upstream_port) as hub, \
+                _maybe_spare(spare_port) as spare, open_driver_hosts(clients, run_dir) as hosts:
+            yield GradingLab(primary=primary, spare=spare, hub=hub, toxiproxy=toxiproxy, tunnel_port=tunnel.listen_port,
+                             hosts=hosts, clients=clients, run_dir=run_dir)
+
+
+class _Grader:
+    def __init__(self, target: GatewayTarget, lab: GradingLab) -> None:
+        self.target, self.lab = target, lab
+        self.primary, self.spare, self.hub, self.toxiproxy, self.hosts = lab.primary, lab.spare, lab.hub, lab.toxiproxy, lab.hosts
+        self.stall_deadline_s = target.stall_deadline_s or DEFAULT_STALL_DEADLINE_S
+
+    def workers_for(self, request_id: str) -> dict[str, int]:
+        return self.lab.workers_for(request_id)
+
     async def run(self, check: GatewayCheck) -> CheckRun:
         scenario = _pinned(load_scenario(SCENARIO_DIR / f"{check.scenario}.toml"), check)
         self.hub.on_tunnel_drop = check.hub or scenario.hub_policy or TunnelDropPolicy.ABORT
@@ -185,8 +222,13 @@ class _Grader:
         await trio.to_thread.run_sync(self.toxiproxy.client.set_enabled, _TUNNEL, False)
         await trio.to_thread.run_sync(self.toxiproxy.client.set_enabled, _TUNNEL, True)
 
+        client_ids = {name: self.lab.new_id() for name in self.target.clients}
+        bytes_ids = [self.lab.new_id() for _ in range(BYTES_ATTEMPTS)]
+        if self.target.prepare is not None:
+            await self.target.prepare([_model(scenario, i, self.target.model) for i in (*client_ids.values(), *bytes_ids)])
+
         async def client(name: str) -> None:
-            request_id = self.new_id()
+            request_id = client_ids[name]
             request = {"id": request_id, "client": name, "base_url": self.target.url, "model": _model(scenario, request_id, self.target.model),
                        "deadline_s": deadline_s, **scenario.request(), "api_key": self.target.api_key or LAB_API_KEY}
             raw = await self.hosts[name].run(request)
@@ -195,8 +237,7 @@ class _Grader:
             results.append(RequestResult(client=name, request_id=request_id, outcome=judged.outcome, why=judged.reason))
 
         async def raw_bytes() -> None:
-            for _ in range(BYTES_ATTEMPTS):
-                request_id = self.new_id()
+            for request_id in bytes_ids:
                 body = {"model": _model(scenario, request_id, self.target.model), "stream": True, **scenario.request()}
                 reading = await _read_bytes(self.target.url, body, self.target.api_key or LAB_API_KEY, deadline_s)
                 judged = judge(_bytes_report(reading), expected)
@@ -298,47 +339,48 @@ async def _grade_gateway(target: GatewayTarget) -> Card:
     if target.spare_port is not None:
         _require_free(target.spare_port, "--spare-port")
     await _require_reachable(target.url)
+    async with open_grading_lab(upstream_port=target.upstream_port, spare_port=target.spare_port, clients=target.clients,
+                                results_dir=target.results_dir) as lab:
+        return await grade_with(lab, target)
+
+
+async def grade_with(lab: GradingLab, target: GatewayTarget) -> Card:
+    """Run the checks through `target`'s gateway, whose upstream is `lab`'s hub (and spare)."""
     say = target.progress or (lambda line: None)
-    run_dir = (target.results_dir / time.strftime("grade-%Y%m%d-%H%M%S")).resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    grader = _Grader(target, lab)
     card = Card(kind="gateway", target=target.url)
-    async with open_worker() as primary, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
-        tunnel = await trio.to_thread.run_sync(lambda: toxiproxy.client.create_proxy(_TUNNEL, upstream=f"127.0.0.1:{primary.port}"))
-        async with open_hub(upstream_port=tunnel.listen_port, port=target.upstream_port) as hub, \
-                _maybe_spare(target.spare_port) as spare, open_driver_hosts(target.clients, run_dir) as hosts:
-            grader = _Grader(target, primary=primary, spare=spare, hub=hub, toxiproxy=toxiproxy, hosts=hosts)
-            card.setup = {
-                "upstream": f"hub on 127.0.0.1:{target.upstream_port} -> tunnel (toxiproxy) 127.0.0.1:{tunnel.listen_port} -> worker 127.0.0.1:{primary.port}",
-                "spare": f"worker on 127.0.0.1:{target.spare_port}" if spare is not None else "none (rule 1 not tested)",
-                "clients": [BYTES_CLIENT, *target.clients],
-                "stall_deadline_s": grader.stall_deadline_s,
-                "versions": {host.runtime: host.hello.get("versions", {}) for host in hosts.values()},
-                "run_dir": str(run_dir),
-            }
-            cut: list[RequestResult] = []
-            for check in GATEWAY_CHECKS:
-                if target.only is not None and check.check not in target.only and check.check != "healthy":
-                    continue  # the healthy check always runs: it proves the setup reaches the worker
-                if check.needs_spare and spare is None:
-                    card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=Mark.NOT_TESTED,
-                                                    evidence="no --spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"))
-                    continue
-                say(f"{check.check}: {check.title}")
-                run = await grader.run(check)
-                if check.check == "healthy":
-                    _require_upstream_reached(run, target)
-                mark, evidence = check.judge(run)
-                card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=mark, evidence=evidence, details=_details(run)))
-                if check.booked_as_cut:
-                    cut += run.results
-            if target.only is None or BOOKS_CHECK[1] in target.only:
-                say(f"{BOOKS_CHECK[1]}: reading the books")
-                card.results.append(await _books_row(target, cut))
+    card.setup = {
+        "upstream": f"hub on 127.0.0.1:{lab.hub.port} -> tunnel (toxiproxy) 127.0.0.1:{lab.tunnel_port} -> worker 127.0.0.1:{lab.primary.port}",
+        "spare": f"worker on 127.0.0.1:{lab.spare.port}" if lab.spare is not None else "none (rule 1 not tested)",
+        "clients": [BYTES_CLIENT, *target.clients],
+        "stall_deadline_s": grader.stall_deadline_s,
+        "versions": {host.runtime: host.hello.get("versions", {}) for host in lab.hosts.values()},
+        "run_dir": str(lab.run_dir),
+    }
+    cut: list[RequestResult] = []
+    for check in GATEWAY_CHECKS:
+        if target.only is not None and check.check not in target.only and check.check != "healthy":
+            continue  # the healthy check always runs: it proves the setup reaches the worker
+        if check.needs_spare and lab.spare is None:
+            card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=Mark.NOT_TESTED,
+                                            evidence="no --spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"))
+            continue
+        say(f"{check.check}: {check.title}")
+        run = await grader.run(check)
+        if check.check == "healthy":
+            _require_upstream_reached(run, target, lab)
+        mark, evidence = check.judge(run)
+        card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=mark, evidence=evidence, details=_details(run)))
+        if check.booked_as_cut:
+            cut += run.results
+    if target.only is None or BOOKS_CHECK[1] in target.only:
+        say(f"{BOOKS_CHECK[1]}: reading the books")
+        card.results.append(await _books_row(target, cut))
     card.results.sort(key=lambda r: _RULE_ORDER.index(r.rule))
     return card
 
 
-def _require_upstream_reached(run: CheckRun, target: GatewayTarget) -> None:
+def _require_upstream_reached(run: CheckRun, target: GatewayTarget, lab: GradingLab) -> None:
     """The healthy request must reach the lab's worker with its settings, or nothing can be judged."""
     raw = run.raw
     if raw is None or raw.reached_primary or raw.workers.get("spare"):
@@ -346,8 +388,8 @@ def _require_upstream_reached(run: CheckRun, target: GatewayTarget) -> None:
     reading = raw.reading
     answer = f"answered HTTP {reading.status}" if reading is not None and reading.status else f"ended with {reading.ending if reading else 'nothing'}"
     raise GradeError(
-        f"the gateway {answer} to a healthy request that never reached 127.0.0.1:{target.upstream_port}: "
-        f"point its upstream at http://127.0.0.1:{target.upstream_port}/v1 and let the model name through unchanged"
+        f"the gateway {answer} to a healthy request that never reached 127.0.0.1:{lab.hub.port}: "
+        f"point its upstream at http://127.0.0.1:{lab.hub.port}/v1 and let the model name through unchanged"
     )
 
 
