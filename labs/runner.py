@@ -12,8 +12,8 @@ Topologies (labs.scenario.Topology): a scenario with `[hub]` puts the hub (labs.
 process, in front of the tunnel) between the gateways and the tunnel, and sets its policy for the
 scenario; `[pool] workers = 2` adds a second, healthy worker (the spare, in this process, no
 tunnel) as the gateways' second upstream. Gateways are told their upstreams at start, so each
-topology the run needs gets its own set of gateways, all started at once before the first cell
-(LiteLLM alone takes ~15 s to start); scenarios run grouped by topology. Which worker answered a
+topology the run needs gets its own set of gateways, all started before the first cell (LiteLLM
+alone takes ~15 s to start, so each starts once); scenarios run grouped by topology. Which worker answered a
 cell is read from the workers' own records (`RunningWorker.arrivals`): the spare if it saw the
 cell's request (it is healthy: it answered in full), else the primary.
 
@@ -385,38 +385,25 @@ async def _open_gateway_sets(
     run_dir: Path,
     config: LabConfig,
 ) -> AsyncIterator[dict[Topology, dict[str, Gateway]]]:
-    """Every topology's gateways, started at the same time (each start is mostly waiting for a
-    process to come up); all stop when the block ends, and one that fails to start stops the rest.
+    """Every topology's gateways, started before the first cell and stopped when the block ends.
 
+    One set after the other: a set's gateways already start at once (labs.gateways), and on two
+    cores two LiteLLMs importing side by side each take twice as long, against start timeouts.
     The default topology's gateways keep their logs and books in `run_dir`, the others in a
     folder named after the topology (`run_dir/hub`, `run_dir/hub+spare`), so two LiteLLMs never
     share a config or a log.
     """
-    sets: dict[Topology, dict[str, Gateway]] = {}
-    ready = {topology: trio.Event() for topology in names}
-    release = trio.Event()
-
-    async def hold(topology: Topology) -> None:
-        primary_url, spare_url = upstreams[topology]
-        directory = run_dir if topology == Topology() else run_dir / topology.label
-        directory.mkdir(parents=True, exist_ok=True)
-        async with open_gateways(
-            names[topology], primary_url=primary_url, spare_url=spare_url, run_dir=directory,
-            external_url=config.external_url, external_api_key=config.external_api_key,
-        ) as gateways:
-            sets[topology] = gateways
-            ready[topology].set()
-            await release.wait()
-
-    async with trio.open_nursery() as nursery:
-        for topology in names:
-            nursery.start_soon(hold, topology)
-        for event in ready.values():
-            await event.wait()
-        try:
-            yield sets
-        finally:
-            release.set()
+    async with AsyncExitStack() as stack:
+        sets: dict[Topology, dict[str, Gateway]] = {}
+        for topology, gateway_names in names.items():
+            primary_url, spare_url = upstreams[topology]
+            directory = run_dir if topology == Topology() else run_dir / topology.label
+            directory.mkdir(parents=True, exist_ok=True)
+            sets[topology] = await stack.enter_async_context(open_gateways(
+                gateway_names, primary_url=primary_url, spare_url=spare_url, run_dir=directory,
+                external_url=config.external_url, external_api_key=config.external_api_key,
+            ))
+        yield sets
 
 
 def _attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
