@@ -38,6 +38,7 @@ import json
 import re
 
 from . import _wording as wording
+from ._deadlines import Deadline, earliest_deadline, next_check
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
 from ._json import UNREADABLE, json_or_unreadable
@@ -170,18 +171,11 @@ class StreamRepair:
     def next_stall_check(self, now: float) -> float | None:
         """When (in the caller's clock) to call `receive_timer` next, or None when no timer is
         needed: no deadline is set, the stream ended, or it is past `[DONE]`, an error event or in
-        passthrough. Deadlines only move later as events come, except when the first event starts
-        the idle deadline; until then the caller is asked to look again at least every idle timeout
-        (so a stall is still caught exactly one idle timeout after the last event)."""
+        passthrough. Before the first event the caller is asked to look again at least every idle
+        timeout (`_deadlines.next_check` says why)."""
         if self._ended or self._phase not in DEADLINES_RUN:
             return None
-        deadline = self._stall_deadline()
-        if self._last_event_at is None and self._policy.idle_timeout > 0:
-            # The idle deadline starts with the first event, which may come any moment and is the
-            # only thing that brings a deadline forward: look again one idle timeout from now.
-            look_again = now + self._policy.idle_timeout
-            return look_again if deadline is None else min(deadline[0], look_again)
-        return None if deadline is None else deadline[0]
+        return next_check(self._policy, self._stall_deadline(), before_first_event=self._last_event_at is None, now=now)
 
     def receive_timer(self, now: float) -> ClientEnding | None:
         """The caller's timer went off. None when no deadline has passed (set the next timer from
@@ -191,26 +185,15 @@ class StreamRepair:
         if self._phase not in DEADLINES_RUN:
             return None
         deadline = self._stall_deadline()
-        if deadline is None or now < deadline[0]:
+        if deadline is None or now < deadline.at:
             return None
-        first_token = deadline[1]
-        timeout = self._policy.first_token_timeout if first_token else self._policy.idle_timeout
-        reason = wording.stall_reason(first_token=first_token, timeout=timeout, events=self.report.events)
+        reason = wording.stall_reason(first_token=deadline.first_token, timeout=deadline.timeout, events=self.report.events)
         return self._end_broken(CutCause.STALLED, reason, now)
 
-    def _stall_deadline(self) -> tuple[float, bool] | None:
-        """The earliest deadline now running, and whether it is the first token's: one idle timeout
-        after the last event (once there was one), one first-token timeout after the head (until
-        the first token). None when neither runs."""
-        policy = self._policy
-        deadline = None
-        if policy.idle_timeout > 0 and self._last_event_at is not None:
-            deadline = (self._last_event_at + policy.idle_timeout, False)
-        if policy.first_token_timeout > 0 and not self._first_token_seen and self._head_at is not None:
-            first_token_deadline = self._head_at + policy.first_token_timeout
-            if deadline is None or first_token_deadline < deadline[0]:
-                deadline = (first_token_deadline, True)
-        return deadline
+    def _stall_deadline(self) -> Deadline | None:
+        return earliest_deadline(
+            self._policy, head_at=self._head_at, last_event_at=self._last_event_at, first_token_seen=self._first_token_seen
+        )
 
     def _end_broken(self, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
         """The stream ended without its clean end (a transport failure, a stall)."""
