@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
@@ -63,7 +64,7 @@ def _outputs(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m labs.grade", description="Grade a gateway or an OpenAI-compatible server: a report card, exit 0 (all passed), 1 (one failed), 2 (could not run).")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{gateway,server}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{gateway,server,lab-gateways}")
     gateway = commands.add_parser("gateway", help="grade a gateway: the lab serves its upstream(s) and breaks them on purpose")
     gateway.add_argument("--url", type=_url, required=True, help="the gateway's OpenAI base URL, e.g. http://127.0.0.1:4000/v1")
     gateway.add_argument("--upstream-port", type=_port, required=True, metavar="P",
@@ -79,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     gateway.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR",
                          help="where the run's logs go (default lab-results/)")
     _outputs(gateway)
+    shipped = commands.add_parser("lab-gateways", help="grade every gateway the lab ships (the README's table of cards)")
+    shipped.add_argument("--gateway", action="append", metavar="NAME", help="a lab gateway to grade (repeatable; default: all of them)")
+    shipped.add_argument("--client", action="append", choices=ALL_CLIENTS, metavar="CLIENT",
+                         help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)})")
+    shipped.add_argument("--stall-deadline", type=_seconds, default=30.0, metavar="SECONDS", help="the stall deadline for every gateway (default 30)")
+    shipped.add_argument("--markdown", type=Path, metavar="PATH", help="also write the table of cards as Markdown to PATH")
+    shipped.add_argument("--json", type=Path, metavar="DIR", help="also write each card as DIR/<gateway>.json")
+    shipped.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)")
     server = commands.add_parser("server", help="grade an OpenAI-compatible server (no faults)")
     server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
     _outputs(server)
@@ -106,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_CANNOT_RUN
         return _emit(card, arguments)
+    if arguments.command == "lab-gateways":
+        return _lab_gateways(parser, arguments)
     if arguments.spare_port is not None and arguments.spare_port == arguments.upstream_port:
         parser.error(f"--spare-port {arguments.spare_port} is the --upstream-port; give the spare worker another port")
     if arguments.books is not None and not arguments.books.parent.is_dir():
@@ -123,3 +134,34 @@ def main(argv: list[str] | None = None) -> int:
     if card is None:
         return status  # run_command printed the one line (GradeError, a helper that did not start, a signal)
     return _emit(card, arguments)
+
+
+def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+    from labs.entry import run_command
+    from labs.grade.card import EXIT_FAILED, EXIT_PASSED
+    from labs.grade.lab_gateways import grade_lab_gateways, lab_gateway_names
+    from labs.grade.render import render_cards_markdown
+
+    known = lab_gateway_names()
+    unknown = [name for name in arguments.gateway or () if name not in known]
+    if unknown:
+        parser.error(f"--gateway {unknown[0]!r} is not a lab gateway; lab gateways: {', '.join(known)}")
+    names = tuple(dict.fromkeys(arguments.gateway or known))
+    clients = tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS))
+    status, cards = run_command(partial(
+        grade_lab_gateways, names, clients=clients, stall_deadline_s=arguments.stall_deadline, results_dir=arguments.results,
+        progress=lambda line: print(f"grading {line}", file=sys.stderr, flush=True),
+    ))
+    if cards is None:
+        return status
+    for card in cards.values():
+        print(render_terminal(card, colour=sys.stdout.isatty()), end="\n\n")
+    table = render_cards_markdown(cards)
+    print(table)
+    if arguments.markdown:
+        arguments.markdown.parent.mkdir(parents=True, exist_ok=True)
+        arguments.markdown.write_text(table + "\n", encoding="utf-8")
+    if arguments.json:
+        for name, card in cards.items():
+            write_json(card, arguments.json / f"{name.replace('+', '-')}.json")
+    return EXIT_FAILED if any(c.exit_status for c in cards.values()) else EXIT_PASSED

@@ -65,6 +65,8 @@ class GatewayTarget:
     books_path: Path | None = None
     #: Books read another way (the lab's own gateways): request id -> (word, entry).
     books_lookup: Callable[[str], tuple[str | None, dict[str, Any] | None]] | None = None
+    #: Why rule 3 is not checked when there are no books to read (default: no --books given).
+    no_books_reason: str | None = None
     stall_deadline_s: float | None = None
     #: A prefix for the model name, for a gateway that routes on one (e.g. `lab/`).
     model: str | None = None
@@ -288,7 +290,7 @@ async def _books_row(target: GatewayTarget, cut: list[RequestResult]) -> CheckRe
     lookup = _books_lookup(target)
     if lookup is None:
         return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_CHECKED,
-                           evidence="the gateway's books were not read: pass --books FILE (JSON lines, see the README)")
+                           evidence=target.no_books_reason or "the gateway's books were not read: pass --books FILE (JSON lines, see the README)")
     cut = [r for r in cut if r.reached_primary]
     if not cut:
         return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_TESTED, evidence="no cut request reached the faulty worker")

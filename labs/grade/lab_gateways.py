@@ -1,0 +1,72 @@
+"""`python -m labs.grade lab-gateways`: grade every gateway the lab ships, for the README's table.
+
+One grading lab (worker, tunnel, hub, spare worker, driver hosts) serves every gateway in turn:
+each gateway is started by the lab's own registry (`labs.gateways`), configured with the hub as its
+upstream and, where it can have two, the spare as its second, graded, and stopped. Its books are
+read the way the lab reads them (finish_fix's ledger, LiteLLM's callbacks, Envoy's access log,
+...). The cards go side by side into one Markdown table: checks as rows, gateways as columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from labs.grade.card import Card
+from labs.grade.gateway_grader import GatewayTarget, grade_with, open_grading_lab
+from labs.processes import free_port
+
+__all__ = ["grade_lab_gateways", "lab_gateway_names"]
+
+
+def lab_gateway_names() -> tuple[str, ...]:
+    """The lab's own gateways, in matrix order (`external` is the user's, not the lab's)."""
+    from labs.gateways import EXTERNAL
+    from labs.gateways.registry import entries
+
+    return tuple(name for name in entries() if name != EXTERNAL)
+
+
+async def grade_lab_gateways(
+    names: tuple[str, ...], *, clients: tuple[str, ...], stall_deadline_s: float, results_dir: Path,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Card]:
+    """{gateway name: its card}, graded one after another through one grading lab."""
+    from labs.gateways.registry import lookup, missing_installs
+    from labs.gateways.services import books_entry, open_gateways, read_books
+
+    missing = missing_installs(names)
+    if missing:
+        from labs.grade.card import GradeError
+
+        raise GradeError("not installed: " + "; ".join(missing) + " (run make setup)")
+    say = progress or (lambda line: None)
+    upstream_port, spare_port = free_port(), free_port()
+    cards: dict[str, Card] = {}
+    async with open_grading_lab(upstream_port=upstream_port, spare_port=spare_port, clients=clients, results_dir=results_dir) as lab:
+        for name in names:
+            entry = lookup(name)
+            say(f"{name}: starting")
+            spare_url = f"http://127.0.0.1:{spare_port}" if entry.uses_spare else None
+            async with open_gateways((name,), primary_url=f"http://127.0.0.1:{upstream_port}", spare_url=spare_url,
+                                     run_dir=lab.run_dir / name.replace("+", "-")) as gateways:
+                gateway = gateways[name]
+                books_lookup, no_books = None, None
+                if gateway.books_kind is None:
+                    no_books = "no gateway in between, no books"
+                elif gateway.books_kind == "none":
+                    no_books = f"{name} keeps no per-request books"
+                else:
+                    def books_lookup(request_id: str, gateway=gateway):  # noqa: ANN001, E306 - bound per gateway
+                        return books_entry(gateway, read_books(gateway.books_path), request_id)
+                target = GatewayTarget(
+                    url=gateway.base_url.rstrip("/"), upstream_port=upstream_port,
+                    spare_port=spare_port if entry.uses_spare else None, clients=clients, books_lookup=books_lookup,
+                    no_books_reason=no_books, stall_deadline_s=stall_deadline_s, model=gateway.model_prefix or None,
+                    api_key=gateway.api_key, results_dir=results_dir, prepare=gateway.prepare,
+                    progress=lambda line, name=name: say(f"{name}: {line}"),
+                )
+                card = await grade_with(lab, target)
+                card.setup["gateway"] = f"{name}: {entry.summary}"
+                cards[name] = card
+    return cards
