@@ -288,3 +288,13 @@ def test_a_scenario_without_cells_starts_no_topology(tmp_path):
 )
 def test_the_cell_id_is_read_back_from_a_model_name_as_gateways_and_workers_see_it(model, cell):
     assert cell_id_of(model) == cell
+
+
+def test_the_external_gateway_runs_only_todays_topology():
+    # Its upstream is the tunnel's fixed port: a hub or spare scenario would not reach it.
+    scenarios = tuple(load_scenario_named(n) for n in ("healthy", "cut-after-tokens-hub-close", "rule1-prefill-cut-hub-abort-spare"))
+    config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct", "external"))
+    assert [(s.name, g) for s, _, g in plan_cells(config)] == [
+        ("healthy", "direct"), ("healthy", "external"),
+        ("cut-after-tokens-hub-close", "direct"), ("rule1-prefill-cut-hub-abort-spare", "direct"),
+    ]
