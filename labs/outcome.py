@@ -41,6 +41,7 @@ __all__ = [
     "Outcome",
     "books_mismatch",
     "canonical_reason",
+    "change",
     "judge",
     "same_arguments",
 ]
@@ -214,6 +215,14 @@ def same_arguments(got: object, want: str) -> bool:
         return json.loads(got) == json.loads(want)
     except ValueError:
         return got == want
+
+
+def change(baseline: str, outcome: str) -> str:
+    """`better`, `worse` or `same`: how one gateway's outcome for a scenario and client compares
+    with the baseline's (`direct`) for the same, by `Outcome.severity`: `ok` beats every failure,
+    and a louder failure beats a quieter one (`error` > `flagged` > `hang` > `silent-truncation`)."""
+    before, after = Outcome(baseline).severity, Outcome(outcome).severity
+    return "same" if before == after else ("better" if after < before else "worse")
 
 
 def books_mismatch(outcome: Outcome, books: str | None) -> bool:

@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from labs.outcome import Outcome
+from labs.outcome import Outcome, change
 
-__all__ = ["BASELINE", "OUTCOME_COLOURS", "change", "render_html", "write_html"]
+__all__ = ["BASELINE", "OUTCOME_COLOURS", "render_html", "write_html"]
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -146,13 +146,6 @@ def _versions(versions: dict[str, Any]) -> str:
                 f'<td class="version">{html.escape(str(version))}</td></tr>'
             )
     return '<table class="versions"><tr><th>runtime</th><th>package</th><th>version</th></tr>' + "".join(rows) + "</table>"
-
-
-def change(baseline: str, outcome: str) -> str:
-    """`better`, `worse` or `same`: how a gateway's outcome compares with the baseline's for the same
-    scenario and client (a lower `Outcome.severity` is better)."""
-    before, after = Outcome(baseline).severity, Outcome(outcome).severity
-    return "same" if before == after else ("better" if after < before else "worse")
 
 
 def _spare(cell: dict[str, Any]) -> str:

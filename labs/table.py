@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from labs.outcome import Outcome
+from labs.outcome import Outcome, change
 
 __all__ = ["render_table"]
 
@@ -67,9 +67,34 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
         lines.append("")
     if any(c.get("books_mismatch") for c in result["cells"]):
         lines.append("! the gateway's books disagree with what the client saw, or have no entry for the request")
+    lines += _compared_with_direct(result, cells)
     counts = Counter(c["outcome"] for c in result["cells"])
     lines.append(
         "cells: " + ", ".join(f"{word} {counts.get(word, 0)}" for word in (o.value for o in Outcome))
         + f"; {len(result['cells'])} in {result['duration_s']:.0f} s"
     )
     return "\n".join(lines)
+
+
+#: The gateway the others are compared with (as in the HTML report).
+BASELINE = "direct"
+
+
+def _compared_with_direct(result: dict[str, Any], cells: dict[tuple[str, str, str], dict[str, Any]]) -> list[str]:
+    """Per gateway, how many cells it made better, worse or left as `direct` had them (same
+    scenario and client); the HTML report shows which."""
+    if BASELINE not in result["gateways"]:
+        return []
+    rows = []
+    for gateway in result["gateways"]:
+        if gateway == BASELINE:
+            continue
+        tally = Counter(
+            change(cells[(scenario, client, BASELINE)]["outcome"], cell["outcome"])
+            for (scenario, client, name), cell in cells.items()
+            if name == gateway and (scenario, client, BASELINE) in cells
+        )
+        if tally:
+            rows.append(f"  {gateway:<{max(len(g) for g in result['gateways'])}}  "
+                        f"better {tally['better']}, worse {tally['worse']}, same {tally['same']}")
+    return ["compared with direct (same scenario and client):", *rows, ""] if rows else []

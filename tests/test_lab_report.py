@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from labs.outcome import Outcome
-from labs.report_html import change, render_html
+from labs.outcome import Outcome, change
+from labs.report_html import render_html
 from labs.table import render_table
 
 
@@ -165,3 +165,10 @@ def test_html_notes_the_cells_the_spare_worker_answered():
     # In the comparison (hang through direct, the spare's full answer through litellm) and in the grid.
     assert "hang &rarr; ok<small>answered by the spare</small>" in _comparison(page)
     assert page.count("answered by the spare</small>") == 2
+
+
+def test_table_counts_per_gateway_the_cells_better_or_worse_than_direct():
+    text = render_table(RESULT)
+    assert "compared with direct (same scenario and client):\n  finish_fix  better 2, worse 0, same 2\n" in text
+    only_finish_fix = {**RESULT, "gateways": ["finish_fix"], "cells": [c for c in RESULT["cells"] if c["gateway"] == "finish_fix"]}
+    assert "compared with direct" not in render_table(only_finish_fix)
