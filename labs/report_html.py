@@ -44,6 +44,7 @@ table.versions td.version { font-family: ui-monospace, monospace; }
 table.changes th.scenario { vertical-align: top; max-width: 16em; }
 table.changes th.scenario small { display: block; font-weight: 400; opacity: .75; }
 table.changes tr.first-of-scenario > * { border-top: 3px solid #888; }
+table.changes td.cell { white-space: normal; font-size: 12px; min-width: 7em; }
 table.changes td.same { opacity: .45; }
 table.changes td.better { outline: 3px solid #1f8f3a; outline-offset: -3px; }
 table.changes td.worse { outline: 3px solid #b3261e; outline-offset: -3px; }
