@@ -57,8 +57,8 @@ def _url(text: str) -> str:
 def _outputs(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the card as JSON to PATH")
     parser.add_argument("--html", type=Path, metavar="PATH", help="also write the card as one HTML page to PATH")
-    parser.add_argument("--model", help="model name to ask for (server: default the first of GET /models; gateway: default the "
-                        "worker's settings as a model name, which your gateway must pass through)")
+    parser.add_argument("--model", help="server: the model to ask for (default: the first of GET /models); gateway: a prefix for "
+                        "the model name, for a gateway that routes on one (e.g. lab/); the rest must reach its upstream unchanged")
     parser.add_argument("--api-key", help="API key to send as a bearer token (default: none for a server, a dummy for a gateway)")
 
 
@@ -154,8 +154,11 @@ def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace
     ))
     if cards is None:
         return status
+    cards, failures = cards
     for card in cards.values():
         print(render_terminal(card, colour=sys.stdout.isatty()), end="\n\n")
+    for name, why in failures.items():
+        print(f"{name}: could not be graded: {why}", file=sys.stderr)
     table = render_cards_markdown(cards)
     print(table)
     if arguments.markdown:
@@ -164,4 +167,6 @@ def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace
     if arguments.json:
         for name, card in cards.items():
             write_json(card, arguments.json / f"{name.replace('+', '-')}.json")
+    if failures:
+        return EXIT_CANNOT_RUN
     return EXIT_FAILED if any(c.exit_status for c in cards.values()) else EXIT_PASSED

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from labs.grade.card import Card
-from labs.grade.gateway_grader import GatewayTarget, grade_with, open_grading_lab
+from labs.grade.gateway_grader import GatewayTarget, GradingLab, grade_with, open_grading_lab
 from labs.processes import free_port
 
 __all__ = ["grade_lab_gateways", "lab_gateway_names"]
@@ -30,10 +30,10 @@ def lab_gateway_names() -> tuple[str, ...]:
 async def grade_lab_gateways(
     names: tuple[str, ...], *, clients: tuple[str, ...], stall_deadline_s: float, results_dir: Path,
     progress: Callable[[str], None] | None = None,
-) -> dict[str, Card]:
-    """{gateway name: its card}, graded one after another through one grading lab."""
-    from labs.gateways.registry import lookup, missing_installs
-    from labs.gateways.services import books_entry, open_gateways, read_books
+) -> tuple[dict[str, Card], dict[str, str]]:
+    """({gateway name: its card}, {gateway name: why it could not be graded}), graded one after
+    another through one grading lab."""
+    from labs.gateways.registry import missing_installs
 
     missing = missing_installs(names)
     if missing:
@@ -43,30 +43,48 @@ async def grade_lab_gateways(
     say = progress or (lambda line: None)
     upstream_port, spare_port = free_port(), free_port()
     cards: dict[str, Card] = {}
+    failures: dict[str, str] = {}
     async with open_grading_lab(upstream_port=upstream_port, spare_port=spare_port, clients=clients, results_dir=results_dir) as lab:
         for name in names:
-            entry = lookup(name)
-            say(f"{name}: starting")
-            spare_url = f"http://127.0.0.1:{spare_port}" if entry.uses_spare else None
-            async with open_gateways((name,), primary_url=f"http://127.0.0.1:{upstream_port}", spare_url=spare_url,
-                                     run_dir=lab.run_dir / name.replace("+", "-")) as gateways:
-                gateway = gateways[name]
-                books_lookup, no_books = None, None
-                if gateway.books_kind is None:
-                    no_books = "no gateway in between, no books"
-                elif gateway.books_kind == "none":
-                    no_books = f"{name} keeps no per-request books"
-                else:
-                    def books_lookup(request_id: str, gateway=gateway):  # noqa: ANN001, E306 - bound per gateway
-                        return books_entry(gateway, read_books(gateway.books_path), request_id)
-                target = GatewayTarget(
-                    url=gateway.base_url.rstrip("/"), upstream_port=upstream_port,
-                    spare_port=spare_port if entry.uses_spare else None, clients=clients, books_lookup=books_lookup,
-                    no_books_reason=no_books, stall_deadline_s=stall_deadline_s, model=gateway.model_prefix or None,
-                    api_key=gateway.api_key, results_dir=results_dir, prepare=gateway.prepare,
-                    progress=lambda line, name=name: say(f"{name}: {line}"),
-                )
-                card = await grade_with(lab, target)
-                card.setup["gateway"] = f"{name}: {entry.summary}"
-                cards[name] = card
-    return cards
+            try:
+                cards[name] = await _grade_one(lab, name, upstream_port, spare_port, clients, stall_deadline_s, results_dir, say)
+            except Exception as error:  # one gateway that does not start must not hide the others
+                from labs.entry import error_line
+
+                failures[name] = error_line(error).removeprefix("error: ")
+                say(f"{name}: could not be graded: {failures[name]}")
+    return cards, failures
+
+
+async def _grade_one(
+    lab: GradingLab, name: str, upstream_port: int, spare_port: int, clients: tuple[str, ...], stall_deadline_s: float,
+    results_dir: Path, say: Callable[[str], None],
+) -> Card:
+    """Start one lab gateway with the hub (and the spare, if it takes two upstreams), grade it, stop it."""
+    from labs.gateways.registry import lookup
+    from labs.gateways.services import books_entry, open_gateways, read_books
+
+    entry = lookup(name)
+    say(f"{name}: starting")
+    spare_url = f"http://127.0.0.1:{spare_port}" if entry.uses_spare else None
+    run_dir = lab.run_dir / name.replace("+", "-")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    async with open_gateways((name,), primary_url=f"http://127.0.0.1:{upstream_port}", spare_url=spare_url, run_dir=run_dir) as gateways:
+        gateway = gateways[name]
+        books_lookup, no_books = None, None
+        if gateway.books_kind is None:
+            no_books = "no gateway in between, no books"
+        elif gateway.books_kind == "none":
+            no_books = f"{name} keeps no per-request books"
+        else:
+            def books_lookup(request_id: str) -> tuple[str | None, dict | None]:
+                return books_entry(gateway, read_books(gateway.books_path), request_id)
+        target = GatewayTarget(
+            url=gateway.base_url.rstrip("/"), upstream_port=upstream_port, spare_port=spare_port if entry.uses_spare else None,
+            clients=clients, books_lookup=books_lookup, no_books_reason=no_books, stall_deadline_s=stall_deadline_s,
+            model=gateway.model_prefix or None, api_key=gateway.api_key, results_dir=results_dir, prepare=gateway.prepare,
+            progress=lambda line: say(f"{name}: {line}"),
+        )
+        card = await grade_with(lab, target)
+        card.setup["gateway"] = f"{name}: {entry.summary}"
+        return card
