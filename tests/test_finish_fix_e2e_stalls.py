@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -20,6 +21,7 @@ import pytest
 from tests.chat_streams import chat_stream
 from tests.e2e_support import ANSWER, PROMPT, assert_interrupted_error, chat_url, openai_client, parse_sse_data, stream_completion
 from tests.fixtures_e2e import FinishFixProxy
+from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
 from tests.upstream_server import Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -57,9 +59,17 @@ def arrival_of(pieces: list[tuple[float, bytes]], marker: bytes) -> float:
     raise AssertionError(f"{marker!r} never arrived in {received!r}")
 
 
-@pytest.fixture
-def stalling_proxy(start_finish_fix: Callable[..., FinishFixProxy]) -> FinishFixProxy:
-    return start_finish_fix(**DEADLINES)
+@pytest.fixture(scope="module")
+def stalling_proxy(
+    upstream: UpstreamServer, mitmproxy_confdir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FinishFixProxy]:
+    """One mitmdump with both deadlines at 2 s for the module (each test has its own script)."""
+    ledger = tmp_path_factory.mktemp("ledger") / "stalls.jsonl"
+    with running_mitmdump(
+        confdir=mitmproxy_confdir, mode=f"reverse:{upstream.origin}", scripts=[FINISH_FIX_SCRIPT],
+        options={"finish_fix_ledger": str(ledger), **DEADLINES},
+    ) as mitmdump:
+        yield FinishFixProxy(mitmdump=mitmdump, upstream=upstream, ledger=ledger)
 
 
 def test_events_then_only_comments_get_the_idle_error_after_the_deadline(stalling_proxy, upstream: UpstreamServer):
