@@ -138,7 +138,7 @@ class Progress:
         in_scenarios = sum(s["seconds"] for s in timings["scenarios"])
         return (
             f"time: {format_elapsed(timings['total_s'])} in all: {timings['startup_s']:.0f} s to start, "
-            f"{in_scenarios:.0f} s in {len(timings['scenarios'])} scenarios"
+            f"{in_scenarios:.0f} s in {len(timings['scenarios'])} scenario{'' if len(timings['scenarios']) == 1 else 's'}"
             + (" (slowest: " + ", ".join(f"{s['name']} {s['seconds']:.0f} s" for s in slowest) + ")" if slowest else "")
             + f", {timings['books_s']:.0f} s for books and shutdown"
         )
