@@ -16,7 +16,10 @@ the scenario's fault is applied and before the runner drops pooled connections, 
 shares a connection (and so toxiproxy's per-connection byte count) with a request.
 
 The spare (pool of two): each model gets a second worker on the spare, registered after the
-primary. With `--policy round_robin` the first attempt goes to the first-registered worker, and
+primary (and only once the primary is in). With `--policy round_robin` the first attempt goes to
+the first-registered worker: each model gets a policy of its own (the `policy` label on its
+workers), and `RoundRobinPolicy::select_worker` counts from 0 over the model's workers in the order
+`WorkerRegistry::add_worker_to_model_index` appended them. Then
 SMG's retry (`RetryExecutor`, routers/common/retry.rs: 408, 429, 500, 502, 503, 504 and send
 errors are retried, `--retry-max-retries` 5 by default, a new worker chosen per attempt) moves on
 to the spare: that is SMG's documented failover, and it is on by default, so there is one variant.
@@ -82,26 +85,36 @@ class RunningSmg:
     _registered: set[str] = field(default_factory=set)
 
     async def register_models(self, models: Sequence[str]) -> None:
-        """Register every new model's workers (primary first), and wait until SMG routes them."""
+        """Register every new model's workers, and wait until SMG routes to them.
+
+        One upstream at a time, each waited for: SMG registers in background jobs that finish in
+        any order, and the order a model's workers finish in is the order round robin takes them
+        in, so the primary must be in before the spare is added.
+        """
         new = [m for m in dict.fromkeys(models) if m not in self._registered]
-        if not new:
-            return
-        urls = {}
-        for model in new:
-            for upstream in self.upstreams:
-                url = upstream + CELL_PATH.format(cell=cell_of(model))
-                urls[url] = model
+        for upstream in self.upstreams:
+            urls = [upstream + CELL_PATH.format(cell=cell_of(model)) for model in new]
+            for url, model in zip(urls, new):
                 await trio.to_thread.run_sync(self._post_worker, url, model)
+            await self._wait_until_ready(urls)
+        self._registered.update(new)
+
+    async def _wait_until_ready(self, urls: list[str]) -> None:
         with trio.move_on_after(REGISTRATION_DEADLINE_S):
             while not set(urls) <= await trio.to_thread.run_sync(self._ready_urls):
                 await trio.sleep(0.1)
-            self._registered.update(new)
             return
         waiting = sorted(set(urls) - self._ready_urls())
-        raise SmgRegistrationError(f"SMG did not register {len(waiting)} workers within {REGISTRATION_DEADLINE_S} s: {', '.join(waiting[:3])}; its log: {self.log}")
+        raise SmgRegistrationError(
+            f"SMG did not register {len(waiting)} workers within {REGISTRATION_DEADLINE_S} s: "
+            f"{', '.join(waiting[:3])}; its log: {self.log}"
+        )
 
     def _post_worker(self, url: str, model: str) -> None:
-        body = json.dumps({"url": url, "models": [{"id": model}]}).encode()
+        # The `policy` label is SMG's per-model policy hint (`UpdatePoliciesStep` ->
+        # `PolicyRegistry::on_worker_added`): with it each model gets a round robin of its own;
+        # without it every model shares the default policy, and with it one counter.
+        body = json.dumps({"url": url, "models": [{"id": model}], "labels": {"policy": "round_robin"}}).encode()
         request = urllib.request.Request(f"{self.admin_url}/workers", data=body, headers={"content-type": "application/json"})
         with urllib.request.urlopen(request, timeout=10) as response:
             response.read()
