@@ -63,6 +63,12 @@ def hub_scenarios() -> list:
         incident, fault={**incident.fault, "after_seconds": INCIDENT_DROP_S}, deadline_s=20.0,
         gateways=("direct", "finish_fix"), clients=INCIDENT_CLIENTS,
     )]
+    # The incident through LiteLLM, for its books: run with the spare worker present, so that it
+    # shares the rule-1 rows' LiteLLM (the hub ends the body cleanly: nothing for LiteLLM to retry,
+    # so the spare changes nothing here, and `answered_by` shows it).
+    rows.append(dataclasses.replace(
+        rows[0], name=f"{incident.name}-litellm", pool_workers=2, gateways=("litellm",), clients=("httpx-sse",),
+    ))
     error_event = load_scenario(SCENARIO_DIR / "cut-after-tokens-hub-error-event.toml")
     rows.append(dataclasses.replace(error_event, gateways=("direct",), clients=("openai-python", "pi-ai")))
     rows += [
