@@ -9,7 +9,7 @@ The spare worker (litellm 1.108.7, read in `litellm/router.py`): with a pool of 
 gets a second deployment to the spare worker at `order: 2`, the first at `order: 1`: LiteLLM's
 documented priority failover ("Deployment Ordering (Priority)" in its load-balancing docs). The
 router sends a request to the lowest order only; when that fails after its retries, it tries the
-next order with the same model name (`Router._async_function_with_fallbacks_common_utils`,
+next order with the same model name (`Router.async_function_with_fallbacks_common_utils`,
 "ORDER-BASED FALLBACKS", wildcard routes included). Retries are the shipped default,
 `num_retries` = `openai.DEFAULT_MAX_RETRIES` = 2 (`Router.__init__`): the docs' reliability page
 sets the same kind of number, so there is no second variant to run. What makes a stream retryable
