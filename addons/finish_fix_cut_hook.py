@@ -31,7 +31,11 @@ mitmproxy upgrade that changes any of them fails loudly.
 
 Hot reloads: mitmproxy re-executes the addon script on change, but this sibling module stays
 imported. The original method is kept on the class itself, so a wrapper is never wrapped, and
-`uninstall` (called from the addon's `done`) puts the original back.
+`uninstall` (called from the addon's `done`) puts the original back. A stall timer may still be
+pending then (it outlives its response by up to one timeout), and mitmproxy's own method would refuse
+its `Wakeup` as an unexpected event: so while timers are pending, `uninstall` leaves the wrapper in
+place doing nothing but swallow them, and puts the original back when the last one arrived (a timer
+of a closed connection never arrives: the wrapper then stays, passing everything on).
 """
 
 from __future__ import annotations
@@ -58,6 +62,10 @@ STALL_MESSAGE = "the upstream stalled; finish_fix closed it"
 # A timer never fires sooner than this: a deadline that is due now is checked on the next turn of the
 # event loop rather than in a tight loop should the clock step back.
 _MIN_DELAY_S = 0.01
+# Stall timers asked for and not yet delivered, and whether `uninstall` waits for them (module state:
+# it survives hot reloads of the addon, as this module does).
+_timers_pending = 0
+_draining = False
 
 
 class CutHandler:
@@ -85,25 +93,48 @@ class CutHandler:
 def install() -> None:
     """Routes mid-body failures and stall timers of streamed responses to each flow's handler (the
     method is wrapped only once, however often this is called)."""
+    global _draining
+    _draining = False
     if _ORIGINAL not in HttpStream.__dict__:
         setattr(HttpStream, _ORIGINAL, HttpStream.__dict__["_handle_event"])
         HttpStream._handle_event = _handle_event
 
 
 def uninstall() -> None:
-    """Puts mitmproxy's own method back."""
+    """Puts mitmproxy's own method back, at once or, while stall timers are pending, once they all
+    arrived (the wrapper meanwhile only swallows them)."""
+    global _draining
+    if _timers_pending > 0 and _ORIGINAL in HttpStream.__dict__:
+        _draining = True
+        return
+    _restore()
+
+
+def installed() -> bool:
+    """True while the wrapper handles cuts and stalls (not while it only drains timers)."""
+    return HttpStream.__dict__.get("_handle_event") is _handle_event and not _draining
+
+
+def _restore() -> None:
+    global _draining
+    _draining = False
     original = HttpStream.__dict__.get(_ORIGINAL)
     if original is not None:
         HttpStream._handle_event = original
         delattr(HttpStream, _ORIGINAL)
 
 
-def installed() -> bool:
-    return HttpStream.__dict__.get("_handle_event") is _handle_event
-
-
 def _handle_event(self: HttpStream, event):
+    global _timers_pending
     original = getattr(HttpStream, _ORIGINAL)
+    if isinstance(event, Wakeup):
+        _timers_pending -= 1
+        if _draining:
+            if _timers_pending <= 0:
+                _restore()
+            return
+    elif _draining:
+        return (yield from original(self, event))
     if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
         if isinstance(event, ResponseData) and not event.data:
             return  # an empty DATA frame mid-body: nothing to send, and not the end
@@ -139,8 +170,10 @@ def _ask(flow: http.HTTPFlow, method: str, *args):
 
 
 def _set_timer(self: HttpStream, now: float):
+    global _timers_pending
     at = _ask(self.flow, "next_stall_check", now)
     if at is not None:
+        _timers_pending += 1
         # Delivered back to this stream: HttpLayer.event_to_child remembers who asked for a wakeup.
         yield RequestWakeup(max(at - now, _MIN_DELAY_S))
 

@@ -89,3 +89,15 @@ def test_install_wraps_once_and_uninstall_restores():
         finish_fix_cut_hook.uninstall()
     assert HttpStream.__dict__["_handle_event"] is original
     assert not finish_fix_cut_hook.installed()
+
+
+def test_uninstall_waits_for_pending_stall_timers(monkeypatch):
+    # mitmproxy's own method refuses a Wakeup (an unexpected event), and a stall timer outlives its
+    # response: until the pending ones arrived, the wrapper stays, swallowing them and nothing else.
+    original = HttpStream.__dict__["_handle_event"]
+    finish_fix_cut_hook.install()
+    monkeypatch.setattr(finish_fix_cut_hook, "_timers_pending", 1)
+    finish_fix_cut_hook.uninstall()
+    assert HttpStream.__dict__["_handle_event"] is not original and not finish_fix_cut_hook.installed()
+    assert list(finish_fix_cut_hook._handle_event(object(), events.Wakeup(commands.RequestWakeup(1.0)))) == []
+    assert HttpStream.__dict__["_handle_event"] is original

@@ -10,6 +10,8 @@ connection was closed; times only within generous bounds (the machine is shared)
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,3 +167,26 @@ def test_on_cut_stop_finishes_a_stall_as_success_but_books_it(start_finish_fix, 
     assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] == "stop"
     [record] = proxy.wait_ledger_lines(prefix)
     assert record["verdict"] == "interrupted" and "stalled" in record["detail"]
+
+
+def test_a_timer_pending_when_the_script_fails_to_reload_is_swallowed(start_mitmdump, upstream: UpstreamServer, tmp_path):
+    # A stall timer outlives its response; if finish_fix is unloaded (here: an edit that does not
+    # import), mitmproxy's own method would refuse the timer's Wakeup and log a crash. A copy of
+    # addons/ so the test can break the script without touching the checkout.
+    addons = tmp_path / "addons"
+    shutil.copytree(FINISH_FIX_SCRIPT.parent, addons, ignore=shutil.ignore_patterns("__pycache__"))
+    script = addons / FINISH_FIX_SCRIPT.name
+    mitmdump = start_mitmdump(mode=f"reverse:{upstream.origin}", scripts=[script], options=DEADLINES)
+    prefix = upstream.route(Script(pieces=chat_stream(ANSWER)))
+    body = {"model": "e2e-model", "stream": True, "messages": [{"role": "user", "content": PROMPT}]}
+    with httpx.Client(trust_env=False, timeout=30) as client:  # one connection, kept open throughout
+        first = client.post(chat_url(mitmdump.url, prefix), json=body)
+        assert first.status_code == 200 and first.content == b"".join(chat_stream(ANSWER))
+        script.write_text(script.read_text() + "\nthis is not python\n")
+        future = time.time() + 10
+        os.utime(script, (future, future))
+        mitmdump.wait_for_output(r"(Loading script.*\n(.|\n)*){2}", timeout=20)
+        time.sleep(3)  # the first response's timers (2 s deadlines) come due on the open connection
+        second = client.post(chat_url(mitmdump.url, prefix), json=body)
+    assert second.status_code == 200 and second.content == b"".join(chat_stream(ANSWER))
+    assert "crashed" not in mitmdump.output, mitmdump.output
