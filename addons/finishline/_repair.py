@@ -10,7 +10,7 @@ The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of wh
 (`[DONE]`, an upstream error event, giving up) and `_move` is the only place that changes it.
 
 Per choice index it remembers whether the choice finished (and whether the upstream or finish_fix
-gave the reason), and whether it carried tool or function calls. The rules act at four points:
+gave the reason), and whether it carried tool or function calls. The rules act at these points:
 
 * an event with `"finish_reason": ""`          -> rewritten to null (rule 2)
 * a usage-only chunk, or `data: [DONE]`,        -> finishing events first for every choice that
@@ -26,6 +26,9 @@ Stall deadlines. The core has no clock: the caller passes `now` into every call 
 timer for `next_stall_check(now)`. The machine notes when events arrive (once per `receive_data`
 call that completed any, so a stream of many small events costs nothing extra per event) and when
 the first token came; a comment or keep-alive line is not an event and never moves a deadline.
+
+A response the core is told not to repair (an HTTP error status, a compressed body) starts in
+passthrough with its verdict already decided (`http_error`, `skipped`): the caller only applies it.
 
 A finish injected at a usage chunk counts for rule 4 only if no content followed it; otherwise the
 usage chunk was not the end, and a stream that then stops is a cut, never a success.
