@@ -83,6 +83,19 @@ def test_open_gateways_refuses_a_gateway_that_is_not_installed_before_starting_a
     assert not (tmp_path / "mitmdump.log").exists()
 
 
+def test_the_gateway_listing_says_what_is_installed_and_what_to_do_otherwise(tmp_path, monkeypatch, capsys):
+    from labs.gateways.__main__ import main
+
+    monkeypatch.setattr(tool_envs, "GATEWAY_ENVS", tmp_path)
+    assert main() == 0
+    # Each gateway: a line with its name and status, then its summary, indented.
+    status = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if not line.startswith(" "))
+    assert list(status) == list(entries())
+    assert status["smg"] == f"missing: smg==1.13.0 is not installed ({tmp_path}/smg/bin/smg missing): run `make setup`"
+    assert status["finish_fix"] == "installed"
+    assert status[EXTERNAL] == "yours: the lab does not start it"
+
+
 def test_every_books_kind_has_a_reader_and_none_is_no_kind():
     kinds = {e.books_kind for e in entries().values()} - {None, BOOKS_NONE}
     assert kinds >= {"finish_fix", "litellm", "smg"}

@@ -47,8 +47,9 @@ MITM_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
 BIND_ATTEMPTS = 3
 
 
-class GatewayNotInstalled(RuntimeError):
-    """A requested gateway is not installed; the message has one line per gateway saying how."""
+class GatewayNotInstalled(ServiceError):
+    """A requested gateway is not installed; the message says, per gateway, how to install it.
+    (A `ServiceError`: the CLI prints it as its one error line, like a helper that did not start.)"""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,21 @@
+"""`python -m labs.gateways`: every gateway the lab knows, whether it is installed here (or what
+to do about it), and what it is."""
+
+from __future__ import annotations
+
+from labs.gateways import EXTERNAL
+from labs.gateways.registry import entries
+
+
+def main() -> int:
+    width = max(len(name) for name in entries())
+    for name, entry in entries().items():
+        problem = entry.missing()
+        status = "yours: the lab does not start it" if name == EXTERNAL else f"missing: {problem}" if problem else "installed"
+        print(f"{name:{width}}  {status}")
+        print(f"{'':{width}}  {entry.summary}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
