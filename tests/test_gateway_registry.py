@@ -93,6 +93,7 @@ def test_the_gateway_listing_says_what_is_installed_and_what_to_do_otherwise(tmp
     assert list(status) == list(entries())
     assert status["smg"] == f"missing: smg==1.13.0 is not installed ({tmp_path}/smg/bin/smg missing): run `make setup`"
     assert status["finish_fix"] == "installed"
+    assert status["litellm"] == "installed; takes the spare worker"
     assert status[EXTERNAL] == "yours: the lab does not start it"
 
 

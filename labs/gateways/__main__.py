@@ -12,6 +12,8 @@ def main() -> int:
     for name, entry in entries().items():
         problem = entry.missing()
         status = "yours: the lab does not start it" if name == EXTERNAL else f"missing: {problem}" if problem else "installed"
+        if entry.uses_spare and not problem:
+            status += "; takes the spare worker"
         print(f"{name:{width}}  {status}")
         print(f"{'':{width}}  {entry.summary}")
     return 0

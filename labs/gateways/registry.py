@@ -104,7 +104,7 @@ class GatewayContext:
 class GatewayEntry:
     #: The lab gateway name (`--gateway NAME`, the matrix heading).
     name: str
-    #: One sentence for `--help` and the report: what this gateway is and how it is configured.
+    #: One sentence for `python -m labs.gateways`: what this gateway is and how it is configured.
     summary: str
     start: Callable[[GatewayContext], Awaitable[Gateway]]
     #: The install check: None when everything it needs is there, else one line saying what is
@@ -115,11 +115,12 @@ class GatewayEntry:
     books_kind: str | None = None
     #: How `books_kind` books are read (entries that share a kind may leave it to one of them).
     read_books: BooksReader | None = None
-    #: Whether it takes the spare worker when the pool has one (single-upstream gateways do not).
+    #: Whether it takes the spare worker when the pool has one (single-upstream gateways do not);
+    #: `python -m labs.gateways` says so.
     uses_spare: bool = False
 
 
-# In matrix order. `direct` and `external` are not modules: see labs.gateways.direct.
+# The gateway modules, in matrix order (`external`, defined in labs.gateways.direct, goes last).
 _MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "smg", "vllm_router", "envoy", "portkey")
 
 
