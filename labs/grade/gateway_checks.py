@@ -181,7 +181,9 @@ def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
         problem = None
     quiet = [r for r in run.clients() if r.reached_primary and r.outcome not in _TOLD]
     if problem is None and not quiet:
-        return Mark.PASS, f"error event: {_short(reading.error_message() or '')}; every client raised or flagged"
+        spared = [r.client for r in run.clients() if not r.reached_primary]
+        note = f" ({', '.join(spared)} went to the spare, not judged)" if spared else ""
+        return Mark.PASS, f"error event: {_short(reading.error_message() or '')}; every client raised or flagged{note}"
     return Mark.FAIL, "; ".join(([problem] if problem else []) + ([_lines(quiet)] if quiet else []))
 
 
@@ -189,7 +191,9 @@ def _ended_with_error_in_time(run: CheckRun) -> Judgement:
     """Stalls: every request ended with an error before the deadline."""
     raw = run.raw
     problems = []
-    if raw is not None and raw.reading is not None:
+    if not any(r.reached_primary for r in run.results):
+        return Mark.NOT_TESTED, "no request reached the stalled worker (the gateway sent them to the spare)"
+    if raw is not None and raw.reading is not None and raw.reached_primary:
         reading = raw.reading
         if reading.ending.startswith("timeout"):
             problems.append(f"bytes: no end before the deadline ({len(reading.events)} events, then silence)")
@@ -198,13 +202,16 @@ def _ended_with_error_in_time(run: CheckRun) -> Judgement:
         elif not reading.error_positions:
             how = "a clean end" if reading.ending == "end" else reading.ending
             problems.append(f"bytes: ended by {how} without an error event")
-    quiet = [r for r in run.clients() if r.outcome not in _TOLD]
+    # A request the gateway sent to the healthy spare never met the stall: not evidence either way.
+    quiet = [r for r in run.clients() if r.reached_primary and r.outcome not in _TOLD]
     if quiet:
         problems.append(_lines(quiet))
     if problems:
         return Mark.FAIL, "; ".join(problems)
-    message = raw.reading.error_message() if raw is not None and raw.reading is not None else None
-    return Mark.PASS, f"ended with an error before the deadline{': ' + _short(message) if message else ''}; every client raised or flagged"
+    message = raw.reading.error_message() if raw is not None and raw.reading is not None and raw.reached_primary else None
+    spared = [r.client for r in run.results if not r.reached_primary]
+    note = f" ({', '.join(spared)} went to the spare, not judged)" if spared else ""
+    return Mark.PASS, f"ended with an error before the deadline{': ' + _short(message) if message else ''}; every client raised or flagged{note}"
 
 
 GATEWAY_CHECKS = (
