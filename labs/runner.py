@@ -12,8 +12,9 @@ Topologies (labs.scenario.Topology): a scenario with `[hub]` puts the hub (labs.
 process, in front of the tunnel) between the gateways and the tunnel, and sets its policy for the
 scenario; `[pool] workers = 2` adds a second, healthy worker (the spare, in this process, no
 tunnel) as the gateways' second upstream. Gateways are told their upstreams at start, so each
-topology the run needs gets its own set of gateways, all started before the first cell (LiteLLM
-alone takes ~15 s to start, so each starts once); scenarios run grouped by topology. Which worker answered a
+topology the run needs gets its own set of gateways (LiteLLM alone takes ~15 s to start, so each
+starts once), and scenarios run grouped by topology: the next topology's gateways start while the
+cells of the one before run. Which worker answered a
 cell is read from the workers' own records (`RunningWorker.arrivals`): the spare if it saw the
 cell's request (it is healthy: it answered in full), else the primary.
 
@@ -30,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             upstreams, run_dir, config,
         ))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir))
+        if groups:
+            await gateway_sets.get(next(iter(groups)))
         versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
         limiter = trio.CapacityLimiter(max(1, config.jobs))
         done = 0
@@ -250,7 +253,9 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         numbered = [(number, *cell) for number, cell in enumerate(planned, start=1)]
         by_topology: dict[Topology, list[CellResult]] = {}
         for topology, scenarios in groups.items():
-            gateways = gateway_sets[topology]
+            if not gateway_sets.is_ready(topology):
+                report(f"waiting for the gateways of the {topology.label} topology to start", done, total)
+            gateways = await gateway_sets.get(topology)
             group_results = by_topology.setdefault(topology, [])
             for scenario in scenarios:
                 cells = [(number, c, g) for number, s, c, g in numbered if s is scenario]
@@ -269,9 +274,9 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         # Every topology's books at once: one deadline for the run, not one per gateway set.
         async with trio.open_nursery() as nursery:
             for topology, group_results in by_topology.items():
-                nursery.start_soon(_wait_for_books, group_results, gateway_sets[topology])
+                nursery.start_soon(_wait_for_books, group_results, gateway_sets.opened[topology])
         for topology, group_results in by_topology.items():
-            _attach_books(group_results, gateway_sets[topology])
+            _attach_books(group_results, gateway_sets.opened[topology])
             results += group_results
         _attach_workers(results, workers, hub)
     results.sort(key=lambda r: r.cell_id)
@@ -384,32 +389,64 @@ def _topology_line(worker: RunningWorker, tunnel_port: int, spare: RunningWorker
     return line
 
 
+class _GatewaySets:
+    """Each topology's gateways, as they come up (`_open_gateway_sets`)."""
+
+    def __init__(self, topologies: Iterable[Topology]) -> None:
+        self.opened: dict[Topology, dict[str, Gateway]] = {}
+        self._ready = {topology: trio.Event() for topology in topologies}
+
+    def is_ready(self, topology: Topology) -> bool:
+        return self._ready[topology].is_set()
+
+    async def get(self, topology: Topology) -> dict[str, Gateway]:
+        """The topology's gateways, once they all answer."""
+        await self._ready[topology].wait()
+        return self.opened[topology]
+
+    def _set(self, topology: Topology, gateways: dict[str, Gateway]) -> None:
+        self.opened[topology] = gateways
+        self._ready[topology].set()
+
+
 @asynccontextmanager
 async def _open_gateway_sets(
     names: dict[Topology, tuple[str, ...]],
     upstreams: dict[Topology, tuple[str, str | None]],
     run_dir: Path,
     config: LabConfig,
-) -> AsyncIterator[dict[Topology, dict[str, Gateway]]]:
-    """Every topology's gateways, started before the first cell and stopped when the block ends.
+) -> AsyncIterator[_GatewaySets]:
+    """Every topology's gateways, opened in the background one set after another, in `names`
+    order, and stopped when the block ends; one that fails to start ends the run with its error.
 
-    One set after the other: a set's gateways already start at once (labs.gateways), and on two
-    cores two LiteLLMs importing side by side each take twice as long, against start timeouts.
-    The default topology's gateways keep their logs and books in `run_dir`, the others in a
-    folder named after the topology (`run_dir/hub`, `run_dir/hub+spare`), so two LiteLLMs never
-    share a config or a log.
+    The first topology's cells run while the next one's gateways start (LiteLLM alone takes
+    ~15 s), so only the first set's start is waited for in full. One set at a time: a set's
+    gateways already start at once (labs.gateways), and on two cores two LiteLLMs importing side
+    by side each take twice as long, against their start timeouts. The default topology's
+    gateways keep their logs and books in `run_dir`, the others in a folder named after the
+    topology (`run_dir/hub`, `run_dir/hub+spare`), so two LiteLLMs never share a config or a log.
     """
-    async with AsyncExitStack() as stack:
-        sets: dict[Topology, dict[str, Gateway]] = {}
-        for topology, gateway_names in names.items():
-            primary_url, spare_url = upstreams[topology]
-            directory = run_dir if topology == Topology() else run_dir / topology.label
-            directory.mkdir(parents=True, exist_ok=True)
-            sets[topology] = await stack.enter_async_context(open_gateways(
-                gateway_names, primary_url=primary_url, spare_url=spare_url, run_dir=directory,
-                external_url=config.external_url, external_api_key=config.external_api_key,
-            ))
-        yield sets
+    sets = _GatewaySets(names)
+    release = trio.Event()
+
+    async def open_all() -> None:
+        async with AsyncExitStack() as stack:
+            for topology, gateway_names in names.items():
+                primary_url, spare_url = upstreams[topology]
+                directory = run_dir if topology == Topology() else run_dir / topology.label
+                directory.mkdir(parents=True, exist_ok=True)
+                sets._set(topology, await stack.enter_async_context(open_gateways(
+                    gateway_names, primary_url=primary_url, spare_url=spare_url, run_dir=directory,
+                    external_url=config.external_url, external_api_key=config.external_api_key,
+                )))
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(open_all)
+        try:
+            yield sets
+        finally:
+            release.set()
 
 
 def _attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
