@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 
 from labs.gateways.services import Gateway, books_entry
+from labs.hub import Hub, HubExchange, TunnelDropPolicy
+from labs.runner import CellResult, _attach_workers
+from labs.worker import RunningWorker, WorkerSettings
 
 # The first test pays for the small matrix (~45 s here; the fixture itself is bounded at 240 s).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -160,3 +163,25 @@ def test_rule_1_a_hub_that_ends_cleanly_hides_the_failure_from_litellms_retries(
     cell = small_matrix.cell("rule1-prefill-cut-hub-close-spare", "httpx-sse", "litellm")
     assert cell["outcome"] == "silent-truncation", cell
     assert (cell["answered_by"], cell["worker_requests"]) == ("primary", {"primary": 1})
+
+
+def test_the_spare_answered_when_it_saw_the_request_else_the_primary():
+    def worker(*models):
+        return RunningWorker(host="127.0.0.1", port=1, defaults=WorkerSettings(), handled=[], arrivals=list(models))
+
+    primary = worker("c0001;tokens=3", "c0002;tokens=3", "c0002;tokens=3", "via-finish-fix/c0003;tokens=3")
+    spare = worker("c0002;tokens=3")
+    exchange = HubExchange(method="POST", path="/v1/chat/completions", model="c0001;tokens=3",
+                           policy=TunnelDropPolicy.CLOSE, status=200, upstream_ending="fin", action="clean_end", body_bytes=0)
+    hub = Hub(host="127.0.0.1", port=2, upstream_host="127.0.0.1", upstream_port=3, _policy=TunnelDropPolicy.CLOSE,
+              exchanges=[exchange])
+    results = [CellResult(scenario="s", client="httpx-sse", gateway="litellm", cell_id=cell, outcome="ok", why="",
+                          report={}, request_model=f"{cell};tokens=3") for cell in ("c0001", "c0002", "c0003", "c0004")]
+    _attach_workers(results, {"primary": primary, "spare": spare}, hub)
+    assert [(r.answered_by, r.worker_requests) for r in results] == [
+        ("primary", {"primary": 1}),
+        ("spare", {"primary": 2, "spare": 1}),
+        ("primary", {"primary": 1}),
+        (None, {}),
+    ]
+    assert results[0].hub == ["tunnel fin after 0 body bytes; hub close: clean_end"] and results[1].hub == []
