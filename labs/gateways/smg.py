@@ -171,9 +171,21 @@ def _requests(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return requests
 
 
+#: The last log read and its requests: the runner asks for every cell of a run with one list of
+#: entries (a full run's debug log has tens of thousands of lines), so it is grouped once.
+_grouped: tuple[list[dict[str, Any]], dict[str, dict[str, Any]]] | None = None
+
+
+def _requests_of(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    global _grouped
+    if _grouped is None or _grouped[0] is not entries:
+        _grouped = (entries, _requests(entries))
+    return _grouped[1]
+
+
 def read_smg_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
     mine = [
-        r for r in _requests(entries).values()
+        r for r in _requests_of(entries).values()
         if any((m := _CELL_IN_URL.search(url)) and m.group(1) == cell_id for url in r["workers"]) or cell_of(r.get("model")) == cell_id
     ]
     if not mine:
