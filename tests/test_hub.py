@@ -109,7 +109,9 @@ def test_before_the_head_close_and_error_event_answer_502_and_abort_passes_the_f
 @pytest.mark.parametrize("policy", list(TunnelDropPolicy))
 def test_a_healthy_response_passes_byte_for_byte(toxiproxy, policy, model):
     _, healthy, plan = request_for(model)
-    received, exchanges = through_hub(policy, model, toxiproxy=toxiproxy, expect_bytes=len(healthy))
+    # A response that closes is read to its end; one that keeps the connection is read until the
+    # whole response is in and nothing more comes (never a timing assertion on the close itself).
+    received, exchanges = through_hub(policy, model, toxiproxy=toxiproxy, expect_bytes=None if plan.closes else len(healthy))
     assert received.data == healthy
     # A response that closes (close-delimited, `Connection: close`) closes; others stay open.
     assert received.ending == ("fin" if plan.closes else "open")
