@@ -110,8 +110,9 @@ class Progress:
 
     def timings(self) -> dict[str, Any]:
         """Seconds spent: `startup_s` (before the first scenario), per scenario (start to last cell,
-        with its cell count and seconds per cell), and `books_s` (after the last cell: the wait for
-        the gateways' books and the shutdown of everything the lab started)."""
+        with its cell count and seconds per cell), `between_s` (between scenarios: the next
+        topology's gateways), and `books_s` (after the last cell: the wait for the gateways' books
+        and the shutdown of everything the lab started)."""
         end = self._finished if self._finished is not None else self._clock()
         scenarios = []
         for scenario in self._scenarios:
@@ -124,9 +125,16 @@ class Progress:
             })
         first = self._scenarios[0].started if self._scenarios else end
         last = max((s.last_cell or s.started for s in self._scenarios), default=end)
+        # From one scenario's last cell to the next one's start: dropping pooled connections, and
+        # for a scenario of another topology, waiting for that topology's gateways to be up.
+        between = sum(
+            max(0.0, after.started - (before.last_cell or before.started))
+            for before, after in zip(self._scenarios, self._scenarios[1:])
+        )
         return {
             "startup_s": round(first - self._started, 2),
             "scenarios": scenarios,
+            "between_s": round(between, 2),
             "books_s": round(end - last, 2),
             "total_s": round(end - self._started, 2),
         }
@@ -140,5 +148,6 @@ class Progress:
             f"time: {format_elapsed(timings['total_s'])} in all: {timings['startup_s']:.0f} s to start, "
             f"{in_scenarios:.0f} s in {len(timings['scenarios'])} scenario{'' if len(timings['scenarios']) == 1 else 's'}"
             + (" (slowest: " + ", ".join(f"{s['name']} {s['seconds']:.0f} s" for s in slowest) + ")" if slowest else "")
+            + (f", {timings['between_s']:.0f} s between scenarios (gateways of the next topology)" if timings["between_s"] >= 1 else "")
             + f", {timings['books_s']:.0f} s for books and shutdown"
         )

@@ -234,7 +234,8 @@ def _time_line(timings: dict[str, Any] | None) -> str:
     in_scenarios = sum(s["seconds"] for s in timings["scenarios"])
     return (
         f"<p>Time: {timings['startup_s']:.0f} s to start the worker, toxiproxy, the gateways and the driver "
-        f"hosts; {in_scenarios:.0f} s in the scenarios; {timings['books_s']:.0f} s for the books and shutdown.</p>"
+        f"hosts; {in_scenarios:.0f} s in the scenarios; {timings.get('between_s', 0):.0f} s between them (the gateways "
+        f"of the next topology); {timings['books_s']:.0f} s for the books and shutdown.</p>"
     )
 
 

@@ -83,12 +83,14 @@ def test_timings_split_start_up_scenarios_and_books():
             {"name": "cut-after-tokens", "seconds": 3.0, "cells": 2, "seconds_per_cell": 1.5},
             {"name": "cut-after-tokens-fin", "seconds": 6.0, "cells": 2, "seconds_per_cell": 3.0},
         ],
+        "between_s": 1.0,
         "books_s": 5.0,
         "total_s": 35.0,
     }
     assert progress.summary() == (
         "time: 0:35 in all: 20 s to start, 9 s in 2 scenarios "
-        "(slowest: cut-after-tokens-fin 6 s, cut-after-tokens 3 s), 5 s for books and shutdown"
+        "(slowest: cut-after-tokens-fin 6 s, cut-after-tokens 3 s), 1 s between scenarios (gateways of the next topology), "
+        "5 s for books and shutdown"
     )
 
 

@@ -147,13 +147,14 @@ def test_html_has_no_comparison_without_direct_in_the_run():
 
 
 def test_html_says_where_the_time_went_when_the_run_recorded_it():
-    timed = {**RESULT, "timings": {"startup_s": 20.0, "books_s": 4.0, "total_s": 40.0, "scenarios": [
+    timed = {**RESULT, "timings": {"startup_s": 20.0, "between_s": 7.0, "books_s": 4.0, "total_s": 47.0, "scenarios": [
         {"name": "reason-omitted", "seconds": 3.0, "cells": 4, "seconds_per_cell": 0.75},
         {"name": "stall", "seconds": 13.0, "cells": 4, "seconds_per_cell": 3.25},
     ]}}
     page = render_html(timed)
     assert "<b>stall</b>: stall (fault: silence) <small>(13.0 s for 4 cells)</small>" in page
-    assert "Time: 20 s to start the worker, toxiproxy, the gateways and the driver hosts; 16 s in the scenarios; 4 s" in page
+    assert ("Time: 20 s to start the worker, toxiproxy, the gateways and the driver hosts; 16 s in the scenarios; "
+            "7 s between them (the gateways of the next topology); 4 s for the books and shutdown.") in page
     assert "Time:" not in render_html(RESULT)
 
 
