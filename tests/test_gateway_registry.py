@@ -156,6 +156,17 @@ def test_smg_books_follow_a_cell_by_the_worker_url_it_was_sent_to():
     assert read_smg_books(lines, "c0003") == (None, None)
 
 
+def test_smg_books_judge_the_attempt_that_answered_not_the_one_it_retried():
+    lines = [
+        _smg_line("chatcmpl-a", "Sending request", url="http://127.0.0.1:5/cells/c0007"),
+        _smg_line("chatcmpl-a", "Failed to send typed request worker_url=http://127.0.0.1:5/cells/c0007", "ERROR"),
+        _smg_line("chatcmpl-a", "Sending request", url="http://127.0.0.1:6/cells/c0007"),
+        _smg_line("chatcmpl-a", "finished processing request", "INFO", status=200),
+    ]
+    word, entry = read_smg_books(lines, "c0007")
+    assert (word, len(entry["workers"]), len(entry["problems"])) == (BOOKS_OK, 2, 1)
+
+
 def test_smg_books_know_a_request_it_refused_by_its_model():
     lines = [
         _smg_line("chatcmpl-a", "No worker serves model", "WARN", model_id="c0004;tokens=3"),

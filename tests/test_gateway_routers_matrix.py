@@ -48,11 +48,29 @@ SCENARIOS = (
 MATRIX_DEADLINE_S = 360
 
 
+#: Rule 1 where a router can follow it: the tunnel refuses connections, so the request fails before
+#: any head, with the spare worker there (a scenario of this test's own).
+TUNNEL_DOWN = "tunnel-down-spare"
+TUNNEL_DOWN_TOML = """
+title = "Tunnel down (connections refused), spare worker available"
+deadline_s = 20
+[worker]
+tokens = 12
+token_delay = 0.01
+[fault]
+kind = "down"
+[pool]
+workers = 2
+"""
+
+
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], dict[str, Any]]:
+    own = tmp_path_factory.mktemp("router-scenarios") / f"{TUNNEL_DOWN}.toml"
+    own.write_text(TUNNEL_DOWN_TOML)
     scenarios = tuple(
-        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, clients=CLIENTS)
-        for name in SCENARIOS
+        dataclasses.replace(load_scenario(path), gateways=GATEWAYS, clients=CLIENTS)
+        for path in (*(SCENARIO_DIR / f"{name}.toml" for name in SCENARIOS), own)
     )
     config = LabConfig(
         scenarios=scenarios, clients=CLIENTS, gateways=GATEWAYS, jobs=12,
@@ -164,3 +182,18 @@ def test_vllm_router_sends_a_request_to_whichever_worker_is_next_and_never_retri
     # The primary's failure is the client's; only a request that met the spare gets the answer.
     cell = matrix[(scenario, "openai-python", "vllm-router")]
     assert (cell["outcome"], cell["answered_by"]) in {(failure, "primary"), ("ok", "spare")}
+
+
+@pytest.mark.parametrize("router", ["smg", "smg+finish_fix"])
+def test_smg_retries_a_request_that_failed_before_any_head_on_the_spare(matrix, router):
+    # The send fails (or finish_fix answers 502 for its refused upstream): is_retryable_status
+    # says retry, and round robin gives the model's second worker, the spare, which answers.
+    for client, cell in cells(matrix, TUNNEL_DOWN, router).items():
+        assert (cell["outcome"], cell["answered_by"]) == ("ok", "spare"), client
+        assert cell["books"] == "ok"
+        assert len(cell["books_entry"]["workers"]) == 2, client  # its log: the primary, then the spare
+
+
+def test_vllm_router_retries_a_request_that_failed_before_any_head_until_a_worker_answers(matrix):
+    for client, cell in cells(matrix, TUNNEL_DOWN, "vllm-router").items():
+        assert (cell["outcome"], cell["answered_by"]) == ("ok", "spare"), client

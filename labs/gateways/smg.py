@@ -32,10 +32,13 @@ of an hour (round robin needs neither, and a poll through the tunnel during a fa
 a connection's byte budget), `--shutdown-grace-period-secs 1` (the default 180 s would hold the
 lab's exit), JSON logs at debug level (the books, below).
 
-Books: SMG's own log, `--log-json`: per request (its `request_id` span) the worker URL it sent
+Books: SMG's own log, `--log-json`: per request (its `request_id` span) the worker URLs it sent
 to (`Sending request`, which names the cell), the status it answered with (`finished processing
-request` and its `status_code`, logged when the response head goes out) and any WARN or ERROR
-it logged for the request. A stream that is cut after its head is logged as a 200.
+request` and its `status_code`, logged when the response head goes out) and the WARN and ERROR
+lines it logged for the request. The books say `error` for a status of 400 or more, or a WARN or
+ERROR after the last attempt's send (a cut after the head: "Stream ended by the worker before
+completion"); an attempt it retried is not the request's failure. A stream cut after its head is
+logged as a 200.
 """
 
 from __future__ import annotations
@@ -158,16 +161,20 @@ def _requests(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         request_id = span.get("request_id")
         if not request_id or "chat/completions" not in str(span.get("path", "")):
             continue
-        request = requests.setdefault(request_id, {"request_id": request_id, "workers": [], "status_code": None, "problems": []})
+        request = requests.setdefault(
+            request_id, {"request_id": request_id, "workers": [], "status_code": None, "problems": [], "last_attempt_problems": []}
+        )
         message = str(line.get("message", ""))
         if message == "Sending request" and line.get("url"):
             request["workers"].append(line["url"])
+            request["last_attempt_problems"] = []
         if span.get("status_code") is not None:
             request["status_code"] = int(span["status_code"])
         if line.get("model_id"):
             request.setdefault("model", line["model_id"])
         if line.get("level") in ("WARN", "ERROR"):
             request["problems"].append(f"{line['level']} {message}")
+            request["last_attempt_problems"].append(f"{line['level']} {message}")
     return requests
 
 
@@ -191,7 +198,8 @@ def read_smg_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | N
     if not mine:
         return None, None
     entry = mine[-1]
-    failed = entry["status_code"] is None or entry["status_code"] >= 400 or bool(entry["problems"])
+    # A failed attempt that SMG retried is not the request's failure: the attempt that answered is.
+    failed = entry["status_code"] is None or entry["status_code"] >= 400 or bool(entry["last_attempt_problems"])
     return (BOOKS_ERROR if failed else BOOKS_OK), entry
 
 
