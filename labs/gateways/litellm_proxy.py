@@ -7,7 +7,8 @@ upstream. LiteLLM takes ~15 s to start on a small machine, so starting it once m
 
 The spare worker (litellm 1.108.7, read in `litellm/router.py`): with a pool of two, each route
 gets a second deployment to the spare worker at `order: 2`, the first at `order: 1`: LiteLLM's
-documented priority failover ("Deployment Ordering (Priority)" in its load-balancing docs). The
+documented priority failover ("Deployment Ordering (Priority)" in its load-balancing docs; the
+spare is reached directly, also from the `via-finish-fix/` route: it is healthy). The
 router sends a request to the lowest order only; when that fails after its retries, it tries the
 next order with the same model name (`Router.async_function_with_fallbacks_common_utils`,
 "ORDER-BASED FALLBACKS", wildcard routes included). Retries are the shipped default,
