@@ -12,8 +12,8 @@ spare is reached directly, also from the `via-finish-fix/` route: it is healthy)
 router sends a request to the lowest order only; when that fails after its retries, it tries the
 next order with the same model name (`Router.async_function_with_fallbacks_common_utils`,
 "ORDER-BASED FALLBACKS", wildcard routes included). Retries are the shipped default,
-`num_retries` = `openai.DEFAULT_MAX_RETRIES` = 2 (`Router.__init__`), which is what its
-reliability docs set too. One variant, not two: without `order` the shipped routing
+`num_retries` = `openai.DEFAULT_MAX_RETRIES` = 2 (`Router.__init__`), the value its router
+configuration docs use too. One variant, not two: without `order` the shipped routing
 (`simple-shuffle`) takes the two deployments as peers and picks one at random per attempt, which
 is no primary-and-spare and gives a different cell from run to run. What makes a stream retryable
 at all: `Router._acompletion` reads the stream's *first chunk* before it returns
