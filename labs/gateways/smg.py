@@ -13,7 +13,10 @@ in `models`, SMG's documented way to add a backend at run time). Each registrati
 its own (SMG keeps one worker per URL), so it points at `<upstream>/cells/<cell id>`; the lab's
 worker serves any path that ends in a route (labs/worker/server.py). Registration happens before
 the scenario's fault is applied and before the runner drops pooled connections, so no probe
-shares a connection (and so toxiproxy's per-connection byte count) with a request.
+shares a connection (and so toxiproxy's per-connection byte count) with a request. A side effect
+the lab wants: each cell's workers have circuit breakers of their own, so the failures of the
+cells running at once never open the breaker for the next one (SMG opens it after 10 failures,
+`--cb-failure-threshold`), and a cell's outcome does not depend on the order cells arrive in.
 
 The spare (pool of two): each model gets a second worker on the spare, registered after the
 primary (and only once the primary is in). With `--policy round_robin` the first attempt goes to
@@ -21,7 +24,8 @@ the first-registered worker: each model gets a policy of its own (the `policy` l
 workers), and `RoundRobinPolicy::select_worker` counts from 0 over the model's workers in the order
 `WorkerRegistry::add_worker_to_model_index` appended them. Then
 SMG's retry (`RetryExecutor`, routers/common/retry.rs: 408, 429, 500, 502, 503, 504 and send
-errors are retried, `--retry-max-retries` 5 by default, a new worker chosen per attempt) moves on
+errors are retried; `--retry-max-retries`, 5 by default, counts every attempt, the first included,
+`RetryExecutor::execute_response_with_retry`; a new worker is chosen per attempt) moves on
 to the spare: that is SMG's documented failover, and it is on by default, so there is one variant.
 It retries only what fails before the response head: once the worker's 200 head went out, a cut
 is forwarded as it happens (the 1.13.0 binary writes an SSE `stream_error` frame and `[DONE]`;
