@@ -31,8 +31,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,11 +45,12 @@ from labs.clients import ALL_CLIENTS, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
-from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, open_gateways, prepare_gateways, read_books
-from labs.hub import Hub, open_hub
+from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
+from labs.hub import open_hub
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
-from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology, cell_id_of
-from labs.worker.server import RunningWorker, open_worker
+from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
+from labs.topology import PRIMARY, SPARE, attach_workers, open_gateway_sets, topology_groups, topology_line
+from labs.worker.server import open_worker
 from labs.worker.wire import response_plan
 
 __all__ = ["PRIMARY", "SPARE", "TUNNEL", "CellResult", "LabConfig", "LabError", "LabResult", "run_lab"]
@@ -62,9 +63,6 @@ TUNNEL = "worker"
 BOOKS_DEADLINE_S = 15.0
 #: The books word for a cell whose gateway keeps books but wrote nothing for it.
 BOOKS_NO_ENTRY = "no entry"
-#: The two workers, as a cell's `answered_by` names them: the one behind the tunnel, the spare.
-PRIMARY = "primary"
-SPARE = "spare"
 
 
 class LabError(ValueError):
@@ -211,7 +209,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     results: list[CellResult] = []
     client_names = tuple(dict.fromkeys(c for _, c, _ in planned))
     faults = {s.name: build_fault(s) for s in config.scenarios}  # refuse a bad fault before starting anything
-    groups = _topology_groups(config.scenarios, planned)
+    groups = topology_groups(config.scenarios, planned)
 
     async with AsyncExitStack() as stack:
         worker = await stack.enter_async_context(open_worker())
@@ -228,14 +226,14 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         hub = None
         if any(topology.hub for topology in groups):
             hub = await stack.enter_async_context(open_hub(upstream_port=tunnel.listen_port))
-        report(_topology_line(worker, tunnel.listen_port, workers.get(SPARE), hub) + "; starting gateways", 0, total)
+        report(topology_line(worker, tunnel.listen_port, workers.get(SPARE), hub) + "; starting gateways", 0, total)
         upstreams = {
             topology: (hub.url if topology.hub else tunnel_url, workers[SPARE].base_url.removesuffix("/v1") if topology.workers == 2 else None)
             for topology in groups
         }
-        gateway_sets = await stack.enter_async_context(_open_gateway_sets(
+        gateway_sets = await stack.enter_async_context(open_gateway_sets(
             {topology: tuple(dict.fromkeys(g for s, _, g in planned if s.topology == topology)) for topology in groups},
-            upstreams, run_dir, config,
+            upstreams, run_dir, external_url=config.external_url, external_api_key=config.external_api_key,
         ))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir))
         if groups:
@@ -278,7 +276,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         for topology, group_results in by_topology.items():
             _attach_books(group_results, gateway_sets.opened[topology])
             results += group_results
-        _attach_workers(results, workers, hub)
+        attach_workers(results, workers, hub)
     results.sort(key=lambda r: r.cell_id)
     return LabResult(
         started=started,
@@ -365,105 +363,3 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
             continue
         result.books, result.books_entry = word, entry
         result.books_mismatch = books_mismatch(Outcome(result.outcome), word)
-
-
-def _topology_groups(
-    scenarios: tuple[Scenario, ...], planned: list[tuple[Scenario, str, str]]
-) -> dict[Topology, list[Scenario]]:
-    """The scenarios that have cells, by topology: the default one (no hub, one worker) first,
-    each group in the order the scenarios were given."""
-    groups: dict[Topology, list[Scenario]] = {}
-    having_cells = {id(s) for s, _, _ in planned}
-    for scenario in scenarios:
-        if id(scenario) in having_cells:
-            groups.setdefault(scenario.topology, []).append(scenario)
-    return dict(sorted(groups.items()))
-
-
-def _topology_line(worker: RunningWorker, tunnel_port: int, spare: RunningWorker | None, hub: Hub | None) -> str:
-    line = f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel_port}"
-    if hub is not None:
-        line += f", hub on 127.0.0.1:{hub.port}"
-    if spare is not None:
-        line += f", spare worker on 127.0.0.1:{spare.port}"
-    return line
-
-
-class _GatewaySets:
-    """Each topology's gateways, as they come up (`_open_gateway_sets`)."""
-
-    def __init__(self, topologies: Iterable[Topology]) -> None:
-        self.opened: dict[Topology, dict[str, Gateway]] = {}
-        self._ready = {topology: trio.Event() for topology in topologies}
-
-    def is_ready(self, topology: Topology) -> bool:
-        return self._ready[topology].is_set()
-
-    async def get(self, topology: Topology) -> dict[str, Gateway]:
-        """The topology's gateways, once they all answer."""
-        await self._ready[topology].wait()
-        return self.opened[topology]
-
-    def _set(self, topology: Topology, gateways: dict[str, Gateway]) -> None:
-        self.opened[topology] = gateways
-        self._ready[topology].set()
-
-
-@asynccontextmanager
-async def _open_gateway_sets(
-    names: dict[Topology, tuple[str, ...]],
-    upstreams: dict[Topology, tuple[str, str | None]],
-    run_dir: Path,
-    config: LabConfig,
-) -> AsyncIterator[_GatewaySets]:
-    """Every topology's gateways, opened in the background one set after another, in `names`
-    order, and stopped when the block ends; one that fails to start ends the run with its error.
-
-    The first topology's cells run while the next one's gateways start (LiteLLM alone takes
-    ~15 s), so only the first set's start is waited for in full. One set at a time: a set's
-    gateways already start at once (labs.gateways), and on two cores two LiteLLMs importing side
-    by side each take twice as long, against their start timeouts. The default topology's
-    gateways keep their logs and books in `run_dir`, the others in a folder named after the
-    topology (`run_dir/hub`, `run_dir/hub+spare`), so two LiteLLMs never share a config or a log.
-    """
-    sets = _GatewaySets(names)
-    release = trio.Event()
-
-    async def open_all() -> None:
-        async with AsyncExitStack() as stack:
-            for topology, gateway_names in names.items():
-                primary_url, spare_url = upstreams[topology]
-                directory = run_dir if topology == Topology() else run_dir / topology.label
-                directory.mkdir(parents=True, exist_ok=True)
-                sets._set(topology, await stack.enter_async_context(open_gateways(
-                    gateway_names, primary_url=primary_url, spare_url=spare_url, run_dir=directory,
-                    external_url=config.external_url, external_api_key=config.external_api_key,
-                )))
-            await release.wait()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(open_all)
-        try:
-            yield sets
-        finally:
-            release.set()
-
-
-def _attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
-    """Which worker answered each cell, how often each was asked, and what the hub did."""
-    asked: dict[str, dict[str, int]] = {}
-    for name, worker in workers.items():
-        for model in worker.arrivals:
-            cell = cell_id_of(model)
-            if cell is not None:
-                counts = asked.setdefault(cell, {})
-                counts[name] = counts.get(name, 0) + 1
-    relayed: dict[str, list[str]] = {}
-    for exchange in hub.exchanges if hub is not None else ():
-        cell = cell_id_of(exchange.model)
-        if cell is not None:
-            relayed.setdefault(cell, []).append(exchange.summary())
-    for result in results:
-        result.worker_requests = asked.get(result.cell_id, {})
-        result.answered_by = SPARE if SPARE in result.worker_requests else PRIMARY if result.worker_requests else None
-        result.hub = relayed.get(result.cell_id, [])

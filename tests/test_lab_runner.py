@@ -9,7 +9,8 @@ import pytest
 
 from labs.gateways.services import Gateway, books_entry
 from labs.hub import Hub, HubExchange, TunnelDropPolicy
-from labs.runner import CellResult, _attach_workers
+from labs.runner import CellResult
+from labs.topology import attach_workers
 from labs.worker import RunningWorker, WorkerSettings
 
 # The first test pays for the small matrix (~45 s here; the fixture itself is bounded at 240 s).
@@ -177,7 +178,7 @@ def test_the_spare_answered_when_it_saw_the_request_else_the_primary():
               exchanges=[exchange])
     results = [CellResult(scenario="s", client="httpx-sse", gateway="litellm", cell_id=cell, outcome="ok", why="",
                           report={}, request_model=f"{cell};tokens=3") for cell in ("c0001", "c0002", "c0003", "c0004")]
-    _attach_workers(results, {"primary": primary, "spare": spare}, hub)
+    attach_workers(results, {"primary": primary, "spare": spare}, hub)
     assert [(r.answered_by, r.worker_requests) for r in results] == [
         ("primary", {"primary": 1}),
         ("spare", {"primary": 2, "spare": 1}),

@@ -10,7 +10,8 @@ import dataclasses
 import trio
 
 from labs.hub import TunnelDropPolicy
-from labs.runner import LabConfig, LabError, _topology_groups, plan_cells, run_lab
+from labs.runner import LabConfig, LabError, plan_cells, run_lab
+from labs.topology import topology_groups
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, Topology, cell_id_of, load_scenario, load_scenarios
 from labs.worker.server import settings_for_request
 from labs.worker.settings import Finish, WorkerSettings
@@ -268,7 +269,7 @@ def test_scenarios_are_grouped_by_topology_default_first_in_the_given_order():
              "rule1-prefill-cut-hub-close-spare", "reason-omitted"]
     scenarios = tuple(load_scenario_named(name) for name in names)
     config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct",))
-    groups = _topology_groups(config.scenarios, plan_cells(config))
+    groups = topology_groups(config.scenarios, plan_cells(config))
     assert [(t.label, [s.name for s in group]) for t, group in groups.items()] == [
         ("tunnel", ["healthy", "reason-omitted"]),
         ("hub", ["cut-after-tokens-hub-close"]),
@@ -279,7 +280,7 @@ def test_scenarios_are_grouped_by_topology_default_first_in_the_given_order():
 def test_a_scenario_without_cells_starts_no_topology(tmp_path):
     only_finish_fix = dataclasses.replace(load_scenario_named("cut-after-tokens-hub-close"), gateways=("finish_fix",))
     config = LabConfig(scenarios=(load_scenario_named("healthy"), only_finish_fix), clients=("pi-ai",), gateways=("direct",))
-    assert [t.label for t in _topology_groups(config.scenarios, plan_cells(config))] == ["tunnel"]
+    assert [t.label for t in topology_groups(config.scenarios, plan_cells(config))] == ["tunnel"]
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,136 @@
+"""The lab's topologies at run time: which scenarios share gateways, starting each topology's
+gateways, and which worker answered each cell.
+
+A topology (`labs.scenario.Topology`) is what sits between the gateways and the workers: the hub
+or not, one worker or two. Gateways are told their upstreams when they start, so each topology a
+run needs gets its own set of gateways (`open_gateway_sets`), and the runner (labs.runner) runs the
+scenarios grouped by topology (`topology_groups`). Which worker answered a cell is read from the
+workers' own records (`attach_workers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from labs.gateways.services import Gateway, open_gateways
+from labs.hub import Hub
+from labs.scenario import Scenario, Topology, cell_id_of
+from labs.worker.server import RunningWorker
+
+if TYPE_CHECKING:
+    from labs.runner import CellResult
+
+__all__ = ["PRIMARY", "SPARE", "GatewaySets", "attach_workers", "open_gateway_sets", "topology_groups", "topology_line"]
+
+#: The two workers, as a cell's `answered_by` names them: the one behind the tunnel, the spare.
+PRIMARY = "primary"
+SPARE = "spare"
+
+
+def topology_groups(
+    scenarios: tuple[Scenario, ...], planned: list[tuple[Scenario, str, str]]
+) -> dict[Topology, list[Scenario]]:
+    """The scenarios that have cells, by topology: the default one (no hub, one worker) first,
+    each group in the order the scenarios were given."""
+    groups: dict[Topology, list[Scenario]] = {}
+    having_cells = {id(s) for s, _, _ in planned}
+    for scenario in scenarios:
+        if id(scenario) in having_cells:
+            groups.setdefault(scenario.topology, []).append(scenario)
+    return dict(sorted(groups.items()))
+
+
+def topology_line(worker: RunningWorker, tunnel_port: int, spare: RunningWorker | None, hub: Hub | None) -> str:
+    line = f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel_port}"
+    if hub is not None:
+        line += f", hub on 127.0.0.1:{hub.port}"
+    if spare is not None:
+        line += f", spare worker on 127.0.0.1:{spare.port}"
+    return line
+
+
+class GatewaySets:
+    """Each topology's gateways, as they come up (`open_gateway_sets`)."""
+
+    def __init__(self, topologies: Iterable[Topology]) -> None:
+        self.opened: dict[Topology, dict[str, Gateway]] = {}
+        self._ready = {topology: trio.Event() for topology in topologies}
+
+    def is_ready(self, topology: Topology) -> bool:
+        return self._ready[topology].is_set()
+
+    async def get(self, topology: Topology) -> dict[str, Gateway]:
+        """The topology's gateways, once they all answer."""
+        await self._ready[topology].wait()
+        return self.opened[topology]
+
+    def _set(self, topology: Topology, gateways: dict[str, Gateway]) -> None:
+        self.opened[topology] = gateways
+        self._ready[topology].set()
+
+
+@asynccontextmanager
+async def open_gateway_sets(
+    names: dict[Topology, tuple[str, ...]],
+    upstreams: dict[Topology, tuple[str, str | None]],
+    run_dir: Path,
+    *,
+    external_url: str | None = None,
+    external_api_key: str | None = None,
+) -> AsyncIterator[GatewaySets]:
+    """Every topology's gateways, opened in the background one set after another, in `names`
+    order, and stopped when the block ends; one that fails to start ends the run with its error.
+
+    The first topology's cells run while the next one's gateways start (LiteLLM alone takes
+    ~15 s), so only the first set's start is waited for in full. One set at a time: a set's
+    gateways already start at once (labs.gateways), and on two cores two LiteLLMs importing side
+    by side each take twice as long, against their start timeouts. The default topology's
+    gateways keep their logs and books in `run_dir`, the others in a folder named after the
+    topology (`run_dir/hub`, `run_dir/hub+spare`), so two LiteLLMs never share a config or a log.
+    """
+    sets = GatewaySets(names)
+    release = trio.Event()
+
+    async def open_all() -> None:
+        async with AsyncExitStack() as stack:
+            for topology, gateway_names in names.items():
+                primary_url, spare_url = upstreams[topology]
+                directory = run_dir if topology == Topology() else run_dir / topology.label
+                directory.mkdir(parents=True, exist_ok=True)
+                sets._set(topology, await stack.enter_async_context(open_gateways(
+                    gateway_names, primary_url=primary_url, spare_url=spare_url, run_dir=directory,
+                    external_url=external_url, external_api_key=external_api_key,
+                )))
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(open_all)
+        try:
+            yield sets
+        finally:
+            release.set()
+
+
+def attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
+    """Which worker answered each cell, how often each was asked, and what the hub did."""
+    asked: dict[str, dict[str, int]] = {}
+    for name, worker in workers.items():
+        for model in worker.arrivals:
+            cell = cell_id_of(model)
+            if cell is not None:
+                counts = asked.setdefault(cell, {})
+                counts[name] = counts.get(name, 0) + 1
+    relayed: dict[str, list[str]] = {}
+    for exchange in hub.exchanges if hub is not None else ():
+        cell = cell_id_of(exchange.model)
+        if cell is not None:
+            relayed.setdefault(cell, []).append(exchange.summary())
+    for result in results:
+        result.worker_requests = asked.get(result.cell_id, {})
+        result.answered_by = SPARE if SPARE in result.worker_requests else PRIMARY if result.worker_requests else None
+        result.hub = relayed.get(result.cell_id, [])
