@@ -130,8 +130,10 @@ def _finish_reason(run: CheckRun) -> Judgement:
     raw = run.raw
     if raw is not None and raw.reading is not None:
         report = raw.reading.report
-        if report.verdict.value == "clean":
+        if report.verdict.value == "clean" and mark is Mark.PASS:
             evidence += "; the gateway repaired the defect (its stream is well-formed)"
+        elif report.verdict.value == "clean":
+            evidence += "; the gateway filled in a reason itself (its stream is well-formed, but not what the worker meant)"
         else:
             evidence += f"; the gateway passed the defect on (the core: {report.detail})"
     return mark, evidence

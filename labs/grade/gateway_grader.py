@@ -147,7 +147,7 @@ def _bytes_report(reading: StreamReading) -> ClientReport:
     elif reading.error_positions:
         failed = ("error event", reading.error_message() or "")
     elif reading.ending != CLEAN_END:
-        failed = ("transport error", reading.ending)
+        failed = ("transport error", reading.ending.removeprefix("transport error: "))
     if failed is not None:
         return ClientReport(client=BYTES_CLIENT, completed=False, error_class=failed[0], error_message=failed[1],
                             text=choice.content if choice else "")
