@@ -217,6 +217,16 @@ def test_a_reset_on_a_close_delimited_body(toxiproxy, policy, appended, ending):
     assert exchanges[0].upstream_ending == "reset"
 
 
+@pytest.mark.parametrize("policy", list(TunnelDropPolicy))
+def test_a_cut_content_length_body_gets_a_fin_whatever_the_policy(toxiproxy, policy):
+    # A short Content-Length body has no clean end, and appended bytes would not be read.
+    model = "finishline-worker;tokens=6;framing=content-length"
+    _, healthy, plan = request_for(model)
+    received, exchanges = through_hub(policy, model, cut_after_3, toxiproxy)
+    assert (received.data, received.ending) == (healthy[: plan.offset_after_tokens(3)], "fin")
+    assert (exchanges[0].upstream_ending, exchanges[0].action) == ("fin", "fin")
+
+
 # -- before the head -----------------------------------------------------------------------------
 
 
