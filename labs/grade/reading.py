@@ -21,7 +21,7 @@ from typing import Any
 
 from finishline import EventFramer, RepairPolicy, RequestFacts, StreamRepair, StreamReport, Verdict, repair_completion
 
-__all__ = ["ChoiceReading", "CompletionReading", "StreamReading", "read_completion", "read_stream"]
+__all__ = ["CLEAN_END", "ChoiceReading", "CompletionReading", "StreamReading", "read_completion", "read_stream"]
 
 #: How a body ended, as the graders pass it: a clean end of the HTTP body.
 CLEAN_END = "end"
@@ -216,6 +216,8 @@ def _add_delta(choices: dict[int, ChoiceReading], choice: dict[str, Any]) -> Non
         if not isinstance(call, dict):
             continue
         position = call.get("index", 0)
+        if not isinstance(position, int) or isinstance(position, bool) or not 0 <= position < 128:
+            continue  # not a tool-call index a client would accept; the core judges the rest
         while len(reading.tool_calls) <= position:
             reading.tool_calls.append({"name": "", "arguments": ""})
         function = call.get("function") if isinstance(call.get("function"), dict) else {}
