@@ -130,7 +130,7 @@ def read_stream(
     if ending == CLEAN_END:
         repair.receive_end()
     else:
-        repair.receive_failure(ending)
+        repair.receive_failure(ending.removeprefix("transport error: "))  # the core says "transport error: " itself
     framer = EventFramer()
     framed = framer.receive_data(body)
     leftover = framer.receive_end()
