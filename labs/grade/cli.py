@@ -68,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     gateway = commands.add_parser("gateway", help="grade a gateway: the lab serves its upstream(s) and breaks them on purpose")
     gateway.add_argument("--url", type=_url, required=True, help="the gateway's OpenAI base URL, e.g. http://127.0.0.1:4000/v1")
     gateway.add_argument("--upstream-port", type=_port, required=True, metavar="P",
-                         help="the 127.0.0.1 port your gateway uses as its upstream: the lab's hub (or tunnel) listens there")
+                         help="the 127.0.0.1 port your gateway uses as its upstream: the lab's hub listens there")
     gateway.add_argument("--spare-port", type=_port, metavar="Q",
                          help="a second upstream port your gateway can retry on: a healthy spare worker listens there (rule 1)")
     gateway.add_argument("--client", action="append", choices=ALL_CLIENTS, metavar="CLIENT",
