@@ -197,3 +197,26 @@ def test_smg_retries_a_request_that_failed_before_any_head_on_the_spare(matrix, 
 def test_vllm_router_retries_a_request_that_failed_before_any_head_until_a_worker_answers(matrix):
     for client, cell in cells(matrix, TUNNEL_DOWN, "vllm-router").items():
         assert (cell["outcome"], cell["answered_by"]) == ("ok", "spare"), client
+
+
+def test_smg_refusing_a_worker_is_one_line_naming_it_and_smg_s_reason(tmp_path):
+    from labs.gateways.services import open_gateways
+    from labs.gateways.smg import SmgRegistrationError
+    from labs.worker.server import open_worker
+
+    async def register_twice() -> str:
+        with trio.fail_after(60):
+            async with open_worker() as worker, open_gateways(
+                ("smg",), primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path
+            ) as gateways:
+                running = gateways["smg"].prepare.__self__
+                await running.register_models(["c0001;tokens=3"])
+                running._registered.clear()  # forget it, as a second lab run on the same SMG would
+                with pytest.raises(SmgRegistrationError) as refused:
+                    await running.register_models(["c0001;tokens=3"])
+                return str(refused.value)
+
+    message = trio.run(register_twice)
+    assert "\n" not in message
+    assert message.startswith("SMG refused the worker http://127.0.0.1:") and "/cells/c0001 for 'c0001;tokens=3': HTTP 409" in message
+    assert "WORKER_ALREADY_EXISTS" in message

@@ -111,7 +111,7 @@ class RunningSmg:
             while not set(urls) <= await trio.to_thread.run_sync(self._ready_urls):
                 await trio.sleep(0.1)
             return
-        waiting = sorted(set(urls) - self._ready_urls())
+        waiting = sorted(set(urls) - await trio.to_thread.run_sync(self._ready_urls))
         raise SmgRegistrationError(
             f"SMG did not register {len(waiting)} workers within {REGISTRATION_DEADLINE_S} s: "
             f"{', '.join(waiting[:3])}; its log: {self.log}"
@@ -123,8 +123,12 @@ class RunningSmg:
         # without it every model shares the default policy, and with it one counter.
         body = json.dumps({"url": url, "models": [{"id": model}], "labels": {"policy": "round_robin"}}).encode()
         request = urllib.request.Request(f"{self.admin_url}/workers", data=body, headers={"content-type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            response.read()
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                response.read()
+        except urllib.error.HTTPError as refused:
+            answer = refused.read().decode(errors="replace")[:300]
+            raise SmgRegistrationError(f"SMG refused the worker {url} for {model!r}: HTTP {refused.code} {answer}") from None
 
     def _ready_urls(self) -> set[str]:
         try:
