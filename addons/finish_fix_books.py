@@ -31,37 +31,57 @@ class BodyCopy:
     """Keeps at most `limit` bytes of a stream: all of it when it fits, else its first and last
     halves with an SSE comment in between saying how much was left out (so the copy still reads as
     an event stream, and the end, where streams go wrong, is always kept). A body that is not plain
-    text (`plain=False`, e.g. gzip) cannot take a comment in its middle: only its start is kept."""
+    text (`plain=False`, e.g. gzip) cannot take a comment in its middle: only its start is kept.
+
+    `add` runs for every piece sent to a client, so it only appends: the tail is a list of pieces,
+    cut back to its half of the limit once it holds a quarter of that more (one join per quarter,
+    never one copy of the tail per piece). So up to 1.25 x `limit` may be held for a moment."""
 
     def __init__(self, limit: int, *, plain: bool = True) -> None:
         self.limit = limit
         self.plain = plain
         self._head = bytearray()
-        self._tail = bytearray()
+        self._head_limit = limit // 2 if plain else limit
+        self._head_full = limit == 0
+        self._tail: list[bytes] = []
+        self._tail_bytes = 0
+        self._tail_limit = limit - self._head_limit
+        self._tail_trim_at = self._tail_limit + max(self._tail_limit // 4, 1)
         self._omitted = 0
 
     def add(self, data: bytes) -> None:
-        if not self.limit or not data:
+        if self._head_full:
+            if not self.limit or not self.plain:
+                return
+            self._tail.append(data)
+            self._tail_bytes += len(data)
+            if self._tail_bytes > self._tail_trim_at:
+                self._trim_tail()
             return
-        if not self.plain:
-            self._head += data[: self.limit - len(self._head)]
+        room = self._head_limit - len(self._head)
+        self._head += data[:room]
+        if len(data) < room:
             return
-        half = self.limit // 2
-        if len(self._head) < half:
-            room = half - len(self._head)
-            self._head += data[:room]
-            data = data[room:]
-        self._tail += data
-        excess = len(self._tail) - (self.limit - half)
+        self._head_full = True
+        if len(data) > room:
+            self.add(data[room:])
+
+    def _trim_tail(self) -> None:
+        tail = b"".join(self._tail)
+        excess = len(tail) - self._tail_limit
         if excess > 0:
-            del self._tail[:excess]
+            tail = tail[excess:]
             self._omitted += excess
+        self._tail = [tail]
+        self._tail_bytes = len(tail)
 
     def value(self) -> bytes:
+        self._trim_tail()
+        tail = self._tail[0]
         if not self._omitted:
-            return bytes(self._head + self._tail)
+            return bytes(self._head) + tail
         note = f"\n\n: finish_fix: {self._omitted} bytes of this stream are not kept here\n\n".encode()
-        return bytes(self._head) + note + bytes(self._tail)
+        return bytes(self._head) + note + tail
 
 
 class Ledger:
