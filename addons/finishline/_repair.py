@@ -47,6 +47,7 @@ from ._inference import infer_finish_reason
 from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
+from ._routine_chunks import RoutineChunks
 from ._sse import Event, EventFramer, split_lines
 from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
 
@@ -91,6 +92,8 @@ class StreamRepair:
             passes unchanged and the verdict is `http_error`.
         content_encoding: the response's content coding ("" or "identity" for none). A compressed
             body cannot be read in flight: it passes unchanged and the verdict is `skipped`.
+        fast_path: False reads every event through the full parse (the differential tests compare
+            both; the output and report are the same either way).
 
     `receive_data` and `receive_end` return the bytes to send to the client now (possibly b"");
     `receive_failure` and `receive_timer` return a `ClientEnding`. None of them raises on anything the
@@ -106,6 +109,7 @@ class StreamRepair:
         head_at: float | None = None,
         status: int = 200,
         content_encoding: str = "",
+        fast_path: bool = True,
     ) -> None:
         self._request = request
         self._policy = policy
@@ -121,6 +125,8 @@ class StreamRepair:
         # The caller's clock at the last `receive_data` that completed an event (the idle deadline).
         self._last_event_at: float | None = None
         self._empty_rewritten = 0
+        # Shapes of routine text chunks seen so far, for the fast path (`_on_routine_piece`).
+        self._routine = RoutineChunks(enabled=fast_path)
         self.report = StreamReport(model=request.model)
         encoding = content_encoding.strip().lower()
         if status >= 400:
@@ -137,6 +143,8 @@ class StreamRepair:
         self._check_open("receive_data")
         self.report.upstream_bytes += len(data)
         if self._phase is Phase.PASSTHROUGH:
+            return self._sent(data)
+        if self._on_routine_piece(data, now):
             return self._sent(data)
         events_before = self.report.events
         out = self._on_events(self._framer.receive_data(data), now)
@@ -312,7 +320,33 @@ class StreamRepair:
         if empty_reasons and self._policy.empty_to_null:
             raw = self._rewrite_empty(event, chunk)
             self._empty_rewritten += empty_reasons
+        self._routine.learn(event.raw, data, chunk)
         return before + raw
+
+    def _on_routine_piece(self, data: bytes, now: float | None) -> bool:
+        """The fast path (`_routine_chunks`): `data` is exactly one event of a routine chunk shape
+        this stream had before, with only its text different. Does what `_on_event` would do for it
+        and returns True; False leaves `data` to the full path. `tests/test_core_fast_path.py` holds
+        the two paths to the same bytes and report."""
+        if self._phase is not Phase.STREAMING or not self._framer.idle:
+            return False
+        match = self._routine.maybe_match(data)
+        if match is None:
+            return False
+        state = self._choices.get(match.index)
+        if state is None:
+            return False
+        report = self.report
+        report.events += 1
+        self._last_event_at = now
+        if report.time_to_first_event is None and now is not None and self._started_at is not None:
+            report.time_to_first_event = now - self._started_at
+        self._chunk_fields.update(match.remembered)
+        if match.has_text:
+            self._first_token_seen = True
+            if state.finish_reason is not None and not state.finished_by_upstream:
+                state.content_after_injection = True
+        return True
 
     def _on_choice(self, choice: dict) -> int:
         """Records one choice of a chunk; returns 1 if its finish_reason is the empty string."""
