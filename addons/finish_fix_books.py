@@ -8,6 +8,7 @@ import json
 import logging
 import re
 import time
+from collections import deque
 from typing import IO
 
 __all__ = ["BodyCopy", "Ledger", "parse_size", "url_without_query"]
@@ -33,9 +34,13 @@ class BodyCopy:
     an event stream, and the end, where streams go wrong, is always kept). A body that is not plain
     text (`plain=False`, e.g. gzip) cannot take a comment in its middle: only its start is kept.
 
-    `add` runs for every piece sent to a client, so it only appends: the tail is a list of pieces,
-    cut back to its half of the limit once it holds a quarter of that more (one join per quarter,
-    never one copy of the tail per piece). So up to 1.25 x `limit` may be held for a moment."""
+    `add` runs for every piece sent to a client, so it never copies the tail: the tail is a queue
+    of the pieces themselves, and once it holds more than `_TAIL_SLACK` bytes over its half of the
+    limit, whole pieces leave from its front (only `value` cuts into a piece). So up to the limit
+    plus `_TAIL_SLACK` and one piece may be held for a moment."""
+
+    # How far the tail may grow past its half of the limit before old pieces are dropped.
+    _TAIL_SLACK = 64 * 1024
 
     def __init__(self, limit: int, *, plain: bool = True) -> None:
         self.limit = limit
@@ -43,10 +48,10 @@ class BodyCopy:
         self._head = bytearray()
         self._head_limit = limit // 2 if plain else limit
         self._head_full = limit == 0
-        self._tail: list[bytes] = []
+        self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
         self._tail_limit = limit - self._head_limit
-        self._tail_trim_at = self._tail_limit + max(self._tail_limit // 4, 1)
+        self._tail_trim_at = self._tail_limit + self._TAIL_SLACK
         self._omitted = 0
 
     def add(self, data: bytes) -> None:
@@ -56,7 +61,7 @@ class BodyCopy:
             self._tail.append(data)
             self._tail_bytes += len(data)
             if self._tail_bytes > self._tail_trim_at:
-                self._trim_tail()
+                self._drop_old_pieces()
             return
         room = self._head_limit - len(self._head)
         self._head += data[:room]
@@ -66,18 +71,23 @@ class BodyCopy:
         if len(data) > room:
             self.add(data[room:])
 
-    def _trim_tail(self) -> None:
-        tail = b"".join(self._tail)
-        excess = len(tail) - self._tail_limit
-        if excess > 0:
-            tail = tail[excess:]
-            self._omitted += excess
-        self._tail = [tail]
-        self._tail_bytes = len(tail)
+    def _drop_old_pieces(self) -> None:
+        """Drops whole pieces from the front of the tail while the rest still fills its half."""
+        tail = self._tail
+        while tail and self._tail_bytes - len(tail[0]) >= self._tail_limit:
+            dropped = len(tail.popleft())
+            self._tail_bytes -= dropped
+            self._omitted += dropped
 
     def value(self) -> bytes:
-        self._trim_tail()
-        tail = self._tail[0]
+        self._drop_old_pieces()
+        tail = b"".join(self._tail)
+        excess = len(tail) - self._tail_limit
+        if excess > 0:  # the rest of the tail's first piece is left out too
+            tail = tail[excess:]
+            self._omitted += excess
+        self._tail = deque([tail])
+        self._tail_bytes = len(tail)
         if not self._omitted:
             return bytes(self._head) + tail
         note = f"\n\n: finish_fix: {self._omitted} bytes of this stream are not kept here\n\n".encode()

@@ -127,6 +127,10 @@ def _restore() -> None:
 def _handle_event(self: HttpStream, event):
     global _timers_pending
     original = getattr(HttpStream, _ORIGINAL)
+    if isinstance(event, ResponseData) and event.data:
+        # Every piece of every body comes here, and nothing below acts on a non-empty one (only an
+        # empty piece, a failure, a timer or the response head do): it goes straight on.
+        return (yield from original(self, event))
     if isinstance(event, Wakeup):
         _timers_pending -= 1
         if _draining:

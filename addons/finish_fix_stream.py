@@ -50,7 +50,8 @@ class ClientStream(CutHandler):
             # after the end). Pass the piece on and stop repairing.
             repair.give_up(error)
             out = data
-        self.log_internal_error_once()
+        if repair.report.internal_error:  # checked here: this runs for every piece
+            self.log_internal_error_once()
         self.copy.add(out)
         return [out] if out else []
 

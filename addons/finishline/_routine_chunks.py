@@ -62,7 +62,10 @@ _UTF8_SEQUENCE = (
     rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
     rb"|\xf4[\x80-\x8f][\x80-\xbf]{2}"
 )
-_JSON_STRING = rb'"(?:' + _ASCII_CHARS + rb"|" + _ESCAPE + rb"|" + _UTF8_SEQUENCE + rb')*+"'
+_JSON_CHAR = rb"(?:" + _ASCII_CHARS + rb"|" + _ESCAPE + rb"|" + _UTF8_SEQUENCE + rb")"
+_JSON_STRING = rb'"' + _JSON_CHAR + rb'*+"'
+# The text gap: the empty string, or a non-empty one as group 1 (so `lastindex` says which).
+_TEXT_GAP = rb'(?:""|("' + _JSON_CHAR + rb'++"))'
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
@@ -120,16 +123,23 @@ class RoutineChunks:
         """The match, if `piece` is exactly one event of a learned shape; else None. The returned
         object is reused by the next match of the same shape."""
         shapes = self._shapes
-        for position, shape in enumerate(shapes):
-            match = shape.pattern.fullmatch(piece)
-            if match is not None:
-                if position:  # the shape seen last is tried first next time
-                    shapes.insert(0, shapes.pop(position))
-                self._hits += 1
-                result = shape.result
-                result.has_text = match.end(1) - match.start(1) > 2
-                return result
-        return None
+        if not shapes:
+            return None
+        shape = shapes[0]
+        match = shape.pattern.fullmatch(piece)
+        if match is None:
+            for position in range(1, len(shapes)):
+                match = shapes[position].pattern.fullmatch(piece)
+                if match is not None:  # the shape seen last is tried first next time
+                    shape = shapes.pop(position)
+                    shapes.insert(0, shape)
+                    break
+            else:
+                return None
+        self._hits += 1
+        result = shape.result
+        result.has_text = match.lastindex is not None
+        return result
 
     def learn(self, raw: bytes, data: bytes, chunk: Any) -> None:
         """Called by the full path with an event it read (`raw`, its `data` field) and the parsed
@@ -202,7 +212,7 @@ def _maybe_shape(raw: bytes, data: bytes, chunk: dict, facts: tuple[int, str, st
     position = 0
     for (start, end), is_text in gaps:
         parts.append(re.escape(data[position:start]))
-        parts.append(b"(" + _JSON_STRING + b")" if is_text else b"(?:" + _JSON_STRING + b")")
+        parts.append(_TEXT_GAP if is_text else _JSON_STRING)
         position = end
     parts.append(re.escape(raw[len(b"data: ") + position :]))
     pattern = re.compile(b"".join(parts), re.DOTALL)
