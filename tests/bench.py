@@ -14,8 +14,14 @@ several short streams), and mitmdump's resident memory read from /proc while the
 (at 10%, 50% and 90% of it) and its peak (VmHWM) after a 10k-event and after a 100k-event stream in
 the same process: if memory grew with stream length, the second peak would be far above the first.
 
+Then the many-users shape: 200 streams of 200 events at once through one mitmdump (plain streaming
+and finish_fix), as streams/s and events/s. Last, the repair core alone (no mitmdump, no sockets),
+fed the long stream one event per call, with and without its fast path for routine chunks. The
+closing lines put the three figures of issue 9 side by side with their targets.
+
 The client is a socket with h11 that counts `data: ` marks in the body, so that a full client's
-overhead does not hide the proxy's.
+overhead does not hide the proxy's; the concurrent streams are read the same way, all from one
+thread with `selectors`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import json
 import os
 import platform
 import re
+import selectors
 import socket
 import statistics
 import sys
@@ -36,6 +43,7 @@ from pathlib import Path
 
 import h11
 
+from finishline import StreamRepair
 from tests import mitmdump_process
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
 from tests.chat_streams import chat_chunk, sse_event
@@ -63,6 +71,38 @@ def healthy_stream(events: int) -> Callable[[], Iterator[bytes]]:
     return pieces
 
 
+def _request_bytes(port: int, path: str) -> tuple[h11.Connection, bytes]:
+    """A new h11 client and the bytes of a streaming chat request (Connection: close)."""
+    body = json.dumps({"model": "bench", "stream": True,
+                       "messages": [{"role": "user", "content": "go"}]}).encode()
+    client = h11.Connection(h11.CLIENT)
+    request = client.send(h11.Request(
+        method="POST", target=path,
+        headers=[("Host", f"127.0.0.1:{port}"), ("Content-Type", "application/json"),
+                 ("Accept", "text/event-stream"), ("Content-Length", str(len(body))),
+                 ("Connection", "close")],
+    )) + client.send(h11.Data(data=body)) + client.send(h11.EndOfMessage())
+    return client, request
+
+
+class _MarkCounter:
+    """Counts `data: ` marks in a body read in pieces (a mark may be split across two)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self.received = 0
+        self._carry = b""
+
+    def add(self, data: bytes) -> int:
+        """Counts the marks `data` completes; returns how many."""
+        self.received += len(data)
+        window = self._carry + data
+        found = window.count(_DATA_MARK)
+        self.events += found
+        self._carry = window[-(len(_DATA_MARK) - 1) :]
+        return found
+
+
 @dataclass
 class StreamRun:
     events: int
@@ -85,21 +125,11 @@ def read_stream(
     Args:
         sample_at: {percent: event count}; when the count passes one, `sample_rss()` is recorded.
     """
-    body = json.dumps({"model": "bench", "stream": True,
-                       "messages": [{"role": "user", "content": "go"}]}).encode()
-    client = h11.Connection(h11.CLIENT)
-    request = client.send(h11.Request(
-        method="POST", target=path,
-        headers=[("Host", f"127.0.0.1:{port}"), ("Content-Type", "application/json"),
-                 ("Accept", "text/event-stream"), ("Content-Length", str(len(body))),
-                 ("Connection", "close")],
-    )) + client.send(h11.Data(data=body)) + client.send(h11.EndOfMessage())
+    client, request = _request_bytes(port, path)
     pending = dict(sorted((sample_at or {}).items(), key=lambda item: item[1]))
     samples: dict[int, int] = {}
-    events = 0
-    received = 0
+    marks = _MarkCounter()
     first_event_at: float | None = None
-    carry = b""  # the end of the previous piece, for a mark split across pieces
     with socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) as connection:
         started = time.perf_counter()
         connection.sendall(request)
@@ -116,25 +146,87 @@ def read_stream(
                 break
             if not isinstance(event, h11.Data):
                 continue
-            data = bytes(event.data)
-            received += len(data)
-            window = carry + data
-            found = window.count(_DATA_MARK)
-            if found:
+            if marks.add(bytes(event.data)):
                 if first_event_at is None:
                     first_event_at = time.perf_counter()
-                events += found
-                while pending and events >= next(iter(pending.values())) and sample_rss:
+                while pending and marks.events >= next(iter(pending.values())) and sample_rss:
                     percent = next(iter(pending))
                     del pending[percent]
                     samples[percent] = sample_rss()
-            carry = window[-(len(_DATA_MARK) - 1) :]
         finished = time.perf_counter()
     if first_event_at is None:
-        raise RuntimeError(f"no event came from port {port}{path} ({received} bytes)")
-    if expected_events is not None and events != expected_events:
-        raise RuntimeError(f"expected {expected_events} events from port {port}, got {events}")
-    return StreamRun(events, finished - started, first_event_at - started, received, samples)
+        raise RuntimeError(f"no event came from port {port}{path} ({marks.received} bytes)")
+    if expected_events is not None and marks.events != expected_events:
+        raise RuntimeError(f"expected {expected_events} events from port {port}, got {marks.events}")
+    return StreamRun(marks.events, finished - started, first_event_at - started, marks.received, samples)
+
+
+@dataclass
+class ConcurrentRun:
+    streams: int
+    events: int
+    seconds: float
+
+
+def read_concurrent_streams(port: int, path: str, *, streams: int, expected_events: int) -> ConcurrentRun:
+    """Opens `streams` connections to 127.0.0.1:`port`, sends every request at once and reads every
+    response to its end from this one thread. The time runs from the first request sent to the end
+    of the last stream (the connections are opened before, alike for every path)."""
+    connections = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) for _ in range(streams)]
+    selector = selectors.DefaultSelector()
+    total_events = 0
+    try:
+        started = time.perf_counter()
+        for connection in connections:
+            client, request = _request_bytes(port, path)
+            connection.sendall(request)
+            connection.setblocking(False)
+            selector.register(connection, selectors.EVENT_READ, (client, _MarkCounter()))
+        open_streams = streams
+        while open_streams:
+            if time.perf_counter() - started > _DEADLINE_S:
+                raise TimeoutError(f"{open_streams} of {streams} streams from port {port} took over {_DEADLINE_S} s")
+            for key, _ in selector.select(timeout=1.0):
+                client, marks = key.data
+                try:
+                    client.receive_data(key.fileobj.recv(_RECV_SIZE))
+                except BlockingIOError:
+                    continue
+                while (event := client.next_event()) is not h11.NEED_DATA:
+                    if isinstance(event, h11.Response) and event.status_code != 200:
+                        raise RuntimeError(f"HTTP {event.status_code} from port {port}{path}")
+                    if isinstance(event, h11.Data):
+                        marks.add(bytes(event.data))
+                    elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                        if marks.events != expected_events:
+                            raise RuntimeError(f"expected {expected_events} events from port {port}, got {marks.events}")
+                        total_events += marks.events
+                        selector.unregister(key.fileobj)
+                        open_streams -= 1
+                        break
+        finished = time.perf_counter()
+    finally:
+        selector.close()
+        for connection in connections:
+            connection.close()
+    return ConcurrentRun(streams, total_events, finished - started)
+
+
+def core_events_per_second(pieces: list[bytes], *, fast_path: bool, runs: int = 3) -> float:
+    """The repair core alone, fed `pieces` one per call with a clock value, as finish_fix feeds it:
+    the median events/s of `runs` streams."""
+    rates = []
+    for _ in range(runs):
+        repair = StreamRepair(started_at=0.0, fast_path=fast_path)
+        started = time.perf_counter()
+        for piece in pieces:
+            repair.receive_data(piece, now=1.0)
+        repair.receive_end(now=2.0)
+        seconds = time.perf_counter() - started
+        if repair.report.verdict != "clean" or repair.report.events != len(pieces):
+            raise RuntimeError(f"the core read the bench stream as {repair.report.detail!r}")
+        rates.append(len(pieces) / seconds)
+    return statistics.median(rates)
 
 
 @dataclass
@@ -146,6 +238,9 @@ class Row:
     rss_samples_kib: dict[int, int] = field(default_factory=dict)
     peak_after_short_kib: int | None = None
     peak_after_long_kib: int | None = None
+    # The concurrent shape (None for a path it was not run through).
+    streams_per_second: float | None = None
+    concurrent_events_per_second: float | None = None
 
 
 def peak_rss_kib(mitmdump: Mitmdump) -> int:
@@ -166,8 +261,11 @@ class Target:
     long_runs: list[StreamRun] = field(default_factory=list)
     peak_after_short_kib: int | None = None
     peak_after_long_kib: int | None = None
+    concurrent: bool = False  # whether the concurrent shape runs through it
+    concurrent_runs: list[ConcurrentRun] = field(default_factory=list)
 
     def row(self) -> Row:
+        runs = self.concurrent_runs
         return Row(
             name=self.name,
             events_per_second=statistics.median(r.events / r.seconds for r in self.long_runs),
@@ -178,6 +276,8 @@ class Target:
             rss_samples_kib=self.long_runs[0].rss_samples_kib,
             peak_after_short_kib=self.peak_after_short_kib,
             peak_after_long_kib=self.peak_after_long_kib,
+            streams_per_second=statistics.median(r.streams / r.seconds for r in runs) if runs else None,
+            concurrent_events_per_second=statistics.median(r.events / r.seconds for r in runs) if runs else None,
         )
 
 
@@ -189,6 +289,9 @@ def measure(
     short_events: int,
     ttfe_runs: int,
     long_runs: int,
+    concurrent_streams: int,
+    concurrent_events: int,
+    concurrent_runs: int,
 ) -> None:
     """Every measurement round-robin over `targets`, so that load from elsewhere on the machine
     falls on all of them alike rather than on whichever ran during it."""
@@ -213,6 +316,13 @@ def measure(
             ))
             if sampled:
                 target.peak_after_long_kib = peak_rss_kib(target.mitmdump)
+    for _ in range(concurrent_runs):
+        for target in targets:
+            if target.concurrent:
+                target.concurrent_runs.append(read_concurrent_streams(
+                    target.port, paths["concurrent"], streams=concurrent_streams,
+                    expected_events=concurrent_events + 2,
+                ))
 
 
 def _mib(kib: int | None) -> str:
@@ -265,6 +375,47 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
           "default 4MB): expect RSS to rise by up to that much, then stay flat.")
 
 
+def print_concurrent_table(rows: list[Row], baseline: Row, *, streams: int, events: int, runs: int) -> None:
+    print()
+    print(f"{streams} concurrent streams of {events} events each (+ finish chunk and [DONE]) through one "
+          f"process, all read at once from one client thread")
+    header = f"{'path':<44} {'streams/s':>10} {'x plain':>8} {'events/s':>10} {'x plain':>8}"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        if row.streams_per_second is None:
+            continue
+        print(f"{row.name:<44} {row.streams_per_second:>10,.1f} "
+              f"{row.streams_per_second / baseline.streams_per_second:>8.2f} "
+              f"{row.concurrent_events_per_second:>10,.0f} "
+              f"{row.concurrent_events_per_second / baseline.concurrent_events_per_second:>8.2f}")
+    print(f"median of {runs} rounds, taken round-robin over the paths; the time runs from the first "
+          "request sent to the end of the last stream.")
+
+
+def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_streams: int,
+                  concurrent_events: int, core_fast: float, core_full: float) -> None:
+    """Issue 9's three speed figures, each next to its target (figures from this one run)."""
+
+    def verdict(ok: bool) -> str:
+        return "meets the target" if ok else "BELOW the target"
+
+    long_ratio = finish_fix.events_per_second / plain.events_per_second
+    streams_ratio = finish_fix.streams_per_second / plain.streams_per_second
+    events_ratio = finish_fix.concurrent_events_per_second / plain.concurrent_events_per_second
+    print()
+    print("finish_fix (defaults, body copy on) next to plain streaming mitmdump, this run:")
+    print(f"  (a) one {long_events // 1000}k-event stream:  {finish_fix.events_per_second:,.0f} vs "
+          f"{plain.events_per_second:,.0f} events/s = {long_ratio:.2f}x (target >= 0.90x: {verdict(long_ratio >= 0.9)})")
+    print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
+          f"{plain.streams_per_second:,.1f} streams/s = {streams_ratio:.2f}x, "
+          f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
+          f"events/s = {events_ratio:.2f}x (target >= 0.90x: {verdict(min(streams_ratio, events_ratio) >= 0.9)})")
+    print(f"  (c) the repair core alone, routine single-choice content chunks one per call: "
+          f"{core_fast:,.0f} events/s (target >= 200,000: {verdict(core_fast >= 200_000)}); "
+          f"with every event fully parsed (fast_path=False): {core_full:,.0f} events/s")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=100_000, help="events in the long stream")
@@ -273,6 +424,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttfe-runs", type=int, default=9, help="short streams per TTFE median")
     parser.add_argument("--long-runs", type=int, default=3,
                         help="long streams per configuration (events/s is their median)")
+    parser.add_argument("--concurrent-streams", type=int, default=200,
+                        help="streams at once in the concurrent shape")
+    parser.add_argument("--concurrent-events", type=int, default=200,
+                        help="events per stream in the concurrent shape")
+    parser.add_argument("--concurrent-runs", type=int, default=3,
+                        help="rounds of the concurrent shape (its figures are their median)")
     parser.add_argument("--skip-buffering", action="store_true",
                         help="leave out plain mitmdump with default (buffering) options")
     args = parser.parse_args(argv)
@@ -288,9 +445,11 @@ def main(argv: list[str] | None = None) -> int:
         short_prefix = upstream.route(Script(pieces=list(healthy_stream(args.short_events)()),
                                              write_batch_bytes=_WRITE_BATCH))
         tiny_prefix = upstream.route(Script(pieces=list(healthy_stream(1)())))
+        concurrent_prefix = upstream.route(Script(pieces=list(healthy_stream(args.concurrent_events)()),
+                                                  write_batch_bytes=_WRITE_BATCH))
         paths = {name: f"{prefix}/v1/chat/completions"
                  for name, prefix in (("long", long_prefix), ("short", short_prefix),
-                                      ("tiny", tiny_prefix))}
+                                      ("tiny", tiny_prefix), ("concurrent", concurrent_prefix))}
         long_bytes = sum(map(len, long_pieces))
 
         configurations: list[tuple[str, list[Path], dict[str, str]]] = [
@@ -302,18 +461,22 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_buffering:
             configurations.append(("mitmdump (reverse, defaults: buffers body)", [], {}))
 
-        targets = [Target("direct, no proxy (reference)", upstream.port, None)]
+        targets = [Target("direct, no proxy (reference)", upstream.port, None, concurrent=True)]
         try:
             for name, scripts, options in configurations:
                 mitmdump = mitmdump_process.start(
                     confdir=confdir, mode=f"reverse:{upstream.origin}", scripts=scripts,
                     options={"flow_detail": "0", **options},
                 )
-                targets.append(Target(name, mitmdump.port, mitmdump))
+                # The buffering mitmdump is not a streaming proxy: it has no place in that shape.
+                streaming = bool(scripts) or "stream_large_bodies" in options
+                targets.append(Target(name, mitmdump.port, mitmdump, concurrent=streaming))
             print(f"streaming {args.events:,} events through {len(targets)} paths, "
                   f"{args.long_runs} rounds ...", file=sys.stderr)
             measure(targets, paths, long_events=args.events, short_events=args.short_events,
-                    ttfe_runs=args.ttfe_runs, long_runs=args.long_runs)
+                    ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
+                    concurrent_streams=args.concurrent_streams,
+                    concurrent_events=args.concurrent_events, concurrent_runs=args.concurrent_runs)
         except BaseException:
             for target in targets:
                 if target.mitmdump is not None:
@@ -326,6 +489,15 @@ def main(argv: list[str] | None = None) -> int:
         rows = [target.row() for target in targets]
         print_table(rows, rows[1], long_events=args.events, short_events=args.short_events,
                     long_bytes=long_bytes, ttfe_runs=args.ttfe_runs, long_runs=args.long_runs)
+        print_concurrent_table(rows, rows[1], streams=args.concurrent_streams,
+                               events=args.concurrent_events, runs=args.concurrent_runs)
+        # The core last, with the proxies stopped, so nothing else of this bench runs meanwhile.
+        core_fast = core_events_per_second(long_pieces, fast_path=True)
+        core_full = core_events_per_second(long_pieces, fast_path=False)
+        print_targets(rows[1], rows[2], long_events=args.events,
+                      concurrent_streams=args.concurrent_streams,
+                      concurrent_events=args.concurrent_events, core_fast=core_fast,
+                      core_full=core_full)
     return 0
 
 
