@@ -48,6 +48,7 @@ class BodyCopy:
         self._head = bytearray()
         self._head_limit = limit // 2 if plain else limit
         self._head_full = limit == 0
+        self._keeps_tail = limit > 0 and plain
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
         self._tail_limit = limit - self._head_limit
@@ -56,12 +57,11 @@ class BodyCopy:
 
     def add(self, data: bytes) -> None:
         if self._head_full:
-            if not self.limit or not self.plain:
-                return
-            self._tail.append(data)
-            self._tail_bytes += len(data)
-            if self._tail_bytes > self._tail_trim_at:
-                self._drop_old_pieces()
+            if self._keeps_tail:
+                self._tail.append(data)
+                self._tail_bytes += len(data)
+                if self._tail_bytes > self._tail_trim_at:
+                    self._drop_old_pieces()
             return
         room = self._head_limit - len(self._head)
         self._head += data[:room]

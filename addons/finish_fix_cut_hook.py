@@ -125,12 +125,18 @@ def _restore() -> None:
 
 
 def _handle_event(self: HttpStream, event):
+    # Every piece of every body comes here, and `_handle_other_event` never acts on a non-empty one
+    # (only on an empty piece, a failure, a timer or the response head): so this is a plain function
+    # (like mitmproxy's own `expect` wrapper) that hands such a piece to mitmproxy's generator as is,
+    # without a generator of ours around it.
+    if isinstance(event, ResponseData) and event.data:
+        return getattr(HttpStream, _ORIGINAL)(self, event)
+    return _handle_other_event(self, event)
+
+
+def _handle_other_event(self: HttpStream, event):
     global _timers_pending
     original = getattr(HttpStream, _ORIGINAL)
-    if isinstance(event, ResponseData) and event.data:
-        # Every piece of every body comes here, and nothing below acts on a non-empty one (only an
-        # empty piece, a failure, a timer or the response head do): it goes straight on.
-        return (yield from original(self, event))
     if isinstance(event, Wakeup):
         _timers_pending -= 1
         if _draining:

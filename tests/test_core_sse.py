@@ -90,3 +90,31 @@ def test_misuse_is_reported_with_what_was_seen():
         framer.receive_data(b"abc")
     with pytest.raises(LocalProtocolError, match="receive_end\\(\\) called twice"):
         framer.receive_end()
+
+
+@pytest.mark.parametrize(
+    ("pieces", "idle"),
+    [
+        ([], False),  # nothing seen yet: a byte order mark may still come
+        ([b"data: a\n\n"], True),
+        ([b"data: a\n\n", b"data: b"], False),  # an incomplete event is held
+        ([b"data: a\n\n", b"data: b\n"], False),
+        ([b"data: a\r\r"], False),  # the LF that may follow the last CR belongs to it
+        ([b"data: a\r\r", b"\n"], True),
+        ([b"data: a\r\n\r\n"], True),
+    ],
+)
+def test_idle_says_a_whole_event_piece_would_frame_as_itself(pieces, idle):
+    framer = EventFramer()
+    for piece in pieces:
+        framer.receive_data(piece)
+    assert framer.idle is idle
+    if idle:  # what the repair's fast path relies on
+        assert [event.raw for event in framer.receive_data(b"data: x\n\n")] == [b"data: x\n\n"]
+
+
+def test_an_ended_framer_is_not_idle():
+    framer = EventFramer()
+    framer.receive_data(b"data: a\n\n")
+    framer.receive_end()
+    assert not framer.idle

@@ -76,6 +76,10 @@ class EventFramer:
         self._after_cr_closed_event = False
         self._at_stream_start = True
         self._ended = False
+        self.idle = False
+        """True when nothing is held and an event went by: the next byte starts a new event (and no
+        CR before it left an LF pending), so a piece that is one whole event frames as exactly
+        itself. An attribute, not a property: the repair's fast path reads it for every piece."""
         self.line_ending: bytes | None = None
         """The first line ending the stream used (b"\\n", b"\\r\\n" or b"\\r"); None until known."""
 
@@ -127,6 +131,7 @@ class EventFramer:
             position -= event_start
             self._line_start -= event_start
         self._scan_from = len(buffer) if position < len(buffer) else position
+        self.idle = not buffer and not self._after_cr and not self._at_stream_start
         return events
 
     def receive_end(self) -> Event | None:
@@ -134,17 +139,12 @@ class EventFramer:
         if self._ended:
             raise LocalProtocolError("receive_end() called twice; the stream already ended")
         self._ended = True
+        self.idle = False
         if not self._buffer:
             return None
         leftover = self._parse(bytes(self._buffer), complete=False)
         self._buffer.clear()
         return leftover
-
-    @property
-    def idle(self) -> bool:
-        """True when nothing is held: the next byte starts a new event (and a CR before it did not
-        leave an LF pending), so a piece that is one whole event would frame as exactly itself."""
-        return not self._buffer and not self._after_cr and not self._at_stream_start
 
     @property
     def held_bytes(self) -> int:
@@ -155,6 +155,7 @@ class EventFramer:
         """Ends framing and returns the bytes held for the incomplete event (for a caller that
         gives up on framing and passes everything on unchanged from here)."""
         self._ended = True
+        self.idle = False
         held = bytes(self._buffer)
         self._buffer.clear()
         return held
