@@ -34,13 +34,14 @@ class BodyCopy:
     an event stream, and the end, where streams go wrong, is always kept). A body that is not plain
     text (`plain=False`, e.g. gzip) cannot take a comment in its middle: only its start is kept.
 
-    `add` runs for every piece sent to a client, so it never copies the tail: the tail is a queue
-    of the pieces themselves, and once it holds more than `_TAIL_SLACK` bytes over its half of the
-    limit, whole pieces leave from its front (only `value` cuts into a piece). So up to the limit
-    plus `_TAIL_SLACK` and one piece may be held for a moment."""
+    `add` runs for every piece sent to a client, so it never touches the kept tail: pieces are
+    appended to a small buffer, which becomes one block of the tail every `_BLOCK` bytes, and whole
+    blocks leave the front of the tail while the rest still fills its half of the limit (only
+    `value` cuts into a block). Keeping the pieces themselves instead would hold thousands of small
+    objects per stream, which measurably slows the whole proxy. So up to the limit plus two blocks
+    may be held for a moment."""
 
-    # How far the tail may grow past its half of the limit before old pieces are dropped.
-    _TAIL_SLACK = 64 * 1024
+    _BLOCK = 64 * 1024
 
     def __init__(self, limit: int, *, plain: bool = True) -> None:
         self.limit = limit
@@ -49,19 +50,19 @@ class BodyCopy:
         self._head_limit = limit // 2 if plain else limit
         self._head_full = limit == 0
         self._keeps_tail = limit > 0 and plain
+        self._recent = bytearray()
         self._tail: deque[bytes] = deque()
         self._tail_bytes = 0
         self._tail_limit = limit - self._head_limit
-        self._tail_trim_at = self._tail_limit + self._TAIL_SLACK
         self._omitted = 0
 
     def add(self, data: bytes) -> None:
         if self._head_full:
             if self._keeps_tail:
-                self._tail.append(data)
-                self._tail_bytes += len(data)
-                if self._tail_bytes > self._tail_trim_at:
-                    self._drop_old_pieces()
+                recent = self._recent
+                recent += data
+                if len(recent) >= self._BLOCK:
+                    self._seal_block()
             return
         room = self._head_limit - len(self._head)
         self._head += data[:room]
@@ -71,8 +72,12 @@ class BodyCopy:
         if len(data) > room:
             self.add(data[room:])
 
-    def _drop_old_pieces(self) -> None:
-        """Drops whole pieces from the front of the tail while the rest still fills its half."""
+    def _seal_block(self) -> None:
+        """Moves the recent pieces into the tail as one block; drops the blocks no longer needed."""
+        if self._recent:
+            self._tail.append(bytes(self._recent))
+            self._tail_bytes += len(self._recent)
+            self._recent.clear()
         tail = self._tail
         while tail and self._tail_bytes - len(tail[0]) >= self._tail_limit:
             dropped = len(tail.popleft())
@@ -80,10 +85,10 @@ class BodyCopy:
             self._omitted += dropped
 
     def value(self) -> bytes:
-        self._drop_old_pieces()
+        self._seal_block()
         tail = b"".join(self._tail)
         excess = len(tail) - self._tail_limit
-        if excess > 0:  # the rest of the tail's first piece is left out too
+        if excess > 0:  # the rest of the tail's first block is left out too
             tail = tail[excess:]
             self._omitted += excess
         self._tail = deque([tail])

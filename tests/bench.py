@@ -238,9 +238,22 @@ class Row:
     rss_samples_kib: dict[int, int] = field(default_factory=dict)
     peak_after_short_kib: int | None = None
     peak_after_long_kib: int | None = None
+    # mitmdump's CPU microseconds per event (None without a mitmdump).
+    cpu_us_per_event: float | None = None
     # The concurrent shape (None for a path it was not run through).
     streams_per_second: float | None = None
     concurrent_events_per_second: float | None = None
+    concurrent_cpu_us_per_event: float | None = None
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) the process used so far, from /proc/PID/stat. Unlike events/s, the
+    CPU a proxy spends per event hardly moves when other work shares the machine."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 def peak_rss_kib(mitmdump: Mitmdump) -> int:
@@ -263,6 +276,16 @@ class Target:
     peak_after_long_kib: int | None = None
     concurrent: bool = False  # whether the concurrent shape runs through it
     concurrent_runs: list[ConcurrentRun] = field(default_factory=list)
+    long_cpu_us: list[float] = field(default_factory=list)
+    concurrent_cpu_us: list[float] = field(default_factory=list)
+
+    def measured(self, run: Callable[[], StreamRun | ConcurrentRun], cpu_us: list[float]) -> StreamRun | ConcurrentRun:
+        """`run()`, noting mitmdump's CPU per event in `cpu_us`."""
+        before = cpu_seconds(self.mitmdump.pid) if self.mitmdump is not None else None
+        result = run()
+        if before is not None:
+            cpu_us.append((cpu_seconds(self.mitmdump.pid) - before) / result.events * 1e6)
+        return result
 
     def row(self) -> Row:
         runs = self.concurrent_runs
@@ -276,8 +299,10 @@ class Target:
             rss_samples_kib=self.long_runs[0].rss_samples_kib,
             peak_after_short_kib=self.peak_after_short_kib,
             peak_after_long_kib=self.peak_after_long_kib,
+            cpu_us_per_event=statistics.median(self.long_cpu_us) if self.long_cpu_us else None,
             streams_per_second=statistics.median(r.streams / r.seconds for r in runs) if runs else None,
             concurrent_events_per_second=statistics.median(r.events / r.seconds for r in runs) if runs else None,
+            concurrent_cpu_us_per_event=statistics.median(self.concurrent_cpu_us) if self.concurrent_cpu_us else None,
         )
 
 
@@ -307,26 +332,30 @@ def measure(
         for target in targets:
             # The first long run of each is the one whose memory is sampled and whose peak is read.
             sampled = round_number == 0 and target.mitmdump is not None
-            target.long_runs.append(read_stream(
+            target.long_runs.append(target.measured(lambda: read_stream(
                 target.port,
                 paths["long"],
                 expected_events=long_events + 2,
                 sample_at=marks if sampled else None,
                 sample_rss=target.mitmdump.rss_kib if sampled else None,
-            ))
+            ), target.long_cpu_us))
             if sampled:
                 target.peak_after_long_kib = peak_rss_kib(target.mitmdump)
     for _ in range(concurrent_runs):
         for target in targets:
             if target.concurrent:
-                target.concurrent_runs.append(read_concurrent_streams(
+                target.concurrent_runs.append(target.measured(lambda: read_concurrent_streams(
                     target.port, paths["concurrent"], streams=concurrent_streams,
                     expected_events=concurrent_events + 2,
-                ))
+                ), target.concurrent_cpu_us))
 
 
 def _mib(kib: int | None) -> str:
     return "-" if kib is None else f"{kib / 1024:.1f}"
+
+
+def _cpu(us: float | None) -> str:
+    return "-" if us is None else f"{us:.1f}"
 
 
 def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_events: int,
@@ -340,7 +369,7 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
           f"{platform.machine()}, {platform.system()} {platform.release()}")
     print()
     header = (f"{'path':<44} {'events/s':>10} {'x plain':>8} {'TTFE ms':>8} {'+TTFE ms':>9} "
-              f"{'1st of long':>11} {'RSS@10%':>8} {'RSS@50%':>8} {'RSS@90%':>8} {'peak ' + format(short_events // 1000) + 'k':>9} "
+              f"{'1st of long':>11} {'CPU us/ev':>9} {'RSS@10%':>8} {'RSS@50%':>8} {'RSS@90%':>8} {'peak ' + format(short_events // 1000) + 'k':>9} "
               f"{'peak ' + format(long_events // 1000) + 'k':>10}")
     print(header)
     print("-" * len(header))
@@ -351,7 +380,7 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
             f"{row.name:<44} {row.events_per_second:>10,.0f} {ratio:>8.2f} "
             f"{row.time_to_first_event_s * 1000:>8.2f} {added:>+9.2f} "
             f"{row.long_stream_first_event_s * 1000:>9.1f}ms "
-            f"{_mib(row.rss_samples_kib.get(10)):>8} {_mib(row.rss_samples_kib.get(50)):>8} "
+            f"{_cpu(row.cpu_us_per_event):>9} {_mib(row.rss_samples_kib.get(10)):>8} {_mib(row.rss_samples_kib.get(50)):>8} "
             f"{_mib(row.rss_samples_kib.get(90)):>8} {_mib(row.peak_after_short_kib):>9} "
             f"{_mib(row.peak_after_long_kib):>10}"
         )
@@ -363,6 +392,10 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
           "the same baseline.")
     print("1st of long: time to the first event of the long stream (a buffering proxy sends nothing "
           "until the upstream is done).")
+    print("CPU us/ev: mitmdump's own CPU time (user + system, /proc/PID/stat) per event over the long "
+          "streams, median; it barely moves with other load,")
+    print("so the difference between two rows is what the addon costs per event even when events/s "
+          "is noisy.")
     print("direct: the client reads the upstream itself, one HTTP chunk per event; mitmdump "
           "re-chunks per read, so the client parses fewer")
     print(f"chunks behind it and 'direct' is a reference, not a ceiling. Upstream, mitmdump and "
@@ -379,7 +412,7 @@ def print_concurrent_table(rows: list[Row], baseline: Row, *, streams: int, even
     print()
     print(f"{streams} concurrent streams of {events} events each (+ finish chunk and [DONE]) through one "
           f"process, all read at once from one client thread")
-    header = f"{'path':<44} {'streams/s':>10} {'x plain':>8} {'events/s':>10} {'x plain':>8}"
+    header = f"{'path':<44} {'streams/s':>10} {'x plain':>8} {'events/s':>10} {'x plain':>8} {'CPU us/ev':>9}"
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -388,7 +421,8 @@ def print_concurrent_table(rows: list[Row], baseline: Row, *, streams: int, even
         print(f"{row.name:<44} {row.streams_per_second:>10,.1f} "
               f"{row.streams_per_second / baseline.streams_per_second:>8.2f} "
               f"{row.concurrent_events_per_second:>10,.0f} "
-              f"{row.concurrent_events_per_second / baseline.concurrent_events_per_second:>8.2f}")
+              f"{row.concurrent_events_per_second / baseline.concurrent_events_per_second:>8.2f} "
+              f"{_cpu(row.concurrent_cpu_us_per_event):>9}")
     print(f"median of {runs} rounds, taken round-robin over the paths; the time runs from the first "
           "request sent to the end of the last stream.")
 
@@ -406,11 +440,13 @@ def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_s
     print()
     print("finish_fix (defaults, body copy on) next to plain streaming mitmdump, this run:")
     print(f"  (a) one {long_events // 1000}k-event stream:  {finish_fix.events_per_second:,.0f} vs "
-          f"{plain.events_per_second:,.0f} events/s = {long_ratio:.2f}x (target >= 0.90x: {verdict(long_ratio >= 0.9)})")
+          f"{plain.events_per_second:,.0f} events/s = {long_ratio:.2f}x (target >= 0.90x: {verdict(long_ratio >= 0.9)}); "
+          f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event")
     print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
           f"{plain.streams_per_second:,.1f} streams/s = {streams_ratio:.2f}x, "
           f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
-          f"events/s = {events_ratio:.2f}x (target >= 0.90x: {verdict(min(streams_ratio, events_ratio) >= 0.9)})")
+          f"events/s = {events_ratio:.2f}x (target >= 0.90x: {verdict(min(streams_ratio, events_ratio) >= 0.9)}); "
+          f"mitmdump CPU {finish_fix.concurrent_cpu_us_per_event:.1f} vs {plain.concurrent_cpu_us_per_event:.1f} us/event")
     print(f"  (c) the repair core alone, routine single-choice content chunks one per call: "
           f"{core_fast:,.0f} events/s (target >= 200,000: {verdict(core_fast >= 200_000)}); "
           f"with every event fully parsed (fast_path=False): {core_full:,.0f} events/s")
@@ -422,13 +458,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short-events", type=int, default=10_000,
                         help="events in the short stream whose peak RSS is compared")
     parser.add_argument("--ttfe-runs", type=int, default=9, help="short streams per TTFE median")
-    parser.add_argument("--long-runs", type=int, default=3,
+    parser.add_argument("--long-runs", type=int, default=5,
                         help="long streams per configuration (events/s is their median)")
     parser.add_argument("--concurrent-streams", type=int, default=200,
                         help="streams at once in the concurrent shape")
     parser.add_argument("--concurrent-events", type=int, default=200,
                         help="events per stream in the concurrent shape")
-    parser.add_argument("--concurrent-runs", type=int, default=3,
+    parser.add_argument("--concurrent-runs", type=int, default=5,
                         help="rounds of the concurrent shape (its figures are their median)")
     parser.add_argument("--skip-buffering", action="store_true",
                         help="leave out plain mitmdump with default (buffering) options")
