@@ -320,7 +320,7 @@ class StreamRepair:
         if empty_reasons and self._policy.empty_to_null:
             raw = self._rewrite_empty(event, chunk)
             self._empty_rewritten += empty_reasons
-        self._routine.learn(event.raw, data, chunk)
+        self._routine.learn(event.raw, data, chunk, self.report.events)
         return before + raw
 
     def _on_routine_piece(self, data: bytes, now: float | None) -> bool:

@@ -35,7 +35,7 @@ matched and goes the full path.
 
 Learning costs a few parses; a stream whose chunks never repeat a shape (an `id` that changes on
 every chunk) would pay that on every chunk, so learning stops once attempts outrun hits
-(`_LEARN_FREE`, `_HITS_PER_LEARN`).
+(`_LEARN_FREE`, `_EVENTS_PER_LEARN`).
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ _PROBE_TOKEN = json.dumps(_PROBE).encode()
 
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
 _MAX_SHAPES = 4
-# Learning attempts allowed before any hit, and hits that earn one more attempt.
+# Learning attempts allowed at once, and then at most one per this many events of the stream.
 _LEARN_FREE = 8
-_HITS_PER_LEARN = 16
+_EVENTS_PER_LEARN = 16
 
 
 class RoutineMatch:
@@ -96,23 +96,23 @@ class RoutineMatch:
 
 
 class _Shape:
-    __slots__ = ("pattern", "result")
+    __slots__ = ("pattern", "fullmatch", "result")
 
     def __init__(self, pattern: re.Pattern[bytes], result: RoutineMatch) -> None:
         self.pattern = pattern
+        self.fullmatch = pattern.fullmatch  # bound once: it runs for every piece
         self.result = result
 
 
 class RoutineChunks:
     """The routine chunk shapes of one stream: learned from fully parsed events, matched on pieces."""
 
-    __slots__ = ("_shapes", "_attempts", "_hits", "_enabled")
+    __slots__ = ("_shapes", "_attempts", "_enabled")
 
     def __init__(self, *, enabled: bool = True) -> None:
         """`enabled=False` never learns, so nothing ever matches (the full path for every event)."""
         self._shapes: list[_Shape] = []
         self._attempts = 0
-        self._hits = 0
         self._enabled = enabled
 
     @property
@@ -126,25 +126,26 @@ class RoutineChunks:
         if not shapes:
             return None
         shape = shapes[0]
-        match = shape.pattern.fullmatch(piece)
+        match = shape.fullmatch(piece)
         if match is None:
             for position in range(1, len(shapes)):
-                match = shapes[position].pattern.fullmatch(piece)
+                match = shapes[position].fullmatch(piece)
                 if match is not None:  # the shape seen last is tried first next time
                     shape = shapes.pop(position)
                     shapes.insert(0, shape)
                     break
             else:
                 return None
-        self._hits += 1
         result = shape.result
         result.has_text = match.lastindex is not None
         return result
 
-    def learn(self, raw: bytes, data: bytes, chunk: Any) -> None:
-        """Called by the full path with an event it read (`raw`, its `data` field) and the parsed
-        chunk, after handling it. Learns its shape if it is routine and new. Never raises."""
-        if not self._enabled or self._attempts >= _LEARN_FREE + self._hits // _HITS_PER_LEARN:
+    def learn(self, raw: bytes, data: bytes, chunk: Any, events: int) -> None:
+        """Called by the full path with an event it read (`raw`, its `data` field), the parsed
+        chunk and the stream's event count so far, after handling it. Learns its shape if it is
+        routine and new, within the learning budget. Never raises."""
+        attempts = self._attempts
+        if not self._enabled or (attempts >= _LEARN_FREE and events < _EVENTS_PER_LEARN * attempts):
             return
         facts = _routine_facts(chunk)
         if facts is None:
