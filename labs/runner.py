@@ -12,9 +12,10 @@ Topologies (labs.scenario.Topology): a scenario with `[hub]` puts the hub (labs.
 process, in front of the tunnel) between the gateways and the tunnel, and sets its policy for the
 scenario; `[pool] workers = 2` adds a second, healthy worker (the spare, in this process, no
 tunnel) as the gateways' second upstream. Gateways are told their upstreams at start, so each
-topology the run needs gets its own set of gateways (LiteLLM alone takes ~15 s to start, so each
-starts once), and scenarios run grouped by topology: the next topology's gateways start while the
-cells of the one before run. Which worker answered a
+topology the run needs gets its own set of gateways, and scenarios run grouped by topology: the
+next topology's gateways start while the cells of the one before run. LiteLLM, the slowest to
+start (25-90 s on a busy 2-core machine), is one process for every topology of the run, told
+every topology's upstreams at once (labs.topology). Which worker answered a
 cell is read from the workers' own records (`RunningWorker.arrivals`): the spare if it saw the
 cell's request (it is healthy: it answered in full), else the primary.
 
@@ -58,8 +59,9 @@ __all__ = ["PRIMARY", "SPARE", "TUNNEL", "CellResult", "LabConfig", "LabError", 
 #: The toxiproxy proxy in front of the worker (the lab's and `make ui`'s).
 TUNNEL = "worker"
 #: LiteLLM's callbacks write their books after the response went out: the runner waits until every
-#: cell of a books-keeping gateway has its entry, at most this many seconds; a cell still without
-#: one is reported as `no entry`.
+#: cell of a books-keeping gateway has its entry, at most this many seconds after the cell ended
+#: (so a cell that ended early in the run costs no wait at its end); a cell still without one is
+#: reported as `no entry`.
 BOOKS_DEADLINE_S = 15.0
 #: The books word for a cell whose gateway keeps books but wrote nothing for it.
 BOOKS_NO_ENTRY = "no entry"
@@ -241,10 +243,13 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
         limiter = trio.CapacityLimiter(max(1, config.jobs))
         done = 0
+        #: When each cell ended (trio's clock), for the books' deadline.
+        ended: dict[str, float] = {}
 
         def on_cell(scenario: Scenario, result: CellResult) -> None:
             nonlocal done
             done += 1
+            ended[result.cell_id] = trio.current_time()
             report(f"{scenario.name}: {result.client} via {result.gateway}: {result.outcome}", done, total)
 
         # Cell ids in matrix order, whatever order the topology groups run in.
@@ -272,7 +277,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         # Every topology's books at once: one deadline for the run, not one per gateway set.
         async with trio.open_nursery() as nursery:
             for topology, group_results in by_topology.items():
-                nursery.start_soon(_wait_for_books, group_results, gateway_sets.opened[topology])
+                nursery.start_soon(_wait_for_books, group_results, gateway_sets.opened[topology], ended)
         for topology, group_results in by_topology.items():
             _attach_books(group_results, gateway_sets.opened[topology])
             results += group_results
@@ -338,11 +343,22 @@ def _missing_books(results: list[CellResult], gateways: dict[str, Gateway]) -> l
     ]
 
 
-async def _wait_for_books(results: list[CellResult], gateways: dict[str, Gateway], deadline_s: float = BOOKS_DEADLINE_S) -> None:
-    """Until every cell through a books-keeping gateway has its entry, or `deadline_s` passed."""
-    with trio.move_on_after(deadline_s):
-        while _missing_books(results, gateways):
-            await trio.sleep(0.1)
+async def _wait_for_books(
+    results: list[CellResult],
+    gateways: dict[str, Gateway],
+    ended: dict[str, float] | None = None,
+    deadline_s: float = BOOKS_DEADLINE_S,
+) -> None:
+    """Until every cell through a books-keeping gateway has its entry, or `deadline_s` passed since
+    each cell still without one ended (`ended`: trio's clock, by cell id; a cell not in it counts
+    as ending when the wait starts)."""
+    ended = ended or {}
+    now = trio.current_time()
+    while True:
+        missing = _missing_books(results, gateways)
+        if not missing or trio.current_time() >= max(ended.get(r.cell_id, now) for r in missing) + deadline_s:
+            return
+        await trio.sleep(0.1)
 
 
 def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from labs.gateways.registry import RunServices, TopologyPlan
 from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
 from labs.scenario import Scenario, Topology, cell_id_of
@@ -25,7 +26,16 @@ from labs.worker.server import RunningWorker
 if TYPE_CHECKING:
     from labs.runner import CellResult
 
-__all__ = ["PRIMARY", "SPARE", "GatewaySets", "attach_workers", "open_gateway_sets", "topology_groups", "topology_line"]
+__all__ = [
+    "PRIMARY",
+    "SPARE",
+    "GatewaySets",
+    "attach_workers",
+    "open_gateway_sets",
+    "route_prefix",
+    "topology_groups",
+    "topology_line",
+]
 
 #: The two workers, as a cell's `answered_by` names them: the one behind the tunnel, the spare.
 PRIMARY = "primary"
@@ -43,6 +53,13 @@ def topology_groups(
         if id(scenario) in having_cells:
             groups.setdefault(scenario.topology, []).append(scenario)
     return dict(sorted(groups.items()))
+
+
+def route_prefix(topology: Topology) -> str:
+    """The model-name prefix of a topology's cells at a gateway that serves every topology from
+    one process (`TopologyPlan.route_prefix`): none for the default topology, else its label
+    (`hub/`, `hub+spare/`)."""
+    return "" if topology == Topology() else f"{topology.label}/"
 
 
 def topology_line(worker: RunningWorker, tunnel_port: int, spare: RunningWorker | None, hub: Hub | None) -> str:
@@ -86,25 +103,37 @@ async def open_gateway_sets(
     """Every topology's gateways, opened in the background one set after another, in `names`
     order, and stopped when the block ends; one that fails to start ends the run with its error.
 
-    The first topology's cells run while the next one's gateways start (LiteLLM alone takes
-    ~15 s), so only the first set's start is waited for in full. One set at a time: a set's
-    gateways already start at once (labs.gateways), and on two cores two LiteLLMs importing side
-    by side each take twice as long, against their start timeouts. The default topology's
-    gateways keep their logs and books in `run_dir`, the others in a folder named after the
-    topology (`run_dir/hub`, `run_dir/hub+spare`), so two LiteLLMs never share a config or a log.
+    The first topology's cells run while the next one's gateways start, so only the first set's
+    start is waited for in full. One set at a time: a set's gateways already start at once
+    (labs.gateways.services). A gateway that serves every topology from one process (LiteLLM,
+    the slowest to start) is a run-wide service (`RunServices`): the first set starts it with the
+    routes of every topology, which its cells tell apart by the topology's route prefix
+    (`route_prefix`), so the later sets start only light processes while cells run. The default
+    topology's gateways keep their logs and books in `run_dir`, the others in a folder named
+    after the topology (`run_dir/hub`, `run_dir/hub+spare`); run-wide services keep theirs in
+    `run_dir`.
     """
     sets = GatewaySets(names)
     release = trio.Event()
+    plans = {}
+    for topology, gateway_names in names.items():
+        primary_url, spare_url = upstreams[topology]
+        directory = run_dir if topology == Topology() else run_dir / topology.label
+        directory.mkdir(parents=True, exist_ok=True)
+        plans[topology.label] = TopologyPlan(
+            primary_url=primary_url, spare_url=spare_url, run_dir=directory, names=gateway_names,
+            route_prefix=route_prefix(topology),
+        )
+    run = RunServices(run_dir=run_dir)
 
     async def open_all() -> None:
-        async with AsyncExitStack() as stack:
+        async with run.stack, AsyncExitStack() as stack:
             for topology, gateway_names in names.items():
-                primary_url, spare_url = upstreams[topology]
-                directory = run_dir if topology == Topology() else run_dir / topology.label
-                directory.mkdir(parents=True, exist_ok=True)
+                plan = plans[topology.label]
                 sets._set(topology, await stack.enter_async_context(open_gateways(
-                    gateway_names, primary_url=primary_url, spare_url=spare_url, run_dir=directory,
+                    gateway_names, primary_url=plan.primary_url, spare_url=plan.spare_url, run_dir=plan.run_dir,
                     external_url=external_url, external_api_key=external_api_key,
+                    topology=topology.label, topologies=plans, run=run,
                 )))
             await release.wait()
 

@@ -2,8 +2,10 @@
 
 `finish_fix` is the client-side placement (in front of the worker's tunnel). The same mitmdump is
 LiteLLM's upstream for `litellm+finish_fix` (labs.gateways.litellm_proxy), so it is a shared
-service of the run. It has one upstream (mitmproxy's reverse mode takes one), so it uses the first
-worker only.
+service of the run, one per topology (its upstream is the topology's tunnel or hub). The run's one
+LiteLLM routes to every topology's finish_fix, so each is a run-wide service
+(`RunServices.shared_async`), whichever topology asks first. It has one upstream (mitmproxy's
+reverse mode takes one), so it uses the first worker only.
 
 Books: finish_fix's ledger (`--set finish_fix_ledger=...`), one JSON line per flow with its verdict.
 """
@@ -75,9 +77,16 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         yield RunningFinishFix(base_url=f"http://127.0.0.1:{port}/v1", ledger=ledger, capture=capture)
 
 
-async def shared_finish_fix(ctx: GatewayContext) -> RunningFinishFix:
-    """The run's finish_fix in front of the primary upstream (started once, whoever asks first)."""
-    return await ctx.shared(SERVICE, lambda: open_finish_fix(ctx.upstream(), ctx.run_dir))
+async def shared_finish_fix(ctx: GatewayContext, topology: str | None = None) -> RunningFinishFix:
+    """The run's finish_fix in front of a topology's primary upstream (`ctx`'s own by default),
+    started once per topology, whoever asks first."""
+    label = ctx.topology if topology is None else topology
+    plan = ctx.topologies[label]
+    if not plan.primary_url:
+        raise ValueError("finish_fix needs the worker's tunnel (primary_url)")
+    return await ctx.run.shared_async(
+        (SERVICE, label), lambda: ctx.run.enter(open_finish_fix(plan.primary_url, plan.run_dir))
+    )
 
 
 def read_finish_fix_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:

@@ -1,9 +1,15 @@
 """LiteLLM's proxy as lab gateways: `litellm` (straight to the worker) and `litellm+finish_fix`
 (its deployment goes through finish_fix to the worker: the gateway-side placement).
 
-One proxy serves both: its model list routes a model name starting with `via-finish-fix/` to the
-run's finish_fix (labs.gateways.finish_fix_proxy) and every other name straight to the primary
-upstream. LiteLLM takes ~15 s to start on a small machine, so starting it once matters.
+One proxy serves both, in every topology of the run: its model list routes a model name starting
+with `via-finish-fix/` to the run's finish_fix (labs.gateways.finish_fix_proxy) and every other name
+straight to the primary upstream, and each topology's routes start with that topology's route
+prefix (`TopologyPlan.route_prefix`: none for the default topology, `hub/`, `hub+spare/` ...), whose
+deployments point at that topology's upstreams (`hub/via-finish-fix/*` at the hub topology's
+finish_fix). LiteLLM matches the longest pattern first (`PatternMatchRouter`, patterns sorted by
+length), and replaces the `*` of `openai/*` with what the pattern's `*` matched, so the worker sees
+the same model name through every route. LiteLLM takes 25-90 s to start on a busy 2-core machine
+(the slowest gateway by far), so starting it once per run, not once per topology, matters.
 
 The spare worker (litellm 1.108.7, read in `litellm/router.py`): with a pool of two, each route
 gets a second deployment to the spare worker at `order: 2`, the first at `order: 1`: LiteLLM's
@@ -46,6 +52,7 @@ from labs.outcome import BOOKS_ERROR, BOOKS_OK
 #: LiteLLM routes model names with this prefix through finish_fix.
 VIA_FINISH_FIX = "via-finish-fix/"
 SERVICE = "litellm"
+NAME = "litellm"
 FINISH_FIX_NAME = "litellm+finish_fix"
 
 
@@ -68,32 +75,40 @@ def _deployments(model_name: str, primary_base: str, spare_base: str | None) -> 
     ]
 
 
-def litellm_config(*, primary_base: str, finish_fix_base: str, spare_base: str | None, master_key: str) -> dict[str, Any]:
-    """The proxy's config: the `via-finish-fix/` route first (LiteLLM matches the longer pattern)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiteLLMRoutes:
+    """One topology's routes: its model-name prefix and its upstreams (OpenAI base URLs)."""
+
+    prefix: str
+    primary_base: str
+    spare_base: str | None = None
+    #: The topology's finish_fix, for the `via-finish-fix/` route; None: no such route.
+    finish_fix_base: str | None = None
+
+
+def litellm_config(routes: list[LiteLLMRoutes], *, master_key: str) -> dict[str, Any]:
+    """The proxy's config: per topology, its `via-finish-fix/` route and its wildcard route (LiteLLM
+    matches the longer pattern first, whatever their order here)."""
+    model_list = []
+    for route in routes:
+        if route.finish_fix_base is not None:
+            model_list += _deployments(f"{route.prefix}{VIA_FINISH_FIX}*", route.finish_fix_base, route.spare_base)
+        model_list += _deployments(f"{route.prefix}*", route.primary_base, route.spare_base)
     return {
-        "model_list": [
-            *_deployments(f"{VIA_FINISH_FIX}*", finish_fix_base, spare_base),
-            *_deployments("*", primary_base, spare_base),
-        ],
+        "model_list": model_list,
         "litellm_settings": {"callbacks": ["labs.gateways.litellm_books.books"], "telemetry": False},
         "general_settings": {"master_key": master_key},
     }
 
 
 @asynccontextmanager
-async def open_litellm(ctx: GatewayContext, finish_fix_base: str | None) -> AsyncIterator[RunningLiteLLM]:
-    run_dir = ctx.run_dir
+async def open_litellm(routes: list[LiteLLMRoutes], run_dir: Path) -> AsyncIterator[RunningLiteLLM]:
     books = run_dir / "litellm-books.jsonl"
     books.touch()
     config = run_dir / "litellm-config.yaml"
     master_key = "sk-lab-" + secrets.token_hex(16)
-    primary_base = f"{ctx.upstream()}/v1"
-    spare_base = f"{ctx.spare_url}/v1" if ctx.spare_url else None
     # JSON is valid YAML, and needs no YAML writer here.
-    config.write_text(json.dumps(litellm_config(
-        primary_base=primary_base, finish_fix_base=finish_fix_base or primary_base, spare_base=spare_base,
-        master_key=master_key,
-    ), indent=2))
+    config.write_text(json.dumps(litellm_config(routes, master_key=master_key), indent=2))
     env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
 
     def argv(port: int, _: int) -> list[str]:
@@ -106,13 +121,25 @@ async def open_litellm(ctx: GatewayContext, finish_fix_base: str | None) -> Asyn
 
 
 async def _shared_litellm(ctx: GatewayContext) -> RunningLiteLLM:
-    # One proxy per run with both routes; the finish_fix route needs finish_fix running, so it is
-    # started first when `litellm+finish_fix` is among the run's gateways.
+    # One proxy per run, with the routes of every topology that runs a LiteLLM variant; a
+    # topology's finish_fix route needs that topology's finish_fix running, so it is started first
+    # when `litellm+finish_fix` is among the topology's gateways.
     async def start() -> RunningLiteLLM:
-        finish_fix_base = (await shared_finish_fix(ctx)).base_url if FINISH_FIX_NAME in ctx.names else None
-        return await ctx.enter(open_litellm(ctx, finish_fix_base))
+        routes = []
+        for label, plan in ctx.topologies.items():
+            if not {NAME, FINISH_FIX_NAME} & set(plan.names):
+                continue
+            if not plan.primary_url:
+                raise ValueError("LiteLLM needs the worker's tunnel (primary_url)")
+            finish_fix = await shared_finish_fix(ctx, label) if FINISH_FIX_NAME in plan.names else None
+            routes.append(LiteLLMRoutes(
+                prefix=plan.route_prefix, primary_base=f"{plan.primary_url}/v1",
+                spare_base=f"{plan.spare_url}/v1" if plan.spare_url else None,
+                finish_fix_base=finish_fix.base_url if finish_fix else None,
+            ))
+        return await ctx.run.enter(open_litellm(routes, ctx.run.run_dir))
 
-    return await ctx.shared_async(SERVICE, start)
+    return await ctx.run.shared_async(SERVICE, start)
 
 
 def read_litellm_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
@@ -125,7 +152,10 @@ def read_litellm_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str
 
 async def _start_litellm(ctx: GatewayContext) -> Gateway:
     running = await _shared_litellm(ctx)
-    return Gateway(name="litellm", base_url=running.base_url, books_path=running.books, books_kind="litellm", api_key=running.master_key)
+    return Gateway(
+        name=NAME, base_url=running.base_url, books_path=running.books, books_kind="litellm",
+        model_prefix=ctx.plan.route_prefix, api_key=running.master_key,
+    )
 
 
 async def _start_litellm_finish_fix(ctx: GatewayContext) -> Gateway:
@@ -133,13 +163,13 @@ async def _start_litellm_finish_fix(ctx: GatewayContext) -> Gateway:
     capture = (await shared_finish_fix(ctx)).capture
     return Gateway(
         name=FINISH_FIX_NAME, base_url=running.base_url, books_path=running.books, books_kind="litellm",
-        model_prefix=VIA_FINISH_FIX, api_key=running.master_key, capture_path=capture,
+        model_prefix=ctx.plan.route_prefix + VIA_FINISH_FIX, api_key=running.master_key, capture_path=capture,
     )
 
 
 ENTRIES = (
     GatewayEntry(
-        name="litellm",
+        name=NAME,
         summary="LiteLLM proxy 1.108.7, one wildcard route to the worker (the spare at order 2, retries as shipped)",
         start=_start_litellm, books_kind="litellm", read_books=read_litellm_books, uses_spare=True,
     ),

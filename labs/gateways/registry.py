@@ -10,9 +10,15 @@ here, checks every install first (so a missing gateway is refused before anythin
 starts each entry in registry order.
 
 Processes belong to the context, not to an entry: `ctx.enter(cm)` keeps a process running until the
-run's gateways are closed, and `ctx.shared(key, factory)` starts one process that several entries
-use (one mitmdump serves `finish_fix` and LiteLLM's upstream route through finish_fix; one LiteLLM
-proxy serves every LiteLLM variant through its model groups).
+topology's gateways are closed, and `ctx.shared(key, factory)` starts one process that several
+entries of one topology use. A run with several topologies opens one context per topology
+(labs.topology), all sharing one `RunServices`: `ctx.run.shared_async(key, start)` starts a process
+once for the whole run, entered with `ctx.run.enter`, which lives until the last topology's
+gateways close. A run-wide service sees every topology of the run (`ctx.topologies`) and tells them
+apart by the model-name prefix each topology's cells carry (`TopologyPlan.route_prefix`): one
+LiteLLM proxy serves every LiteLLM variant of every topology through its model groups, which is
+what keeps a run to one LiteLLM start (its slowest). The entries of one context start at once
+(labs.gateways.services), so both kinds of sharing wait for a start already under way.
 
 Upstreams: `ctx.primary_url` is the worker's tunnel (or the hub in front of it); `ctx.spare_url`,
 when the scenario's pool has two workers, a second healthy worker. An entry that can have more than
@@ -34,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import trio
+
 if TYPE_CHECKING:
     from labs.gateways.services import Gateway
 
@@ -41,6 +49,8 @@ __all__ = [
     "BooksReader",
     "GatewayContext",
     "GatewayEntry",
+    "RunServices",
+    "TopologyPlan",
     "UnknownGateway",
     "books_reader",
     "entries",
@@ -59,6 +69,57 @@ class UnknownGateway(ValueError):
     """A gateway name that is not in the registry; the message lists the valid ones."""
 
 
+class _Shared:
+    """Values started once per key; a second asker waits for a start already under way (the
+    entries of a context start at once)."""
+
+    def __init__(self) -> None:
+        self._values: dict[Any, Any] = {}
+        self._locks: dict[Any, trio.Lock] = {}
+
+    async def get(self, key: Any, start: Callable[[], Awaitable[T]]) -> T:
+        async with self._locks.setdefault(key, trio.Lock()):
+            if key not in self._values:
+                self._values[key] = await start()
+        return self._values[key]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologyPlan:
+    """One topology of a run, as a run-wide service needs to know it before it starts."""
+
+    #: `http://127.0.0.1:PORT` (no `/v1`): the tunnel, or the hub in front of it.
+    primary_url: str | None
+    #: A second, healthy worker, or None for a pool of one.
+    spare_url: str | None = None
+    #: Where this topology's gateways keep their logs and books.
+    run_dir: Path
+    #: The gateway names this topology runs.
+    names: tuple[str, ...] = ()
+    #: What the model names of this topology's cells start with at a run-wide service (`""` for
+    #: the default topology; `hub/` for the hub's): how one process tells the topologies apart.
+    route_prefix: str = ""
+
+
+@dataclass(slots=True, kw_only=True)
+class RunServices:
+    """The processes a whole run shares across its topologies (`GatewayContext.run`)."""
+
+    #: The run's directory: a run-wide service keeps its logs and books here.
+    run_dir: Path
+    stack: AsyncExitStack = field(default_factory=AsyncExitStack)
+    _shared: _Shared = field(default_factory=_Shared)
+
+    async def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
+        """Keep `manager` (a running process) open until the run's last gateways close."""
+        return await self.stack.enter_async_context(manager)
+
+    async def shared_async(self, key: Any, start: Callable[[], Awaitable[T]]) -> T:
+        """The value of `start()`, once per run under `key`; `start` enters its processes with
+        `enter` (of this object, so they outlive the topology that happened to start them)."""
+        return await self._shared.get(key, start)
+
+
 @dataclass(slots=True, kw_only=True)
 class GatewayContext:
     """What an entry's `start` gets: the upstreams, the run's directory, and the run's processes."""
@@ -68,30 +129,47 @@ class GatewayContext:
     #: A second, healthy worker (`http://127.0.0.1:PORT`), or None for a pool of one.
     spare_url: str | None
     run_dir: Path
-    #: Every gateway name of this run (a shared service may serve several of them).
+    #: Every gateway name of this topology (a shared service may serve several of them).
     names: tuple[str, ...] = ()
     external_url: str | None = None
     external_api_key: str | None = None
+    #: This context's topology, a key of `topologies`.
+    topology: str = ""
+    #: Every topology of the run by label (this one included); filled in from this context's own
+    #: upstreams when it is the run's only one.
+    topologies: dict[str, TopologyPlan] = field(default_factory=dict)
+    #: The processes shared by every topology of the run; one of its own when it is the only one.
+    run: RunServices | None = None
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
-    _shared: dict[str, Any] = field(default_factory=dict)
+    _shared: _Shared = field(default_factory=_Shared)
+
+    def __post_init__(self) -> None:
+        if not self.topologies:
+            self.topologies = {self.topology: TopologyPlan(
+                primary_url=self.primary_url, spare_url=self.spare_url, run_dir=self.run_dir, names=self.names,
+            )}
+        if self.run is None:
+            # Closed with this context's own processes (`open_gateways` enters it first).
+            self.run = RunServices(run_dir=self.run_dir)
+
+    @property
+    def plan(self) -> TopologyPlan:
+        """This context's own topology."""
+        return self.topologies[self.topology]
 
     async def enter(self, manager: AbstractAsyncContextManager[T]) -> T:
-        """Keep `manager` (a running process) open until the run's gateways close."""
+        """Keep `manager` (a running process) open until this topology's gateways close."""
         return await self.stack.enter_async_context(manager)
 
     async def shared(self, key: str, factory: Callable[[], AbstractAsyncContextManager[T]]) -> T:
-        """The value of `factory()`, entered once per run under `key` and shared by every entry
-        that asks for the same key."""
-        if key not in self._shared:
-            self._shared[key] = await self.enter(factory())
-        return self._shared[key]
+        """The value of `factory()`, entered once per topology under `key` and shared by every
+        entry of it that asks for the same key."""
+        return await self._shared.get(key, lambda: self.enter(factory()))
 
     async def shared_async(self, key: str, start: Callable[[], Awaitable[T]]) -> T:
         """Like `shared`, for a start that enters its own processes with `enter` (a service that
         needs another shared service started first)."""
-        if key not in self._shared:
-            self._shared[key] = await start()
-        return self._shared[key]
+        return await self._shared.get(key, start)
 
     def upstream(self) -> str:
         """The primary upstream; an entry that needs one and gets none is a lab bug."""

@@ -2,8 +2,9 @@
 
 `open_gateways` looks each requested name up in the registry (labs.gateways.registry), refuses a
 gateway that is not installed before anything starts (one line each, saying how to install it),
-and starts the entries in matrix order; their processes stop when the block ends. The entries
-themselves live in one module per gateway (`labs/gateways/<name>.py`).
+and starts the entries at once (most of a start is waiting for a program to listen, and LiteLLM's
+25-90 s would otherwise hold up every gateway after it); their processes stop when the block ends.
+The entries themselves live in one module per gateway (`labs/gateways/<name>.py`).
 
 Books: every gateway that keeps per-request books writes them as JSON lines (finish_fix's ledger,
 LiteLLM's callbacks, the routers' JSON logs, Envoy's access log ...). Each record names the
@@ -20,7 +21,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import trio
 
 from labs.outcome import BOOKS_NONE
 from labs.processes import ServiceError, bind_failed, free_port, open_service
@@ -50,6 +53,10 @@ BIND_ATTEMPTS = 3
 class GatewayNotInstalled(ServiceError):
     """A requested gateway is not installed; the message says, per gateway, how to install it.
     (A `ServiceError`: the CLI prints it as its one error line, like a helper that did not start.)"""
+
+
+if TYPE_CHECKING:
+    from labs.gateways.registry import GatewayContext, GatewayEntry, RunServices, TopologyPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,34 +99,64 @@ async def open_gateways(
     run_dir: Path,
     external_url: str | None = None,
     external_api_key: str | None = None,
+    topology: str = "",
+    topologies: dict[str, TopologyPlan] | None = None,
+    run: RunServices | None = None,
 ) -> AsyncIterator[dict[str, Gateway]]:
     """Start what `names` need and yield {name: Gateway}.
 
     `primary_url`: the gateways' first upstream, `http://127.0.0.1:PORT` without `/v1` (the
     worker's tunnel, or the hub in front of it; not needed when only `external` runs).
     `spare_url`: a second, healthy worker for the gateways that can have more than one upstream
-    (None: a pool of one).
+    (None: a pool of one). A run of several topologies (labs.topology) opens one block per
+    topology, each naming its own (`topology`) among all of the run's (`topologies`), and passes
+    every block the same `run`, whose processes the caller keeps until the last block is done;
+    without `run` the block has its own, stopped with its gateways.
 
     Raises:
         UnknownGateway: a name is not in the registry (the message lists the valid ones).
         GatewayNotInstalled: a requested gateway is not installed (one line each, with the fix).
+        ServiceError: a gateway did not start (the first that failed; the others are stopped).
     """
-    from labs.gateways.registry import GatewayContext, entries, lookup, missing_installs
+    from labs.gateways.registry import GatewayContext, RunServices, lookup, missing_installs
 
     chosen = [lookup(name) for name in names]
     missing = missing_installs(names)
     if missing:
         raise GatewayNotInstalled("; ".join(missing))
+    own_run = run is None
     ctx = GatewayContext(
         primary_url=primary_url, spare_url=spare_url, run_dir=run_dir, names=tuple(names),
-        external_url=external_url, external_api_key=external_api_key,
+        external_url=external_url, external_api_key=external_api_key, topology=topology,
+        topologies=topologies or {}, run=run or RunServices(run_dir=run_dir),
     )
-    order = list(entries())
-    async with ctx.stack:
-        gateways = {}
-        for entry in sorted(chosen, key=lambda e: order.index(e.name)):
-            gateways[entry.name] = await entry.start(ctx)
+    async with AsyncExitStack() as stack:
+        if own_run:
+            await stack.enter_async_context(ctx.run.stack)
+        await stack.enter_async_context(ctx.stack)
+        gateways = await _start_at_once(chosen, ctx)
         yield {name: gateways[name] for name in names}
+
+
+async def _start_at_once(chosen: list[GatewayEntry], ctx: GatewayContext) -> dict[str, Gateway]:
+    """Every entry's `start`, at once; the first failure cancels the rest and is raised as it is
+    (one error for the CLI's one line, not a group)."""
+    gateways: dict[str, Gateway] = {}
+    failures: list[Exception] = []
+
+    async with trio.open_nursery() as nursery:
+        async def start(entry: GatewayEntry) -> None:
+            try:
+                gateways[entry.name] = await entry.start(ctx)
+            except Exception as error:
+                failures.append(error)
+                nursery.cancel_scope.cancel()
+
+        for entry in chosen:
+            nursery.start_soon(start, entry)
+    if failures:
+        raise failures[0]
+    return gateways
 
 
 @asynccontextmanager

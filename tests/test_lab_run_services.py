@@ -1,0 +1,143 @@
+"""What keeps the default lab run short without changing a cell: one LiteLLM for every topology
+(routes told apart by the topology's model-name prefix), gateways of a topology started at once,
+services shared by the entries that ask for them started once, and the books' wait counted from
+each cell's end.
+
+No gateway processes here (the real ones run in tests/test_lab_runner.py and
+tests/test_gateway_litellm_spare.py); every test has a deadline, none asserts on timing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from labs.gateways.litellm_proxy import VIA_FINISH_FIX, LiteLLMRoutes, litellm_config
+from labs.gateways.registry import GatewayContext, GatewayEntry, RunServices
+from labs.gateways.services import Gateway, _start_at_once
+from labs.runner import BOOKS_NO_ENTRY, CellResult, _attach_books, _wait_for_books
+from labs.scenario import Topology
+from labs.topology import route_prefix
+from tests.fixtures_lab import run_trio
+
+
+def _routes_by_model_name(config: dict) -> dict[str, list[dict]]:
+    routes: dict[str, list[dict]] = {}
+    for deployment in config["model_list"]:
+        routes.setdefault(deployment["model_name"], []).append(deployment["litellm_params"])
+    return routes
+
+
+def test_each_topology_gets_its_own_route_prefix_and_the_default_none():
+    prefixes = {route_prefix(t) for t in (Topology(), Topology(hub=True), Topology(hub=True, workers=2), Topology(workers=2))}
+    assert prefixes == {"", "hub/", "hub+spare/", "tunnel+spare/"}
+
+
+def test_one_litellm_config_routes_each_topology_to_its_own_upstreams():
+    config = litellm_config([
+        LiteLLMRoutes(prefix="", primary_base="http://127.0.0.1:1/v1", finish_fix_base="http://127.0.0.1:2/v1"),
+        LiteLLMRoutes(prefix="hub+spare/", primary_base="http://127.0.0.1:3/v1", spare_base="http://127.0.0.1:4/v1",
+                      finish_fix_base="http://127.0.0.1:5/v1"),
+        LiteLLMRoutes(prefix="hub/", primary_base="http://127.0.0.1:3/v1"),
+    ], master_key="sk-test")
+    routes = _routes_by_model_name(config)
+    bases = {name: [(d["api_base"], d.get("order")) for d in deployments] for name, deployments in routes.items()}
+    assert bases == {
+        f"{VIA_FINISH_FIX}*": [("http://127.0.0.1:2/v1", None)],
+        "*": [("http://127.0.0.1:1/v1", None)],
+        # The spare topology's routes: its primary at order 1, the spare at order 2 (LiteLLM's
+        # priority failover), the finish_fix route included.
+        f"hub+spare/{VIA_FINISH_FIX}*": [("http://127.0.0.1:5/v1", 1), ("http://127.0.0.1:4/v1", 2)],
+        "hub+spare/*": [("http://127.0.0.1:3/v1", 1), ("http://127.0.0.1:4/v1", 2)],
+        # No finish_fix route where the topology does not run `litellm+finish_fix`.
+        "hub/*": [("http://127.0.0.1:3/v1", None)],
+    }
+    # Every route keeps the model name the worker sees: the pattern's `*` fills `openai/*`.
+    assert {d["model"] for deployments in routes.values() for d in deployments} == {"openai/*"}
+
+
+def _context(tmp_path: Path) -> GatewayContext:
+    return GatewayContext(primary_url="http://127.0.0.1:9", spare_url=None, run_dir=tmp_path, run=RunServices(run_dir=tmp_path))
+
+
+def test_entries_asking_for_one_run_service_at_once_start_it_once(tmp_path):
+    ctx = _context(tmp_path)
+    starts = []
+
+    async def slow_start():
+        starts.append(1)
+        await trio.sleep(0.2)
+        return len(starts)
+
+    async def entry_start(ctx: GatewayContext) -> Gateway:
+        number = await ctx.run.shared_async("service", slow_start)
+        return Gateway(name=f"g{number}", base_url="http://127.0.0.1:9/v1")
+
+    entries = [GatewayEntry(name=name, summary="", start=entry_start) for name in ("a", "b", "c")]
+    gateways = run_trio(_start_at_once, entries, ctx, deadline=10)
+    assert starts == [1]
+    assert {g.name for g in gateways.values()} == {"g1"}
+
+
+def test_a_gateway_that_fails_to_start_stops_the_others_and_is_raised_alone(tmp_path):
+    ctx = _context(tmp_path)
+    cancelled = []
+
+    async def never_ready(ctx: GatewayContext) -> Gateway:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.append(True)
+
+    async def broken(ctx: GatewayContext) -> Gateway:
+        raise ValueError("broken gateway did not start")
+
+    entries = [GatewayEntry(name="slow", summary="", start=never_ready), GatewayEntry(name="bad", summary="", start=broken)]
+    with pytest.raises(ValueError, match="broken gateway did not start"):
+        run_trio(_start_at_once, entries, ctx, deadline=10)
+    assert cancelled == [True]
+
+
+def _cell(cell_id: str) -> CellResult:
+    return CellResult(scenario="s", client="httpx-sse", gateway="litellm", cell_id=cell_id, outcome="ok", why="",
+                      report={}, request_model=f"{cell_id};tokens=3")
+
+
+def test_a_cell_that_ended_long_ago_adds_no_wait_for_books_it_will_never_get(tmp_path):
+    books = tmp_path / "books.jsonl"
+    books.touch()
+    gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm")}
+    results = [_cell("c0001")]
+
+    async def wait():
+        # The cell ended 600 s ago (trio's clock) with a deadline of 600 s: its time is up, so the
+        # wait ends at once, far within the test's deadline.
+        await _wait_for_books(results, gateways, {"c0001": trio.current_time() - 600}, deadline_s=600)
+
+    run_trio(wait, deadline=10)
+    _attach_books(results, gateways)
+    assert (results[0].books, results[0].books_mismatch) == (BOOKS_NO_ENTRY, True)
+
+
+def test_a_cell_that_just_ended_is_still_waited_for(tmp_path):
+    books = tmp_path / "books.jsonl"
+    books.touch()
+    gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm")}
+    results = [_cell("c0001"), _cell("c0002")]
+
+    async def write_then_wait():
+        async with trio.open_nursery() as nursery:
+            async def write_late():
+                await trio.sleep(0.3)
+                books.write_text('{"model": "c0002;tokens=3", "status": "success"}\n')
+
+            nursery.start_soon(write_late)
+            now = trio.current_time()
+            # c0001's time is up; c0002 just ended, so its entry is waited for.
+            await _wait_for_books(results, gateways, {"c0001": now - 600, "c0002": now}, deadline_s=600)
+
+    run_trio(write_then_wait, deadline=20)
+    _attach_books(results, gateways)
+    assert [r.books for r in results] == [BOOKS_NO_ENTRY, "ok"]
