@@ -14,6 +14,7 @@ import trio
 
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.hub.relay import serve_hub
+from labs.worker.server import run_server_cli
 
 DEFAULT_PORT = 8402
 PROG = "python -m labs.hub"
@@ -75,19 +76,7 @@ async def _run(arguments: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
-    try:
-        trio.run(_run, arguments)
-    except KeyboardInterrupt:
-        return 0
-    except (OSError, BaseExceptionGroup) as error:
-        # trio raises the bind failure from inside a nursery, wrapped in an ExceptionGroup.
-        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-            error = error.exceptions[0]
-        if not isinstance(error, OSError):
-            raise
-        print(f"error: cannot listen on {arguments.host}:{arguments.port}: {error.strerror}; pick another --port", file=sys.stderr)
-        return 2
-    return 0
+    return run_server_cli(_run, arguments, host=arguments.host, port=arguments.port)
 
 
 if __name__ == "__main__":

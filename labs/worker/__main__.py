@@ -13,7 +13,7 @@ from functools import partial
 
 import trio
 
-from labs.worker.server import serve_worker
+from labs.worker.server import run_server_cli, serve_worker
 from labs.worker.settings import DEFAULT_MODEL_NAME, SETTINGS_HEADER, SettingsError, WorkerSettings, parse_settings
 
 DEFAULT_PORT = 8400
@@ -69,19 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from_arguments(arguments)
     except SettingsError as exc:
         parser.error(str(exc))  # one line and exit 2, like any other bad option
-    try:
-        trio.run(_run, settings, arguments.host, arguments.port)
-    except KeyboardInterrupt:
-        return 0
-    except (OSError, BaseExceptionGroup) as error:
-        # trio raises the bind failure from inside a nursery, wrapped in an ExceptionGroup.
-        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
-            error = error.exceptions[0]
-        if not isinstance(error, OSError):
-            raise
-        print(f"error: cannot listen on {arguments.host}:{arguments.port}: {error.strerror}; pick another --port", file=sys.stderr)
-        return 2
-    return 0
+    return run_server_cli(_run, settings, arguments.host, arguments.port, host=arguments.host, port=arguments.port)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ closes, the settings say `Connection: close`, or the framing is close-delimited.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ __all__ = [
     "RunningWorker",
     "maybe_read_request",
     "open_worker",
+    "run_server_cli",
     "send_quietly",
     "serve_http_connection",
     "serve_worker",
@@ -336,3 +338,23 @@ def _json_plan(defaults: WorkerSettings, status: int, value: dict[str, Any]) -> 
     # Routing answers (models, 404, 400) use Content-Length whatever the framing knob says: the
     # knob is about completions, and a client must be able to read these.
     return json_plan(status, value, connection_close=defaults.connection_close)
+
+
+def run_server_cli(serve: Callable[..., Awaitable[None]], *args: Any, host: str, port: int) -> int:
+    """Run a standalone server (`python -m labs.worker`, `python -m labs.hub`) until Ctrl-C.
+
+    Returns the exit status: 0 on Ctrl-C, 2 with one line on stderr when it cannot listen.
+    """
+    try:
+        trio.run(serve, *args)
+    except KeyboardInterrupt:
+        return 0
+    except (OSError, BaseExceptionGroup) as error:
+        # trio raises the bind failure from inside a nursery, wrapped in an ExceptionGroup.
+        while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+            error = error.exceptions[0]
+        if not isinstance(error, OSError):
+            raise
+        print(f"error: cannot listen on {host}:{port}: {error.strerror}; pick another --port", file=sys.stderr)
+        return 2
+    return 0
