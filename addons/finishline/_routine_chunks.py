@@ -10,8 +10,10 @@ Parsing each one as JSON costs more than everything else finish_fix does per eve
 front of a gateway sees every token of every user. So once the full path has parsed a chunk and
 found it routine (`_routine_facts`: one choice, no finish_reason, no error, no usage, a text delta
 and nothing else that counts), `RoutineChunks.learn` takes its *shape*: the event's exact bytes with
-the text value cut out (and OpenAI's per-chunk `obfuscation` padding, which changes on every chunk),
-compiled into one regular expression that matches those bytes with any JSON string in the gaps.
+the text value cut out (and OpenAI's per-chunk `obfuscation` padding, which changes on every chunk):
+the literal byte segments between the gaps. A piece matches when it is those segments, in order, with
+one JSON string (`_JSON_STRING`, compiled once for all streams) in each gap. Nothing is compiled per
+stream: every stream has its own `id`, and compiling a pattern for each would cost a millisecond.
 
 A piece of the body that matches a shape whole is, byte for byte, the learned event with other JSON
 strings in the gaps. A JSON string is one token: putting another one in its place changes the parsed
@@ -67,10 +69,17 @@ _JSON_STRING = rb'"' + _JSON_CHAR + rb'*+"'
 # The text gap: the empty string, or a non-empty one as group 1 (so `lastindex` says which); plain
 # ASCII text, the usual token, is tried first because it matches in a third less time.
 _TEXT_GAP = rb'(?:""|("' + _ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
+_TEXT_GAP_PATTERN = re.compile(_TEXT_GAP)
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
 _PROBE_TOKEN = json.dumps(_PROBE).encode()
+
+# `"key": "value"` for each key whose string value may be a gap, the value as group 1.
+_KEY_WITH_STRING_VALUE = {
+    key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
+    for key in TEXT_DELTA_KEYS + _FREE_TOP_LEVEL_KEYS
+}
 
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
 _MAX_SHAPES = 4
@@ -97,12 +106,54 @@ class RoutineMatch:
 
 
 class _Shape:
-    __slots__ = ("pattern", "fullmatch", "result")
+    """The literal segments of a learned event around its gaps, and what a match of it means.
 
-    def __init__(self, pattern: re.Pattern[bytes], result: RoutineMatch) -> None:
-        self.pattern = pattern
-        self.fullmatch = pattern.fullmatch  # bound once: it runs for every piece
+    With one gap (the text), `prefix` + text + `suffix`; with more, `segments` (one more than the
+    gaps) and which gap is the text."""
+
+    __slots__ = ("prefix", "suffix", "text_start", "suffix_length", "segments", "text_gap", "result")
+
+    def __init__(self, segments: list[bytes], text_gap: int, result: RoutineMatch) -> None:
+        self.segments = segments if len(segments) > 2 else None
+        self.prefix = segments[0]
+        self.suffix = segments[-1]
+        self.text_start = len(self.prefix)
+        self.suffix_length = len(self.suffix)
+        self.text_gap = text_gap
         self.result = result
+
+    def maybe_has_text(self, piece: bytes) -> bool | None:
+        """None if `piece` is not this shape; else whether its text is non-empty."""
+        if not (piece.startswith(self.prefix) and piece.endswith(self.suffix)):
+            return None
+        if self.segments is None:
+            match = _TEXT_GAP_PATTERN.fullmatch(piece, self.text_start, len(piece) - self.suffix_length)
+            return None if match is None else match.lastindex is not None
+        return self._maybe_has_text_in_gaps(piece)
+
+    def _maybe_has_text_in_gaps(self, piece: bytes) -> bool | None:
+        segments = self.segments
+        position = self.text_start
+        has_text = None
+        last_gap = len(segments) - 2
+        for gap in range(last_gap + 1):
+            if gap == self.text_gap:
+                match = _TEXT_GAP_PATTERN.match(piece, position)
+                if match is None:
+                    return None
+                has_text = match.lastindex is not None
+            else:
+                match = _JSON_STRING_PATTERN.match(piece, position)
+                if match is None:
+                    return None
+            position = match.end()
+            if gap == last_gap:
+                break
+            segment = segments[gap + 1]
+            if not piece.startswith(segment, position):
+                return None
+            position += len(segment)
+        return has_text if position == len(piece) - self.suffix_length else None
 
 
 class RoutineChunks:
@@ -127,18 +178,18 @@ class RoutineChunks:
         if not shapes:
             return None
         shape = shapes[0]
-        match = shape.fullmatch(piece)
-        if match is None:
+        has_text = shape.maybe_has_text(piece)
+        if has_text is None:
             for position in range(1, len(shapes)):
-                match = shapes[position].fullmatch(piece)
-                if match is not None:  # the shape seen last is tried first next time
+                has_text = shapes[position].maybe_has_text(piece)
+                if has_text is not None:  # the shape seen last is tried first next time
                     shape = shapes.pop(position)
                     shapes.insert(0, shape)
                     break
             else:
                 return None
         result = shape.result
-        result.has_text = match.lastindex is not None
+        result.has_text = has_text
         return result
 
     def learn(self, raw: bytes, data: bytes, chunk: Any, events: int) -> None:
@@ -160,7 +211,7 @@ class RoutineChunks:
             or b"\r" in data
         ):
             return
-        if any(shape.pattern.fullmatch(raw) for shape in self._shapes):
+        if any(shape.maybe_has_text(raw) is not None for shape in self._shapes):
             return
         self._attempts += 1
         try:
@@ -210,25 +261,25 @@ def _maybe_shape(raw: bytes, data: bytes, chunk: dict, facts: tuple[int, str, st
             return None
         gaps.append((free_gap, False))
     gaps.sort()
-    parts = [re.escape(b"data: ")]
-    position = 0
-    for (start, end), is_text in gaps:
-        parts.append(re.escape(data[position:start]))
-        parts.append(_TEXT_GAP if is_text else _JSON_STRING)
+    segments = []
+    position = -len(b"data: ")  # offsets in `data`; the first segment starts with the field name
+    text_gap = 0
+    for number, ((start, end), is_text) in enumerate(gaps):
+        segments.append(raw[len(b"data: ") + position : len(b"data: ") + start])
+        if is_text:
+            text_gap = number
         position = end
-    parts.append(re.escape(raw[len(b"data: ") + position :]))
-    pattern = re.compile(b"".join(parts), re.DOTALL)
-    if pattern.fullmatch(raw) is None:
-        return None
+    segments.append(raw[len(b"data: ") + position :])
     remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk}
-    return _Shape(pattern, RoutineMatch(index, remembered))
+    shape = _Shape(segments, text_gap, RoutineMatch(index, remembered))
+    if shape.maybe_has_text(raw) is None:  # the learned event itself must match its shape
+        return None
+    return shape
 
 
 def _maybe_gap(data: bytes, chunk: dict, key: str, holder: dict) -> tuple[int, int] | None:
     """The byte span of `holder[key]`'s string token in `data`, proven by a probe parse."""
-    candidates = re.finditer(
-        re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")", data
-    )
+    candidates = _KEY_WITH_STRING_VALUE[key].finditer(data)
     original = holder[key]
     for candidate in candidates:
         start, end = candidate.span(1)
