@@ -244,6 +244,10 @@ class Row:
     streams_per_second: float | None = None
     concurrent_events_per_second: float | None = None
     concurrent_cpu_us_per_event: float | None = None
+    # Against the baseline path: the median over rounds of this round's figure over the baseline's
+    # figure of the same round (taken seconds apart, so load from elsewhere falls on both alike).
+    ratio: float = 1.0
+    concurrent_ratio: float | None = None
 
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -287,7 +291,7 @@ class Target:
             cpu_us.append((cpu_seconds(self.mitmdump.pid) - before) / result.events * 1e6)
         return result
 
-    def row(self) -> Row:
+    def row(self, baseline: Target) -> Row:
         runs = self.concurrent_runs
         return Row(
             name=self.name,
@@ -303,7 +307,16 @@ class Target:
             streams_per_second=statistics.median(r.streams / r.seconds for r in runs) if runs else None,
             concurrent_events_per_second=statistics.median(r.events / r.seconds for r in runs) if runs else None,
             concurrent_cpu_us_per_event=statistics.median(self.concurrent_cpu_us) if self.concurrent_cpu_us else None,
+            ratio=_paired_ratio(self.long_runs, baseline.long_runs),
+            concurrent_ratio=_paired_ratio(runs, baseline.concurrent_runs) if runs else None,
         )
+
+
+def _paired_ratio(runs: list, baseline_runs: list) -> float:
+    """The median over rounds of events/s of `runs[i]` over that of `baseline_runs[i]`."""
+    return statistics.median(
+        (run.events / run.seconds) / (base.events / base.seconds) for run, base in zip(runs, baseline_runs)
+    )
 
 
 def measure(
@@ -329,7 +342,8 @@ def measure(
             target.peak_after_short_kib = peak_rss_kib(target.mitmdump)
     marks = {p: long_events * p // 100 for p in (10, 50, 90)}
     for round_number in range(long_runs):
-        for target in targets:
+        # Every other round in reverse order, so that no path always runs right after another.
+        for target in targets if round_number % 2 == 0 else targets[::-1]:
             # The first long run of each is the one whose memory is sampled and whose peak is read.
             sampled = round_number == 0 and target.mitmdump is not None
             target.long_runs.append(target.measured(lambda: read_stream(
@@ -341,8 +355,8 @@ def measure(
             ), target.long_cpu_us))
             if sampled:
                 target.peak_after_long_kib = peak_rss_kib(target.mitmdump)
-    for _ in range(concurrent_runs):
-        for target in targets:
+    for round_number in range(concurrent_runs):
+        for target in targets if round_number % 2 == 0 else targets[::-1]:
             if target.concurrent:
                 target.concurrent_runs.append(target.measured(lambda: read_concurrent_streams(
                     target.port, paths["concurrent"], streams=concurrent_streams,
@@ -374,7 +388,7 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
     print(header)
     print("-" * len(header))
     for row in rows:
-        ratio = row.events_per_second / baseline.events_per_second
+        ratio = row.ratio
         added = (row.time_to_first_event_s - baseline.time_to_first_event_s) * 1000
         print(
             f"{row.name:<44} {row.events_per_second:>10,.0f} {ratio:>8.2f} "
@@ -386,7 +400,8 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
         )
     print()
     print(f"events/s: median of {long_runs} long streams, taken round-robin over the paths. "
-          f"x plain: events/s relative to '{baseline.name}'. TTFE: time to first event, median of "
+          f"x plain: events/s over that of '{baseline.name}' in the same round, median over rounds (paired, so "
+          f"load from elsewhere falls on both alike). TTFE: time to first event, median of "
           f"{ttfe_runs} three-event streams,")
     print("each on a new connection (so it includes mitmdump's upstream connect); +TTFE is against "
           "the same baseline.")
@@ -408,7 +423,7 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
           "default 4MB): expect RSS to rise by up to that much, then stay flat.")
 
 
-def print_concurrent_table(rows: list[Row], baseline: Row, *, streams: int, events: int, runs: int) -> None:
+def print_concurrent_table(rows: list[Row], *, streams: int, events: int, runs: int) -> None:
     print()
     print(f"{streams} concurrent streams of {events} events each (+ finish chunk and [DONE]) through one "
           f"process, all read at once from one client thread")
@@ -419,12 +434,13 @@ def print_concurrent_table(rows: list[Row], baseline: Row, *, streams: int, even
         if row.streams_per_second is None:
             continue
         print(f"{row.name:<44} {row.streams_per_second:>10,.1f} "
-              f"{row.streams_per_second / baseline.streams_per_second:>8.2f} "
+              f"{row.concurrent_ratio:>8.2f} "
               f"{row.concurrent_events_per_second:>10,.0f} "
-              f"{row.concurrent_events_per_second / baseline.concurrent_events_per_second:>8.2f} "
+              f"{row.concurrent_ratio:>8.2f} "
               f"{_cpu(row.concurrent_cpu_us_per_event):>9}")
-    print(f"median of {runs} rounds, taken round-robin over the paths; the time runs from the first "
-          "request sent to the end of the last stream.")
+    print(f"median of {runs} rounds, taken round-robin over the paths (x plain paired per round as above; "
+          "every stream has the same events, so streams/s and events/s have the same ratio);")
+    print("the time runs from the first request sent to the end of the last stream.")
 
 
 def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_streams: int,
@@ -434,9 +450,8 @@ def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_s
     def verdict(ok: bool) -> str:
         return "meets the target" if ok else "BELOW the target"
 
-    long_ratio = finish_fix.events_per_second / plain.events_per_second
-    streams_ratio = finish_fix.streams_per_second / plain.streams_per_second
-    events_ratio = finish_fix.concurrent_events_per_second / plain.concurrent_events_per_second
+    long_ratio = finish_fix.ratio
+    streams_ratio = events_ratio = finish_fix.concurrent_ratio
     print()
     print("finish_fix (defaults, body copy on) next to plain streaming mitmdump, this run:")
     print(f"  (a) one {long_events // 1000}k-event stream:  {finish_fix.events_per_second:,.0f} vs "
@@ -522,10 +537,10 @@ def main(argv: list[str] | None = None) -> int:
             for target in targets:
                 if target.mitmdump is not None:
                     target.mitmdump.stop()
-        rows = [target.row() for target in targets]
+        rows = [target.row(targets[1]) for target in targets]
         print_table(rows, rows[1], long_events=args.events, short_events=args.short_events,
                     long_bytes=long_bytes, ttfe_runs=args.ttfe_runs, long_runs=args.long_runs)
-        print_concurrent_table(rows, rows[1], streams=args.concurrent_streams,
+        print_concurrent_table(rows, streams=args.concurrent_streams,
                                events=args.concurrent_events, runs=args.concurrent_runs)
         # The core last, with the proxies stopped, so nothing else of this bench runs meanwhile.
         core_fast = core_events_per_second(long_pieces, fast_path=True)
