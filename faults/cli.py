@@ -20,10 +20,11 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import Any
 from urllib.parse import urlsplit
 
 from faults import catalog
+from faults.cli_parser import EXIT_USAGE, OneLineParser
 from faults.layout import LayoutError, ResponseLayout
 from faults.probe import UnstableUpstream, probe_layout
 from faults.toxiproxy_client import (
@@ -49,16 +50,16 @@ class UsageError(Exception):
     """Bad input: printed as one line, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse prints the whole usage block; one line that says what to do is enough.
+class _Parser(OneLineParser):
+    def explain(self, message: str) -> str:
+        # A mistyped command is almost always a mistyped fault: name the faults apart from the rest.
         unknown = re.match(r"argument COMMAND: invalid choice: '([^']*)'", message)
         if unknown:
-            message = (
+            return (
                 f"unknown fault {unknown.group(1)!r}; faults: {', '.join(catalog.FAULT_NAMES)}; "
                 "other commands: server, proxy, list, reset"
             )
-        raise UsageError(f"{message} (see `python -m faults --help`)")
+        return message
 
 
 def _count(text: str) -> int:
@@ -164,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(arguments)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
 

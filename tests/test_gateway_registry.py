@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 import trio
 
-from labs.__main__ import build_parser
+from faults.child_processes import run_child
 from labs.gateways import EXTERNAL, GATEWAYS, tool_envs
 from labs.gateways.registry import UnknownGateway, books_reader, entries, lookup, missing_installs
 from labs.gateways.services import BOOKS_NONE, Gateway, GatewayNotInstalled, books_entry, open_gateways, read_books
@@ -20,15 +21,23 @@ from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.runner import CellResult, _attach_books
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The lab's gateways in matrix order, as the README and the issue name them.
+LAB_GATEWAYS = (
+    "direct", "finish_fix", "litellm", "litellm+finish_fix", "smg", "smg+finish_fix", "vllm-router", "envoy",
+    "portkey", "portkey+finish_fix",
+)
+
+
+def test_the_lab_has_the_gateways_the_readme_names_in_matrix_order():
+    assert GATEWAYS == LAB_GATEWAYS
+    assert tuple(entries()) == (*LAB_GATEWAYS, EXTERNAL)
+
+
 def test_every_lab_gateway_resolves_to_its_own_entry():
-    for name in (*GATEWAYS, EXTERNAL):
+    for name in (*LAB_GATEWAYS, EXTERNAL):
         assert lookup(name).name == name
-    assert GATEWAYS == tuple(name for name in entries() if name != EXTERNAL)
-
-
-def test_the_matrix_order_starts_with_direct_and_ends_with_external():
-    assert list(entries())[0] == "direct" and list(entries())[-1] == EXTERNAL
-    assert {"smg", "smg+finish_fix", "vllm-router", "litellm", "litellm+finish_fix", "finish_fix"} <= set(GATEWAYS)
 
 
 def test_an_unknown_gateway_is_refused_in_one_line_listing_the_valid_ones():
@@ -36,12 +45,17 @@ def test_an_unknown_gateway_is_refused_in_one_line_listing_the_valid_ones():
         lookup("smgg")
     message = str(refused.value)
     assert "\n" not in message
-    assert message == f"unknown gateway 'smgg'; gateways: {', '.join(entries())}"
+    assert message == f"unknown gateway 'smgg'; gateways: {', '.join((*LAB_GATEWAYS, EXTERNAL))}"
 
 
-def test_the_cli_offers_every_registered_gateway():
-    choices = next(a.choices for a in build_parser()._actions if a.dest == "gateway")
-    assert tuple(choices) == (*GATEWAYS, EXTERNAL)
+def test_the_lab_cli_refuses_an_unknown_gateway_in_one_line_listing_every_gateway():
+    result = run_child([sys.executable, "-m", "labs", "--gateway", "bogus"], cwd=ROOT, timeout=60)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "error: argument --gateway: invalid choice: 'bogus' (choose from "
+        + ", ".join(f"'{name}'" for name in (*LAB_GATEWAYS, EXTERNAL))
+        + ") (see `python -m labs --help`)\n"
+    )
 
 
 def test_every_gateway_installed_by_make_setup_passes_its_install_check():
@@ -87,7 +101,7 @@ def test_the_gateway_listing_says_what_is_installed_and_what_to_do_otherwise(tmp
     from labs.gateways.__main__ import main
 
     monkeypatch.setattr(tool_envs, "GATEWAY_ENVS", tmp_path)
-    assert main() == 0
+    assert main([]) == 0
     # Each gateway: a line with its name and status, then its summary, indented.
     status = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if not line.startswith(" "))
     assert list(status) == list(entries())

@@ -26,9 +26,9 @@ from labs.hub import (
     serve_hub,
 )
 from labs.processes import open_service
-from labs.worker import open_worker, parse_settings, response_plan
+from labs.worker import open_worker, parse_settings
 from labs.worker.settings import Framing
-from tests.fixtures_lab import chat_request, client_exchange, open_proxy, run_trio
+from tests.fixtures_lab import chat_request, client_exchange, open_proxy, request_for, run_trio
 
 ROOT = Path(__file__).resolve().parent.parent
 EXACT_ERROR_EVENT = (
@@ -41,17 +41,17 @@ HUB_LISTENING = re.compile(r"hub listening on http://127\.0\.0\.1:(\d+)/v1")
 QUIET_S = 0.5
 
 
-def request_for(model: str) -> tuple[bytes, bytes, object]:
-    """The raw request, the worker's whole healthy response and its plan, for a model name."""
-    body = {"model": model, "stream": True}
-    plan = response_plan(parse_settings(model).for_request(body))
+def raw_exchange_for(model: str) -> tuple[bytes, bytes, object]:
+    """The raw request, the worker's whole healthy response and its plan, for a model name
+    (`tests.fixtures_lab.request_for`, as bytes on the wire)."""
+    body, plan = request_for(parse_settings(model))
     return chat_request(body), plan.to_bytes(), plan
 
 
 def through_hub(policy, model: str, fault_for=None, toxiproxy=None, *, expect_bytes: int | None = None):
     """Send one request gateway-side to a hub in front of the real toxiproxy in front of the worker,
     with `fault_for(plan)` applied to the tunnel; returns what the gateway got and the hub's record."""
-    request, _, plan = request_for(model)
+    request, _, plan = raw_exchange_for(model)
 
     async def scenario():
         async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as tunnel:
@@ -108,7 +108,7 @@ def test_before_the_head_close_and_error_event_answer_502_and_abort_passes_the_f
                                    "finishline-worker;tokens=3;connection_close=1", "finishline-worker;http_error=429"])
 @pytest.mark.parametrize("policy", list(TunnelDropPolicy))
 def test_a_healthy_response_passes_byte_for_byte(toxiproxy, policy, model):
-    _, healthy, plan = request_for(model)
+    _, healthy, plan = raw_exchange_for(model)
     # A response that closes is read to its end; one that keeps the connection is read until the
     # whole response is in and nothing more comes (never a timing assertion on the close itself).
     received, exchanges = through_hub(policy, model, toxiproxy=toxiproxy, expect_bytes=None if plan.closes else len(healthy))
@@ -123,7 +123,7 @@ def test_a_healthy_response_passes_byte_for_byte(toxiproxy, policy, model):
 
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
 def test_close_ends_a_cut_chunked_body_with_the_terminator_and_keeps_the_connection(toxiproxy, reset):
-    _, healthy, plan = request_for(CHUNKED)
+    _, healthy, plan = raw_exchange_for(CHUNKED)
     expected = healthy[: plan.offset_after_tokens(3)] + TERMINATOR
     received, exchanges = through_hub("close", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, expect_bytes=len(expected))
     assert received.data == expected
@@ -133,7 +133,7 @@ def test_close_ends_a_cut_chunked_body_with_the_terminator_and_keeps_the_connect
 
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
 def test_error_event_sends_the_event_as_a_chunk_then_the_terminator(toxiproxy, reset):
-    _, healthy, plan = request_for(CHUNKED)
+    _, healthy, plan = raw_exchange_for(CHUNKED)
     expected = healthy[: plan.offset_after_tokens(3)] + b"%x\r\n%s\r\n" % (len(EXACT_ERROR_EVENT), EXACT_ERROR_EVENT) + TERMINATOR
     received, _ = through_hub("error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, expect_bytes=len(expected))
     assert received.data == expected
@@ -142,7 +142,7 @@ def test_error_event_sends_the_event_as_a_chunk_then_the_terminator(toxiproxy, r
 
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
 def test_abort_passes_a_fin_as_a_fin_and_a_reset_as_a_reset(toxiproxy, reset):
-    _, healthy, plan = request_for(CHUNKED)
+    _, healthy, plan = raw_exchange_for(CHUNKED)
     received, exchanges = through_hub("abort", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy)
     assert received.data == healthy[: plan.offset_after_tokens(3)]
     assert received.ending == ("reset" if reset else "fin")
@@ -158,14 +158,14 @@ def cut_inside_the_fourth_token_event(plan):
 
 @pytest.mark.parametrize(("policy", "ending"), [("close", "open"), ("abort", "fin")])
 def test_a_chunk_the_tunnel_cut_in_half_is_never_forwarded(toxiproxy, policy, ending):
-    _, healthy, plan = request_for(CHUNKED)
+    _, healthy, plan = raw_exchange_for(CHUNKED)
     expected = healthy[: plan.offset_after_tokens(3)] + (TERMINATOR if policy == "close" else b"")
     received, exchanges = through_hub(policy, CHUNKED, cut_inside_the_fourth_token_event, toxiproxy, expect_bytes=len(expected))
     assert (received.data, received.ending) == (expected, ending)
 
 
 def test_an_http_10_request_without_host_is_relayed(toxiproxy):
-    _, healthy, _ = request_for(CHUNKED)
+    _, healthy, _ = raw_exchange_for(CHUNKED)
     request = chat_request({"model": CHUNKED, "stream": True}).replace(b"HTTP/1.1\r\nhost: 127.0.0.1\r\n", b"HTTP/1.0\r\n")
 
     async def scenario():
@@ -179,7 +179,7 @@ def test_an_http_10_request_without_host_is_relayed(toxiproxy):
 
 def test_the_incident_a_prefill_cut_through_close_is_a_complete_empty_200(toxiproxy):
     # The post-mortem: head sent, tunnel drops during prefill, the hub ends the body cleanly.
-    _, healthy, plan = request_for(CHUNKED)
+    _, healthy, plan = raw_exchange_for(CHUNKED)
     expected = healthy[: plan.head_length] + TERMINATOR
     received, exchanges = through_hub("close", CHUNKED, cut_during_prefill, toxiproxy, expect_bytes=len(expected))
     assert received.data == expected
@@ -198,7 +198,7 @@ def test_the_incident_a_prefill_cut_through_close_is_a_complete_empty_200(toxipr
 @pytest.mark.parametrize("policy", list(TunnelDropPolicy))
 def test_a_fin_ends_a_close_delimited_body_for_every_policy(toxiproxy, policy):
     # HTTP cannot tell this cut from the end: a close-delimited body ends with a FIN.
-    _, healthy, plan = request_for(CLOSE_DELIMITED)
+    _, healthy, plan = raw_exchange_for(CLOSE_DELIMITED)
     received, exchanges = through_hub(policy, CLOSE_DELIMITED, cut_after_3, toxiproxy)
     assert received.data == healthy[: plan.offset_after_tokens(3)]
     assert received.ending == "fin"
@@ -210,7 +210,7 @@ def test_a_fin_ends_a_close_delimited_body_for_every_policy(toxiproxy, policy):
     [("close", b"", "fin"), ("error_event", EXACT_ERROR_EVENT, "fin"), ("abort", b"", "reset")],
 )
 def test_a_reset_on_a_close_delimited_body(toxiproxy, policy, appended, ending):
-    _, healthy, plan = request_for(CLOSE_DELIMITED)
+    _, healthy, plan = raw_exchange_for(CLOSE_DELIMITED)
     received, exchanges = through_hub(policy, CLOSE_DELIMITED, partial(cut_after_3, reset=True), toxiproxy)
     assert received.data == healthy[: plan.offset_after_tokens(3)] + appended
     assert received.ending == ending
@@ -221,7 +221,7 @@ def test_a_reset_on_a_close_delimited_body(toxiproxy, policy, appended, ending):
 def test_a_cut_content_length_body_gets_a_fin_whatever_the_policy(toxiproxy, policy):
     # A short Content-Length body has no clean end, and appended bytes would not be read.
     model = "finishline-worker;tokens=6;framing=content-length"
-    _, healthy, plan = request_for(model)
+    _, healthy, plan = raw_exchange_for(model)
     received, exchanges = through_hub(policy, model, cut_after_3, toxiproxy)
     assert (received.data, received.ending) == (healthy[: plan.offset_after_tokens(3)], "fin")
     assert (exchanges[0].upstream_ending, exchanges[0].action) == ("fin", "fin")
@@ -243,7 +243,7 @@ def test_an_unreachable_tunnel_is_a_502_for_close_and_a_bare_close_for_abort(tox
 
 
 def test_the_policy_can_be_changed_between_requests_and_a_bad_one_is_refused(toxiproxy):
-    request, healthy, plan = request_for(CHUNKED)
+    request, healthy, plan = raw_exchange_for(CHUNKED)
 
     async def scenario():
         async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as tunnel:
@@ -281,7 +281,7 @@ def test_standalone_refuses_bad_arguments_in_one_line(argv, words):
 
 
 def test_standalone_hub_relays_to_its_upstream(tmp_path):
-    request, healthy, _ = request_for("finishline-worker;tokens=3;connection_close=1")
+    request, healthy, _ = raw_exchange_for("finishline-worker;tokens=3;connection_close=1")
 
     async def scenario():
         async with open_worker() as worker:

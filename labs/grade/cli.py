@@ -10,8 +10,8 @@ import argparse
 import sys
 from functools import partial
 from pathlib import Path
-from typing import NoReturn
 
+from faults.cli_parser import OneLineParser
 from labs.clients import ALL_CLIENTS
 from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
 from labs.grade.render import render_terminal, write_html, write_json
@@ -20,12 +20,6 @@ __all__ = ["build_parser", "main"]
 
 #: The clients a gateway is graded with unless `--client` says otherwise.
 DEFAULT_GATEWAY_CLIENTS = ("openai-python", "openai-node", "pi-ai")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line that says what to fix; `--help` has the rest.
-        self.exit(EXIT_CANNOT_RUN, f"error: {message} (see {self.prog} --help)\n")
 
 
 def _port(text: str) -> int:
@@ -63,8 +57,8 @@ def _outputs(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m labs.grade", description="Grade a gateway or an OpenAI-compatible server: a report card, exit 0 (all passed), 1 (one failed), 2 (could not run).")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="{gateway,server,lab-gateways}")
+    parser = OneLineParser(prog="python -m labs.grade", description="Grade a gateway or an OpenAI-compatible server: a report card, exit 0 (all passed), 1 (one failed), 2 (could not run).")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="{gateway,server,lab-gateways}")
     gateway = commands.add_parser("gateway", help="grade a gateway: the lab serves its upstream(s) and breaks them on purpose")
     gateway.add_argument("--url", type=_url, required=True, help="the gateway's OpenAI base URL, e.g. http://127.0.0.1:4000/v1")
     gateway.add_argument("--upstream-port", type=_port, required=True, metavar="P",

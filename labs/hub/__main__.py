@@ -8,23 +8,16 @@ from __future__ import annotations
 import argparse
 import sys
 from functools import partial
-from typing import NoReturn
 
 import trio
 
+from faults.cli_parser import OneLineParser
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.hub.relay import serve_hub
 from labs.worker.server import run_server_cli
 
 DEFAULT_PORT = 8402
 PROG = "python -m labs.hub"
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # argparse prints the whole usage block; one line that says what is wrong is enough.
-        print(f"error: {message} (see `{PROG} --help`)", file=sys.stderr)
-        sys.exit(2)
 
 
 def _upstream(text: str) -> tuple[str, int]:
@@ -48,7 +41,7 @@ def _port(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG,
         description="The lab's hub: an HTTP/1.1 reverse proxy in front of the worker's tunnel. When the "
         "tunnel fails mid-response it ends the response cleanly (close), sends an SSE error event and "

@@ -179,7 +179,8 @@ def _framing(response: h11.Response) -> Framing:
 
 
 def _head(response: h11.Response) -> bytes:
-    # The head as received: h11 keeps each header's original spelling in `raw_items`.
+    # The headers as received (h11 keeps each one's original spelling in `raw_items`) under a status
+    # line of our own: the hub speaks HTTP/1.1 to the gateway whatever version the tunnel answered with.
     lines = [b"HTTP/1.1 %d %s" % (response.status_code, response.reason)]
     lines += [name + b": " + value for name, value in response.headers.raw_items()]
     return b"\r\n".join(lines) + b"\r\n\r\n"

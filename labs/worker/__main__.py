@@ -13,6 +13,7 @@ from functools import partial
 
 import trio
 
+from faults.cli_parser import OneLineParser
 from labs.worker.server import run_server_cli, serve_worker
 from labs.worker.settings import DEFAULT_MODEL_NAME, SETTINGS_HEADER, SettingsError, WorkerSettings, parse_settings
 
@@ -20,7 +21,7 @@ DEFAULT_PORT = 8400
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m labs.worker",
         description=(
             "A simulated OpenAI-compatible worker: POST /v1/chat/completions (streaming or not) and "

@@ -1,0 +1,64 @@
+"""The lab's command lines (`python -m labs`, `python -m labs.gateways`): bad input is one line
+naming the bad value and the valid ones, exit status 2; the scenario listing is one aligned column."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from faults.child_processes import run_child
+from labs.scenario import load_scenarios
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lab(*arguments: str) -> tuple[int, str, str]:
+    result = run_child([sys.executable, "-m", *arguments], cwd=ROOT, timeout=60)
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_an_unknown_client_is_one_line_listing_every_client():
+    status, out, err = lab("labs", "--client", "bogus")
+    assert (status, out) == (2, "")
+    assert err.startswith("error: argument --client: invalid choice: 'bogus' (choose from 'openai-python', ")
+    assert err.endswith("'pi-ai') (see `python -m labs --help`)\n")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("jobs", ["0", "-3"])
+def test_jobs_below_one_is_refused_since_nothing_would_run(jobs):
+    assert lab("labs", "--jobs", jobs) == (
+        2, "", f"error: argument --jobs: {jobs} cells in flight would run nothing: give 1 or more (see `python -m labs --help`)\n",
+    )
+
+
+def test_jobs_that_is_not_a_number_is_refused():
+    assert lab("labs", "--jobs", "many") == (
+        2, "", "error: argument --jobs: 'many' is not a whole number of cells (1 or more) (see `python -m labs --help`)\n",
+    )
+
+
+def test_the_scenario_listing_puts_every_title_in_one_column():
+    status, out, _ = lab("labs", "--list")
+    assert status == 0
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines] == [s.name for s in load_scenarios()]
+    # Some names are longer than 28 characters: the titles start where the longest name ends, plus two.
+    width = max(len(s.name) for s in load_scenarios())
+    assert width > 28
+    for line, scenario in zip(lines, load_scenarios(), strict=True):
+        assert line[width + 2:].startswith(scenario.title), line
+
+
+def test_the_gateway_listing_takes_no_arguments():
+    status, out, err = lab("labs.gateways", "bogus")
+    assert (status, out) == (2, "")
+    assert err == "error: unrecognized arguments: bogus (see `python -m labs.gateways --help`)\n"
+
+
+def test_the_gateway_listing_has_help():
+    status, out, _ = lab("labs.gateways", "--help")
+    assert status == 0
+    assert out.startswith("usage: python -m labs.gateways [-h]\n")
