@@ -65,17 +65,17 @@ def _leaves(error: BaseException) -> list[BaseException]:
 
 
 def error_line(error: BaseException) -> str:
-    """One line for a user: the first line of each distinct error's message (a ServiceError's
+    """One line for a user: the first line of each distinct error's message (a ChildStartError's
     message goes on with its log's tail, which the log file keeps)."""
     from faults.toxiproxy_client import ToxiproxyError
-    from labs.processes import ServiceError
+    from faults.child_processes import ChildStartError
 
     parts = []
     for leaf in _leaves(error):
         message = (str(leaf).strip().splitlines() or [""])[0]
         if isinstance(leaf, OSError) and leaf.strerror:
             message = f"{leaf.strerror}" + (f": {leaf.filename}" if leaf.filename else "")
-        if not isinstance(leaf, (ValueError, ServiceError, ToxiproxyError)):
+        if not isinstance(leaf, (ValueError, ChildStartError, ToxiproxyError)):
             message = f"{type(leaf).__name__}: {message}" if message else type(leaf).__name__
         if message not in parts:
             parts.append(message)

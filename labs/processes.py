@@ -1,11 +1,11 @@
-"""The lab's helper processes (gateways, the hub, workers, mitmweb) on trio: `open_service` starts
+"""The lab's helper services (gateways, the hub, workers, mitmweb) on trio: `open_service` starts
 one, waits until it serves, and always stops it.
 
 Starting, reading the port, stopping and dying with the lab are the one launcher's
-(`faults.child_processes`, whose docstring says how); this module adds what a lab service needs on
-top: an HTTP health check, and stopping when the block ends, whatever happened. A service that exits
-before it serves is a `ServiceError` that quotes the end of its log, so a broken gateway says why.
-The launcher's names are re-exported here for the lab's callers.
+(`faults.child_processes`, whose docstring says how; import its names from there); this module adds
+what a lab service needs on top: an HTTP health check, and stopping when the block ends, whatever
+happened. A service that exits before it serves is the launcher's `ChildStartError`, quoting the end
+of its log, so a broken gateway says why.
 """
 
 from __future__ import annotations
@@ -18,28 +18,9 @@ from pathlib import Path
 
 import trio
 
-from faults.child_processes import (
-    STOP_GRACE_S,
-    ChildStartError,
-    TrioChildProcess,
-    bind_failed,
-    free_port,
-    read_port_from_log,
-    start_trio_child,
-)
+from faults.child_processes import ChildStartError, TrioChildProcess, start_trio_child
 
-__all__ = ["ServiceError", "free_port", "bind_failed", "open_process", "read_port_from_log", "open_service", "terminate"]
-
-#: A helper process did not start; the message names it and quotes its log.
-ServiceError = ChildStartError
-
-#: Start a child on the trio thread (`faults.child_processes.start_trio_child`).
-open_process = start_trio_child
-
-
-async def terminate(process: TrioChildProcess, grace: float = STOP_GRACE_S) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds; never leaves the process running."""
-    await process.stop(grace)
+__all__ = ["open_service"]
 
 
 async def _answers_http(host: str, port: int, path: str) -> bool:
@@ -81,7 +62,7 @@ async def open_service(
     (mitmweb: `listening at 127.0.0.1:PORT`). Output (stdout and stderr) is appended to `log_path`.
 
     Raises:
-        ServiceError: the process could not be run, exited, or did not serve within `start_timeout` s.
+        ChildStartError: the process could not be run, exited, or did not serve within `start_timeout` s.
     """
     process = await start_trio_child(argv, name=name, log_path=log_path, env={**os.environ, **(env or {})})
     try:
@@ -92,7 +73,7 @@ async def open_service(
                 process.process.maybe_listening_port(port)  # raises if it exited meanwhile
                 await trio.sleep(0.1)
         if waited.cancelled_caught:
-            raise ServiceError(
+            raise ChildStartError(
                 f"{name} did not answer 200 on http://{host}:{port}{health_path} within {start_timeout} s; "
                 f"{process.process.describe_log()}"
             )

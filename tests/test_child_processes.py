@@ -29,7 +29,7 @@ from faults.child_processes import (
     start_child,
     start_trio_child,
 )
-from labs.processes import ServiceError, open_service
+from labs.processes import open_service
 from tests.fixtures_lab import run_trio
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
@@ -265,7 +265,7 @@ def test_a_lab_service_that_exits_at_start_is_a_service_error_quoting_its_log(tm
         async with open_service("litellm proxy", broken, port=0, log_path=tmp_path / "litellm.log", start_timeout=DEADLINE):
             pytest.fail("a service that exited was taken for started")
 
-    with pytest.raises(ServiceError, match=r"(?s)litellm proxy exited with status 1 at start; .*address already in use"):
+    with pytest.raises(ChildStartError, match=r"(?s)litellm proxy exited with status 1 at start; .*address already in use"):
         run_trio(scenario)
 
 

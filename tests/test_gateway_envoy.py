@@ -17,7 +17,7 @@ import trio
 from labs.gateways.envoy import envoy_bootstrap, envoy_books, open_envoy, read_envoy_books
 from labs.gateways.registry import lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import free_port
+from faults.child_processes import free_port
 from labs.worker import WorkerSettings
 from labs.worker.server import open_worker
 from tests.fixtures_lab import chat_request, client_exchange, complete_events, request_for, run_trio, split_response

@@ -19,7 +19,7 @@ from labs.clients import LAB_API_KEY
 from labs.gateways.portkey import RETRY_ATTEMPTS, open_portkey, portkey_books, portkey_config, read_portkey_books
 from labs.gateways.registry import lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import free_port
+from faults.child_processes import free_port
 from labs.worker import WorkerSettings
 from labs.worker.server import open_worker
 from tests.fixtures_lab import (

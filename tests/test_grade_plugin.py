@@ -106,7 +106,7 @@ def test_k_selects_among_the_checks(pytester, finishline_worker):
 @pytest.mark.e2e
 @pytest.mark.timeout(200)
 def test_gateway_checks_as_tests_with_k_running_only_the_selected(pytester, start_mitmdump, tmp_path):
-    from labs.processes import free_port
+    from faults.child_processes import free_port
     from tests.mitmdump_process import FINISH_FIX_SCRIPT
 
     upstream_port = free_port()

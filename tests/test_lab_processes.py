@@ -64,13 +64,13 @@ def _lab(*arguments: str, cwd: Path) -> ChildProcess:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_a_helper_process_dies_with_the_lab_even_when_the_lab_is_killed(tmp_path):
-    # The lab's side of it: a parent that starts a child with labs.processes.open_process, then is
+    # The lab's side of it: a parent that starts a child with faults.child_processes.start_trio_child, then is
     # SIGKILLed (no cleanup runs): the kernel ends the child instead of leaving an orphan.
     parent_code = (
         "import sys, trio\n"
-        "from labs.processes import open_process\n"
+        "from faults.child_processes import start_trio_child\n"
         "async def main():\n"
-        "    child = await open_process([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
+        "    child = await start_trio_child([sys.executable, '-c', 'import time; time.sleep(300)'])\n"
         "    print(child.pid, flush=True)\n"
         "    await trio.sleep(300)\n"
         "trio.run(main)\n"

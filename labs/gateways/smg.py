@@ -59,12 +59,12 @@ from typing import Any
 
 import trio
 
+from faults.child_processes import ChildStartError
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, cell_of, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.processes import ServiceError
 
 PIN = "smg==1.13.0"
 #: A registered worker is ready within a second here; this bounds a registration that never is.
@@ -78,7 +78,7 @@ def smg_missing() -> str | None:
     return missing_tool_env("smg", "smg", PIN)
 
 
-class SmgRegistrationError(ServiceError):
+class SmgRegistrationError(ChildStartError):
     """SMG did not register a cell's workers in time; the message names them."""
 
 

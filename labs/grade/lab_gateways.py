@@ -14,7 +14,7 @@ from pathlib import Path
 
 from labs.grade.card import Card
 from labs.grade.gateway_grader import GatewayTarget, GradingLab, grade_with, open_grading_lab
-from labs.processes import free_port
+from faults.child_processes import free_port
 
 __all__ = ["grade_lab_gateways", "lab_gateway_names"]
 
