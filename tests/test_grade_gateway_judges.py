@@ -4,12 +4,13 @@ outcome, the bytes the gateway sent (read by the core), and which worker saw eac
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
 
 from labs.grade.card import Mark
-from labs.grade.gateway_checks import GATEWAY_CHECKS, CheckRun, RequestResult
+from labs.grade.gateway_checks import GATEWAY_CHECKS, CheckRun, RequestResult, judge_run
 from labs.grade.reading import read_stream
 from labs.outcome import Outcome
 
@@ -24,7 +25,11 @@ def chunk(delta: dict, reason: str | None = None) -> bytes:
 
 
 TOKENS = chunk({"role": "assistant", "content": ""}) + chunk({"content": "The"}) + chunk({"content": " quick"})
-ERROR = b'data: {"error": {"message": "stream was interrupted", "code": "stream_interrupted"}}\n\n'
+def sse_error(message: str) -> bytes:
+    return b"data: " + json.dumps({"error": {"message": message, "code": "stream_interrupted"}}).encode() + b"\n\n"
+
+
+ERROR = sse_error("stream was interrupted")
 DONE = b"data: [DONE]\n\n"
 
 
@@ -125,3 +130,32 @@ def test_finish_reason_checks_say_whether_the_gateway_repaired_or_passed_the_def
     assert mark is Mark.FAIL
     assert evidence == ("openai-python: error (PiStreamError(error): Stream ended without finish_reason); the gateway passed the defect on "
                         "(the core: repaired: injected finish_reason 'stop' for choice 0 before [DONE])")
+
+
+# -- a gateway that compresses its stream although the grader asked for identity --------------------
+
+COMPRESSED = "bytes: the body came gzip-compressed although the grader asked for accept-encoding: identity, so its events were not read"
+
+
+def compressed_result(outcome=Outcome.ERROR) -> RequestResult:
+    return RequestResult(client="bytes", request_id="c0001", outcome=outcome, why="compressed body",
+                         reading=read_stream(gzip.compress(TOKENS + ERROR), content_encoding="gzip"), workers=dict(ON_PRIMARY))
+
+
+@pytest.mark.parametrize("check", ["healthy", "cut-after-tokens-fin", "stall-after-tokens", "reason-omitted"])
+def test_compressed_bytes_are_not_judged_so_a_pass_is_not_tested(check):
+    told = Outcome.OK if check in ("healthy", "reason-omitted") else Outcome.ERROR
+    by_check = next(c for c in GATEWAY_CHECKS if c.check == check)
+    assert judge_run(by_check, run(compressed_result(), client(told, why="full answer"))) == (Mark.NOT_TESTED, COMPRESSED)
+
+
+def test_compressed_bytes_do_not_hide_a_client_that_fails():
+    by_check = next(c for c in GATEWAY_CHECKS if c.check == "cut-after-tokens-fin")
+    mark, evidence = judge_run(by_check, run(compressed_result(), client(Outcome.SILENT_TRUNCATION, why="success reported")))
+    assert (mark, evidence) == (Mark.FAIL, f"openai-python: silent-truncation (success reported); {COMPRESSED}")
+
+
+def test_a_long_message_in_the_evidence_is_cut_with_a_mark():
+    long = "stream was interrupted: " + "x" * 200
+    mark, evidence = rule_2(run(bytes_result(TOKENS + sse_error(long)), client(Outcome.ERROR)))
+    assert mark is Mark.PASS and evidence == f"error event: {long[:109]}…; every client raised or flagged"

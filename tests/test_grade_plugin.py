@@ -3,8 +3,12 @@ check, the card's evidence as the failure message; and the fixtures in a user's 
 
 from __future__ import annotations
 
+import contextlib
+import socket
+
 import pytest
 
+from faults.child_processes import free_port
 from labs.grade.gateway_checks import GATEWAY_CHECK_IDS
 from labs.grade.server_checks import SERVER_CHECKS
 
@@ -40,7 +44,8 @@ def test_a_failing_check_fails_with_the_evidence_line(pytester, finishline_worke
 def test_an_unreachable_server_fails_every_check_with_one_line(pytester):
     result = pytester.runpytest("--finishline-server-url=http://127.0.0.1:9/v1", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=len(CHECK_IDS))
-    result.stdout.fnmatch_lines(["_* finishline/server::stream-no-error _*", "the grader could not run: cannot connect to http://127.0.0.1:9/v1*check --url"])
+    result.stdout.fnmatch_lines(["_* finishline/server::stream-no-error _*",
+                                 "the grader could not run: cannot connect to the server at http://127.0.0.1:9/v1 (Connection refused); is it running? check --url"])
 
 
 def test_without_the_options_the_plugin_adds_no_test(pytester):
@@ -106,7 +111,6 @@ def test_k_selects_among_the_checks(pytester, finishline_worker):
 @pytest.mark.e2e
 @pytest.mark.timeout(200)
 def test_gateway_checks_as_tests_with_k_running_only_the_selected(pytester, start_mitmdump, tmp_path):
-    from faults.child_processes import free_port
     from tests.mitmdump_process import FINISH_FIX_SCRIPT
 
     upstream_port = free_port()
@@ -122,3 +126,25 @@ def test_gateway_checks_as_tests_with_k_running_only_the_selected(pytester, star
         "finishline/gateway::cut-after-tokens-fin PASSED*",
         "SKIPPED*not tested: no --spare-port: nowhere to retry*",
     ])
+
+
+@pytest.mark.timeout(90)
+def test_a_grader_that_cannot_start_runs_once_and_every_check_says_why(pytester, monkeypatch):
+    # Not a GradeError: a toxiproxy server that does not start. The gateway grader is tried once
+    # (one connection to check the gateway is there), and every selected check fails with that line.
+    monkeypatch.setenv("FINISHLINE_TOXIPROXY_SERVER", "/bin/false")
+    with socket.create_server(("127.0.0.1", 0)) as gateway:
+        result = pytester.runpytest(
+            f"--finishline-gateway-url=http://127.0.0.1:{gateway.getsockname()[1]}/v1", f"--finishline-upstream-port={free_port()}",
+            "--finishline-client=openai-python", "-k", "healthy or cut-after-tokens-fin", "-p", "no:cacheprovider",
+        )
+        gateway.setblocking(False)
+        connections = 0
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                gateway.accept()[0].close()
+                connections += 1
+    result.assert_outcomes(failed=2, deselected=len(GATEWAY_CHECK_IDS) - 2)
+    assert connections == 1
+    lines = [line for line in result.stdout.lines if line.startswith("the grader could not run: ")]
+    assert len(lines) == 2 and lines[0] == lines[1] and "toxiproxy" in lines[0], result.stdout.str()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+
 from labs.grade.reading import read_completion, read_stream
 from labs.worker.settings import WorkerSettings
 from labs.worker.wire import response_plan
@@ -47,3 +49,46 @@ def test_a_completion_reads_its_reasons_and_the_cores_rule_9_verdict():
     assert clean.choices[0].tool_calls == [{"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}]
     missing = read_completion(body_of(WorkerSettings(tokens=3, finish="omitted"), stream=False))
     assert missing.verdict == "repaired" and missing.choices[0].finish_reason is None
+
+
+# -- what an event, an error event and [DONE] are: the core's words, not the reader's -------------
+
+CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"a"},"finish_reason":"stop"}]}\n\n'
+
+
+def kinds(body: bytes) -> list[str]:
+    return [kind for kind, _ in read_stream(body).events]
+
+
+def test_a_data_less_error_block_is_no_event_as_the_core_reads_rule_5():
+    # No data field: no client dispatches it, and the core neither counts it nor calls it an error.
+    reading = read_stream(b"event: error\n\n" + CHUNK + b"data: [DONE]\n\n")
+    assert [kind for kind, _ in reading.events] == ["chunk", "done"]
+    assert reading.error_positions == [] and reading.report.verdict == "clean"
+
+
+def test_error_events_are_the_cores_both_ways_and_done_after_one_is_seen():
+    named = read_stream(b'event: error\ndata: {"message": "m"}\n\n' + b"data: [DONE]\n\n")
+    assert (named.error_positions, named.done_positions) == ([0], [1])
+    inline = read_stream(CHUNK + b'data: {"error": {"message": "overloaded"}}\n\n' + b"data: [DONE]\n\n")
+    assert (inline.error_positions, inline.done_positions, inline.error_message()) == ([1], [2], "overloaded")
+    assert inline.report.verdict == "upstream_error"
+
+
+def test_done_is_what_the_core_stops_at():
+    # `data:` drops one space: with two, the data is " [DONE]", which the core does not stop at.
+    assert kinds(CHUNK + b"data:  [DONE]\n\n") == ["chunk", "unreadable"]
+    assert kinds(CHUNK + b"data:[DONE]\r\r") == ["chunk", "done"]
+    assert kinds(b": keep-alive\n\n" + CHUNK + b"data: [DONE]\n\n") == ["chunk", "done"]
+
+
+def test_a_last_event_the_core_drops_is_no_event():
+    assert kinds(CHUNK + b'data: {"choi') == ["chunk"]
+
+
+def test_a_compressed_body_is_not_read_and_says_so():
+    body = gzip.compress(body_of(WorkerSettings(tokens=2)))
+    reading = read_stream(body, content_encoding="gzip")
+    assert (reading.compressed, reading.events, reading.choices, reading.report.verdict) == ("gzip", [], {}, "skipped")
+    assert reading.summary().startswith("the body came gzip-compressed although the grader asked for accept-encoding: identity")
+    assert read_stream(body_of(WorkerSettings(tokens=2)), content_encoding="identity").compressed is None

@@ -12,6 +12,8 @@ from labs.grade.card import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_PASSED, Mark
 from labs.grade.cli import main
 from labs.grade.server_checks import SERVER_CHECKS
 from labs.grade.server_grader import grade_server
+from tests.chat_streams import chat_stream
+from tests.upstream_server import Script
 
 ALL_CHECKS = {c.check for c in SERVER_CHECKS}
 # Checks that have nothing to judge once every stream and completion ended in an error.
@@ -114,9 +116,49 @@ def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
 
 
 def test_a_port_where_nothing_listens_exits_2_with_one_line(capsys):
+    # The same words as the gateway grader's (the OS's, not httpx's "[Errno 111] ..." or trio's
+    # "all attempts to connect ... failed").
     assert main(["server", "--url", "http://127.0.0.1:9/v1"]) == EXIT_CANNOT_RUN
-    err = capsys.readouterr().err
-    assert err.startswith("error: cannot connect to http://127.0.0.1:9/v1") and err.endswith("check --url\n") and err.count("\n") == 1
+    assert capsys.readouterr().err == "error: cannot connect to the server at http://127.0.0.1:9/v1 (Connection refused); is it running? check --url\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("output", ["--json", "--html"])
+def test_an_output_that_cannot_be_written_exits_2_with_one_line(finishline_worker, tmp_path, capsys, output):
+    url = finishline_worker()
+    # A folder is refused before the requests are sent.
+    with pytest.raises(SystemExit) as exited:
+        main(["server", "--url", url, output, str(tmp_path)])
+    assert exited.value.code == EXIT_CANNOT_RUN
+    assert capsys.readouterr().err == f"error: {output} {tmp_path}: is a folder; give a file path (see `python -m labs.grade --help`)\n"
+    # A path under a file cannot be made: the card is printed, then one line, exit 2.
+    (tmp_path / "file").write_text("")
+    blocked = tmp_path / "file" / "card.out"
+    assert main(["server", "--url", url, output, str(blocked)]) == EXIT_CANNOT_RUN
+    captured = capsys.readouterr()
+    assert captured.out.rstrip().endswith("12 pass; exit status 0")
+    assert captured.err == f"error: {output} {blocked}: cannot write it (File exists: {tmp_path / 'file'})\n"
+    # Missing folders on the way are made.
+    assert main(["server", "--url", url, output, str(tmp_path / "new" / "folder" / "card.out")]) == EXIT_PASSED
+    assert (tmp_path / "new" / "folder" / "card.out").read_text()
+
+
+@pytest.mark.timeout(60)
+def test_streams_are_asked_uncompressed_and_a_compressed_one_is_not_judged(upstream):
+    # A server that gzips its stream although the grader asked for identity (finish_fix's rule 10
+    # case): its bytes are not SSE, so every check that reads the streams is not tested, saying
+    # why, instead of failing `stream-done-last` or passing `stream-null-not-empty` on nothing.
+    prefix = upstream.route(Script(pieces=chat_stream(["The", " quick"]), gzip=True))
+    card = grade_server(f"{upstream.origin}{prefix}/v1", model="m")
+    assert {r.header("accept-encoding") for r in upstream.requests_under(prefix)} == {"identity"}
+    stream_checks = {c.check for c in SERVER_CHECKS if c.reads_streams}
+    assert marks(card) == {**dict.fromkeys(stream_checks | {"json-finish-reason"}, Mark.NOT_TESTED), "json-no-error": Mark.FAIL}
+    assert card.result("stream-done-last").evidence == (
+        "stream a natural stop: the body came gzip-compressed although the grader asked for accept-encoding: identity, "
+        "so its events were not read"
+    )
+    # Not streamed, httpx decodes the body as a client would: here SSE where JSON belongs.
+    assert card.result("json-no-error").evidence == "JSON a natural stop: not a chat.completion with choices"
 
 
 @pytest.mark.timeout(60)

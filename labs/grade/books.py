@@ -19,17 +19,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from finishline import Verdict
 from labs.gateways.services import read_books
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
+from labs.runner import BOOKS_NO_ENTRY
 from labs.scenario import cell_id_of
 
 __all__ = ["BOOKS_NO_ENTRY", "books_word", "read_books_file"]
 
-#: The word for a request the books have no line for.
-BOOKS_NO_ENTRY = "no entry"
-
-_SUCCESS = {"ok", "success", "succeeded", "completed", "complete", "clean", "repaired"}
-_FAILURE = {"error", "failure", "failed", "interrupted", "upstream_error", "http_error", "cancelled", "canceled", "timeout"}
+# The lab's own words and finish_fix's verdicts (its ledger), then the words other gateways' books
+# use for the same two things (LiteLLM's `success`/`failure`, ...), which no code here defines.
+_SUCCESS = {BOOKS_OK, Verdict.CLEAN, Verdict.REPAIRED, "success", "succeeded", "completed", "complete"}
+_FAILURE = {
+    BOOKS_ERROR, Verdict.INTERRUPTED, Verdict.UPSTREAM_ERROR, Verdict.HTTP_ERROR,
+    "failure", "failed", "cancelled", "canceled", "timeout",
+}
 
 
 def _word(value: Any) -> str | None:

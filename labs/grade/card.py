@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Card", "CheckResult", "GradeError", "Mark", "EXIT_FAILED", "EXIT_PASSED", "EXIT_CANNOT_RUN"]
+__all__ = ["Card", "CheckResult", "GradeError", "Mark", "EXIT_FAILED", "EXIT_PASSED", "EXIT_CANNOT_RUN", "shortened"]
 
 #: Every check that ran passed.
 EXIT_PASSED = 0
@@ -25,6 +25,14 @@ EXIT_PASSED = 0
 EXIT_FAILED = 1
 #: The grader could not run (bad arguments, target unreachable): one line says what to fix.
 EXIT_CANNOT_RUN = 2
+
+
+def shortened(text: str | bytes, limit: int) -> str:
+    """`text` (bytes are read as UTF-8) cut to at most `limit` characters for an evidence line,
+    with `…` where it was cut, so a reader knows there was more."""
+    if isinstance(text, bytes):
+        text = text[: limit * 4].decode("utf-8", "replace")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class GradeError(ValueError):

@@ -9,17 +9,16 @@ from __future__ import annotations
 import argparse
 import sys
 from functools import partial
+from collections.abc import Callable
 from pathlib import Path
 
 from faults.cli_parser import OneLineParser
 from labs.clients import ALL_CLIENTS
 from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
+from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS
 from labs.grade.render import render_terminal, write_html, write_json
 
 __all__ = ["build_parser", "main"]
-
-#: The clients a gateway is graded with unless `--client` says otherwise.
-DEFAULT_GATEWAY_CLIENTS = ("openai-python", "openai-node", "pi-ai")
 
 
 def _port(text: str) -> int:
@@ -49,11 +48,8 @@ def _url(text: str) -> str:
 
 
 def _outputs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the card as JSON to PATH")
-    parser.add_argument("--html", type=Path, metavar="PATH", help="also write the card as one HTML page to PATH")
-    parser.add_argument("--model", help="server: the model to ask for (default: the first of GET /models); gateway: a prefix for "
-                        "the model name, for a gateway that routes on one (e.g. lab/); the rest must reach its upstream unchanged")
-    parser.add_argument("--api-key", help="API key to send as a bearer token (default: none for a server, a dummy for a gateway)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the card as JSON to PATH (missing folders are made)")
+    parser.add_argument("--html", type=Path, metavar="PATH", help="also write the card as one HTML page to PATH (missing folders are made)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +69,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="how long the gateway has to end a stalled stream with an error (default 30)")
     gateway.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR",
                          help="where the run's logs go (default lab-results/)")
+    gateway.add_argument("--model", metavar="PREFIX", help="a prefix for the model name, for a gateway that routes on one (e.g. lab/); "
+                         "the rest must reach its upstream unchanged")
+    gateway.add_argument("--api-key", metavar="KEY", help="the API key the gateway expects, sent as a bearer token (default: a dummy key)")
     _outputs(gateway)
     shipped = commands.add_parser("lab-gateways", help="grade every gateway the lab ships (the README's table of cards)")
     shipped.add_argument("--gateway", action="append", metavar="NAME", help="a lab gateway to grade (repeatable; default: all of them)")
@@ -84,22 +83,46 @@ def build_parser() -> argparse.ArgumentParser:
     shipped.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)")
     server = commands.add_parser("server", help="grade an OpenAI-compatible server (no faults)")
     server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    server.add_argument("--model", help="the model to ask for (default: the first model GET /models lists)")
+    server.add_argument("--api-key", metavar="KEY", help="the API key the server expects, sent as a bearer token (default: none)")
     _outputs(server)
     return parser
 
 
+def _refuse_folders(parser: argparse.ArgumentParser, arguments: argparse.Namespace, options: tuple[str, ...]) -> None:
+    """Before a run of minutes: an output path that is a folder can never be written."""
+    for option in options:
+        path = getattr(arguments, option.removeprefix("--").replace("-", "_"))
+        if path is not None and path.is_dir():
+            parser.error(f"{option} {path}: is a folder; give a file path")
+
+
+def _write(option: str, path: Path, write: Callable[[Path], None]) -> bool:
+    """Write one output; False (after one line `error: ...`) when it cannot be written."""
+    try:
+        write(path)
+    except OSError as error:
+        # The OS's words and the path they are about (a parent that is a file, a read-only folder).
+        where = f": {error.filename}" if error.filename and str(error.filename) != str(path) else ""
+        print(f"error: {option} {path}: cannot write it ({error.strerror or error}{where})", file=sys.stderr)
+        return False
+    return True
+
+
 def _emit(card: Card, arguments: argparse.Namespace) -> int:
     print(render_terminal(card, colour=sys.stdout.isatty()))
-    if arguments.json:
-        write_json(card, arguments.json)
-    if arguments.html:
-        write_html(card, arguments.html)
+    if arguments.json and not _write("--json", arguments.json, partial(write_json, card)):
+        return EXIT_CANNOT_RUN
+    if arguments.html and not _write("--html", arguments.html, partial(write_html, card)):
+        return EXIT_CANNOT_RUN
     return card.exit_status
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
+    if arguments.command != "lab-gateways":
+        _refuse_folders(parser, arguments, ("--json", "--html"))
     if arguments.command == "server":
         from labs.grade.server_grader import grade_server
 
@@ -133,10 +156,13 @@ def main(argv: list[str] | None = None) -> int:
 def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
     from labs.entry import run_command
     from labs.grade.card import EXIT_FAILED, EXIT_PASSED
-    from labs.grade.lab_gateways import grade_lab_gateways, lab_gateway_names
+    from labs.gateways import GATEWAYS as known
+    from labs.grade.lab_gateways import grade_lab_gateways
     from labs.grade.render import render_cards_markdown
 
-    known = lab_gateway_names()
+    _refuse_folders(parser, arguments, ("--markdown",))
+    if arguments.json is not None and arguments.json.exists() and not arguments.json.is_dir():
+        parser.error(f"--json {arguments.json}: is a file; give a folder for one card per gateway")
     unknown = [name for name in arguments.gateway or () if name not in known]
     if unknown:
         parser.error(f"--gateway {unknown[0]!r} is not a lab gateway; lab gateways: {', '.join(known)}")
@@ -155,12 +181,17 @@ def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace
         print(f"{name}: could not be graded: {why}", file=sys.stderr)
     table = render_cards_markdown(cards)
     print(table)
-    if arguments.markdown:
-        arguments.markdown.parent.mkdir(parents=True, exist_ok=True)
-        arguments.markdown.write_text(table + "\n", encoding="utf-8")
+    if arguments.markdown and not _write("--markdown", arguments.markdown, partial(_write_text, table + "\n")):
+        return EXIT_CANNOT_RUN
     if arguments.json:
         for name, card in cards.items():
-            write_json(card, arguments.json / f"{name.replace('+', '-')}.json")
+            if not _write("--json", arguments.json / f"{name.replace('+', '-')}.json", partial(write_json, card)):
+                return EXIT_CANNOT_RUN
     if failures:
         return EXIT_CANNOT_RUN
     return EXIT_FAILED if any(c.exit_status for c in cards.values()) else EXIT_PASSED
+
+
+def _write_text(text: str, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")

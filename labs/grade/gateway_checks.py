@@ -24,15 +24,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from labs.grade.card import Mark
-from labs.grade.reading import StreamReading
+from finishline import Verdict
+from labs.grade.card import Mark, shortened
+from labs.grade.reading import CLEAN_END, StreamReading
 from labs.hub.policy import TunnelDropPolicy
 from labs.outcome import Outcome
 
-__all__ = ["BYTES_CLIENT", "GATEWAY_CHECKS", "GATEWAY_CHECK_IDS", "BOOKS_CHECK", "CheckRun", "GatewayCheck", "RequestResult"]
+__all__ = [
+    "BYTES_CLIENT", "DEFAULT_GATEWAY_CLIENTS", "GATEWAY_CHECKS", "GATEWAY_CHECK_IDS", "BOOKS_CHECK", "CheckRun", "GatewayCheck",
+    "RequestResult", "judge_run",
+]
 
 #: The byte-level reader's name among the clients.
 BYTES_CLIENT = "bytes"
+#: The clients a gateway is graded with unless `--client` says otherwise (the CLI, the plugin).
+DEFAULT_GATEWAY_CLIENTS = ("openai-python", "openai-node", "pi-ai")
+#: How long a clause of evidence quoting a client's words may be.
+_CLAUSE = 110
 #: Outcomes with which a client tells its application that the answer is incomplete.
 _TOLD = (Outcome.ERROR, Outcome.FLAGGED)
 
@@ -58,11 +66,7 @@ class RequestResult:
         return self.workers.get("primary", 0) > 0
 
     def line(self) -> str:
-        return f"{self.client}: {self.outcome} ({_short(self.why)})"
-
-
-def _short(text: str, limit: int = 110) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        return f"{self.client}: {self.outcome} ({shortened(self.why, _CLAUSE)})"
 
 
 def _lines(results: list[RequestResult]) -> str:
@@ -74,7 +78,7 @@ def _lines(results: list[RequestResult]) -> str:
     parts = []
     for (outcome, _), clients in groups.items():
         first = next(r for r in results if r.client == clients[0])
-        parts.append(f"{', '.join(clients)}: {outcome} ({_short(first.why)})")
+        parts.append(f"{', '.join(clients)}: {outcome} ({shortened(first.why, _CLAUSE)})")
     return "; ".join(parts)
 
 
@@ -130,9 +134,9 @@ def _finish_reason(run: CheckRun) -> Judgement:
     raw = run.raw
     if raw is not None and raw.reading is not None:
         report = raw.reading.report
-        if report.verdict.value == "clean" and mark is Mark.PASS:
+        if report.verdict is Verdict.CLEAN and mark is Mark.PASS:
             evidence += "; the gateway repaired the defect (its stream is well-formed)"
-        elif report.verdict.value == "clean":
+        elif report.verdict is Verdict.CLEAN:
             evidence += "; the gateway filled in a reason itself (its stream is well-formed, but not what the worker meant)"
         else:
             evidence += f"; the gateway passed the defect on (the core: {report.detail})"
@@ -142,7 +146,7 @@ def _finish_reason(run: CheckRun) -> Judgement:
 def _retried_on_spare(run: CheckRun) -> Judgement:
     """Rule 1: every client got the full answer, and it came from the spare after the cut."""
     if not run.spare:
-        return Mark.NOT_TESTED, "no --spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"
+        return Mark.NOT_TESTED, "no spare worker: nowhere to retry (give the gateway a second upstream and pass its port)"
     judged = [r for r in run.results if r.reached_primary]
     skipped = [r.client for r in run.results if not r.reached_primary and r.workers]
     if not judged:
@@ -163,7 +167,10 @@ def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
     """Rule 2: the gateway's bytes end in an error event, no [DONE] after it, no invented reason;
     every client raised or flagged."""
     raw = run.raw
+    quiet = [r for r in run.clients() if r.reached_primary and r.outcome not in _TOLD]
     if raw is None or raw.reading is None:
+        if quiet:  # the clients alone can fail the check; only a pass needs the bytes too
+            return Mark.FAIL, _lines(quiet)
         return Mark.NOT_TESTED, "the byte-level request did not run"
     if not raw.reached_primary:
         return Mark.NOT_TESTED, "the byte-level request never reached the faulty worker"
@@ -174,18 +181,17 @@ def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
     elif invented:
         problem = f"the gateway made up finish_reason {invented[0]!r}" + (" and [DONE]" if reading.done_positions else "") + " for a cut stream"
     elif not reading.error_positions:
-        how = "a clean end" if reading.ending == "end" else reading.ending
+        how = "a clean end" if reading.ending == CLEAN_END else reading.ending
         done = " with [DONE]" if reading.done_positions else ""
         problem = f"the stream just stopped: {len(reading.events)} events{done}, then {how}, no error event"
     elif reading.done_positions and reading.done_positions[-1] > reading.error_positions[0]:
         problem = "an error event, then [DONE] after it (clients that stop at [DONE] call that a success)"
     else:
         problem = None
-    quiet = [r for r in run.clients() if r.reached_primary and r.outcome not in _TOLD]
     if problem is None and not quiet:
         spared = [r.client for r in run.clients() if not r.reached_primary]
         note = f" ({', '.join(spared)} went to the spare, not judged)" if spared else ""
-        return Mark.PASS, f"error event: {_short(reading.error_message() or '')}; every client raised or flagged{note}"
+        return Mark.PASS, f"error event: {shortened(reading.error_message() or '', _CLAUSE)}; every client raised or flagged{note}"
     return Mark.FAIL, "; ".join(([problem] if problem else []) + ([_lines(quiet)] if quiet else []))
 
 
@@ -197,12 +203,12 @@ def _ended_with_error_in_time(run: CheckRun) -> Judgement:
         return Mark.NOT_TESTED, "no request reached the stalled worker (the gateway sent them to the spare)"
     if raw is not None and raw.reading is not None and raw.reached_primary:
         reading = raw.reading
-        if reading.ending.startswith("timeout"):
+        if reading.timed_out:
             problems.append(f"bytes: no end before the deadline ({len(reading.events)} events, then silence)")
         elif reading.done_positions or any(c.finish_reason for c in reading.choices.values()):
             problems.append("bytes: the stalled stream was finished as a success")
         elif not reading.error_positions:
-            how = "a clean end" if reading.ending == "end" else reading.ending
+            how = "a clean end" if reading.ending == CLEAN_END else reading.ending
             problems.append(f"bytes: ended by {how} without an error event")
     # A request the gateway sent to the healthy spare never met the stall: not evidence either way.
     quiet = [r for r in run.clients() if r.reached_primary and r.outcome not in _TOLD]
@@ -213,7 +219,7 @@ def _ended_with_error_in_time(run: CheckRun) -> Judgement:
     message = raw.reading.error_message() if raw is not None and raw.reading is not None and raw.reached_primary else None
     spared = [r.client for r in run.results if not r.reached_primary]
     note = f" ({', '.join(spared)} went to the spare, not judged)" if spared else ""
-    return Mark.PASS, f"ended with an error before the deadline{': ' + _short(message) if message else ''}; every client raised or flagged{note}"
+    return Mark.PASS, f"ended with an error before the deadline{': ' + shortened(message, _CLAUSE) if message else ''}; every client raised or flagged{note}"
 
 
 GATEWAY_CHECKS = (
@@ -243,6 +249,20 @@ GATEWAY_CHECKS = (
     GatewayCheck(rule="stalls", check="stall-after-tokens", title="stall after tokens: an error before the stall deadline, not a hang",
                  scenario="stall-after-tokens", judge=_ended_with_error_in_time, booked_as_cut=True, stall=True),
 )
+
+def judge_run(check: GatewayCheck, run: CheckRun) -> Judgement:
+    """`check`'s judgement of `run`; when the gateway sent its bytes compressed (the grader asked for
+    `accept-encoding: identity`), the clients alone are judged: they can fail the check, but a pass
+    needs the bytes, so it is `not tested` and the evidence says why."""
+    raw = run.raw
+    note = raw.reading.compression_note() if raw is not None and raw.reading is not None else None
+    if note is None:
+        return check.judge(run)
+    mark, evidence = check.judge(CheckRun(results=run.clients(), spare=run.spare, hub=run.hub))
+    if mark is Mark.FAIL:
+        return mark, f"{evidence}; bytes: {note}"
+    return Mark.NOT_TESTED, f"bytes: {note}"
+
 
 #: Rule 3's row: judged over the requests of every check with `booked_as_cut`.
 BOOKS_CHECK = ("rule 3", "cuts-booked-as-errors", "every cut request is an error in the gateway's books")

@@ -31,11 +31,16 @@ from labs.clients import LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.grade.books import BOOKS_NO_ENTRY, read_books_file
-from labs.grade.card import Card, CheckResult, GradeError, Mark
-from labs.grade.gateway_checks import BOOKS_CHECK, BYTES_CLIENT, GATEWAY_CHECKS, CheckRun, GatewayCheck, RequestResult
-from labs.grade.reading import CLEAN_END, StreamReading, read_stream
+from labs.grade.card import Card, CheckResult, GradeError, Mark, shortened
+from labs.grade.fetch import cannot_connect, fetch_stream, grading_client
+from labs.grade.gateway_checks import (
+    BOOKS_CHECK, BYTES_CLIENT, DEFAULT_GATEWAY_CLIENTS, GATEWAY_CHECKS, CheckRun, GatewayCheck, RequestResult, judge_run,
+)
+from labs.grade.reading import CLEAN_END, TRANSPORT_ERROR, StreamReading
 from labs.hub import TunnelDropPolicy, open_hub
-from labs.outcome import BOOKS_ERROR, ClientReport, Outcome, judge
+from labs.outcome import BOOKS_ERROR, ClientReport, judge
+# How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
+from labs.runner import BOOKS_DEADLINE_S
 from labs.scenario import CELL_ID_TEMPLATE, SCENARIO_DIR, Scenario, cell_id_of, load_scenario
 from labs.worker.server import RunningWorker, open_worker
 from labs.worker.settings import DEFAULT_MODEL_NAME
@@ -45,12 +50,13 @@ __all__ = ["DEFAULT_STALL_DEADLINE_S", "GatewayTarget", "GradingLab", "grade_gat
 #: How long a gateway has to end a stalled stream, when neither `--stall-deadline` nor the
 #: gateway's own setting says.
 DEFAULT_STALL_DEADLINE_S = 30.0
-#: Seconds to wait for a cut's books entry (LiteLLM writes its books after the response).
-BOOKS_DEADLINE_S = 15.0
 #: Tries to get the byte-level request of a fault check to the faulty worker, when a gateway that
 #: balances load sent it to the spare instead.
 BYTES_ATTEMPTS = 3
 _TUNNEL = "worker"
+_WHAT = "the gateway"
+#: Seconds the gateway has to accept a connection (the whole answer has the check's deadline).
+CONNECT_TIMEOUT_S = 10.0
 _RULE_ORDER = ("baseline", "rule 1", "rule 2", "rule 3", "finish reasons", "stalls")
 
 
@@ -61,10 +67,13 @@ class GatewayTarget:
     url: str
     upstream_port: int
     spare_port: int | None = None
-    clients: tuple[str, ...] = ("openai-python", "openai-node", "pi-ai")
+    clients: tuple[str, ...] = DEFAULT_GATEWAY_CLIENTS
     books_path: Path | None = None
     #: Books read another way (the lab's own gateways): request id -> (word, entry).
     books_lookup: Callable[[str], tuple[str | None, dict[str, Any] | None]] | None = None
+    #: How the caller's options are spelled in the card's evidence: `--` for the CLI (`--spare-port`),
+    #: `--finishline-` for the pytest plugin (`--finishline-spare-port`).
+    option_prefix: str = "--"
     #: Why rule 3 is not checked when there are no books to read (default: no --books given).
     no_books_reason: str | None = None
     stall_deadline_s: float | None = None
@@ -96,14 +105,16 @@ async def _require_reachable(url: str) -> None:
     address = (parts.hostname or "127.0.0.1", parts.port or (443 if parts.scheme == "https" else 80))
 
     def connect() -> None:
-        with socket.create_connection(address, timeout=10):
-            pass
+        try:
+            with socket.create_connection(address, timeout=CONNECT_TIMEOUT_S):
+                pass
+        except TimeoutError:
+            raise TimeoutError(f"no answer within {CONNECT_TIMEOUT_S:g} s") from None
 
     try:
         await trio.to_thread.run_sync(connect)
     except OSError as error:
-        why = error.strerror or "no answer within 10 s"
-        raise GradeError(f"cannot connect to the gateway at {url} ({why}); is it running? check --url") from None
+        raise cannot_connect(_WHAT, url, error) from None
 
 
 def _pinned(scenario: Scenario, check: GatewayCheck) -> Scenario:
@@ -119,35 +130,24 @@ def _model(scenario: Scenario, request_id: str, prefix: str | None) -> str:
 
 async def _read_bytes(url: str, body: dict[str, Any], api_key: str, deadline_s: float) -> StreamReading:
     """The gateway's response body as it arrived, and how it ended, within the deadline."""
-    chunks: list[bytes] = []
-    status, content_type, ending = 0, "", CLEAN_END
-    headers = {"authorization": f"Bearer {api_key}"}
-    with trio.move_on_after(deadline_s) as waited:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10)) as client:
-            try:
-                async with client.stream("POST", f"{url}/chat/completions", json=body, headers=headers) as response:
-                    status, content_type = response.status_code, response.headers.get("content-type", "")
-                    async for chunk in response.aiter_raw():
-                        chunks.append(chunk)
-            except httpx.TransportError as error:
-                ending = f"transport error: {error or type(error).__name__}"
-    if waited.cancelled_caught:
-        ending = f"timeout: no end within {deadline_s:g} s"
-    return read_stream(b"".join(chunks), status=status, content_type=content_type, ending=ending, request=body)
+    async with grading_client(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S), api_key=api_key) as client:
+        return await fetch_stream(client, f"{url}/chat/completions", body, what=_WHAT, deadline_s=deadline_s)
 
 
 def _bytes_report(reading: StreamReading) -> ClientReport:
     """The byte-level reader as a client that believes what it reads (like a raw SSE loop)."""
     choice = reading.choices.get(0)
     failed: tuple[str, str] | None = None
-    if reading.ending.startswith("timeout"):
+    if reading.timed_out:
         return ClientReport(client=BYTES_CLIENT, completed=False, timed_out=True, text=choice.content if choice else "")
     if reading.status != 200:
-        failed = (f"HTTP {reading.status}", reading.body[:160].decode("utf-8", "replace"))
+        failed = (f"HTTP {reading.status}", shortened(reading.body, 160))
+    elif reading.compressed is not None:
+        failed = ("compressed body", reading.compression_note() or "")
     elif reading.error_positions:
         failed = ("error event", reading.error_message() or "")
     elif reading.ending != CLEAN_END:
-        failed = ("transport error", reading.ending.removeprefix("transport error: "))
+        failed = ("transport error", reading.ending.removeprefix(TRANSPORT_ERROR))
     if failed is not None:
         return ClientReport(client=BYTES_CLIENT, completed=False, error_class=failed[0], error_message=failed[1],
                             text=choice.content if choice else "")
@@ -290,7 +290,7 @@ async def _books_row(target: GatewayTarget, cut: list[RequestResult]) -> CheckRe
     lookup = _books_lookup(target)
     if lookup is None:
         return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_CHECKED,
-                           evidence=target.no_books_reason or "the gateway's books were not read: pass --books FILE (JSON lines, see the README)")
+                           evidence=target.no_books_reason or f"the gateway's books were not read: pass {target.option_prefix}books FILE (JSON lines, see the README)")
     cut = [r for r in cut if r.reached_primary]
     if not cut:
         return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_TESTED, evidence="no cut request reached the faulty worker")
@@ -337,9 +337,9 @@ def _leaves(error: BaseException) -> list[BaseException]:
 
 
 async def _grade_gateway(target: GatewayTarget) -> Card:
-    _require_free(target.upstream_port, "--upstream-port")
+    _require_free(target.upstream_port, f"{target.option_prefix}upstream-port")
     if target.spare_port is not None:
-        _require_free(target.spare_port, "--spare-port")
+        _require_free(target.spare_port, f"{target.option_prefix}spare-port")
     await _require_reachable(target.url)
     async with open_grading_lab(upstream_port=target.upstream_port, spare_port=target.spare_port, clients=target.clients,
                                 results_dir=target.results_dir) as lab:
@@ -365,13 +365,13 @@ async def grade_with(lab: GradingLab, target: GatewayTarget) -> Card:
             continue  # the healthy check always runs: it proves the setup reaches the worker
         if check.needs_spare and lab.spare is None:
             card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=Mark.NOT_TESTED,
-                                            evidence="no --spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"))
+                                            evidence=f"no {target.option_prefix}spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"))
             continue
         say(f"{check.check}: {check.title}")
         run = await grader.run(check)
         if check.check == "healthy":
             _require_upstream_reached(run, target, lab)
-        mark, evidence = check.judge(run)
+        mark, evidence = judge_run(check, run)
         card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=mark, evidence=evidence, details=_details(run)))
         if check.booked_as_cut:
             cut += run.results

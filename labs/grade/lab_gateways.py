@@ -5,6 +5,9 @@ each gateway is started by the lab's own registry (`labs.gateways`), configured 
 upstream and, where it can have two, the spare as its second, graded, and stopped. Its books are
 read the way the lab reads them (finish_fix's ledger, LiteLLM's callbacks, Envoy's access log,
 ...). The cards go side by side into one Markdown table: checks as rows, gateways as columns.
+
+The lab holds both ends here, so the hub and the spare listen on port 0 and each gateway is given
+the ports they got: no port is picked first and bound later (no race with another program).
 """
 
 from __future__ import annotations
@@ -14,17 +17,9 @@ from pathlib import Path
 
 from labs.grade.card import Card
 from labs.grade.gateway_grader import GatewayTarget, GradingLab, grade_with, open_grading_lab
-from faults.child_processes import free_port
+from labs.outcome import BOOKS_NONE
 
-__all__ = ["grade_lab_gateways", "lab_gateway_names"]
-
-
-def lab_gateway_names() -> tuple[str, ...]:
-    """The lab's own gateways, in matrix order (`external` is the user's, not the lab's)."""
-    from labs.gateways import EXTERNAL
-    from labs.gateways.registry import entries
-
-    return tuple(name for name in entries() if name != EXTERNAL)
+__all__ = ["grade_lab_gateways"]
 
 
 async def grade_lab_gateways(
@@ -41,10 +36,11 @@ async def grade_lab_gateways(
 
         raise GradeError("not installed: " + "; ".join(missing) + " (run make setup)")
     say = progress or (lambda line: None)
-    upstream_port, spare_port = free_port(), free_port()
     cards: dict[str, Card] = {}
     failures: dict[str, str] = {}
-    async with open_grading_lab(upstream_port=upstream_port, spare_port=spare_port, clients=clients, results_dir=results_dir) as lab:
+    async with open_grading_lab(upstream_port=0, spare_port=0, clients=clients, results_dir=results_dir) as lab:
+        assert lab.spare is not None  # spare_port=0 asks for one
+        upstream_port, spare_port = lab.hub.port, lab.spare.port
         for name in names:
             try:
                 cards[name] = await _grade_one(lab, name, upstream_port, spare_port, clients, stall_deadline_s, results_dir, say)
@@ -74,7 +70,7 @@ async def _grade_one(
         books_lookup, no_books = None, None
         if gateway.books_kind is None:
             no_books = "no gateway in between, no books"
-        elif gateway.books_kind == "none":
+        elif gateway.books_kind == BOOKS_NONE:
             no_books = f"{name} keeps no per-request books"
         else:
             def books_lookup(request_id: str) -> tuple[str | None, dict | None]:

@@ -57,17 +57,17 @@ class GradedCheck(pytest.Item):
         self.check = check
 
     def runtest(self) -> None:
-        from labs.grade.card import GradeError, Mark
+        from labs.grade.card import Mark
 
         cards = self.config.stash.setdefault(_CARDS, {})
         if self.card_key not in cards:
             try:
                 cards[self.card_key] = _grade(self.config, self.card_key)
-            except GradeError as error:
-                cards[self.card_key] = error
+            except Exception as error:  # whatever stopped the grader: once, then every check says it
+                cards[self.card_key] = _could_not_run(error)
         card = cards[self.card_key]
-        if isinstance(card, Exception):
-            raise CheckFailed(f"the grader could not run: {card}")
+        if isinstance(card, CheckFailed):
+            raise CheckFailed(str(card))  # a new one per check: a raised exception keeps its traceback
         row = card.result(self.check)
         if row.mark is Mark.FAIL:
             raise CheckFailed(row.evidence)
@@ -81,6 +81,16 @@ class GradedCheck(pytest.Item):
 
     def reportinfo(self) -> tuple[str, int | None, str]:
         return self.card_key, None, f"{self.card_key}::{self.check}"
+
+
+def _could_not_run(error: Exception) -> CheckFailed:
+    """The one line for a grader that could not run: a GradeError's own message, or for anything
+    else (toxiproxy missing, a helper that did not start, an exception group) the lab's one line."""
+    from labs.entry import error_line
+    from labs.grade.card import GradeError
+
+    why = str(error) if isinstance(error, GradeError) else error_line(error).removeprefix("error: ")
+    return CheckFailed(f"the grader could not run: {why}")
 
 
 class GradedCard(pytest.Collector):
@@ -136,7 +146,7 @@ def _grade(config: pytest.Config, key: str) -> Any:
 
     import trio
 
-    from labs.grade.cli import DEFAULT_GATEWAY_CLIENTS
+    from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS
     from labs.grade.gateway_grader import GatewayTarget, grade_gateway
 
     books = option("--finishline-books")
@@ -144,7 +154,7 @@ def _grade(config: pytest.Config, key: str) -> Any:
         url=option("--finishline-gateway-url").rstrip("/"), upstream_port=option("--finishline-upstream-port"),
         spare_port=option("--finishline-spare-port"), clients=tuple(option("--finishline-client") or DEFAULT_GATEWAY_CLIENTS),
         books_path=Path(books) if books else None, stall_deadline_s=option("--finishline-stall-deadline"),
-        model=option("--finishline-model"), api_key=option("--finishline-api-key"),
+        model=option("--finishline-model"), api_key=option("--finishline-api-key"), option_prefix="--finishline-",
         results_dir=Path(config.rootpath) / "lab-results", only=tuple(config.stash.get(_SELECTED, {}).get(key, ())) or None,
     )
     return trio.run(grade_gateway, target)

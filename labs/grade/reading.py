@@ -10,6 +10,14 @@ A stream is judged twice, by the same core the addon runs:
   asks beyond well-formedness: each choice's text, tool calls and finish reason, where the usage
   chunk and `[DONE]` sit, and whether anything came after an error event.
 
+What an event is, which event is an error event and which is `[DONE]` is the core's decision, not
+this module's: each framed event is shown to a fresh `StreamRepair` on its own (`_kind_by_the_core`),
+so a data-less `event: error` block is no event here either (rule 5 as the core reads it), and
+`[DONE]` is what the core stops at.
+
+A body that came compressed (the graders ask for `accept-encoding: identity`, as finish_fix does) is
+not read at all: its bytes are not events, and `StreamReading.compressed` says so for the evidence.
+
 Pure: no sockets, no clock. The graders fetch the bytes; this reads them.
 """
 
@@ -19,12 +27,23 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from finishline import EventFramer, RepairPolicy, RequestFacts, StreamRepair, StreamReport, Verdict, repair_completion
+from finishline import Event, EventFramer, RepairPolicy, RequestFacts, StreamRepair, StreamReport, Verdict, repair_completion
 
-__all__ = ["CLEAN_END", "ChoiceReading", "CompletionReading", "StreamReading", "read_completion", "read_stream"]
+__all__ = [
+    "CLEAN_END", "TIMEOUT", "TRANSPORT_ERROR", "ChoiceReading", "CompletionReading", "StreamReading", "read_completion",
+    "read_stream",
+]
 
 #: How a body ended, as the graders pass it: a clean end of the HTTP body.
 CLEAN_END = "end"
+#: The start of the ending for a transport failure: `transport error: <the transport's words>`.
+TRANSPORT_ERROR = "transport error: "
+#: The start of the ending for a body that did not end in time: `timeout: no end within 10 s`,
+#: `timeout: no byte for 60 s` (the grader's words, `labs.grade.fetch`).
+TIMEOUT = "timeout: "
+
+#: The event kinds of `StreamReading.events`.
+_CHUNK, _USAGE, _ERROR, _DONE, _UNREADABLE = "chunk", "usage", "error", "done", "unreadable"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -55,30 +74,48 @@ class StreamReading:
     #: The core's report on the stream as it arrived (verdict, repairs, interruption).
     report: StreamReport
     choices: dict[int, ChoiceReading]
-    #: Events with a data field, in order, as `(kind, parsed)`: kind is `chunk`, `usage`,
-    #: `error`, `done` or `unreadable`.
+    #: The events as the core counts them, in order, as `(kind, parsed)`: kind is `chunk`,
+    #: `usage`, `error`, `done` or `unreadable`.
     events: list[tuple[str, Any]]
-    #: `end`, `transport error: ...`, or `timeout after N s` (the grader's words).
+    #: `end` (CLEAN_END), `transport error: ...` (TRANSPORT_ERROR) or `timeout: ...` (TIMEOUT).
     ending: str
     body: bytes
+    #: The response's `content-encoding` ("" for none).
+    content_encoding: str = ""
+
+    @property
+    def compressed(self) -> str | None:
+        """The content coding the body came in, when it is not the identity (then it was not read)."""
+        encoding = self.content_encoding.strip().lower()
+        return encoding if encoding not in ("", "identity") else None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.ending.startswith(TIMEOUT)
+
+    def compression_note(self) -> str | None:
+        """The evidence for a body that could not be read because it came compressed, or None."""
+        if self.compressed is None:
+            return None
+        return f"the body came {self.compressed}-compressed although the grader asked for accept-encoding: identity, so its events were not read"
 
     @property
     def done_positions(self) -> list[int]:
-        return [i for i, (kind, _) in enumerate(self.events) if kind == "done"]
+        return [i for i, (kind, _) in enumerate(self.events) if kind == _DONE]
 
     @property
     def error_positions(self) -> list[int]:
-        return [i for i, (kind, _) in enumerate(self.events) if kind == "error"]
+        return [i for i, (kind, _) in enumerate(self.events) if kind == _ERROR]
 
     @property
     def usage_positions(self) -> list[int]:
-        return [i for i, (kind, _) in enumerate(self.events) if kind == "usage"]
+        return [i for i, (kind, _) in enumerate(self.events) if kind == _USAGE]
 
     def reason_positions(self) -> list[int]:
         """Positions of chunks that carry a non-empty finish_reason for some choice."""
         positions = []
         for i, (kind, value) in enumerate(self.events):
-            if kind == "chunk" and any(isinstance(c, dict) and c.get("finish_reason") for c in value.get("choices") or ()):
+            if kind == _CHUNK and any(isinstance(c, dict) and c.get("finish_reason") for c in value.get("choices") or ()):
                 positions.append(i)
         return positions
 
@@ -89,7 +126,7 @@ class StreamReading:
     def error_message(self) -> str | None:
         """The first error event's message (or its data), for evidence lines."""
         for kind, value in self.events:
-            if kind == "error":
+            if kind == _ERROR:
                 error = value.get("error") if isinstance(value, dict) else value
                 if isinstance(error, dict):
                     return str(error.get("message") or error.get("code") or error)
@@ -99,6 +136,8 @@ class StreamReading:
     def summary(self) -> str:
         """The stream in a few words: events, how it ended, the core's verdict and detail."""
         kinds = [kind for kind, _ in self.events]
+        if self.compressed is not None:
+            return f"{self.compression_note()}; {self.ending}"
         return f"{len(kinds)} events, last {self.last_event or 'none'}, {self.ending}; the core says {self.report.detail}"
 
 
@@ -121,52 +160,85 @@ class CompletionReading:
 
 def read_stream(
     body: bytes, *, status: int = 200, content_type: str = "text/event-stream", ending: str = CLEAN_END,
-    request: dict[str, Any] | None = None,
+    request: dict[str, Any] | None = None, content_encoding: str = "",
 ) -> StreamReading:
     """Read a streamed body. `ending` is `end` for a clean end of the HTTP body, anything else (the
-    transport's words) for a failure, which the core books as a cut unless the stream had finished."""
-    repair = StreamRepair(request=_facts(request), policy=RepairPolicy())
+    transport's words) for a failure, which the core books as a cut unless the stream had finished.
+    A compressed body (`content_encoding`) is not read: the core books it `skipped`, no events."""
+    repair = StreamRepair(request=_facts(request), policy=RepairPolicy(), content_encoding=content_encoding)
     repair.receive_data(body)
     if ending == CLEAN_END:
         repair.receive_end()
     else:
-        repair.receive_failure(ending.removeprefix("transport error: "))  # the core says "transport error: " itself
-    framer = EventFramer()
-    framed = framer.receive_data(body)
-    leftover = framer.receive_end()
-    if leftover is not None and leftover.data is not None:
-        framed.append(leftover)  # a last event without its blank line still said something
+        repair.receive_failure(ending.removeprefix(TRANSPORT_ERROR))  # the core says "transport error: " itself
     choices: dict[int, ChoiceReading] = {}
     events: list[tuple[str, Any]] = []
-    for event in framed:
-        if event.data is None and event.event_type != b"error":
+    if not repair.repairing:
+        framed: list[Event] = []  # compressed: the bytes are not events
+    else:
+        framer = EventFramer()
+        framed = framer.receive_data(body)
+        leftover = framer.receive_end()
+        if leftover is not None:
+            framed.append(leftover)  # the core decides whether a last event without its blank line counts
+    for position, event in enumerate(framed):
+        kind = _kind_by_the_core(event, first=position == 0)
+        if kind is None:
+            continue
+        if kind == _DONE:
+            events.append((_DONE, None))
             continue
         data = event.data or b""
-        if data.strip() == b"[DONE]":
-            events.append(("done", None))
-            continue
         try:
             value = json.loads(data)
         except (ValueError, UnicodeDecodeError):
-            events.append(("error" if event.event_type == b"error" else "unreadable", data.decode("utf-8", "replace")))
+            events.append((_ERROR if kind == _ERROR else _UNREADABLE, data.decode("utf-8", "replace")))
             continue
-        if event.event_type == b"error" or (isinstance(value, dict) and value.get("error") is not None):
-            events.append(("error", value))
-            continue
-        if not isinstance(value, dict) or not isinstance(value.get("choices"), list):
-            events.append(("unreadable", value))
-            continue
-        if not value["choices"] and isinstance(value.get("usage"), dict):
-            events.append(("usage", value))
-            continue
-        events.append(("chunk", value))
-        for choice in value["choices"]:
-            if isinstance(choice, dict):
-                _add_delta(choices, choice)
+        if kind == _ERROR:
+            events.append((_ERROR, value))
+        elif not isinstance(value, dict) or not isinstance(value.get("choices"), list):
+            events.append((_UNREADABLE, value))
+        elif not value["choices"] and isinstance(value.get("usage"), dict):
+            events.append((_USAGE, value))
+        else:
+            events.append((_CHUNK, value))
+            for choice in value["choices"]:
+                if isinstance(choice, dict):
+                    _add_delta(choices, choice)
     return StreamReading(
         status=status, content_type=content_type, report=repair.report, choices=choices, events=events,
-        ending=ending, body=body,
+        ending=ending, body=body, content_encoding=content_encoding,
     )
+
+
+def _kind_by_the_core(event: Event, *, first: bool) -> str | None:
+    """What finishline's core makes of one event: None when it is no event at all, else `error`,
+    `done` or `data`.
+
+    The core is the only place that decides this (`StreamRepair._on_event`), so the event is shown
+    to a fresh `StreamRepair` alone, then the end of the stream, and its report read back:
+
+    - no event counted: no data field (a comment, a keep-alive, a data-less `event: error` block,
+      which no client dispatches), or a last event without its blank line that the core drops;
+    - verdict `upstream_error`: an error event (rule 5);
+    - neither an injection nor a cut at that end: `[DONE]`, the only event after which a stream of
+      one event ends without the core finishing a choice or calling it cut;
+    - anything else is data (a chunk, a usage chunk, something unreadable).
+
+    An event after the first gets a blank line in front, a data-less event the core ignores, so that
+    the probe, like the stream, is past its start (a byte order mark counts only there).
+    """
+    probe = StreamRepair()
+    probe.receive_data(event.raw if first else b"\n" + event.raw)
+    probe.receive_end()
+    report = probe.report
+    if report.events == 0:
+        return None
+    if report.verdict is Verdict.UPSTREAM_ERROR:
+        return _ERROR
+    if report.interruption is None and not report.injected and report.verdict in (Verdict.CLEAN, Verdict.REPAIRED):
+        return _DONE
+    return "data"
 
 
 def read_completion(body: bytes, *, status: int = 200, request: dict[str, Any] | None = None) -> CompletionReading:

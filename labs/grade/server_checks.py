@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labs.grade.card import CheckResult, Mark
+from labs.grade.card import CheckResult, Mark, shortened
 from labs.grade.reading import CompletionReading, StreamReading
 from labs.outcome import canonical_reason
 from labs.scenario import WORKER_TOOL
@@ -90,10 +90,22 @@ class ServerCheck:
     check: str
     title: str
     judge: Callable[[Readings], Verdict]
+    #: It reads the streamed answers (every check but the JSON-only ones).
+    reads_streams: bool = True
 
     def run(self, readings: Readings) -> CheckResult:
-        mark, evidence = self.judge(readings)
+        unread = _unread_stream(readings) if self.reads_streams else None
+        mark, evidence = unread or self.judge(readings)
         return CheckResult(rule=self.rule, check=self.check, title=self.title, mark=mark, evidence=evidence)
+
+
+def _unread_stream(readings: Readings) -> Verdict | None:
+    """`not tested` when a stream came compressed: its bytes are not SSE, and judging them as if
+    they were would fail a server for the grader's own blindness."""
+    for name, reading in readings.streams.items():
+        if reading.compressed is not None:
+            return Mark.NOT_TESTED, f"stream {_label(name)}: {reading.compression_note()}"
+    return None
 
 
 def _label(name: str) -> str:
@@ -129,7 +141,7 @@ def _completion_problem(name: str, reading: CompletionReading) -> str | None:
 def _stream_no_error(readings: Readings) -> Verdict:
     for name, reading in readings.streams.items():
         if reading.status != 200:
-            return Mark.FAIL, f"stream {_label(name)}: HTTP {reading.status}: {reading.body[:200].decode('utf-8', 'replace')}"
+            return Mark.FAIL, f"stream {_label(name)}: HTTP {reading.status}: {shortened(reading.body, 200)}"
         if reading.error_positions:
             return Mark.FAIL, f"stream {_label(name)} sent an error event after {reading.error_positions[0]} events: {reading.error_message()}"
         if reading.report.interruption is not None:
@@ -238,7 +250,7 @@ def _tool_call_shape(choice: Any) -> str | None:
     try:
         json.loads(call["arguments"] or "")
     except ValueError:
-        return f"tool call arguments are not JSON: {call['arguments'][:80]!r}"
+        return f"tool call arguments are not JSON: {shortened(call['arguments'], 80)!r}"
     return None
 
 
@@ -264,7 +276,7 @@ def _json_no_error(readings: Readings) -> Verdict:
         if reading.status != 200:
             return Mark.FAIL, f"JSON {_label(name)}: HTTP {reading.status}"
         if reading.error is not None:
-            return Mark.FAIL, f"JSON {_label(name)}: status 200 with an error body: {str(reading.error)[:160]}"
+            return Mark.FAIL, f"JSON {_label(name)}: status 200 with an error body: {shortened(str(reading.error), 160)}"
         if not reading.choices:
             return Mark.FAIL, f"JSON {_label(name)}: not a chat.completion with choices"
     return Mark.PASS, f"{len(readings.completions)} completions, none an error"
@@ -317,7 +329,7 @@ SERVER_CHECKS = (
     ServerCheck(rule="finish reasons", check="reason-length", title="a max_tokens truncation ends with length", judge=_reason_check("length", "length")),
     ServerCheck(rule="finish reasons", check="reason-tool-calls", title='a forced tool call ends with tool_calls and a JSON call', judge=_reason_check("tool_call", "tool_calls", _tool_call_shape)),
     ServerCheck(rule="finish reasons", check="n-choices", title="n=2 gives choices 0 and 1", judge=_n_choices),
-    ServerCheck(rule="non-streaming", check="json-no-error", title="every non-streamed answer is a completion, not an error", judge=_json_no_error),
-    ServerCheck(rule="non-streaming", check="json-finish-reason", title="every choice of a completion has a non-empty finish_reason", judge=_json_finish_reason),
+    ServerCheck(rule="non-streaming", check="json-no-error", title="every non-streamed answer is a completion, not an error", judge=_json_no_error, reads_streams=False),
+    ServerCheck(rule="non-streaming", check="json-finish-reason", title="every choice of a completion has a non-empty finish_reason", judge=_json_finish_reason, reads_streams=False),
     ServerCheck(rule="non-streaming", check="stream-json-agree", title="streamed and non-streamed answers agree on reason and content", judge=_stream_json_agree),
 )
