@@ -22,10 +22,10 @@ from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from faults.child_processes import free_port
 from labs.worker import WorkerSettings
 from labs.worker.server import open_worker
+from tests.feeding import complete_events
 from tests.fixtures_lab import (
     chat_request,
     client_exchange,
-    complete_events,
     open_proxy,
     request_for,
     run_trio,
@@ -114,6 +114,37 @@ def test_the_launcher_binds_loopback_only_and_streams_the_worker_unchanged(tmp_p
     assert streamed == split_response(plan.to_bytes())[1]
     [entry] = entries
     assert (entry["model"], entry["status"], entry["stream"]) == (body["model"], 200, True)
+
+
+def test_a_request_without_portkey_headers_gets_the_lab_config_and_one_with_its_own_keeps_it(tmp_path):
+    # The launcher's one job besides the address: the lab's clients send no Portkey headers, so
+    # labs/gateways/portkey/serve.mjs adds `x-portkey-config` to the request the gateway's own
+    # `fetch` is given (through @hono/node-server 1.13.5's public `serve`, which the gateway's
+    # 1.15.2 bundle imports; hooks.mjs hands it ours). If that stops working (a new gateway bundle
+    # that no longer imports `serve`, a new @hono/node-server), every lab cell through Portkey
+    # would be its 400 "missing config" instead of a stream: this test says so first.
+    body, plan = _request(WorkerSettings(tokens=3))
+
+    async def scenario():
+        async with open_worker() as worker, open_worker() as other:
+            async with open_portkey(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as portkey:
+                plain = await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
+                # Checked here: a refused request writes no log entry to wait for.
+                assert split_response(plain.data)[0].startswith("HTTP/1.1 200"), (
+                    f"the launcher's x-portkey-config did not reach the gateway: {plain.data[:300]!r}"
+                )
+                own_config = json.dumps(portkey_config(primary_url=f"http://127.0.0.1:{other.port}", spare_url=None))
+                own = await client_exchange(
+                    portkey.port, chat_request(body, headers={"connection": "close", "x-portkey-config": own_config}),
+                )
+                return plain, own, await _entries(portkey.request_log, 2), worker.port, other.port
+
+    plain, own, entries, worker_port, other_port = run_trio(scenario)
+    assert split_response(plain.data)[1] == split_response(plan.to_bytes())[1]
+    assert split_response(own.data)[0].startswith("HTTP/1.1 200"), own.data[:300]
+    assert [[attempt["url"] for attempt in entry["attempts"]] for entry in entries] == [
+        [f"http://127.0.0.1:{worker_port}/v1/chat/completions"], [f"http://127.0.0.1:{other_port}/v1/chat/completions"],
+    ]
 
 
 def test_the_books_keep_neither_keys_nor_message_content(tmp_path):

@@ -5,9 +5,11 @@ Theory of operation
 Installed from `labs/gateways/portkey/package-lock.json` (`npm ci`, by `make setup`), with
 `@hono/node-server` pinned to 1.13.5 by an `overrides` entry: the gateway declares `^1.3.3`, and
 with the newest 1.x every call fails with a 500 `TypeError: immutable`. Started by our launcher
-(`labs/gateways/portkey/launch.mjs`) because the gateway's own entry point has no host option;
-the launcher binds 127.0.0.1 on a free port, gives every request the lab's gateway config, and
-appends the gateway's request log to a file.
+(`labs/gateways/portkey/launch.mjs`) because the gateway's own entry point has no host option
+and its package exports no app: a module resolution hook (Node's `module.register`) gives the
+gateway's bundle our `serve` for `@hono/node-server`'s, which serves the gateway's own `fetch` on
+127.0.0.1 on a free port, gives every request the lab's gateway config (a new `Request` with the
+header), and appends the gateway's request log to a file.
 
 The config (Portkey's `x-portkey-config`; see its docs "Configs", "Fallbacks", "Automatic Retries"):
 - one worker: `{"provider": "openai", "custom_host": <worker>/v1, "api_key": ...}`: no retry,
