@@ -2,8 +2,8 @@
 
 Theory of operation
 -------------------
-One listener on 127.0.0.1 (port 0: the kernel picks; the lab reads the port back from Envoy's admin
-`/listeners`), an HTTP connection manager, one route to one STATIC cluster. What the config says and
+One listener on 127.0.0.1 (port 0: the kernel picks; the lab reads it from /proc like every
+helper's port, as the launcher's listening ports other than the admin's), an HTTP connection manager, one route to one STATIC cluster. What the config says and
 why, from Envoy's docs and source (envoyproxy/envoy v1.40.0):
 
 - Route `timeout: 0s`: the route's default timeout is 15 s for the *whole* response
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -46,9 +45,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import trio
-
-from faults.child_processes import ChildStartError
+from faults.child_processes import ChildStartError, TrioChildProcess
 from labs.gateways.registry import GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, entries_for_cell
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
@@ -181,13 +178,18 @@ class EnvoyGateway:
     access_log: Path
 
 
-def _listener_port(admin_port: int) -> int:
-    with urllib.request.urlopen(f"http://127.0.0.1:{admin_port}/listeners?format=json", timeout=5) as answer:
-        statuses = json.load(answer)["listener_statuses"]
-    for status in statuses:
-        if status["name"] == LISTENER:
-            return int(status["local_address"]["socket_address"]["port_value"])
-    raise ChildStartError(f"envoy's admin lists no listener {LISTENER!r}: {statuses}")
+def _listener_port(process: TrioChildProcess, admin_port: int) -> int:
+    """The port of the config's one listener: the launcher's way of reading a child's ports (from
+    /proc), minus the admin's (named in Envoy's log). Envoy binds its static listeners before `/ready`
+    answers 200, so by then they are all there is besides the admin."""
+    ports = process.listening_ports()
+    listeners = sorted((ports or frozenset()) - {admin_port})
+    if len(listeners) != 1:
+        raise ChildStartError(
+            f"envoy listens on {listeners or 'no port'} besides its admin port {admin_port}, expected one port for "
+            f"{LISTENER!r}; {process.process.describe_log()}"
+        )
+    return listeners[0]
 
 
 @asynccontextmanager
@@ -215,8 +217,8 @@ async def open_envoy(*, primary_url: str, spare_url: str | None = None, run_dir:
     ]
     async with open_service(
         name, argv, port=0, port_in_log=ADMIN_LISTENING, health_path="/ready", log_path=run_dir / f"{name}.log", start_timeout=30,
-    ) as (_, admin_port):
-        port = await trio.to_thread.run_sync(_listener_port, admin_port)
+    ) as (process, admin_port):
+        port = _listener_port(process, admin_port)
         yield EnvoyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", access_log=access_log)
 
 
