@@ -124,7 +124,7 @@ def test_gateway_checks_as_tests_with_k_running_only_the_selected(pytester, star
     result.stdout.fnmatch_lines([
         "finishline/gateway::prefill-cut-fin SKIPPED*",
         "finishline/gateway::cut-after-tokens-fin PASSED*",
-        "SKIPPED*not tested: no --spare-port: nowhere to retry*",
+        "SKIPPED*not tested: no --finishline-spare-port: nowhere to retry*",  # the plugin's own option
     ])
 
 
