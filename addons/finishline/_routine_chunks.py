@@ -70,6 +70,7 @@ _JSON_STRING = rb'"' + _JSON_CHAR + rb'*+"'
 # ASCII text, the usual token, is tried first because it matches in a third less time.
 _TEXT_GAP = rb'(?:""|("' + _ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
 _TEXT_GAP_PATTERN = re.compile(_TEXT_GAP)
+_TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
@@ -178,7 +179,14 @@ class RoutineChunks:
         if not shapes:
             return None
         shape = shapes[0]
-        has_text = shape.maybe_has_text(piece)
+        if shape.segments is None:  # the usual shape, checked here without another call
+            if piece.startswith(shape.prefix) and piece.endswith(shape.suffix):
+                match = _TEXT_GAP_FULLMATCH(piece, shape.text_start, len(piece) - shape.suffix_length)
+                has_text = None if match is None else match.lastindex is not None
+            else:
+                has_text = None
+        else:
+            has_text = shape.maybe_has_text(piece)
         if has_text is None:
             for position in range(1, len(shapes)):
                 has_text = shapes[position].maybe_has_text(piece)
