@@ -7,9 +7,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from tests.feeding import OMITTED, chunk
+
 __all__ = ["UNSET", "chat_chunk", "chat_stream", "sse_event"]
 
-_UNSET = object()
+#: No `finish_reason` key at all (`tests.feeding.OMITTED`).
+_UNSET = OMITTED
 
 
 def sse_event(data: str | bytes | dict, *, line_ending: bytes = b"\n") -> bytes:
@@ -32,22 +35,10 @@ def chat_chunk(
     usage: dict | None = None,
     choices: list | None = None,
 ) -> dict:
-    """A `chat.completion.chunk` dict; `finish_reason` left out entirely unless given."""
-    if choices is None:
-        choice: dict = {"index": index, "delta": {} if content is None else {"content": content}}
-        if finish_reason is not _UNSET:
-            choice["finish_reason"] = finish_reason
-        choices = [choice]
-    chunk = {
-        "id": chunk_id,
-        "object": "chat.completion.chunk",
-        "created": created,
-        "model": model,
-        "choices": choices,
-    }
-    if usage is not None:
-        chunk["usage"] = usage
-    return chunk
+    """`tests.feeding.chunk` as the scripted upstream sends it: its own id and model, and
+    `finish_reason` left out entirely unless given."""
+    return chunk(content, index=index, finish_reason=finish_reason, usage=usage, choices=choices,
+                 id=chunk_id, model=model, created=created)
 
 
 def chat_stream(

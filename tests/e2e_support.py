@@ -16,7 +16,7 @@ from tests.upstream_server import Ending, Framing, Script
 
 __all__ = ["ANSWER", "API_KEY", "CUTS", "CUTS_BEFORE_FIRST_TOKEN", "PARTIAL", "PROMPT", "RawResponse",
            "assert_interrupted_error", "chat_url", "finish_reasons", "openai_client",
-           "parse_sse_data", "raw_post", "stream_completion", "text_of"]
+           "raw_post", "stream_completion", "text_of"]
 
 API_KEY = "sk-e2e-SECRET-api-key-0123456789"
 PROMPT = "PROMPT-MARKER say hello"
@@ -82,20 +82,6 @@ def raw_post(url: str, *, body: dict | None = None, headers: dict | None = None)
 
 def chat_url(base: str, prefix: str) -> str:
     return f"{base}{prefix}/v1/chat/completions"
-
-
-def parse_sse_data(body: bytes) -> list[str]:
-    """The `data` of each event (WHATWG rules enough for what finish_fix emits)."""
-    events, data = [], []
-    for line in re.split(rb"\r\n|\r|\n", body):
-        if not line:
-            if data:
-                events.append("\n".join(data))
-            data = []
-        elif line.startswith(b"data:"):
-            value = line[5:]
-            data.append((value[1:] if value.startswith(b" ") else value).decode())
-    return events
 
 
 def assert_interrupted_error(error: BaseException) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from finishline import RepairPolicy, RequestFacts, StreamRepair
+from finishline import EventFramer, RepairPolicy, RequestFacts, StreamRepair
 
 CHUNKINGS = ("whole", "bytewise", "random")
 
@@ -43,13 +43,19 @@ def run(
     return out, repair
 
 
+#: `chunk(finish_reason=OMITTED)`: the choice has no `finish_reason` key at all (servers that leave it out).
+OMITTED = object()
+
+
 def chunk(content=None, *, index=0, finish_reason=None, delta=None, usage=None, choices=None, **extra) -> dict:
-    """A chat.completion.chunk like OpenAI's."""
+    """A chat.completion.chunk like OpenAI's (`extra` sets or overrides top-level keys: `id`, `model`, ...)."""
     body = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "m1", **extra}
     if choices is None:
         if delta is None:
             delta = {} if content is None else {"content": content}
-        choices = [{"index": index, "delta": delta, "finish_reason": finish_reason}]
+        choices = [{"index": index, "delta": delta}]
+        if finish_reason is not OMITTED:
+            choices[0]["finish_reason"] = finish_reason
     body["choices"] = choices
     if usage is not None:
         body["usage"] = usage
@@ -65,15 +71,14 @@ def sse(*events, ending: bytes = b"\n", space: bool = True) -> bytes:
     return b"".join(out)
 
 
+def complete_events(body: bytes) -> list[str]:
+    """The `data` of each complete SSE event in `body`, as an SSE client dispatches them: framed by
+    the core's `EventFramer` (any line ending, `data:` with or without the space, several `data:`
+    lines joined with LF); an event without data (a comment, a keep-alive) is none, and an event
+    with no blank line after it is incomplete and left out."""
+    return [event.data.decode() for event in EventFramer().receive_data(body) if event.data is not None]
+
+
 def data_events(stream: bytes) -> list:
     """The data of each event the way openai-python reads it: JSON decoded, [DONE] as the string."""
-    from finishline import EventFramer
-
-    framer = EventFramer()
-    events = framer.receive_data(stream)
-    result = []
-    for event in events:
-        if event.data is None:
-            continue
-        result.append("[DONE]" if event.data.startswith(b"[DONE]") else json.loads(event.data))
-    return result
+    return ["[DONE]" if data.startswith("[DONE]") else json.loads(data) for data in complete_events(stream)]

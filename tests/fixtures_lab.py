@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -145,13 +144,6 @@ def split_response(raw: bytes) -> tuple[str, bytes]:
         body += rest[:size]
         rest = rest[size + 2 :]
     return head_text, bytes(body)
-
-
-def complete_events(body: bytes) -> list[str]:
-    """The data of each complete SSE event (ended by a blank line) in a body."""
-    events = re.split(rb"\n\n", body)
-    complete = events[:-1]  # the last piece has no blank line after it: incomplete (or empty)
-    return [b"\n".join(line[6:] for line in e.split(b"\n") if line.startswith(b"data: ")).decode() for e in complete]
 
 
 def token_texts(events: list[str]) -> list[str]:

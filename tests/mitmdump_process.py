@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults.child_processes import ChildProcess, ChildStartError, start_child
+from labs.gateways.services import MITM_LISTENING
 
 __all__ = ["MitmdumpError", "Mitmdump", "REPO_ROOT", "FINISH_FIX_SCRIPT", "mitmdump_executable",
            "running_mitmdump"]
@@ -30,7 +31,6 @@ __all__ = ["MitmdumpError", "Mitmdump", "REPO_ROOT", "FINISH_FIX_SCRIPT", "mitmd
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FINISH_FIX_SCRIPT = REPO_ROOT / "addons" / "finish_fix.py"
 
-_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
 # What mitmdump prints when a `-s` script fails to import, load or configure.
 _SCRIPT_FAILED = re.compile(r"error in script|Error logged during startup|Traceback", re.I)
 
@@ -164,7 +164,7 @@ def start(
         # Told port 0, it listens where the kernel says; the "listening at" line names the proxy
         # port among its sockets (mitmweb has a second, its web UI) and comes after the scripts
         # loaded, so a failed script has said so by then.
-        mitmdump.port = process.wait_until_listening(0, timeout=ready_timeout, port_in_log=_LISTENING)
+        mitmdump.port = process.wait_until_listening(0, timeout=ready_timeout, port_in_log=MITM_LISTENING)
         if scripts and (failure := _SCRIPT_FAILED.search(mitmdump.output)):
             raise MitmdumpError(
                 f"a mitmdump script failed to load ({failure.group(0)!r}){mitmdump._describe()}"

@@ -15,7 +15,8 @@ import trio
 from faults.child_processes import run_child, start_child, start_trio_child
 from faults.toxiproxy_client import ToxiproxyClient, ToxiproxyUnavailable
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
-from tests.fixtures_lab import chat_request, client_exchange, complete_events, open_proxy, run_trio, split_response, token_texts
+from tests.feeding import complete_events
+from tests.fixtures_lab import chat_request, client_exchange, open_proxy, run_trio, split_response, token_texts
 
 ROOT = Path(__file__).resolve().parent.parent
 

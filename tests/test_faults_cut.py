@@ -16,10 +16,10 @@ from faults import catalog
 from faults.probe import probe_layout
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
 from labs.worker.settings import CONTENT_WORDS
+from tests.feeding import complete_events
 from tests.fixtures_lab import (
     chat_request,
     client_exchange,
-    complete_events,
     open_proxy,
     request_for,
     run_trio,

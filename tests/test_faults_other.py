@@ -13,10 +13,10 @@ import trio
 
 from faults import catalog
 from labs.worker import WorkerSettings, open_worker
+from tests.feeding import complete_events
 from tests.fixtures_lab import (
     chat_request,
     client_exchange,
-    complete_events,
     open_proxy,
     request_for,
     run_trio,

@@ -26,11 +26,11 @@ from tests.e2e_support import (
     chat_url,
     finish_reasons,
     openai_client,
-    parse_sse_data,
     raw_post,
     stream_completion,
     text_of,
 )
+from tests.feeding import complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.upstream_server import Framing, Script, UpstreamServer
 
@@ -67,7 +67,7 @@ def test_injected_finish_event_copies_the_stream_identity_and_precedes_done(
     *content_events, done = upstream_events
     assert response.body.startswith(b"".join(content_events))
     assert response.body.endswith(done)
-    injected = parse_sse_data(response.body[len(b"".join(content_events)) : -len(done)])
+    injected = complete_events(response.body[len(b"".join(content_events)) : -len(done)])
     assert [json.loads(data) for data in injected] == [
         {"id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1_700_000_000,
          "model": "e2e-model", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
@@ -342,7 +342,7 @@ def test_cut_stream_gets_one_error_event_and_no_done(
     proxied = raw_post(chat_url(finish_fix.mitmdump.url, prefix))
 
     assert proxied.body.startswith(b"".join(PARTIAL))
-    added = parse_sse_data(proxied.body[len(b"".join(PARTIAL)) :])
+    added = complete_events(proxied.body[len(b"".join(PARTIAL)) :])
     assert len(added) == 1, added
     error = json.loads(added[0])["error"]
     assert (error["type"], error["code"]) == ("server_error", "stream_interrupted")

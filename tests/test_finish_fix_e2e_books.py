@@ -23,10 +23,10 @@ from tests.e2e_support import (
     PARTIAL,
     chat_url,
     openai_client,
-    parse_sse_data,
     raw_post,
     stream_completion,
 )
+from tests.feeding import complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, MitmdumpError
 from tests.mitmdump_process import start as start_mitmdump_process
@@ -203,7 +203,7 @@ def test_cut_repair_still_works_once_after_a_hot_reload(
         os.utime(script, (future, future))
         mitmdump.wait_for_output(rf"(Loading script.*\n(.|\n)*){{{reload + 1}}}", timeout=20)
         after = raw_post(chat_url(mitmdump.url, prefix))
-        added = parse_sse_data(after.body[len(b"".join(PARTIAL)) :])
+        added = complete_events(after.body[len(b"".join(PARTIAL)) :])
         assert len(added) == 1, f"after reload {reload}: {added}"
         assert json.loads(added[0])["error"]["code"] == "stream_interrupted"
         assert after.body.startswith(b"".join(PARTIAL)) and before.body.startswith(b"".join(PARTIAL))

@@ -14,7 +14,8 @@ import httpx
 import pytest
 
 from tests.chat_streams import chat_chunk, chat_stream, sse_event
-from tests.e2e_support import ANSWER, PARTIAL, chat_url, openai_client, parse_sse_data, raw_post
+from tests.e2e_support import ANSWER, PARTIAL, chat_url, openai_client, raw_post
+from tests.feeding import complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.upstream_server import Framing, Script, UpstreamServer
 
@@ -26,7 +27,7 @@ def injected_events(proxied: bytes, upstream_events: list[bytes]) -> list[dict]:
     *content, done = upstream_events
     assert proxied.startswith(b"".join(content)), proxied
     assert proxied.endswith(done), proxied
-    return [json.loads(data) for data in parse_sse_data(proxied[len(b"".join(content)) : -len(done)])]
+    return [json.loads(data) for data in complete_events(proxied[len(b"".join(content)) : -len(done)])]
 
 
 # -- rule 3 ------------------------------------------------------------------------------------------

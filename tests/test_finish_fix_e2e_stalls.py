@@ -21,7 +21,8 @@ import openai
 import pytest
 
 from tests.chat_streams import chat_stream
-from tests.e2e_support import ANSWER, PROMPT, assert_interrupted_error, chat_url, openai_client, parse_sse_data, stream_completion
+from tests.e2e_support import ANSWER, PROMPT, assert_interrupted_error, chat_url, openai_client, stream_completion
+from tests.feeding import complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
 from tests.upstream_server import Script, UpstreamServer
@@ -84,7 +85,7 @@ def test_events_then_only_comments_get_the_idle_error_after_the_deadline(stallin
     assert body.startswith(b"".join(THREE_EVENTS)), body
     between = body[len(b"".join(THREE_EVENTS)) : body.index(b"data: {\"error\"")]
     assert between and between == KEEP_ALIVE * (len(between) // len(KEEP_ALIVE)), between
-    *tokens, last = parse_sse_data(body)
+    *tokens, last = complete_events(body)
     assert [json.loads(t)["choices"][0]["delta"]["content"] for t in tokens] == ANSWER
     error_event = json.loads(last)["error"]
     assert error_event["type"] == "server_error" and error_event["code"] == "stream_interrupted"
@@ -105,7 +106,7 @@ def test_the_idle_deadline_alone_fires_with_the_default_first_token_deadline(sta
     prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
     pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
     assert error is None
-    assert "no event for 2 s after 3 events" in json.loads(parse_sse_data(b"".join(p for _, p in pieces))[-1])["error"]["message"]
+    assert "no event for 2 s after 3 events" in json.loads(complete_events(b"".join(p for _, p in pieces))[-1])["error"]["message"]
 
 
 def test_headers_then_only_comments_get_the_first_token_error(stalling_proxy, upstream: UpstreamServer):
@@ -115,7 +116,7 @@ def test_headers_then_only_comments_get_the_first_token_error(stalling_proxy, up
 
     assert error is None, error
     assert body.startswith(KEEP_ALIVE), body
-    [last] = parse_sse_data(body)
+    [last] = complete_events(body)
     error_event = json.loads(last)["error"]
     assert error_event["code"] == "stream_interrupted"
     assert "no token within 2 s of the response head; the upstream stalled" in error_event["message"]
@@ -162,7 +163,7 @@ def test_on_cut_stop_finishes_a_stall_as_success_but_books_it(start_finish_fix, 
     proxy = start_finish_fix(finish_fix_on_cut="stop", **DEADLINES)
     prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
     pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
-    data = parse_sse_data(b"".join(piece for _, piece in pieces))
+    data = complete_events(b"".join(piece for _, piece in pieces))
     assert error is None
     assert data[-1] == "[DONE]" and json.loads(data[-2])["choices"][0]["finish_reason"] == "stop"
     [record] = proxy.wait_ledger_lines(prefix)

@@ -20,7 +20,8 @@ from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from faults.child_processes import free_port
 from labs.worker import WorkerSettings
 from labs.worker.server import open_worker
-from tests.fixtures_lab import chat_request, client_exchange, complete_events, request_for, run_trio, split_response
+from tests.feeding import complete_events
+from tests.fixtures_lab import chat_request, client_exchange, request_for, run_trio, split_response
 
 PRIMARY = "http://127.0.0.1:18001"
 SPARE = "http://127.0.0.1:18002"

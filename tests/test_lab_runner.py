@@ -32,7 +32,8 @@ def test_a_stalled_worker_is_a_hang_at_the_scenarios_deadline(small_matrix):
     for client in ("httpx-sse", "openai-node"):
         cell = small_matrix.cell("stall-after-tokens", client, "direct")
         assert cell["outcome"] == "hang", cell
-        assert 3.0 <= cell["report"]["duration_s"] < 8.0
+        # Stopped by the scenario's deadline, not by an end of the stream (no timing is asserted).
+        assert cell["report"]["timed_out"] is True
         # The 5 tokens before the stall arrived.
         assert cell["report"]["text"] == "The quick brown fox jumps"
 

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from labs.worker.settings import Finish, Framing, WorkerSettings, expected_answer
 from labs.worker.wire import response_plan
-from tests.fixtures_lab import complete_events, split_response, token_texts
+from tests.feeding import complete_events
+from tests.fixtures_lab import split_response, token_texts
 
 
 def resolved(**knobs) -> WorkerSettings:
