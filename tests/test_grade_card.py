@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from labs.grade.card import EXIT_FAILED, EXIT_PASSED, Card, CheckResult, Mark
+from labs.grade.card import EXIT_FAILED, EXIT_PASSED, Card, CheckResult, Mark, shortened
 from labs.grade.render import render_cards_markdown, render_html, render_terminal
 
 
@@ -68,3 +68,9 @@ def test_a_missing_check_is_named_with_the_ones_there():
     card = Card(kind="server", target="s", results=[row("a", Mark.PASS)])
     with pytest.raises(KeyError, match="no check 'b' on this card; checks: a"):
         card.result("b")
+
+
+def test_evidence_cut_short_says_so():
+    assert shortened("a" * 10, 10) == "a" * 10
+    assert shortened("a" * 11, 10) == "a" * 9 + "…"
+    assert shortened("é".encode() * 20, 10) == "é" * 9 + "…"  # bytes are read as UTF-8 first
