@@ -40,7 +40,7 @@ help:
 	@echo "make bench   finish_fix's cost next to plain mitmdump (ratios, one run)"
 	@echo "make lab     run the chaos lab (clients x gateways x faults) and print the matrix"
 	@echo "make ui      worker + toxiproxy + mitmweb with finish_fix, to watch and break streams live"
-	@echo "make setup   install only: .venv, uv, toxiproxy, the lab's Node clients"
+	@echo "make setup   install only: .venv, uv, toxiproxy, the lab's Node clients and gateways"
 	@echo "make clean   remove everything make installed in this checkout"
 
 # A missing tool is one line saying what to install, not "command not found" halfway through.
