@@ -2,6 +2,7 @@
 
 - `labs.grade.card`: the card (checks' rows, marks, exit status), as data.
 - `labs.grade.reading`: one response read with finishline's repair core (the judge of well-formed).
+- `labs.grade.fetch`: asking the target (identity bodies, as they came off the wire), for both graders.
 - `labs.grade.server_checks`, `labs.grade.server_grader`: `python -m labs.grade server`.
 - `labs.grade.gateway_checks`, `labs.grade.gateway_grader`: `python -m labs.grade gateway`.
 - `labs.grade.render`: the card for a terminal, as JSON, as HTML, and cards side by side (Markdown).
