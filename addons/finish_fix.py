@@ -91,8 +91,10 @@ class FinishFix:
         loader.add_option(
             # Seconds as a str: mitmproxy's --set cannot parse a float option.
             "finish_fix_idle_timeout", str, DEFAULT_IDLE_TIMEOUT,
-            "Seconds allowed between two SSE events once the first event arrived; comments and "
-            "keep-alive lines do not count, so they cannot hide a stall. Past it the client gets an "
+            "Seconds allowed between two SSE events once the first token arrived (once the first "
+            "event arrived when finish_fix_first_token_timeout is 0, since until the first token "
+            "that deadline governs); comments and keep-alive lines do not count, so they cannot "
+            "hide a stall. Past it the client gets an "
             "error event (code stream_interrupted; finish_fix_on_cut applies), its response ends, "
             "and the upstream connection is closed. 0 = no limit. The default, 120, is above the "
             "60-100 s idle timeouts of common load balancers and far above any pause between "
@@ -103,7 +105,8 @@ class FinishFix:
             "Seconds allowed from the response head to the first token (content, reasoning, a "
             "refusal or a tool call); past it the stream ends as for finish_fix_idle_timeout. 0 = no "
             "limit. The default, 600, is the OpenAI SDKs' own request timeout: a reasoning model "
-            "may think for minutes, or a long prompt prefill, before its first token.",
+            "may think for minutes, or a long prompt prefill, before its first token (a role-only "
+            "chunk sent at once does not start the idle deadline while this one runs).",
         )
         contentviews.add(SseChatView)
 

@@ -73,7 +73,7 @@ def test_first_token_deadline_ends_with_the_first_token():
 
 
 def test_a_long_first_token_deadline_does_not_delay_the_idle_one():
-    # The lab's setting: idle 2 s, first token 600 s. The idle deadline starts with the first event,
+    # The lab's setting: idle 2 s, first token 600 s. The idle deadline starts with the first token,
     # which the caller cannot see: it is asked to look again within one idle timeout.
     repair = machine(idle=2, first_token=600)
     assert repair.next_stall_check(0.0) == 2.0
@@ -82,6 +82,41 @@ def test_a_long_first_token_deadline_does_not_delay_the_idle_one():
     assert repair.next_stall_check(2.0) == pytest.approx(2.1)
     ending = repair.receive_timer(2.1)
     assert "no event for 2 s after 1 event" in data_events(ending.client_bytes)[0]["error"]["message"]
+
+
+def test_while_the_first_token_deadline_runs_the_idle_deadline_waits_for_the_first_token():
+    # The defaults' case: a role chunk at once, then a reasoning model thinks silently for minutes.
+    # The idle deadline (2 s here) must not cut it; the first-token one (600 s) governs.
+    repair = machine(idle=2, first_token=600)
+    repair.receive_data(sse(chunk(delta={"role": "assistant", "content": ""})), now=0.1)
+    for now in (2.1, 60.0, 180.0, 599.9):
+        repair.receive_data(COMMENT, now=now)
+        assert repair.receive_timer(now) is None and not repair.ended
+        assert repair.next_stall_check(now) == pytest.approx(min(now + 2, 600.0))
+    ending = repair.receive_timer(600.0)
+    message = data_events(ending.client_bytes)[0]["error"]["message"]
+    assert "no token within 600 s of the response head" in message
+    assert repair.report.interruption.before_first_token is True
+
+
+def test_the_idle_deadline_starts_with_the_first_token_while_the_first_token_deadline_runs():
+    repair = machine(idle=2, first_token=600)
+    repair.receive_data(sse(chunk(delta={"role": "assistant", "content": ""})), now=0.1)
+    repair.receive_data(sse(chunk("thought")), now=30.0)
+    assert repair.receive_timer(31.9) is None
+    assert repair.next_stall_check(31.9) == 32.0
+    ending = repair.receive_timer(32.0)
+    assert "no event for 2 s after 2 events" in data_events(ending.client_bytes)[0]["error"]["message"]
+
+
+def test_with_the_first_token_deadline_off_the_idle_deadline_counts_from_the_first_event():
+    repair = machine(idle=2, first_token=0)
+    repair.receive_data(sse(chunk(delta={"role": "assistant", "content": ""})), now=0.5)
+    assert repair.next_stall_check(0.5) == 2.5
+    assert repair.receive_timer(2.4) is None
+    ending = repair.receive_timer(2.5)
+    assert "no event for 2 s after 1 event" in data_events(ending.client_bytes)[0]["error"]["message"]
+    assert repair.report.interruption.before_first_token is True
 
 
 def test_headers_then_silence_with_only_the_idle_deadline_never_stalls():

@@ -20,9 +20,9 @@ import httpx
 import openai
 import pytest
 
-from tests.chat_streams import chat_stream
+from tests.chat_streams import chat_stream, sse_event
 from tests.e2e_support import ANSWER, PROMPT, assert_interrupted_error, chat_url, openai_client, stream_completion
-from tests.feeding import complete_events
+from tests.feeding import chunk, complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
 from tests.upstream_server import Script, UpstreamServer
@@ -107,6 +107,21 @@ def test_the_idle_deadline_alone_fires_with_the_default_first_token_deadline(sta
     pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
     assert error is None
     assert "no event for 2 s after 3 events" in json.loads(complete_events(b"".join(p for _, p in pieces))[-1])["error"]["message"]
+
+
+def test_a_role_chunk_then_silence_is_judged_by_the_first_token_deadline(start_finish_fix, upstream: UpstreamServer):
+    # A reasoning model's shape: the role chunk at once, then nothing but comments while it thinks.
+    # The idle deadline (2 s) waits for the first token; the first-token one (6 s) ends the stream.
+    proxy = start_finish_fix(finish_fix_idle_timeout="2", finish_fix_first_token_timeout="6")
+    role = sse_event(chunk(delta={"role": "assistant", "content": ""}, id="chatcmpl-e2e", model="e2e-model"))
+    prefix = upstream.route(Script(pieces=[role] + COMMENTS, pause_between_s=0.5))
+    pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
+    assert error is None, error
+    first, last = complete_events(b"".join(piece for _, piece in pieces))
+    assert json.loads(first)["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert "no token within 6 s of the response head; the upstream stalled" in json.loads(last)["error"]["message"]
+    [record] = proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "interrupted" and "before the first token (stalled: no token within 6 s" in record["detail"]
 
 
 def test_headers_then_only_comments_get_the_first_token_error(stalling_proxy, upstream: UpstreamServer):

@@ -2,11 +2,14 @@
 
 Two deadlines run while a stream is being repaired (`RepairPolicy`, seconds, 0 = off):
 
-* idle: one `idle_timeout` after the last event, once the first event arrived. Events are what a
-  client dispatches (a block with a `data` field); comments and keep-alive lines never move it, so a
-  gateway's `: keep-alive` cannot hide a dead worker.
 * first token: one `first_token_timeout` after the response head, until the first token (content,
   reasoning, a refusal or a tool call: a role-only chunk is an event but no token).
+* idle: one `idle_timeout` after the last event. Events are what a client dispatches (a block with a
+  `data` field); comments and keep-alive lines never move it, so a gateway's `: keep-alive` cannot
+  hide a dead worker. It starts with the first token while the first-token deadline is on: a
+  server that sends its role chunk at once and then thinks silently for minutes is what the long
+  first-token deadline is for, and the idle one must not cut it first. With the first-token
+  deadline off it starts with the first event.
 
 Pure functions of the policy and of times the caller gave: the core has no clock, and the caller
 sets its own timer for `next_check`.
@@ -30,12 +33,20 @@ class Deadline(NamedTuple):
     timeout: float
 
 
+def _idle_running(policy: RepairPolicy, *, last_event_at: float | None, first_token_seen: bool) -> bool:
+    """The idle deadline runs from the first event, or from the first token while the first-token
+    deadline is on (until then that one governs)."""
+    if last_event_at is None:
+        return False
+    return first_token_seen or policy.first_token_timeout <= 0
+
+
 def earliest_deadline(
     policy: RepairPolicy, *, head_at: float | None, last_event_at: float | None, first_token_seen: bool
 ) -> Deadline | None:
     """The earliest deadline now running, or None when neither runs."""
     deadline = None
-    if policy.idle_timeout > 0 and last_event_at is not None:
+    if policy.idle_timeout > 0 and _idle_running(policy, last_event_at=last_event_at, first_token_seen=first_token_seen):
         deadline = Deadline(last_event_at + policy.idle_timeout, False, policy.idle_timeout)
     if policy.first_token_timeout > 0 and not first_token_seen and head_at is not None:
         first_token = Deadline(head_at + policy.first_token_timeout, True, policy.first_token_timeout)
@@ -44,12 +55,16 @@ def earliest_deadline(
     return deadline
 
 
-def next_check(policy: RepairPolicy, deadline: Deadline | None, *, before_first_event: bool, now: float) -> float | None:
+def next_check(
+    policy: RepairPolicy, *, head_at: float | None, last_event_at: float | None, first_token_seen: bool, now: float
+) -> float | None:
     """When the caller should look again, or None for never. Deadlines only move later as events
-    come, except that the first event starts the idle deadline, which may then be earlier than the
-    first-token one: until then the caller looks again at least every idle timeout (so a stall is
-    still caught exactly one idle timeout after the last event)."""
-    if before_first_event and policy.idle_timeout > 0:
+    come, except that the idle deadline starts (with the first event, or the first token) without
+    the caller seeing it, and may then be earlier than the first-token one: until it runs the caller
+    looks again at least every idle timeout (so a stall is still caught within one idle timeout of
+    the deadline)."""
+    deadline = earliest_deadline(policy, head_at=head_at, last_event_at=last_event_at, first_token_seen=first_token_seen)
+    if policy.idle_timeout > 0 and not _idle_running(policy, last_event_at=last_event_at, first_token_seen=first_token_seen):
         look_again = now + policy.idle_timeout
         return look_again if deadline is None else min(deadline.at, look_again)
     return None if deadline is None else deadline.at

@@ -182,11 +182,14 @@ class StreamRepair:
     def next_stall_check(self, now: float) -> float | None:
         """When (in the caller's clock) to call `receive_timer` next, or None when no timer is
         needed: no deadline is set, the stream ended, or it is past `[DONE]`, an error event or in
-        passthrough. Before the first event the caller is asked to look again at least every idle
-        timeout (`_deadlines.next_check` says why)."""
+        passthrough. Until the idle deadline runs the caller is asked to look again at least every
+        idle timeout (`_deadlines.next_check` says why)."""
         if self._ended or self._phase not in DEADLINES_RUN:
             return None
-        return next_check(self._policy, self._stall_deadline(), before_first_event=self._last_event_at is None, now=now)
+        return next_check(
+            self._policy, head_at=self._head_at, last_event_at=self._last_event_at,
+            first_token_seen=self._first_token_seen, now=now,
+        )
 
     def receive_timer(self, now: float) -> ClientEnding | None:
         """The caller's timer went off. None when no deadline has passed (set the next timer from
