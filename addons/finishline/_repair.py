@@ -134,7 +134,7 @@ class StreamRepair:
             self._set(Verdict.HTTP_ERROR, wording.http_error_detail(status))
         elif encoding not in ("", "identity"):
             self._move(Signal.GIVE_UP)
-            self._set(Verdict.SKIPPED, wording.skipped_detail(f"compressed body ({encoding}) passed through untouched"))
+            self._set(Verdict.SKIPPED, wording.skipped_detail(wording.compressed_body(encoding)))
 
     # -- input --------------------------------------------------------------------------------
 
@@ -151,7 +151,7 @@ class StreamRepair:
         if self.report.events != events_before:
             self._last_event_at = now
         if self._phase is not Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
-            self._pass_through_from_here(f"an event grew past {MAX_HELD_BYTES} bytes without ending")
+            self._pass_through_from_here(wording.event_too_long(MAX_HELD_BYTES))
             out += self._framer.take_buffered()
         return self._sent(out)
 
@@ -294,7 +294,7 @@ class StreamRepair:
             return event.raw
         data = event.data or b""
         if data.startswith(_DONE):
-            before = self._finish_choices("before [DONE]")
+            before = self._finish_choices(wording.BEFORE_DONE)
             self._move(Signal.DONE)
             return before + event.raw
         chunk = json_or_unreadable(data)
@@ -314,7 +314,7 @@ class StreamRepair:
         before = b""
         if not choices and isinstance(chunk.get("usage"), dict):
             # A usage-only chunk closes the stream; the finish chunk belongs before it.
-            before = self._finish_choices("before the usage chunk")
+            before = self._finish_choices(wording.BEFORE_USAGE_CHUNK)
         empty_reasons = 0
         for choice in choices:
             if isinstance(choice, dict):
@@ -518,7 +518,7 @@ class StreamRepair:
         if policy is OnCut.STOP:
             if not self._choices:
                 self._choices[0] = _Choice()
-            finishing = self._finish_choices("after the cut (finish_fix_on_cut=stop)")
+            finishing = self._finish_choices(wording.AFTER_CUT_STOPPED)
             self.report.injected.append({"kind": "done"})
             return finishing + self._event(_DONE)
         return b""
@@ -530,7 +530,7 @@ class StreamRepair:
 
     def _pass_through_from_here(self, cause: Exception | str) -> None:
         self._move(Signal.GIVE_UP)
-        why = cause if isinstance(cause, str) else f"internal error ({type(cause).__name__}: {cause})"
+        why = cause if isinstance(cause, str) else wording.internal_error(cause)
         if not isinstance(cause, str):
             self.report.internal_error = why
         self._set(Verdict.SKIPPED, wording.skipped_detail(why, from_event=self.report.events + 1))

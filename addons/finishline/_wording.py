@@ -4,7 +4,7 @@ repairs listed there. The state machine decides what happened; this module only 
 The words are contracts in places: the error message starts with "stream was interrupted" because
 pi-ai's `isRetryableAssistantError` (1.6.0) matches that phrase and retries the turn; verdict details
 start with the verdict word so that a ledger line reads on its own. Only plain values come in (counts,
-strings, seconds), so the module depends on nothing else in the package.
+strings, seconds, the exception of a bug), so the module depends on nothing else in the package.
 """
 
 from __future__ import annotations
@@ -12,15 +12,21 @@ from __future__ import annotations
 from ._json import plural
 
 __all__ = [
+    "AFTER_CUT_STOPPED",
+    "BEFORE_DONE",
+    "BEFORE_USAGE_CHUNK",
     "appended_done",
     "client_gone_detail",
     "completed_framing",
+    "compressed_body",
     "content_after_injection",
     "cut_detail",
     "cut_message",
+    "event_too_long",
     "how_it_was_cut",
     "http_error_detail",
     "injected_finish",
+    "internal_error",
     "no_response_detail",
     "one_line",
     "repaired_detail",
@@ -103,7 +109,14 @@ def client_gone_detail(*, how: str, events: int) -> str:
 # -- repairs --------------------------------------------------------------------------------------
 
 
+# Where a finish was injected (rule 3; rule 6 with on_cut=stop): the last words of `injected_finish`.
+BEFORE_DONE = "before [DONE]"
+BEFORE_USAGE_CHUNK = "before the usage chunk"
+AFTER_CUT_STOPPED = "after the cut (finish_fix_on_cut=stop)"
+
+
 def injected_finish(reason: str, index: int, where: str) -> str:
+    """`where` is one of `BEFORE_DONE`, `BEFORE_USAGE_CHUNK`, `AFTER_CUT_STOPPED`."""
     return f"injected finish_reason {reason!r} for choice {index} {where}"
 
 
@@ -144,6 +157,21 @@ def skipped_detail(why: str, *, from_event: int | None = None) -> str:
     if from_event is None:
         return f"skipped: {one_line(why)}"
     return f"skipped: {one_line(why)}; passed through unchanged from event {from_event}"
+
+
+def compressed_body(encoding: str) -> str:
+    """Why a compressed stream is `skipped` (rule 10)."""
+    return f"compressed body ({encoding}) passed through untouched"
+
+
+def event_too_long(limit: int) -> str:
+    """Why a stream whose open event outgrew the framer's limit passes through from there."""
+    return f"an event grew past {limit} bytes without ending"
+
+
+def internal_error(error: Exception) -> str:
+    """A bug of finishline's, as the books and `StreamReport.internal_error` name it."""
+    return f"internal error ({type(error).__name__}: {error})"
 
 
 def http_error_detail(status: int) -> str:
