@@ -10,7 +10,9 @@ The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of wh
 (`[DONE]`, an upstream error event, giving up) and `_move` is the only place that changes it.
 
 Per choice index it remembers whether the choice finished (and whether the upstream or finish_fix
-gave the reason), and whether it carried tool or function calls. The rules act at these points:
+gave the reason), and whether it carried tool or function calls (`_choices`); what it writes into
+the stream (finishing chunks, `[DONE]`, the error event, rule 2's rewrite) is built by `_injected`,
+its sentences by `_wording`. The rules act at these points:
 
 * an event with `"finish_reason": ""`          -> rewritten to null (rule 2)
 * a usage-only chunk, or `data: [DONE]`,        -> finishing events first for every choice that
@@ -37,18 +39,17 @@ Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) 
 
 from __future__ import annotations
 
-import json
-import re
-
 from . import _wording as wording
+from ._choices import MAX_CHOICES, ChoiceState, all_finished, record_choice
 from ._deadlines import Deadline, earliest_deadline, next_check
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
+from ._injected import DONE, ERROR_CODE, done_event, error_event, finishing_event, rewrite_empty_reasons
 from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._routine_chunks import RoutineChunks
-from ._sse import Event, EventFramer, split_lines
+from ._sse import Event, EventFramer
 from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
 
 __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
@@ -56,26 +57,6 @@ __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
 # An event still open after this many bytes is not a chat chunk (rule 8 asks for 10 MB events to
 # pass whole): stop framing and pass the stream through rather than hold it all.
 MAX_HELD_BYTES = 16 * 1024 * 1024
-# Choice indices tracked per stream; more distinct indices than this are data, not choices.
-MAX_CHOICES = 1024
-# Delta keys that mean the model produced something: the first such chunk is the "first token".
-_TOKEN_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call")
-# `"finish_reason": ""` as JSON text. Inside a JSON string the quotes would be escaped, so this
-# cannot match message content; the rewrite is still checked by parsing it back (`_rewrite_empty`).
-_EMPTY_REASON = re.compile(rb'("finish_reason"\s*:\s*)""')
-_DONE = b"[DONE]"
-_ERROR_CODE = "stream_interrupted"
-
-
-class _Choice:
-    __slots__ = ("finish_reason", "finished_by_upstream", "content_after_injection", "tool_calls", "function_call")
-
-    def __init__(self) -> None:
-        self.finish_reason: str | None = None
-        self.finished_by_upstream = False
-        self.content_after_injection = False
-        self.tool_calls = False
-        self.function_call = False
 
 
 class StreamRepair:
@@ -118,10 +99,8 @@ class StreamRepair:
         self._framer = EventFramer()
         self._phase = Phase.STREAMING
         self._ended = False
-        self._choices: dict[int, _Choice] = {}
+        self._choices: dict[int, ChoiceState] = {}
         self._chunk_fields: dict = {}
-        # The routine shape whose fields `_chunk_fields` holds as they are (None after the full path wrote).
-        self._fields_from: dict | None = None
         self._completion_tokens: int | None = None
         self._first_token_seen = False
         # The caller's clock at the last `receive_data` that completed an event (the idle deadline).
@@ -228,7 +207,7 @@ class StreamRepair:
             out = b"" if leftover is None else leftover.raw
         self._finish(now)
         end_response = self._phase is not Phase.PASSTHROUGH and (
-            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._all_finished()
+            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or all_finished(self._choices)
         )
         return ClientEnding(self._sent(out), end_response=end_response)
 
@@ -296,7 +275,7 @@ class StreamRepair:
         if self._phase is not Phase.STREAMING:
             return event.raw
         data = event.data or b""
-        if data.startswith(_DONE):
+        if data.startswith(DONE):
             before = self._finish_choices(wording.BEFORE_DONE)
             self._move(Signal.DONE)
             return before + event.raw
@@ -324,7 +303,7 @@ class StreamRepair:
                 empty_reasons += self._on_choice(choice)
         raw = event.raw
         if empty_reasons and self._policy.empty_to_null:
-            raw = self._rewrite_empty(event, chunk)
+            raw = rewrite_empty_reasons(event, chunk, self._line_ending())
             self._empty_rewritten += empty_reasons
         self._routine.learn(event.raw, data, chunk, self.report.events)
         return before + raw
@@ -347,9 +326,7 @@ class StreamRepair:
         self._last_event_at = now
         if report.time_to_first_event is None and now is not None and self._started_at is not None:
             report.time_to_first_event = now - self._started_at
-        if match.remembered is not self._fields_from:  # the same shape again: its fields are there
-            self._chunk_fields.update(match.remembered)
-            self._fields_from = match.remembered
+        self._chunk_fields.update(match.remembered)
         if match.has_text:
             self._first_token_seen = True
             if state.finish_reason is not None and not state.finished_by_upstream:
@@ -357,30 +334,12 @@ class StreamRepair:
         return True
 
     def _on_choice(self, choice: dict) -> int:
-        """Records one choice of a chunk; returns 1 if its finish_reason is the empty string."""
-        index = choice.get("index", 0)
-        if not isinstance(index, int) or isinstance(index, bool):
-            return 0
-        state = self._choices.get(index)
-        if state is None:
-            if len(self._choices) >= MAX_CHOICES:
-                return 0
-            state = self._choices[index] = _Choice()
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            if delta.get("tool_calls"):
-                state.tool_calls = True
-            if delta.get("function_call"):
-                state.function_call = True
-            if any(delta.get(key) for key in _TOKEN_KEYS):
-                self._first_token_seen = True
-                if state.finish_reason is not None and not state.finished_by_upstream:
-                    state.content_after_injection = True
-        reason = choice.get("finish_reason")
-        if isinstance(reason, str) and reason:
-            state.finish_reason = reason
-            state.finished_by_upstream = True
-        return 1 if reason == "" else 0
+        """Records one choice of a chunk (`_choices.record_choice`); returns 1 if its finish_reason
+        is the empty string."""
+        empty, token = record_choice(self._choices, choice)
+        if token:
+            self._first_token_seen = True
+        return empty
 
     def _on_error_event(self, event: Event, chunk: dict | None) -> bytes:
         self._move(Signal.ERROR_EVENT)
@@ -399,7 +358,6 @@ class StreamRepair:
         for key in ("id", "created", "model", "system_fingerprint"):
             if key in chunk:
                 self._chunk_fields[key] = chunk[key]
-                self._fields_from = None
         if self.report.model is None and isinstance(chunk.get("model"), str):
             self.report.model = chunk["model"]
         usage = chunk.get("usage")
@@ -407,20 +365,6 @@ class StreamRepair:
             tokens = usage.get("completion_tokens")
             if isinstance(tokens, int) and not isinstance(tokens, bool):
                 self._completion_tokens = tokens
-
-    def _rewrite_empty(self, event: Event, chunk: dict) -> bytes:
-        """Rule 2: `"finish_reason": ""` -> null, touching nothing else. The textual rewrite is
-        accepted only if it parses back to the intended JSON; else the data is re-serialized."""
-        for choice in chunk["choices"]:
-            if isinstance(choice, dict) and choice.get("finish_reason") == "":
-                choice["finish_reason"] = None
-        rewritten = _EMPTY_REASON.sub(rb"\1null", event.raw)
-        again = EventFramer().receive_data(rewritten)
-        if len(again) == 1 and json_or_unreadable(again[0].data) == chunk:
-            return rewritten
-        lines = [line for line in split_lines(event.raw) if line]
-        other_fields = tuple(line for line in lines if not (line == b"data" or line.startswith(b"data:")))
-        return self._event(chunk, extra_lines=other_fields)
 
     # -- injected events ----------------------------------------------------------------------
 
@@ -438,29 +382,15 @@ class StreamRepair:
                 max_tokens=self._request.max_tokens,
             )
             state.finish_reason = reason
-            out.append(self._finishing_event(index, reason))
+            fields, model = self._chunk_fields, self._request.model or ""
+            out.append(finishing_event(index, reason, chunk_fields=fields, model=model, line_ending=self._line_ending()))
             self.report.injected.append({"kind": "finish", "choice": index, "finish_reason": reason})
             self._repaired(wording.injected_finish(reason, index, where))
         return b"".join(out)
 
-    def _finishing_event(self, index: int, reason: str) -> bytes:
-        fields = self._chunk_fields
-        chunk = {
-            "id": fields.get("id", ""),
-            "object": "chat.completion.chunk",
-            "created": fields.get("created", 0),
-            "model": fields.get("model", self._request.model or ""),
-        }
-        if "system_fingerprint" in fields:
-            chunk["system_fingerprint"] = fields["system_fingerprint"]
-        chunk["choices"] = [{"index": index, "delta": {}, "finish_reason": reason}]
-        return self._event(chunk)
-
-    def _event(self, payload: dict | bytes, *, extra_lines: tuple[bytes, ...] = ()) -> bytes:
-        """An event in the stream's own line endings (LF until the stream showed another)."""
-        ending = self._framer.line_ending or b"\n"
-        data = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
-        return b"".join(line + ending for line in extra_lines) + b"data: " + data + ending + ending
+    def _line_ending(self) -> bytes:
+        """The stream's own line ending for what finish_fix writes (LF until it showed another)."""
+        return self._framer.line_ending or b"\n"
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -469,10 +399,10 @@ class StreamRepair:
         whole JSON chunk but forgot the blank line meant it: finish the framing and read it. Anything
         else is an incomplete event, i.e. a cut."""
         data = leftover.data
-        readable = data is not None and (data.startswith(_DONE) or json_or_unreadable(data) is not UNREADABLE)
+        readable = data is not None and (data.startswith(DONE) or json_or_unreadable(data) is not UNREADABLE)
         if not readable or self._phase is not Phase.STREAMING:
             return self._drop_or_pass(leftover)
-        ending = self._framer.line_ending or b"\n"
+        ending = self._line_ending()
         missing = ending if leftover.raw.endswith((b"\n", b"\r")) else ending + ending
         out = self._on_event(Event(raw=leftover.raw + missing, data=data, event_type=leftover.event_type), now)
         self._repaired(wording.completed_framing())
@@ -484,25 +414,19 @@ class StreamRepair:
         # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
         # (With on_cut=pass nothing is added at a cut, but rule 4 still appends [DONE] to a stream
         # whose choices all finished: the fuzz contracts found that merge.)
-        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._all_finished()):
+        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not all_finished(self._choices)):
             return leftover.raw
         self.report.dropped_incomplete_bytes += len(leftover.raw)
         return b""
 
-    def _all_finished(self) -> bool:
-        """Every choice finished, by the upstream or by an injection that nothing contradicted."""
-        return bool(self._choices) and all(
-            c.finish_reason is not None and not c.content_after_injection for c in self._choices.values()
-        )
-
     def _on_stream_end(self, cut: Interruption, now: float | None) -> bytes:
         if self._phase is not Phase.STREAMING:
             return b""
-        if self._all_finished():
+        if all_finished(self._choices):
             # Rule 4: every choice finished, only [DONE] is missing.
             self._repaired(wording.appended_done(cut.how))
             self.report.injected.append({"kind": "done"})
-            return self._event(_DONE)
+            return done_event(self._line_ending())
         return self._on_cut(cut, now)
 
     def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
@@ -519,14 +443,14 @@ class StreamRepair:
                 cause=str(cut.cause), reason=cut.reason, before_first_token=cut.before_first_token,
                 events=self.report.events, elapsed=elapsed,
             )
-            self.report.injected.append({"kind": "error_event", "code": _ERROR_CODE})
-            return self._event({"error": {"message": message, "type": "server_error", "code": _ERROR_CODE}})
+            self.report.injected.append({"kind": "error_event", "code": ERROR_CODE})
+            return error_event(message, self._line_ending())
         if policy is OnCut.STOP:
             if not self._choices:
-                self._choices[0] = _Choice()
+                self._choices[0] = ChoiceState()
             finishing = self._finish_choices(wording.AFTER_CUT_STOPPED)
             self.report.injected.append({"kind": "done"})
-            return finishing + self._event(_DONE)
+            return finishing + done_event(self._line_ending())
         return b""
 
     # -- books --------------------------------------------------------------------------------
