@@ -224,14 +224,15 @@ class FinishFix:
     def _on_whole_response(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
+        request = RequestFacts.from_body(flow.request.raw_content)
         result = repair_completion(
             response.raw_content or b"",
-            RequestFacts.from_body(flow.request.raw_content),
+            request,
             status=response.status_code,
             content_type=response.headers.get("content-type", ""),
             content_encoding=_content_encoding(response),
         )
-        record: dict = {"client_bytes": len(result.body)}
+        record: dict = {"client_bytes": len(result.body), "model": request.model}
         if result.verdict is Verdict.REPAIRED:
             response.content = result.body
             record["repairs"] = result.repairs
@@ -251,7 +252,8 @@ class FinishFix:
     def _book(self, flow: http.HTTPFlow, verdict: Verdict, detail: str, record: dict, *, comment: str | None = None) -> None:
         request = flow.request
         record = {**record, "verdict": str(verdict), "detail": detail}
-        record.setdefault("model", RequestFacts.from_body(request.raw_content).model)
+        if "model" not in record:  # a stream's report has it (from the facts its repair was given)
+            record["model"] = RequestFacts.from_body(request.raw_content).model
         if record.get("duration") is None and flow.response is not None and flow.response.timestamp_end:
             record["duration"] = flow.response.timestamp_end - request.timestamp_start
         flow.metadata[METADATA_KEY] = record

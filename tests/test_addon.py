@@ -359,6 +359,30 @@ def test_rule_9_finished_completion_is_left_as_sent(addon):
     assert flow.metadata["finish_fix"]["verdict"] == "clean"
 
 
+@pytest.mark.parametrize("content_type", ["text/event-stream", "application/json"])
+def test_the_request_body_is_parsed_once_per_flow(addon, monkeypatch, content_type):
+    # The body of a long prompt is large: the facts are read once and travel with the flow's
+    # state (the stream's repair, or rule 9's record) into the books.
+    parsed = []
+    from_body = finishline.RequestFacts.from_body.__func__
+
+    def counting_from_body(cls, body):
+        parsed.append(body)
+        return from_body(cls, body)
+
+    monkeypatch.setattr(finishline.RequestFacts, "from_body", classmethod(counting_from_body))
+    flow = make_flow(body=b'{"model": "asked-for", "stream": true}', content_type=content_type)
+    if content_type == "application/json":
+        flow.response.content = b'{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "hi"}}]}'
+        addon.requestheaders(flow)
+        addon.responseheaders(flow)
+        addon.response(flow)
+    else:
+        stream_through(addon, flow, [sse(chunk("x", model=None), b"[DONE]")])
+    assert len(parsed) == 1, parsed
+    assert flow.metadata["finish_fix"]["model"] == "asked-for"
+
+
 def test_content_length_is_dropped_so_the_repair_fits(addon):
     flow = make_flow(headers=[("content-length", "123")])
     addon.responseheaders(flow)
