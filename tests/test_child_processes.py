@@ -31,11 +31,11 @@ from faults.child_processes import (
 )
 from labs.processes import open_service
 from tests.fixtures_lab import run_trio
+from tests.process_watch import DEADLINE, is_dead, wait_until
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
 
 ROOT = Path(__file__).resolve().parent.parent
-DEADLINE = 20.0
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)"]
 # Ignores SIGTERM, says so once it does, then sleeps: only SIGKILL ends it.
@@ -62,21 +62,6 @@ def listener_code(count: int = 1, named: int | None = None, port: int = 0) -> st
         + "time.sleep(300)\n"
     )
 
-
-def is_dead(pid: int) -> bool:
-    """Gone, or a zombie nobody reaped yet."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    return re.search(r"^State:\s+Z", status, re.MULTILINE) is not None
-
-
-def wait_until(condition, what: str, deadline: float = DEADLINE) -> None:
-    end = time.monotonic() + deadline
-    while not condition():
-        assert time.monotonic() < end, f"not within {deadline} s: {what}"
-        time.sleep(0.05)
 
 
 def children_of_thread(native_id: int) -> set[int]:

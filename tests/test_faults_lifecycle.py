@@ -13,7 +13,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
@@ -27,10 +26,10 @@ from faults.toxiproxy_client import Toxic, ToxiproxyClient, ToxiproxyUnavailable
 from faults.toxiproxy_server import ToxiproxyServerError, run_toxiproxy_server
 from labs.worker import open_worker, parse_settings, response_plan
 from tests.fixtures_lab import open_proxy, run_trio
+from tests.process_watch import DEADLINE, is_dead, wait_until
 from tests.test_faults_cli import assert_one_line_error, faults_cli
 
 ROOT = Path(__file__).resolve().parent.parent
-DEADLINE = 20.0
 
 
 def start_cli(*arguments: str) -> ChildProcess:
@@ -46,21 +45,6 @@ def children_of(pid: int) -> list[int]:
         found += [int(child) for child in (task / "children").read_text().split()]
     return found
 
-
-def is_dead(pid: int) -> bool:
-    """Gone, or a zombie nobody reaped yet (a container's init may not reap orphans)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return True
-    return re.search(r"^State:\s+Z", status, re.MULTILINE) is not None
-
-
-def wait_until(condition, what: str, deadline: float = DEADLINE) -> None:
-    end = time.monotonic() + deadline
-    while not condition():
-        assert time.monotonic() < end, f"not within {deadline} s: {what}"
-        time.sleep(0.02)
 
 
 def started_server(process: ChildProcess) -> tuple[int, int]:

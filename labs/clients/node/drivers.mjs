@@ -32,6 +32,12 @@ async function openaiNode({ request, signal, fetch, sink }) {
     ...(request.tools ? { tools: request.tools } : {}),
   };
   const stream = await client.chat.completions.create(body, { signal });
+  return { finish_reason: await readChunks(stream, sink) };
+}
+
+// Both openai-node drivers read the same chunks the same way: choice 0's deltas go to the sink;
+// returns the last finish reason a chunk carried (null if none did).
+async function readChunks(stream, sink) {
   let finishReason = null;
   for await (const chunk of stream) {
     const choice = firstChoice(chunk.choices);
@@ -43,7 +49,7 @@ async function openaiNode({ request, signal, fetch, sink }) {
     }
     if (choice.finish_reason != null) finishReason = choice.finish_reason;
   }
-  return { finish_reason: finishReason };
+  return finishReason;
 }
 
 // openai-node's `chat.completions.stream()` helper (`ChatCompletionStream`): `for await` over the
@@ -65,15 +71,7 @@ async function openaiNodeHelper({ request, signal, fetch, sink }) {
   // rejection (lib/EventStream.js), which would end the host process, not the cell.
   const final = stream.finalChatCompletion();
   final.catch(() => {});
-  for await (const chunk of stream) {
-    const choice = firstChoice(chunk.choices);
-    if (!choice) continue;
-    sink.reasoning(choice.delta?.reasoning_content);
-    sink.text(choice.delta?.content);
-    for (const call of choice.delta?.tool_calls ?? []) {
-      sink.toolCall(call.index ?? 0, call.function?.name, call.function?.arguments);
-    }
-  }
+  await readChunks(stream, sink);
   const completion = await final;
   return { finish_reason: firstChoice(completion.choices)?.finish_reason ?? null };
 }
