@@ -57,6 +57,10 @@ __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
 # An event still open after this many bytes is not a chat chunk (rule 8 asks for 10 MB events to
 # pass whole): stop framing and pass the stream through rather than hold it all.
 MAX_HELD_BYTES = 16 * 1024 * 1024
+# The phases the path of every piece compares with, as module names: reading an Enum member off its
+# class costs a lookup that showed in mitmdump's profile.
+_STREAMING = Phase.STREAMING
+_PASSTHROUGH = Phase.PASSTHROUGH
 
 
 class StreamRepair:
@@ -125,7 +129,7 @@ class StreamRepair:
             self._check_open("receive_data")
         report = self.report
         report.upstream_bytes += len(data)
-        if self._phase is Phase.PASSTHROUGH or self._on_routine_piece(data, now):
+        if self._phase is _PASSTHROUGH or self._on_routine_piece(data, now):
             report.client_bytes += len(data)  # what `_sent` does, inline on the path of most pieces
             return data
         events_before = self.report.events
@@ -313,7 +317,7 @@ class StreamRepair:
         this stream had before, with only its text different. Does what `_on_event` would do for it
         and returns True; False leaves `data` to the full path. `tests/test_core_fast_path.py` holds
         the two paths to the same bytes and report."""
-        if self._phase is not Phase.STREAMING or not self._framer.idle:
+        if self._phase is not _STREAMING or not self._framer.idle:
             return False
         match = self._routine.maybe_match(data)
         if match is None:
