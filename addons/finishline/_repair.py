@@ -105,6 +105,8 @@ class StreamRepair:
         self._ended = False
         self._choices: dict[int, ChoiceState] = {}
         self._chunk_fields: dict = {}
+        # The routine shape whose fields `_chunk_fields` holds as they are (None after the full path wrote).
+        self._fields_from: dict | None = None
         self._completion_tokens: int | None = None
         self._first_token_seen = False
         # The caller's clock at the last `receive_data` that completed an event (the idle deadline).
@@ -330,7 +332,9 @@ class StreamRepair:
         self._last_event_at = now
         if report.time_to_first_event is None and now is not None and self._started_at is not None:
             report.time_to_first_event = now - self._started_at
-        self._chunk_fields.update(match.remembered)
+        if match.remembered is not self._fields_from:  # the same shape again: its fields are there
+            self._chunk_fields.update(match.remembered)
+            self._fields_from = match.remembered
         if match.has_text:
             self._first_token_seen = True
             if state.finish_reason is not None and not state.finished_by_upstream:
@@ -362,6 +366,7 @@ class StreamRepair:
         for key in ("id", "created", "model", "system_fingerprint"):
             if key in chunk:
                 self._chunk_fields[key] = chunk[key]
+                self._fields_from = None
         if self.report.model is None and isinstance(chunk.get("model"), str):
             self.report.model = chunk["model"]
         usage = chunk.get("usage")
