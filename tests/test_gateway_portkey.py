@@ -163,9 +163,11 @@ def test_the_books_keep_neither_keys_nor_message_content(tmp_path):
 
 def test_a_cut_after_tokens_becomes_a_clean_end_of_the_body(tmp_path, toxiproxy):
     # handleStreamingMode (src/handlers/streamHandler.ts): the read error is caught and logged, and
-    # `writer.close()` ends the body normally: the client gets the chunked terminator after the
-    # five token events, no error and no [DONE].
-    body, plan = _request(WorkerSettings(tokens=12))
+    # `writer.close()` ends the body normally: the client gets the chunked terminator after (some
+    # of) the five token events, no error and no [DONE]. How many of the five reach the client
+    # before the close depends on timing (under load a fresh-clone run got 1), so the count is a
+    # range; the clean end and the missing error are what Portkey does every time.
+    body, plan = _request(WorkerSettings(tokens=12, token_delay=0.01))
 
     async def scenario():
         async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as tunnel:
@@ -179,7 +181,9 @@ def test_a_cut_after_tokens_becomes_a_clean_end_of_the_body(tmp_path, toxiproxy)
     assert head.startswith("HTTP/1.1 200")
     assert received.data.endswith(b"\r\n0\r\n\r\n") and received.ending == "fin"
     events = complete_events(streamed)
-    assert len(token_texts(events)) == 5 and "[DONE]" not in events
+    texts = token_texts(events)
+    worker_texts = token_texts(complete_events(split_response(plan.to_bytes())[1]))
+    assert 1 <= len(texts) <= 5 and texts == worker_texts[: len(texts)] and "[DONE]" not in events
     assert not any("error" in json.loads(event) for event in events)
     assert entry["status"] == 200  # written at the head, before the cut
 
