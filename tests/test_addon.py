@@ -87,7 +87,7 @@ def test_every_option_has_help_and_the_prefix(addon):
          "finish_fix_idle_timeout", "finish_fix_first_token_timeout"]
     )
     for name in ours:
-        assert len(addon.tctx.options._options[name].help) > 40
+        assert len(dict(addon.tctx.options.items())[name].help) > 40
 
 
 # -- scope ------------------------------------------------------------------------------------
