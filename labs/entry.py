@@ -58,9 +58,10 @@ async def _cancelled_by_signals(main: Callable[..., Awaitable[Any]], *args: Any)
     return result
 
 
-def _leaves(error: BaseException) -> list[BaseException]:
+def leaf_errors(error: BaseException) -> list[BaseException]:
+    """The errors inside `error`, exception groups unwrapped at every depth."""
     if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+        return [leaf for inner in error.exceptions for leaf in leaf_errors(inner)]
     return [error]
 
 
@@ -71,7 +72,7 @@ def error_line(error: BaseException) -> str:
     from faults.child_processes import ChildStartError
 
     parts = []
-    for leaf in _leaves(error):
+    for leaf in leaf_errors(error):
         message = (str(leaf).strip().splitlines() or [""])[0]
         if isinstance(leaf, OSError) and leaf.strerror:
             message = f"{leaf.strerror}" + (f": {leaf.filename}" if leaf.filename else "")
@@ -90,7 +91,7 @@ def run_command(main: Callable[..., Awaitable[Any]], *args: Any) -> tuple[int, A
         print(f"\nstopped ({stopped})", file=sys.stderr)
         return 128 + stopped.number, None
     except BaseException as error:
-        leaves = _leaves(error)
+        leaves = leaf_errors(error)
         if any(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
             # A second Ctrl-C during cleanup.
             print("\nstopped", file=sys.stderr)

@@ -46,6 +46,7 @@ from typing import Any
 
 from labs.clients import ALL_CLIENTS
 from labs.gateways import GATEWAYS
+from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
 from labs.worker.settings import TOOL_NAME, WorkerSettings, expected_answer, parse_settings
@@ -104,12 +105,6 @@ class Topology:
         return ("hub" if self.hub else "tunnel") + ("+spare" if self.workers == 2 else "")
 
 
-def cell_id_of(model: object) -> str | None:
-    """The cell id in a model name as a gateway or worker saw it (`c0007;tokens=3`, with or
-    without a route prefix such as `via-finish-fix/`), or None."""
-    if not isinstance(model, str):
-        return None
-    return model.split(";", 1)[0].rsplit("/", 1)[-1] or None
 
 
 class ScenarioError(ValueError):

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from finishline import Verdict
 from labs.gateways.registry import GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, entries_for_cell
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
@@ -30,11 +31,11 @@ SERVICE = "finish_fix"
 # finish_fix's verdicts, as the books column words (README: clean and repaired are successes;
 # interrupted, upstream_error and http_error failures; skipped says nothing).
 VERDICT_BOOKS = {
-    "clean": BOOKS_OK,
-    "repaired": BOOKS_OK,
-    "interrupted": BOOKS_ERROR,
-    "upstream_error": BOOKS_ERROR,
-    "http_error": BOOKS_ERROR,
+    Verdict.CLEAN: BOOKS_OK,
+    Verdict.REPAIRED: BOOKS_OK,
+    Verdict.INTERRUPTED: BOOKS_ERROR,
+    Verdict.UPSTREAM_ERROR: BOOKS_ERROR,
+    Verdict.HTTP_ERROR: BOOKS_ERROR,
 }
 
 

@@ -216,13 +216,14 @@ def captured_stream(entries: list[dict[str, Any]], cell_id: str) -> str | None:
 
 def entries_for_cell(entries: list[dict[str, Any]], cell_id: str, key: str = "model") -> list[dict[str, Any]]:
     """The entries whose `key` (the request's model name) belongs to the cell, oldest first."""
-    return [e for e in entries if cell_of(e.get(key)) == cell_id]
+    return [e for e in entries if cell_id_of(e.get(key)) == cell_id]
 
 
-def cell_of(model: object) -> str | None:
-    """The cell id in a model name: its first `;` item, without a route prefix (LiteLLM may record
-    `via-finish-fix/c0001;...`)."""
+def cell_id_of(model: object) -> str | None:
+    """The cell id in a model name as a gateway or worker saw it (`c0007;tokens=3`, with or
+    without a route prefix such as `via-finish-fix/`), or None. Here rather than in labs.scenario,
+    which builds the names, because the gateways' books readers need it and labs.scenario imports
+    the gateways."""
     if not isinstance(model, str):
         return None
-    name = model.split(";", 1)[0]
-    return name.rsplit("/", 1)[-1]
+    return model.split(";", 1)[0].rsplit("/", 1)[-1] or None

@@ -62,7 +62,7 @@ import trio
 from faults.child_processes import ChildStartError
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import GatewayContext, GatewayEntry
-from labs.gateways.services import Gateway, cell_of, open_service_on_free_ports
+from labs.gateways.services import Gateway, cell_id_of, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
@@ -100,7 +100,7 @@ class RunningSmg:
         """
         new = [m for m in dict.fromkeys(models) if m not in self._registered]
         for upstream in self.upstreams:
-            urls = [upstream + CELL_PATH.format(cell=cell_of(model)) for model in new]
+            urls = [upstream + CELL_PATH.format(cell=cell_id_of(model)) for model in new]
             for url, model in zip(urls, new):
                 await trio.to_thread.run_sync(self._post_worker, url, model)
             await self._wait_until_ready(urls)
@@ -201,7 +201,7 @@ def _requests_of(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def read_smg_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
     mine = [
         r for r in _requests_of(entries).values()
-        if any((m := _CELL_IN_URL.search(url)) and m.group(1) == cell_id for url in r["workers"]) or cell_of(r.get("model")) == cell_id
+        if any((m := _CELL_IN_URL.search(url)) and m.group(1) == cell_id for url in r["workers"]) or cell_id_of(r.get("model")) == cell_id
     ]
     if not mine:
         return None, None

@@ -29,6 +29,7 @@ from labs.grade.card import Mark, shortened
 from labs.grade.reading import CLEAN_END, StreamReading
 from labs.hub.policy import TunnelDropPolicy
 from labs.outcome import Outcome
+from labs.topology import PRIMARY, SPARE
 
 __all__ = [
     "BYTES_CLIENT", "DEFAULT_GATEWAY_CLIENTS", "GATEWAY_CHECKS", "GATEWAY_CHECK_IDS", "BOOKS_CHECK", "CheckRun", "GatewayCheck",
@@ -63,7 +64,7 @@ class RequestResult:
 
     @property
     def reached_primary(self) -> bool:
-        return self.workers.get("primary", 0) > 0
+        return self.workers.get(PRIMARY, 0) > 0
 
     def line(self) -> str:
         return f"{self.client}: {self.outcome} ({shortened(self.why, _CLAUSE)})"
@@ -153,10 +154,10 @@ def _retried_on_spare(run: CheckRun) -> Judgement:
         return Mark.NOT_TESTED, f"no request reached the faulty worker (the gateway sent them to the spare first: {', '.join(skipped)})"
     bad = [r for r in judged if r.outcome is not Outcome.OK]
     if bad:
-        retried = [r for r in bad if r.workers.get("spare")]
+        retried = [r for r in bad if r.workers.get(SPARE)]
         hint = "" if retried else "; the gateway never asked the spare"
         return Mark.FAIL, _lines(bad) + hint
-    not_from_spare = [r.client for r in judged if not r.workers.get("spare")]
+    not_from_spare = [r.client for r in judged if not r.workers.get(SPARE)]
     if not_from_spare:
         return Mark.FAIL, f"{', '.join(not_from_spare)}: full answer but the spare never saw the request (unexpected)"
     note = f" ({', '.join(skipped)} went to the spare first, not judged)" if skipped else ""

@@ -30,6 +30,7 @@ from faults.toxiproxy_server import open_toxiproxy_server
 from labs.clients import LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
+from labs.entry import leaf_errors
 from labs.grade.books import BOOKS_NO_ENTRY, read_books_file
 from labs.grade.card import Card, CheckResult, GradeError, Mark, shortened
 from labs.grade.fetch import cannot_connect, fetch_stream, grading_client
@@ -42,6 +43,7 @@ from labs.outcome import BOOKS_ERROR, ClientReport, judge
 # How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
 from labs.runner import BOOKS_DEADLINE_S
 from labs.scenario import CELL_ID_TEMPLATE, SCENARIO_DIR, Scenario, cell_id_of, load_scenario
+from labs.topology import PRIMARY, SPARE
 from labs.worker.server import RunningWorker, open_worker
 from labs.worker.settings import DEFAULT_MODEL_NAME
 
@@ -180,7 +182,7 @@ class GradingLab:
 
     def workers_for(self, request_id: str) -> dict[str, int]:
         seen = {}
-        for name, worker in (("primary", self.primary), ("spare", self.spare)):
+        for name, worker in ((PRIMARY, self.primary), (SPARE, self.spare)):
             count = sum(1 for model in worker.arrivals if cell_id_of(model) == request_id) if worker is not None else 0
             if count:
                 seen[name] = count
@@ -324,16 +326,10 @@ async def grade_gateway(target: GatewayTarget) -> Card:
         return await _grade_gateway(target)
     except BaseExceptionGroup as group:
         # trio's nurseries wrap what is raised inside them; a GradeError is one line for a user.
-        leaves = _leaves(group)
+        leaves = leaf_errors(group)
         if leaves and all(isinstance(leaf, GradeError) for leaf in leaves):
             raise leaves[0] from None
         raise
-
-
-def _leaves(error: BaseException) -> list[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
-    return [error]
 
 
 async def _grade_gateway(target: GatewayTarget) -> Card:
@@ -385,7 +381,7 @@ async def grade_with(lab: GradingLab, target: GatewayTarget) -> Card:
 def _require_upstream_reached(run: CheckRun, target: GatewayTarget, lab: GradingLab) -> None:
     """The healthy request must reach the lab's worker with its settings, or nothing can be judged."""
     raw = run.raw
-    if raw is None or raw.reached_primary or raw.workers.get("spare"):
+    if raw is None or raw.reached_primary or raw.workers.get(SPARE):
         return
     reading = raw.reading
     answer = f"answered HTTP {reading.status}" if reading is not None and reading.status else f"ended with {reading.ending if reading else 'nothing'}"
