@@ -34,6 +34,7 @@ from the log alone.
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -425,10 +426,32 @@ def read_port_from_log(path: str | os.PathLike[str] | None, offset: int, pattern
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port that was free a moment ago, for a program that cannot be told port 0; start it again
-    on another when `bind_failed` says the port was taken meanwhile."""
+    on another when `bind_failed` says the port was taken meanwhile.
+
+    Picked below the kernel's ephemeral range where it can: a port the kernel hands out for port 0
+    is also what it hands to the next outgoing connection, so between this probe and the program's
+    bind any client on the machine could take it (seen in CI: `Address already in use`).
+    """
+    low = _ephemeral_low()
+    for _ in range(50):
+        port = random.randrange(max(1024, low - 12000), low)
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    # Linux: "32768\t60999"; elsewhere, or unreadable, IANA's dynamic range starts at 49152.
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152
 
 
 def bind_failed(error: ChildStartError) -> bool:
