@@ -16,6 +16,13 @@ Why it is needed, for a response body that is being streamed:
   upstream exchange is abandoned the way mitmproxy abandons it for a client that went away: a
   `RequestProtocolError` sent to the server connection, which closes an HTTP/1 connection and resets
   only this stream on HTTP/2.
+* Every piece of a streamed body costs mitmproxy two generators (this method and
+  `state_stream_response_body`) and a read of the `store_streamed_bodies` option, whose value
+  mitmproxy deep-copies on every read: together more than finish_fix's own work on a routine piece
+  (`make bench`). So the pieces of a flow whose handler is a `CutHandler` are sent here, the way
+  `state_stream_response_body` sends them: each piece through the stream callable, each chunk it
+  returns as one `SendHttp(ResponseData)` to the client. The option is read once, when the response
+  head has gone out; while it is on, mitmproxy's own method handles the pieces (and stores them).
 * mitmproxy passes an empty HTTP/2 DATA frame (without END_STREAM) to the stream callable as `b""`,
   which is also how it signals the end of the body: the callable cannot tell them apart, and for an
   HTTP/1.1 client the empty piece would be written as the chunked terminator. Here such an empty
@@ -24,8 +31,8 @@ Why it is needed, for a response body that is being streamed:
 Everything else goes to mitmproxy's own method unchanged. The handler is the flow's own stream
 callable (`flow.response.stream`) when it is a `CutHandler`: nothing per process is stored on
 mitmproxy's class but the original method. The clean end mirrors `HttpStream.handle_protocol_error`
-and `HttpStream.flow_done`, the empty piece `HttpStream.state_stream_response_body`, the timer's start
-`HttpStream.start_response_stream`, and its delivery `HttpLayer.event_to_child`; `tests/test_cut_hook.py`
+and `HttpStream.flow_done`, the pieces and the empty piece `HttpStream.state_stream_response_body`,
+the timer's start `HttpStream.start_response_stream`, and its delivery `HttpLayer.event_to_child`; `tests/test_cut_hook.py`
 pins their source, and the end-to-end tests cut and stall real streams through a real mitmdump: a
 mitmproxy upgrade that changes any of them fails loudly.
 
@@ -66,6 +73,9 @@ _MIN_DELAY_S = 0.01
 # it survives hot reloads of the addon, as this module does).
 _timers_pending = 0
 _draining = False
+# mitmproxy's own method while the wrapper is installed (also kept on the class, see `install`): read
+# from here for every piece, a module global being the cheapest lookup.
+_original_handle_event = None
 
 
 class CutHandler:
@@ -74,7 +84,17 @@ class CutHandler:
 
     Every method must be cheap and should not raise (an exception is logged and mitmproxy goes on
     as usual). `now` is `time.time()`.
+
+    Attributes:
+        sent_by_hook: set by the hook once the response head went out: True when the hook sends
+            each piece of the body itself (`store_streamed_bodies` is off), False while mitmproxy's
+            own method does. Subclasses call `CutHandler.__init__`.
     """
+
+    __slots__ = ("sent_by_hook",)
+
+    def __init__(self) -> None:
+        self.sent_by_hook = False
 
     def on_upstream_failure(self, message: str) -> ClientEnding | None:
         """The upstream died mid-body (`message`: mitmproxy's words). None: leave it to mitmproxy."""
@@ -93,11 +113,12 @@ class CutHandler:
 def install() -> None:
     """Routes mid-body failures and stall timers of streamed responses to each flow's handler (the
     method is wrapped only once, however often this is called)."""
-    global _draining
+    global _draining, _original_handle_event
     _draining = False
     if _ORIGINAL not in HttpStream.__dict__:
         setattr(HttpStream, _ORIGINAL, HttpStream.__dict__["_handle_event"])
         HttpStream._handle_event = _handle_event
+    _original_handle_event = HttpStream.__dict__[_ORIGINAL]
 
 
 def uninstall() -> None:
@@ -127,11 +148,31 @@ def _restore() -> None:
 def _handle_event(self: HttpStream, event):
     # Every piece of every body comes here, and `_handle_other_event` never acts on a non-empty one
     # (only on an empty piece, a failure, a timer or the response head): so this is a plain function
-    # (like mitmproxy's own `expect` wrapper) that hands such a piece to mitmproxy's generator as is,
-    # without a generator of ours around it.
+    # (like mitmproxy's own `expect` wrapper) that returns the generator for such a piece without one
+    # of ours around it: `_send_pieces` for a body the hook sends, else mitmproxy's own.
     if isinstance(event, ResponseData) and event.data:
-        return getattr(HttpStream, _ORIGINAL)(self, event)
+        handler = getattr(self.flow.response, "stream", None)
+        # `server_state` is checked too: after a cut or a stall ended the client's response, later
+        # pieces go to mitmproxy's state_errored, which drops them.
+        if getattr(handler, "sent_by_hook", False) and self.server_state.__func__ is _STREAM_RESPONSE_BODY:
+            return _send_pieces(self, handler, event.data)
+        return _original_handle_event(self, event)
     return _handle_other_event(self, event)
+
+
+_STREAM_RESPONSE_BODY = HttpStream.state_stream_response_body
+
+
+def _send_pieces(self: HttpStream, handler: CutHandler, data: bytes):
+    """What `state_stream_response_body` does with a piece of the body (a `ResponseData`) while
+    `store_streamed_bodies` is off: the piece through the stream callable, one `SendHttp` per chunk
+    it returns."""
+    chunks = handler(data)
+    if isinstance(chunks, bytes):
+        chunks = [chunks]
+    client = self.context.client
+    for chunk in chunks:
+        yield SendHttp(ResponseData(self.stream_id, chunk), client)
 
 
 def _handle_other_event(self: HttpStream, event):
@@ -159,7 +200,11 @@ def _handle_other_event(self: HttpStream, event):
         return  # the timer of a response that is over (HttpStream asks for no wakeups of its own)
     yield from original(self, event)
     if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
-        # The response head just went to the client (start_response_stream): start the stall timer.
+        # The response head just went to the client (start_response_stream): from here the hook
+        # sends the pieces (unless mitmproxy is to store them), and the stall timer starts.
+        handler = _handler_of(self.flow)
+        if handler is not None:
+            handler.sent_by_hook = not self.context.options.store_streamed_bodies
         yield from _set_timer(self, time.time())
 
 

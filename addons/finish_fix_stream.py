@@ -33,17 +33,27 @@ class ClientStream(CutHandler):
         copy: the bounded copy of what the client was sent.
     """
 
+    __slots__ = ("repair", "copy", "_copy_pending", "_copy_block", "_logged")
+
     def __init__(self, repair: StreamRepair, copy: BodyCopy) -> None:
+        super().__init__()
         self.repair = repair
         self.copy = copy
-        self.called = False
+        # The copy's buffer, appended to inline (BodyCopy says how); None when nothing is kept.
+        self._copy_pending = copy.pending if copy.limit else None
+        self._copy_block = copy.block
         self._logged = False
+
+    @property
+    def called(self) -> bool:
+        """Whether mitmproxy streamed the body through this callable: it then ends every streamed
+        body with b"", and the repair has ended."""
+        return self.repair.ended
 
     def __call__(self, data: bytes) -> list[bytes]:
         """Must never raise (mitmproxy would drop the piece and corrupt the client's body) and never
         return b"" mid-stream (on HTTP/1.1 that is written as the chunked terminator)."""
         # This runs for every piece of every stream: locals and one clock read, nothing more.
-        self.called = True
         repair = self.repair
         try:
             out = repair.receive_data(data, now=_clock()) if data else repair.receive_end(now=_clock())
@@ -55,14 +65,17 @@ class ClientStream(CutHandler):
         if repair.report.internal_error:
             self.log_internal_error_once()
         if out:
-            self.copy.add(out)
+            pending = self._copy_pending
+            if pending is not None:
+                pending += out
+                if len(pending) >= self._copy_block:
+                    self.copy.seal()
             return [out]
         return []
 
     def finish_unstreamed(self) -> bytes:
         """For a response mitmproxy never streamed (an empty body: Content-Length 0, or HTTP/2
         headers that end the stream): the bytes the repair adds at the end (rule 7)."""
-        self.called = True
         if self.repair.ended:
             return b""
         out = self.repair.receive_end(now=time.time())

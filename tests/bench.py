@@ -22,6 +22,14 @@ closing lines put the three figures of issue 9 side by side with their targets.
 The client is a socket with h11 that counts `data: ` marks in the body, so that a full client's
 overhead does not hide the proxy's; the concurrent streams are read the same way, all from one
 thread with `selectors`.
+
+Where the machine has two CPUs or more, the client and the upstream (this process) are pinned to one
+and every mitmdump to another, so that the load generator never takes CPU time from the proxy under
+test (`--no-pin` leaves placement to the scheduler). On a shared machine the speed of a CPU still
+drifts from one second to the next, so the long stream is also raced: plain streaming mitmdump and
+finish_fix stream it at the same time on the same CPU, and the ratio is the events each had sent
+when the first finished. Both then run under the same conditions at every moment, so that ratio
+is what finish_fix costs, with little of the drift that the rounds taken one after the other carry.
 """
 
 from __future__ import annotations
@@ -212,6 +220,59 @@ def read_concurrent_streams(port: int, path: str, *, streams: int, expected_even
     return ConcurrentRun(streams, total_events, finished - started)
 
 
+def race_streams(ports: list[int], path: str) -> list[int]:
+    """POSTs to every port at once and reads all the streams from this one thread; returns the
+    events each had sent when the first of them ended (so that all are counted over the same time)."""
+    connections = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) for port in ports]
+    selector = selectors.DefaultSelector()
+    counters = [_MarkCounter() for _ in ports]
+    try:
+        started = time.perf_counter()
+        for number, (port, connection) in enumerate(zip(ports, connections)):
+            client, request = _request_bytes(port, path)
+            connection.sendall(request)
+            connection.setblocking(False)
+            selector.register(connection, selectors.EVENT_READ, (client, counters[number]))
+        while True:
+            if time.perf_counter() - started > _DEADLINE_S:
+                raise TimeoutError(f"no stream of the race on ports {ports} ended within {_DEADLINE_S} s")
+            for key, _ in selector.select(timeout=1.0):
+                client, marks = key.data
+                try:
+                    client.receive_data(key.fileobj.recv(_RECV_SIZE))
+                except BlockingIOError:
+                    continue
+                while (event := client.next_event()) is not h11.NEED_DATA:
+                    if isinstance(event, h11.Response) and event.status_code != 200:
+                        raise RuntimeError(f"HTTP {event.status_code} from a port of {ports}{path}")
+                    if isinstance(event, h11.Data):
+                        marks.add(bytes(event.data))
+                    elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                        return [counter.events for counter in counters]
+    finally:
+        selector.close()
+        for connection in connections:
+            connection.close()
+
+
+def pin_processes(load_pid: int, proxy_pids: list[int]) -> str | None:
+    """Pins every thread of `load_pid` to one CPU and every thread of each proxy to another (threads
+    started later inherit it); returns what it did, or None where it cannot (one CPU, no affinity)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    load_cpu, proxy_cpu = cpus[0], cpus[1]
+    for pid, cpu in [(load_pid, load_cpu)] + [(pid, proxy_cpu) for pid in proxy_pids]:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                os.sched_setaffinity(int(task), {cpu})
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
+    return f"client and upstream pinned to CPU {load_cpu}, every mitmdump to CPU {proxy_cpu}"
+
+
 def core_events_per_second(pieces: list[bytes], *, fast_path: bool, runs: int = 3) -> float:
     """The repair core alone, fed `pieces` one per call with a clock value, as finish_fix feeds it:
     the median events/s of `runs` streams."""
@@ -375,14 +436,15 @@ def _cpu(us: float | None) -> str:
 
 
 def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_events: int,
-                long_bytes: int, ttfe_runs: int, long_runs: int) -> None:
+                long_bytes: int, ttfe_runs: int, long_runs: int, pinned: str | None) -> None:
     import mitmproxy.version
 
     print()
     print(f"finish_fix benchmark: a healthy {long_events:,}-event chat stream "
           f"({long_bytes / 1e6:.1f} MB, one event per HTTP chunk) over 127.0.0.1")
     print(f"mitmproxy {mitmproxy.version.VERSION}, Python {platform.python_version()}, "
-          f"{platform.machine()}, {platform.system()} {platform.release()}")
+          f"{platform.machine()}, {platform.system()} {platform.release()}; "
+          f"{pinned or 'processes not pinned'}")
     print()
     header = (f"{'path':<44} {'events/s':>10} {'x plain':>8} {'TTFE ms':>8} {'+TTFE ms':>9} "
               f"{'1st of long':>11} {'CPU us/ev':>9} {'RSS@10%':>8} {'RSS@50%':>8} {'RSS@90%':>8} {'peak ' + format(short_events // 1000) + 'k':>9} "
@@ -416,7 +478,7 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
     print("direct: the client reads the upstream itself, one HTTP chunk per event; mitmdump "
           "re-chunks per read, so the client parses fewer")
     print(f"chunks behind it and 'direct' is a reference, not a ceiling. Upstream, mitmdump and "
-          f"client share {os.cpu_count()} CPUs.")
+          f"client share {os.cpu_count()} CPUs" + (" (pinned as above)." if pinned else "."))
     print("RSS in MiB, mitmdump's resident set from /proc/PID/status while the long stream flows "
           "(VmRSS at 10/50/90% of its events);")
     print(f"peak = VmHWM after a {short_events:,}-event stream, then after the {long_events:,}-event "
@@ -446,7 +508,8 @@ def print_concurrent_table(rows: list[Row], *, streams: int, events: int, runs: 
 
 
 def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_streams: int,
-                  concurrent_events: int, core_fast: float, core_full: float) -> None:
+                  concurrent_events: int, core_fast: float, core_full: float,
+                  race_ratios: list[float]) -> None:
     """Issue 9's three speed figures, each next to its target (figures from this one run)."""
 
     def verdict(ok: bool) -> str:
@@ -463,6 +526,10 @@ def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_s
           f"{plain.events_per_second:,.0f} events/s (medians); paired {long_ratio:.2f}x "
           f"({rounds(finish_fix.round_ratios)}; target >= 0.90x: {verdict(long_ratio >= 0.9)}); "
           f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event")
+    if race_ratios:
+        race = statistics.median(race_ratios)
+        print(f"      raced, both streaming it at once on one CPU: {race:.2f}x ({rounds(race_ratios)}; "
+              f"target >= 0.90x: {verdict(race >= 0.9)})")
     print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
           f"{plain.streams_per_second:,.1f} streams/s, "
           f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
@@ -488,8 +555,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="events per stream in the concurrent shape")
     parser.add_argument("--concurrent-runs", type=int, default=5,
                         help="rounds of the concurrent shape (its figures are their median)")
+    parser.add_argument("--race-runs", type=int, default=5,
+                        help="rounds of the long stream raced through plain mitmdump and finish_fix at once")
     parser.add_argument("--skip-buffering", action="store_true",
                         help="leave out plain mitmdump with default (buffering) options")
+    parser.add_argument("--no-pin", action="store_true",
+                        help="leave the processes where the scheduler puts them (default: the client "
+                             "and upstream on one CPU, every mitmdump on another)")
     args = parser.parse_args(argv)
 
     if not FINISH_FIX_SCRIPT.exists():
@@ -529,12 +601,19 @@ def main(argv: list[str] | None = None) -> int:
                 # The buffering mitmdump is not a streaming proxy: it has no place in that shape.
                 streaming = bool(scripts) or "stream_large_bodies" in options
                 targets.append(Target(name, mitmdump.port, mitmdump, concurrent=streaming))
+            pinned = None if args.no_pin else pin_processes(
+                os.getpid(), [target.mitmdump.pid for target in targets if target.mitmdump is not None])
             print(f"streaming {args.events:,} events through {len(targets)} paths, "
-                  f"{args.long_runs} rounds ...", file=sys.stderr)
+                  f"{args.long_runs} rounds ({pinned or 'not pinned'}) ...", file=sys.stderr)
             measure(targets, paths, long_events=args.events, short_events=args.short_events,
                     ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
                     concurrent_streams=args.concurrent_streams,
                     concurrent_events=args.concurrent_events, concurrent_runs=args.concurrent_runs)
+            race_ratios = []
+            for _ in range(args.race_runs):
+                plain_events, finish_fix_events = race_streams([targets[1].port, targets[2].port], paths["long"])
+                race_ratios.append(finish_fix_events / plain_events)
+                time.sleep(0.5)  # the stream left unfinished is torn down before the next round
         except BaseException:
             for target in targets:
                 if target.mitmdump is not None:
@@ -546,7 +625,8 @@ def main(argv: list[str] | None = None) -> int:
                     target.mitmdump.stop()
         rows = [target.row(targets[1]) for target in targets]
         print_table(rows, rows[1], long_events=args.events, short_events=args.short_events,
-                    long_bytes=long_bytes, ttfe_runs=args.ttfe_runs, long_runs=args.long_runs)
+                    long_bytes=long_bytes, ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
+                    pinned=pinned)
         print_concurrent_table(rows, streams=args.concurrent_streams,
                                events=args.concurrent_events, runs=args.concurrent_runs)
         # The core last, with the proxies stopped, so nothing else of this bench runs meanwhile.
@@ -555,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
         print_targets(rows[1], rows[2], long_events=args.events,
                       concurrent_streams=args.concurrent_streams,
                       concurrent_events=args.concurrent_events, core_fast=core_fast,
-                      core_full=core_full)
+                      core_full=core_full, race_ratios=race_ratios)
     return 0
 
 

@@ -28,9 +28,10 @@ def _defined_copy(whole: bytes, limit: int, plain: bool) -> bytes:
     limit=st.sampled_from([0, 1, 2, 3, 7, 64, 100, 1000]),
     plain=st.booleans(),
     reads=st.sets(st.integers(0, 60), max_size=4),
+    block=st.sampled_from([1, 2, 5, 64, 300, BodyCopy.BLOCK]),
 )
-def test_the_copy_is_the_whole_stream_or_its_two_ends(pieces, limit, plain, reads):
-    copy = BodyCopy(limit, plain=plain)
+def test_the_copy_is_the_whole_stream_or_its_two_ends(pieces, limit, plain, reads, block):
+    copy = BodyCopy(limit, plain=plain, block=block)
     for number, piece in enumerate(pieces):
         copy.add(piece)
         if number in reads:  # mitmweb may read the copy while the stream goes on
@@ -42,4 +43,4 @@ def test_a_long_stream_is_held_near_the_limit():
     copy = BodyCopy(4096)
     for _ in range(10_000):
         copy.add(b"x" * 100)
-        assert len(copy._head) + copy._tail_bytes + len(copy._recent) <= 4096 + 2 * BodyCopy._BLOCK + 100
+        assert len(copy._head) + copy._tail_bytes + len(copy.pending) <= 4096 + 2 * BodyCopy.BLOCK + 100

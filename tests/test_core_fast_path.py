@@ -23,6 +23,8 @@ from hypothesis import strategies as st
 
 from finishline import OnCut, RepairPolicy, RequestFacts, StreamRepair
 from finishline._routine_chunks import RoutineChunks
+from finishline._sse import EventFramer
+from finishline._wording import content_after_injection
 from tests.bench import healthy_stream
 from tests.feeding import chunk
 
@@ -167,6 +169,31 @@ def _adversarial_pieces(draw) -> list[bytes]:
     return pieces
 
 
+@st.composite
+def _runs_of_one_shape(draw) -> list[bytes]:
+    """Long runs of routine chunks of one shape (what the repair machine's steady path takes), each
+    broken by any other event a stream carries, whole or split."""
+    ending = draw(st.sampled_from([b"\n", b"\r\n"]))
+    style = {**draw(_style()), "obfuscation": False, "usage_null": False}
+    plain_text = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=8)
+    pieces: list[bytes] = []
+    for _ in range(draw(st.integers(1, 4))):
+        index = draw(st.sampled_from([0, 0, 0, 1]))
+        for text in draw(st.lists(st.one_of(plain_text, _TEXTS), min_size=1, max_size=25)):
+            body = chunk(text, index=index)
+            if not style["reason_key"]:
+                del body["choices"][0]["finish_reason"]
+            data = json.dumps(body, separators=style["separators"], ensure_ascii=style["ensure_ascii"]).encode()
+            pieces.append(b"data: " + data + ending + ending)
+        other = draw(_event(ending, style))
+        if draw(st.booleans()) and len(other) > 1:
+            at = draw(st.integers(1, len(other) - 1))
+            pieces += [other[:at], other[at:]]
+        else:
+            pieces.append(other)
+    return pieces
+
+
 def _run_both(pieces: list[bytes], end: str, *, policy: RepairPolicy, request: RequestFacts) -> None:
     machines = [
         StreamRepair(request=request, policy=policy, started_at=0.0, fast_path=fast_path)
@@ -177,6 +204,8 @@ def _run_both(pieces: list[bytes], end: str, *, policy: RepairPolicy, request: R
         now += 0.5
         outputs = [machine.receive_data(piece, now=now) for machine in machines]
         assert outputs[0] == outputs[1], f"piece {piece!r}"
+        checks = [machine.next_stall_check(now) for machine in machines]
+        assert checks[0] == checks[1], f"next stall check after piece {piece!r}"
     now += 0.5
     if end == "clean":
         endings = [machine.receive_end(now=now) for machine in machines]
@@ -216,6 +245,30 @@ def test_fast_and_full_paths_agree_when_the_text_gap_holds_any_bytes(pieces, end
 
 
 @SETTINGS
+@given(pieces=_runs_of_one_shape(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
+def test_fast_and_full_paths_agree_on_long_runs_of_one_shape(pieces, end, policy, request):
+    _run_both(pieces, end, policy=policy, request=request)
+
+
+def test_text_after_an_injected_finish_is_noticed_on_the_steady_path():
+    # A usage chunk mid-stream gets a finish injected before it; text that follows means the usage
+    # chunk was not the end. An empty text chunk of the routine shape first leaves the steady path
+    # closed, so the text after it is still noticed.
+    def text(content: str) -> bytes:
+        return b"data: " + json.dumps(chunk(content)).encode() + b"\n\n"
+
+    usage = b"data: " + json.dumps(chunk(choices=[], usage={"completion_tokens": 2})).encode() + b"\n\n"
+    pieces = [text("a"), text("b"), text("c"), usage, text(""), text("d"), text("e"), b"data: [DONE]\n\n"]
+    for end in ("clean", "failure"):
+        _run_both(pieces, end, policy=RepairPolicy(), request=RequestFacts())
+    repair = StreamRepair()
+    for piece in pieces:
+        repair.receive_data(piece)
+    repair.receive_end()
+    assert content_after_injection() in repair.report.repairs
+
+
+@SETTINGS
 @given(data=st.binary(max_size=400), cuts=st.lists(st.integers(0, 400), max_size=8), end=_ENDS)
 def test_fast_and_full_paths_agree_on_arbitrary_bytes(data, cuts, end):
     # Arbitrary bytes after a learned shape, so the fast path is tried on every piece.
@@ -247,13 +300,24 @@ def counted(monkeypatch):
     return _CountingRoutineChunks
 
 
-def test_the_bench_stream_takes_the_fast_path_after_its_first_chunk(counted):
+def test_the_bench_stream_takes_the_fast_path_after_its_first_chunk(monkeypatch):
+    framed = []
+
+    class _CountingFramer(EventFramer):
+        """The real framer, noting the pieces the full path read."""
+
+        def receive_data(self, data):
+            framed.append(data)
+            return super().receive_data(data)
+
+    monkeypatch.setattr("finishline._repair.EventFramer", _CountingFramer)
     pieces = list(healthy_stream(1000)())
-    repair = StreamRepair()
-    out = b"".join(repair.receive_data(piece) for piece in pieces) + repair.receive_end()
+    repair = StreamRepair(started_at=0.0)
+    out = b"".join(repair.receive_data(piece, now=1.0) for piece in pieces) + repair.receive_end(now=2.0)
     assert out == b"".join(pieces)
     assert repair.report.verdict == "clean" and repair.report.events == 1002
-    assert counted.matched == 999  # every text chunk but the first, which taught the shape
+    # The first text chunk taught the shape; the finish chunk and [DONE] are not routine.
+    assert framed == [pieces[0], pieces[-2], pieces[-1]]
 
 
 def test_openai_chunks_with_obfuscation_padding_take_the_fast_path(counted):

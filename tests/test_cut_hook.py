@@ -26,7 +26,8 @@ PINNED_SOURCES = {
     "handle_protocol_error": "59fc3b2eeeabf63a64d4cce98b4fe4cab5193ebefbd9c32ae186e65c7d25bfe2",
     # How a finished response is ended toward the client; mirrored after a cut.
     "flow_done": "ad9969744785c572bf38b70c9269469554e6fcf016ea7d7f89541b865cff6d85",
-    # Calls the stream callable with each piece and with b"" at the end (why empty pieces are dropped).
+    # Calls the stream callable with each piece and with b"" at the end (why empty pieces are dropped);
+    # the wrapper sends the pieces of a finish_fix body as its ResponseData branch does.
     "state_stream_response_body": "3fb6320300d3ddd5569cfe3c04720b339cd64e400956b7d55b5d31fdcaf22e49",
     # Called by the wrapper after the error hook, as handle_protocol_error does.
     "check_killed": "368cad352d1e82b6907688a0d3196d2e586b4af9af2a8465ea00d46e2d3c3672",

@@ -228,6 +228,34 @@ def test_saved_copy_is_bounded_and_keeps_the_start_and_the_end(
     assert copy[:1000] == sent[:1000] and copy[-1000:] == sent[-1000:]
 
 
+def test_with_store_streamed_bodies_mitmproxy_stores_the_repaired_stream(
+    start_finish_fix: Callable[..., FinishFixProxy], upstream: UpstreamServer, tmp_path
+) -> None:
+    # The cut hook sends finish_fix's pieces itself only while mitmproxy is not to store them: with
+    # the option on, mitmproxy's own method sends and stores them, so with finish_fix's copy off the
+    # saved body is mitmproxy's, and it is what the client was sent (repaired, and with the error
+    # event after a cut).
+    flows_file = tmp_path / "flows.mitm"
+    proxy = start_finish_fix(save_stream_file=str(flows_file), store_streamed_bodies="true", finish_fix_body_copy="0")
+    prefixes = {
+        "repaired": upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None))),
+        "interrupted": upstream.route(CUTS["fin-mid-chunk"]),
+    }
+    sent = {verdict: raw_post(chat_url(proxy.mitmdump.url, prefix)).body for verdict, prefix in prefixes.items()}
+    for prefix in prefixes.values():
+        proxy.wait_ledger_lines(prefix)
+    proxy.mitmdump.stop()
+
+    repaired = complete_events(sent["repaired"])
+    assert repaired[-1] == "[DONE]" and json.loads(repaired[-2])["choices"][0]["finish_reason"] == "stop"
+    assert json.loads(complete_events(sent["interrupted"])[-1])["error"]["code"] == "stream_interrupted"
+    with flows_file.open("rb") as saved:
+        flows = {flow.request.path.split("/")[1]: flow for flow in mitmproxy_io.FlowReader(saved).stream()}
+    stored = flows[prefixes["repaired"].strip("/")]
+    assert stored.metadata["finish_fix"]["verdict"] == "repaired"
+    assert stored.response.raw_content == sent["repaired"]
+
+
 def test_a_client_that_goes_away_is_booked_as_such_not_as_an_upstream_cut(
     finish_fix: FinishFixProxy, upstream: UpstreamServer
 ) -> None:

@@ -48,7 +48,7 @@ from ._injected import DONE, ERROR_CODE, done_event, error_event, finishing_even
 from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
-from ._routine_chunks import RoutineChunks
+from ._routine_chunks import RoutineChunks, match_plain_text
 from ._sse import Event, EventFramer
 from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
 
@@ -85,6 +85,14 @@ class StreamRepair:
     upstream sent. `report` is the running account (final once `ended`).
     """
 
+    # Slots: the path of every piece reads and writes a few of these, and slots are the cheapest
+    # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
+    __slots__ = (
+        "_request", "_policy", "_started_at", "_head_at", "_framer", "_phase", "_ended", "_choices",
+        "_chunk_fields", "_fields_from", "_completion_tokens", "_first_token_seen", "_last_event_at",
+        "_empty_rewritten", "_routine", "_steady", "report", "__dict__",
+    )
+
     def __init__(
         self,
         *,
@@ -114,6 +122,8 @@ class StreamRepair:
         self._empty_rewritten = 0
         # Shapes of routine text chunks seen so far, for the fast path (`_on_routine_piece`).
         self._routine = RoutineChunks(enabled=fast_path)
+        # The steady path's shape (`RoutineMatch.steady`) while it may be taken, else None.
+        self._steady: tuple[bytes, bytes, int, int] | None = None
         self.report = StreamReport(model=request.model)
         encoding = content_encoding.strip().lower()
         if status >= 400:
@@ -127,6 +137,20 @@ class StreamRepair:
 
     def receive_data(self, data: bytes, *, now: float | None = None) -> bytes:
         """Takes the next piece of the upstream body."""
+        steady = self._steady
+        if steady is not None:
+            # The steady path (`_on_routine_piece` says when it holds): the piece is the routine
+            # shape seen last, with plain text, and nothing but the counts can change.
+            prefix, suffix, text_start, suffix_length = steady
+            size = len(data)
+            if data.startswith(prefix) and data.endswith(suffix) and match_plain_text(data, text_start, size - suffix_length) is not None:
+                report = self.report
+                report.events += 1
+                report.upstream_bytes += size
+                report.client_bytes += size
+                self._last_event_at = now
+                return data
+            self._steady = None
         if self._ended:
             self._check_open("receive_data")
         report = self.report
@@ -148,6 +172,7 @@ class StreamRepair:
         close-delimited body, HTTP/2 END_STREAM)."""
         self._check_open("receive_end")
         self._ended = True
+        self._steady = None
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return b""
@@ -200,6 +225,7 @@ class StreamRepair:
     def _end_broken(self, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
         """The stream ended without its clean end (a transport failure, a stall)."""
         self._ended = True
+        self._steady = None
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return ClientEnding(b"", end_response=False)
@@ -222,6 +248,7 @@ class StreamRepair:
         nothing more can be sent, so this only closes the books."""
         self._check_open("receive_client_gone")
         self._ended = True
+        self._steady = None
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return
@@ -339,6 +366,16 @@ class StreamRepair:
             self._first_token_seen = True
             if state.finish_reason is not None and not state.finished_by_upstream:
                 state.content_after_injection = True
+        # The steady path may take the next pieces if, for another piece of this shape, all of the
+        # above would change nothing but the counts and the time of the last event. Whatever could
+        # change that goes through the full path or ends the stream, and both clear it.
+        if (
+            match.steady is not None
+            and self._first_token_seen
+            and (report.time_to_first_event is not None or self._started_at is None)
+            and (state.finish_reason is None or state.finished_by_upstream or state.content_after_injection)
+        ):
+            self._steady = match.steady
         return True
 
     def _on_choice(self, choice: dict) -> int:
@@ -466,6 +503,7 @@ class StreamRepair:
 
     def _move(self, signal: Signal) -> None:
         self._phase = TRANSITIONS[self._phase][signal]
+        self._steady = None
 
     def _pass_through_from_here(self, cause: Exception | str) -> None:
         self._move(Signal.GIVE_UP)

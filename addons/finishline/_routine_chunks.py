@@ -46,7 +46,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["RoutineChunks", "RoutineMatch", "TEXT_DELTA_KEYS"]
+__all__ = ["RoutineChunks", "RoutineMatch", "TEXT_DELTA_KEYS", "match_plain_text"]
 
 # Delta keys whose string value is the model's text. One of them is the gap; every other delta key
 # of a routine chunk must be falsy (so nothing else makes it a "token"), except `role`.
@@ -75,6 +75,9 @@ _TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
 # is this check, and a pattern without alternation or group runs it in less time and needs no
 # `lastindex`; anything else is left to `_TEXT_GAP`.
 _ASCII_TEXT_FULLMATCH = re.compile(rb'"' + _ASCII_CHARS + rb'"').fullmatch
+# The same check for the repair machine's steady path (`RoutineMatch.steady`): `match_plain_text(piece,
+# start, end)` is not None when piece[start:end] is one JSON string of plain ASCII text.
+match_plain_text = _ASCII_TEXT_FULLMATCH
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
@@ -100,14 +103,19 @@ class RoutineMatch:
         index: the choice index.
         remembered: the chunk's `id`, `created`, `model`, `system_fingerprint` (those present).
         has_text: whether the text is non-empty (the delta then counts as a token).
+        steady: for a shape with the text as its only gap, (prefix, suffix, where the text starts,
+            the suffix's length): a piece is this shape with plain text when it starts with the
+            prefix, ends with the suffix and `match_plain_text` finds the text between them. None for
+            a shape with more gaps.
     """
 
-    __slots__ = ("index", "remembered", "has_text")
+    __slots__ = ("index", "remembered", "has_text", "steady")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
         self.remembered = remembered
         self.has_text = False
+        self.steady: tuple[bytes, bytes, int, int] | None = None
 
 
 class _Shape:
@@ -126,6 +134,8 @@ class _Shape:
         self.suffix_length = len(self.suffix)
         self.text_gap = text_gap
         self.result = result
+        if self.segments is None:
+            result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
 
     def maybe_has_text(self, piece: bytes) -> bool | None:
         """None if `piece` is not this shape; else whether its text is non-empty."""
