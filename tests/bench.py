@@ -176,26 +176,28 @@ class ConcurrentRun:
     seconds: float
 
 
-def read_concurrent_streams(port: int, path: str, *, streams: int, expected_events: int) -> ConcurrentRun:
-    """Opens `streams` connections to 127.0.0.1:`port`, sends every request at once and reads every
-    response to its end from this one thread. The time runs from the first request sent to the end
-    of the last stream (the connections are opened before, alike for every path)."""
-    connections = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) for _ in range(streams)]
+def _read_at_once(ports: list[int], path: str, *, until_first_end: bool) -> tuple[list[_MarkCounter], float]:
+    """Opens a connection to each of `ports` (one port may come several times), sends every request
+    at once and reads the responses from this one thread: to the end of every one, or with
+    `until_first_end` to the end of the first. Returns each stream's counter and the seconds from
+    the first request sent (the connections are opened before, alike for every path)."""
+    connections = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) for port in ports]
     selector = selectors.DefaultSelector()
-    total_events = 0
+    counters = [_MarkCounter() for _ in ports]
     try:
         started = time.perf_counter()
-        for connection in connections:
+        for port, connection, marks in zip(ports, connections, counters):
             client, request = _request_bytes(port, path)
             connection.sendall(request)
             connection.setblocking(False)
-            selector.register(connection, selectors.EVENT_READ, (client, _MarkCounter()))
-        open_streams = streams
+            selector.register(connection, selectors.EVENT_READ, (client, marks, port))
+        open_streams = len(ports)
         while open_streams:
             if time.perf_counter() - started > _DEADLINE_S:
-                raise TimeoutError(f"{open_streams} of {streams} streams from port {port} took over {_DEADLINE_S} s")
+                raise TimeoutError(f"{open_streams} of {len(ports)} streams from ports {sorted(set(ports))} "
+                                   f"took over {_DEADLINE_S} s")
             for key, _ in selector.select(timeout=1.0):
-                client, marks = key.data
+                client, marks, port = key.data
                 try:
                     client.receive_data(key.fileobj.recv(_RECV_SIZE))
                 except BlockingIOError:
@@ -206,53 +208,33 @@ def read_concurrent_streams(port: int, path: str, *, streams: int, expected_even
                     if isinstance(event, h11.Data):
                         marks.add(bytes(event.data))
                     elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                        if marks.events != expected_events:
-                            raise RuntimeError(f"expected {expected_events} events from port {port}, got {marks.events}")
-                        total_events += marks.events
+                        if until_first_end:
+                            return counters, time.perf_counter() - started
                         selector.unregister(key.fileobj)
                         open_streams -= 1
                         break
-        finished = time.perf_counter()
+        return counters, time.perf_counter() - started
     finally:
         selector.close()
         for connection in connections:
             connection.close()
-    return ConcurrentRun(streams, total_events, finished - started)
+
+
+def read_concurrent_streams(port: int, path: str, *, streams: int, expected_events: int) -> ConcurrentRun:
+    """`streams` streams from 127.0.0.1:`port` at once, each read to its end from this one thread;
+    the time runs from the first request sent to the end of the last stream."""
+    counters, seconds = _read_at_once([port] * streams, path, until_first_end=False)
+    for marks in counters:
+        if marks.events != expected_events:
+            raise RuntimeError(f"expected {expected_events} events from port {port}, got {marks.events}")
+    return ConcurrentRun(streams, sum(marks.events for marks in counters), seconds)
 
 
 def race_streams(ports: list[int], path: str) -> list[int]:
-    """POSTs to every port at once and reads all the streams from this one thread; returns the
-    events each had sent when the first of them ended (so that all are counted over the same time)."""
-    connections = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) for port in ports]
-    selector = selectors.DefaultSelector()
-    counters = [_MarkCounter() for _ in ports]
-    try:
-        started = time.perf_counter()
-        for number, (port, connection) in enumerate(zip(ports, connections)):
-            client, request = _request_bytes(port, path)
-            connection.sendall(request)
-            connection.setblocking(False)
-            selector.register(connection, selectors.EVENT_READ, (client, counters[number]))
-        while True:
-            if time.perf_counter() - started > _DEADLINE_S:
-                raise TimeoutError(f"no stream of the race on ports {ports} ended within {_DEADLINE_S} s")
-            for key, _ in selector.select(timeout=1.0):
-                client, marks = key.data
-                try:
-                    client.receive_data(key.fileobj.recv(_RECV_SIZE))
-                except BlockingIOError:
-                    continue
-                while (event := client.next_event()) is not h11.NEED_DATA:
-                    if isinstance(event, h11.Response) and event.status_code != 200:
-                        raise RuntimeError(f"HTTP {event.status_code} from a port of {ports}{path}")
-                    if isinstance(event, h11.Data):
-                        marks.add(bytes(event.data))
-                    elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                        return [counter.events for counter in counters]
-    finally:
-        selector.close()
-        for connection in connections:
-            connection.close()
+    """One stream from each port at once; the events each had sent when the first of them ended (so
+    that all are counted over the same time)."""
+    counters, _ = _read_at_once(ports, path, until_first_end=True)
+    return [marks.events for marks in counters]
 
 
 def pin_processes(load_pid: int, proxy_pids: list[int]) -> str | None:

@@ -29,6 +29,10 @@ timer for `next_stall_check(now)`. The machine notes when events arrive (once pe
 call that completed any, so a stream of many small events costs nothing extra per event) and when
 the first token came; a comment or keep-alive line is not an event and never moves a deadline.
 
+Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`), and a run of one
+routine shape is counted on the steady path at the top of `receive_data`; both are held to the full
+parse by `tests/test_core_fast_path.py`.
+
 A response the core is told not to repair (an HTTP error status, a compressed body) starts in
 passthrough with its verdict already decided (`http_error`, `skipped`): the caller only applies it.
 

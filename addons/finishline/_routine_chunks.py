@@ -20,7 +20,10 @@ strings in the gaps. A JSON string is one token: putting another one in its plac
 value there and nothing else. So the full path would treat the piece exactly as it treated the
 learned chunk, except for what depends on the text, which is only whether it is empty (the first
 token). That, and the choice index, is what `maybe_match` gives back; the repair machine applies the
-same bookkeeping its full path would (`StreamRepair._on_routine_piece`). Anything else, or anything
+same bookkeeping its full path would (`StreamRepair._on_routine_piece`). Once a match leaves that
+bookkeeping nothing to record but the counts (the first token seen, no finish injected before it),
+the machine checks the next pieces against the shape in `receive_data` itself: its steady path
+(`RoutineMatch.steady`), the same match for plain ASCII text, one frame fewer. Anything else, or anything
 unusual (another shape, a finish_reason, a tool call, `\\r` inside, a split event, a piece holding two
 events), goes the full path, which is always right; the fast path only has to be right when it says
 yes. `tests/test_core_fast_path.py` checks that both paths give the same bytes and report for
