@@ -42,7 +42,8 @@ class BodyCopy:
     the limit plus two blocks may be held for a moment.
 
     `add(data)` is `pending += data`, then `seal()` once `pending` holds `block` bytes: the stream
-    callable does just that inline, since even one method call per piece shows in mitmdump's profile.
+    callable does just that inline, since even one method call per piece shows in mitmdump's profile
+    (`pending` stays the same bytearray for the copy's whole life, so a reference to it stays good).
     """
 
     BLOCK = 64 * 1024

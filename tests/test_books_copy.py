@@ -29,11 +29,18 @@ def _defined_copy(whole: bytes, limit: int, plain: bool) -> bytes:
     plain=st.booleans(),
     reads=st.sets(st.integers(0, 60), max_size=4),
     block=st.sampled_from([1, 2, 5, 64, 300, BodyCopy.BLOCK]),
+    inline=st.booleans(),
 )
-def test_the_copy_is_the_whole_stream_or_its_two_ends(pieces, limit, plain, reads, block):
+def test_the_copy_is_the_whole_stream_or_its_two_ends(pieces, limit, plain, reads, block, inline):
     copy = BodyCopy(limit, plain=plain, block=block)
+    pending = copy.pending  # taken once, as the stream callable does when it adds inline
     for number, piece in enumerate(pieces):
-        copy.add(piece)
+        if inline:
+            pending += piece
+            if len(pending) >= copy.block:
+                copy.seal()
+        else:
+            copy.add(piece)
         if number in reads:  # mitmweb may read the copy while the stream goes on
             assert copy.value() == _defined_copy(b"".join(pieces[: number + 1]), limit, plain)
     assert copy.value() == _defined_copy(b"".join(pieces), limit, plain)
