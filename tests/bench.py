@@ -30,6 +30,8 @@ drifts from one second to the next, so the long stream is also raced: plain stre
 finish_fix stream it at the same time on the same CPU, and the ratio is the events each had sent
 when the first finished. Both then run under the same conditions at every moment, so that ratio
 is what finish_fix costs, with little of the drift that the rounds taken one after the other carry.
+The concurrent shape is raced too: its streams through both at once, the requests alternating
+between the two so that neither has a head start, counted when the first had ended all of its own.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,14 +179,15 @@ class ConcurrentRun:
     seconds: float
 
 
-def _read_at_once(ports: list[int], path: str, *, until_first_end: bool) -> tuple[list[_MarkCounter], float]:
-    """Opens a connection to each of `ports` (one port may come several times), sends every request
-    at once and reads the responses from this one thread: to the end of every one, or with
-    `until_first_end` to the end of the first. Returns each stream's counter and the seconds from
-    the first request sent (the connections are opened before, alike for every path)."""
+def _read_at_once(ports: list[int], path: str) -> tuple[list[_MarkCounter], float]:
+    """Opens a connection to each of `ports` (a port may come several times), sends every request at
+    once and reads the responses from this one thread until every stream from one of the ports has
+    ended (with one port: all of them). Returns each stream's counter and the seconds from the first
+    request sent (the connections are opened before, alike for every path)."""
     connections = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) for port in ports]
     selector = selectors.DefaultSelector()
     counters = [_MarkCounter() for _ in ports]
+    open_streams = Counter(ports)
     try:
         started = time.perf_counter()
         for port, connection, marks in zip(ports, connections, counters):
@@ -191,10 +195,9 @@ def _read_at_once(ports: list[int], path: str, *, until_first_end: bool) -> tupl
             connection.sendall(request)
             connection.setblocking(False)
             selector.register(connection, selectors.EVENT_READ, (client, marks, port))
-        open_streams = len(ports)
-        while open_streams:
+        while True:
             if time.perf_counter() - started > _DEADLINE_S:
-                raise TimeoutError(f"{open_streams} of {len(ports)} streams from ports {sorted(set(ports))} "
+                raise TimeoutError(f"{open_streams.total()} of {len(ports)} streams from ports {sorted(open_streams)} "
                                    f"took over {_DEADLINE_S} s")
             for key, _ in selector.select(timeout=1.0):
                 client, marks, port = key.data
@@ -208,12 +211,11 @@ def _read_at_once(ports: list[int], path: str, *, until_first_end: bool) -> tupl
                     if isinstance(event, h11.Data):
                         marks.add(bytes(event.data))
                     elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                        if until_first_end:
-                            return counters, time.perf_counter() - started
                         selector.unregister(key.fileobj)
-                        open_streams -= 1
+                        open_streams[port] -= 1
+                        if not open_streams[port]:
+                            return counters, time.perf_counter() - started
                         break
-        return counters, time.perf_counter() - started
     finally:
         selector.close()
         for connection in connections:
@@ -223,18 +225,20 @@ def _read_at_once(ports: list[int], path: str, *, until_first_end: bool) -> tupl
 def read_concurrent_streams(port: int, path: str, *, streams: int, expected_events: int) -> ConcurrentRun:
     """`streams` streams from 127.0.0.1:`port` at once, each read to its end from this one thread;
     the time runs from the first request sent to the end of the last stream."""
-    counters, seconds = _read_at_once([port] * streams, path, until_first_end=False)
+    counters, seconds = _read_at_once([port] * streams, path)
     for marks in counters:
         if marks.events != expected_events:
             raise RuntimeError(f"expected {expected_events} events from port {port}, got {marks.events}")
     return ConcurrentRun(streams, sum(marks.events for marks in counters), seconds)
 
 
-def race_streams(ports: list[int], path: str) -> list[int]:
-    """One stream from each port at once; the events each had sent when the first of them ended (so
-    that all are counted over the same time)."""
-    counters, _ = _read_at_once(ports, path, until_first_end=True)
-    return [marks.events for marks in counters]
+def race(ports: list[int], path: str, *, streams_each: int = 1) -> list[int]:
+    """`streams_each` streams from each port, all at once; the events each port had sent when the
+    streams of the first to finish them all had ended (so that all are counted over the same time).
+    The requests go out alternating between the ports, so that none has a head start."""
+    order = [port for _ in range(streams_each) for port in ports]
+    counters, _ = _read_at_once(order, path)
+    return [sum(marks.events for port_of, marks in zip(order, counters) if port_of == port) for port in ports]
 
 
 def pin_processes(load_pid: int, proxy_pids: list[int]) -> str | None:
@@ -491,7 +495,7 @@ def print_concurrent_table(rows: list[Row], *, streams: int, events: int, runs: 
 
 def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_streams: int,
                   concurrent_events: int, core_fast: float, core_full: float,
-                  race_ratios: list[float]) -> None:
+                  race_ratios: dict[str, list[float]]) -> None:
     """Issue 9's three speed figures, each next to its target (figures from this one run)."""
 
     def verdict(ok: bool) -> str:
@@ -508,16 +512,20 @@ def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_s
           f"{plain.events_per_second:,.0f} events/s (medians); paired {long_ratio:.2f}x "
           f"({rounds(finish_fix.round_ratios)}; target >= 0.90x: {verdict(long_ratio >= 0.9)}); "
           f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event")
-    if race_ratios:
-        race = statistics.median(race_ratios)
-        print(f"      raced, both streaming it at once on one CPU: {race:.2f}x ({rounds(race_ratios)}; "
-              f"target >= 0.90x: {verdict(race >= 0.9)})")
+    if race_ratios["long"]:
+        raced = statistics.median(race_ratios["long"])
+        print(f"      raced, both streaming it at once on one CPU: {raced:.2f}x ({rounds(race_ratios['long'])}; "
+              f"target >= 0.90x: {verdict(raced >= 0.9)})")
     print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
           f"{plain.streams_per_second:,.1f} streams/s, "
           f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
           f"events/s (medians); paired {events_ratio:.2f}x ({rounds(finish_fix.concurrent_round_ratios)}; "
           f"target >= 0.90x: {verdict(min(streams_ratio, events_ratio) >= 0.9)}); "
           f"mitmdump CPU {finish_fix.concurrent_cpu_us_per_event:.1f} vs {plain.concurrent_cpu_us_per_event:.1f} us/event")
+    if race_ratios["concurrent"]:
+        raced = statistics.median(race_ratios["concurrent"])
+        print(f"      raced, {concurrent_streams} streams through each at once on one CPU: events {raced:.2f}x "
+              f"({rounds(race_ratios['concurrent'])}; target >= 0.90x: {verdict(raced >= 0.9)})")
     print(f"  (c) the repair core alone, routine single-choice content chunks one per call: "
           f"{core_fast:,.0f} events/s (target >= 200,000: {verdict(core_fast >= 200_000)}); "
           f"with every event fully parsed (fast_path=False): {core_full:,.0f} events/s")
@@ -538,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent-runs", type=int, default=5,
                         help="rounds of the concurrent shape (its figures are their median)")
     parser.add_argument("--race-runs", type=int, default=5,
-                        help="rounds of the long stream raced through plain mitmdump and finish_fix at once")
+                        help="rounds of each race (the long stream, the concurrent shape) through plain mitmdump and finish_fix at once")
     parser.add_argument("--skip-buffering", action="store_true",
                         help="leave out plain mitmdump with default (buffering) options")
     parser.add_argument("--no-pin", action="store_true",
@@ -591,11 +599,15 @@ def main(argv: list[str] | None = None) -> int:
                     ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
                     concurrent_streams=args.concurrent_streams,
                     concurrent_events=args.concurrent_events, concurrent_runs=args.concurrent_runs)
-            race_ratios = []
-            for _ in range(args.race_runs):
-                plain_events, finish_fix_events = race_streams([targets[1].port, targets[2].port], paths["long"])
-                race_ratios.append(finish_fix_events / plain_events)
-                time.sleep(0.5)  # the stream left unfinished is torn down before the next round
+            # The races: plain streaming mitmdump (targets[1]) and finish_fix (targets[2]) at once.
+            race_ratios: dict[str, list[float]] = {"long": [], "concurrent": []}
+            for round_number in range(args.race_runs):
+                for shape, streams_each in (("long", 1), ("concurrent", args.concurrent_streams)):
+                    # Every other round the other one's request goes out first.
+                    ports = [targets[1].port, targets[2].port][:: 1 if round_number % 2 == 0 else -1]
+                    events = dict(zip(ports, race(ports, paths[shape], streams_each=streams_each)))
+                    race_ratios[shape].append(events[targets[2].port] / events[targets[1].port])
+                    time.sleep(0.5)  # the streams left unfinished are torn down before the next race
         except BaseException:
             for target in targets:
                 if target.mitmdump is not None:
