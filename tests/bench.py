@@ -506,26 +506,26 @@ def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_s
 
     def rounds(ratios: list[float]) -> str:
         return "per round " + " ".join(f"{ratio:.2f}" for ratio in ratios)
+
+    def print_race(shape: str, what: str) -> None:
+        if race_ratios[shape]:
+            raced = statistics.median(race_ratios[shape])
+            print(f"      raced, {what} {raced:.2f}x ({rounds(race_ratios[shape])}; "
+                  f"target >= 0.90x: {verdict(raced >= 0.9)})")
     print()
     print("finish_fix (defaults, body copy on) next to plain streaming mitmdump, this run:")
     print(f"  (a) one {long_events // 1000}k-event stream:  {finish_fix.events_per_second:,.0f} vs "
           f"{plain.events_per_second:,.0f} events/s (medians); paired {long_ratio:.2f}x "
           f"({rounds(finish_fix.round_ratios)}; target >= 0.90x: {verdict(long_ratio >= 0.9)}); "
           f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event")
-    if race_ratios["long"]:
-        raced = statistics.median(race_ratios["long"])
-        print(f"      raced, both streaming it at once on one CPU: {raced:.2f}x ({rounds(race_ratios['long'])}; "
-              f"target >= 0.90x: {verdict(raced >= 0.9)})")
+    print_race("long", "both streaming it at once on one CPU:")
     print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
           f"{plain.streams_per_second:,.1f} streams/s, "
           f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
           f"events/s (medians); paired {events_ratio:.2f}x ({rounds(finish_fix.concurrent_round_ratios)}; "
           f"target >= 0.90x: {verdict(min(streams_ratio, events_ratio) >= 0.9)}); "
           f"mitmdump CPU {finish_fix.concurrent_cpu_us_per_event:.1f} vs {plain.concurrent_cpu_us_per_event:.1f} us/event")
-    if race_ratios["concurrent"]:
-        raced = statistics.median(race_ratios["concurrent"])
-        print(f"      raced, {concurrent_streams} streams through each at once on one CPU: events {raced:.2f}x "
-              f"({rounds(race_ratios['concurrent'])}; target >= 0.90x: {verdict(raced >= 0.9)})")
+    print_race("concurrent", f"{concurrent_streams} streams through each at once on one CPU: events")
     print(f"  (c) the repair core alone, routine single-choice content chunks one per call: "
           f"{core_fast:,.0f} events/s (target >= 200,000: {verdict(core_fast >= 200_000)}); "
           f"with every event fully parsed (fast_path=False): {core_full:,.0f} events/s")

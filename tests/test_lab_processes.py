@@ -19,8 +19,6 @@ import trio
 
 from faults.child_processes import ChildProcess, start_child
 from labs.clients.hosts import DRIVER_HOST_CRASHED, open_driver_hosts
-from labs.gateways.services import Gateway
-from labs.runner import BOOKS_NO_ENTRY, CellResult, _attach_books, _wait_for_books
 from labs.worker.server import open_worker
 from tests.fixtures_lab import run_trio
 
@@ -220,46 +218,3 @@ def test_a_crashed_driver_host_fails_its_waiting_cells_at_once_with_an_error(tmp
         assert record["timed_out"] is False and record["completed"] is False
         assert "the python driver host ended (exit status -9)" in record["error_message"]
     assert len(records) == 2
-
-
-def _cell(cell_id: str, gateway: str) -> CellResult:
-    return CellResult(scenario="s", client="httpx-sse", gateway=gateway, cell_id=cell_id, outcome="ok", why="",
-                      report={}, request_model=f"{cell_id};tokens=3")
-
-
-def test_a_cell_its_gateways_books_never_mention_is_reported_as_no_entry(tmp_path):
-    books = tmp_path / "books.jsonl"
-    books.write_text('{"model": "c0001;tokens=3", "status": "success"}\n')
-    gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm"),
-                "direct": Gateway(name="direct", base_url="http://y")}
-    results = [_cell("c0001", "litellm"), _cell("c0002", "litellm"), _cell("c0003", "direct")]
-
-    async def wait():
-        await _wait_for_books(results, gateways, deadline_s=0.5)
-
-    run_trio(wait, deadline=10)
-    _attach_books(results, gateways)
-    assert (results[0].books, results[0].books_mismatch) == ("ok", False)
-    assert (results[1].books, results[1].books_entry, results[1].books_mismatch) == (BOOKS_NO_ENTRY, None, True)
-    assert (results[2].books, results[2].books_mismatch) == (None, False)
-
-
-def test_the_books_wait_ends_as_soon_as_every_entry_is_written(tmp_path):
-    books = tmp_path / "books.jsonl"
-    books.touch()
-    gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm")}
-    results = [_cell("c0001", "litellm")]
-
-    async def write_then_wait():
-        async with trio.open_nursery() as nursery:
-            async def write_late():
-                await trio.sleep(0.3)
-                books.write_text('{"model": "c0001;tokens=3", "status": "failure"}\n')
-
-            nursery.start_soon(write_late)
-            # A deadline far beyond the test's own: only the entry appearing can end the wait.
-            await _wait_for_books(results, gateways, deadline_s=600)
-
-    run_trio(write_then_wait, deadline=20)
-    _attach_books(results, gateways)
-    assert (results[0].books, results[0].books_mismatch) == ("error", True)

@@ -1,7 +1,7 @@
 """What keeps the default lab run short without changing a cell: one LiteLLM for every topology
 (routes told apart by the topology's model-name prefix), gateways of a topology started at once,
-services shared by the entries that ask for them started once, and the books' wait counted from
-each cell's end.
+and services shared by the entries that ask for them started once (the books' wait, counted from
+each cell's end, is in tests/test_lab_books_wait.py).
 
 No gateway processes here (the real ones run in tests/test_lab_runner.py and
 tests/test_gateway_litellm_spare.py); every test has a deadline, none asserts on timing.
@@ -17,7 +17,6 @@ import trio
 from labs.gateways.litellm_proxy import VIA_FINISH_FIX, LiteLLMRoutes, litellm_config
 from labs.gateways.registry import GatewayContext, GatewayEntry, RunServices
 from labs.gateways.services import Gateway, _start_at_once
-from labs.runner import BOOKS_NO_ENTRY, CellResult, _attach_books, _wait_for_books
 from labs.scenario import Topology
 from labs.topology import route_prefix
 from tests.fixtures_lab import run_trio
@@ -98,46 +97,3 @@ def test_a_gateway_that_fails_to_start_stops_the_others_and_is_raised_alone(tmp_
     with pytest.raises(ValueError, match="broken gateway did not start"):
         run_trio(_start_at_once, entries, ctx, deadline=10)
     assert cancelled == [True]
-
-
-def _cell(cell_id: str) -> CellResult:
-    return CellResult(scenario="s", client="httpx-sse", gateway="litellm", cell_id=cell_id, outcome="ok", why="",
-                      report={}, request_model=f"{cell_id};tokens=3")
-
-
-def test_a_cell_that_ended_long_ago_adds_no_wait_for_books_it_will_never_get(tmp_path):
-    books = tmp_path / "books.jsonl"
-    books.touch()
-    gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm")}
-    results = [_cell("c0001")]
-
-    async def wait():
-        # The cell ended 600 s ago (trio's clock) with a deadline of 600 s: its time is up, so the
-        # wait ends at once, far within the test's deadline.
-        await _wait_for_books(results, gateways, {"c0001": trio.current_time() - 600}, deadline_s=600)
-
-    run_trio(wait, deadline=10)
-    _attach_books(results, gateways)
-    assert (results[0].books, results[0].books_mismatch) == (BOOKS_NO_ENTRY, True)
-
-
-def test_a_cell_that_just_ended_is_still_waited_for(tmp_path):
-    books = tmp_path / "books.jsonl"
-    books.touch()
-    gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm")}
-    results = [_cell("c0001"), _cell("c0002")]
-
-    async def write_then_wait():
-        async with trio.open_nursery() as nursery:
-            async def write_late():
-                await trio.sleep(0.3)
-                books.write_text('{"model": "c0002;tokens=3", "status": "success"}\n')
-
-            nursery.start_soon(write_late)
-            now = trio.current_time()
-            # c0001's time is up; c0002 just ended, so its entry is waited for.
-            await _wait_for_books(results, gateways, {"c0001": now - 600, "c0002": now}, deadline_s=600)
-
-    run_trio(write_then_wait, deadline=20)
-    _attach_books(results, gateways)
-    assert [r.books for r in results] == [BOOKS_NO_ENTRY, "ok"]

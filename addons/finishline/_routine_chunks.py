@@ -74,13 +74,12 @@ _JSON_STRING = rb'"' + _JSON_CHAR + rb'*+"'
 _TEXT_GAP = rb'(?:""|("' + _ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
 _TEXT_GAP_PATTERN = re.compile(_TEXT_GAP)
 _TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
-# The usual token alone (non-empty plain ASCII): the hottest line of finish_fix in a profiled mitmdump
-# is this check, and a pattern without alternation or group runs it in less time and needs no
-# `lastindex`; anything else is left to `_TEXT_GAP`.
-_ASCII_TEXT_FULLMATCH = re.compile(rb'"' + _ASCII_CHARS + rb'"').fullmatch
-# The same check for the repair machine's steady path (`RoutineMatch.steady`): `match_plain_text(piece,
-# start, end)` is not None when piece[start:end] is one JSON string of plain ASCII text.
-match_plain_text = _ASCII_TEXT_FULLMATCH
+# The usual token alone: `match_plain_text(piece, start, end)` is not None when piece[start:end] is one
+# non-empty JSON string of plain ASCII text. The hottest line of finish_fix in a profiled mitmdump is
+# this check (here and on the repair machine's steady path, `RoutineMatch.steady`), and a pattern
+# without alternation or group runs it in less time and needs no `lastindex`; anything else is left
+# to `_TEXT_GAP`.
+match_plain_text = re.compile(rb'"' + _ASCII_CHARS + rb'"').fullmatch
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
@@ -199,7 +198,7 @@ class RoutineChunks:
         if shape.segments is None:  # the usual shape, checked here without another call
             if piece.startswith(shape.prefix) and piece.endswith(shape.suffix):
                 end = len(piece) - shape.suffix_length
-                if _ASCII_TEXT_FULLMATCH(piece, shape.text_start, end) is not None:
+                if match_plain_text(piece, shape.text_start, end) is not None:
                     has_text = True
                 else:
                     match = _TEXT_GAP_FULLMATCH(piece, shape.text_start, end)
