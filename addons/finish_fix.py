@@ -1,11 +1,13 @@
-"""finish_fix: make every OpenAI-compatible chat-completion stream end the way the spec says.
+"""finish_fix: make every OpenAI-compatible stream end the way its spec says, in three dialects.
 
     mitmdump -s addons/finish_fix.py --mode reverse:https://api.example.com
 
-Streams every `text/event-stream` response; those whose request path matches `finish_fix_paths` go
-through finishline's repair core (`addons/finishline/`, standard library only): a missing or empty
-`finish_reason` is supplied before `[DONE]`, and a stream the upstream cut gets an explicit SSE error
-event instead of just stopping, and so does one that goes silent past a deadline
+Streams every `text/event-stream` response; those whose request path matches `finish_fix_paths`
+(Chat Completions), `finish_fix_messages_paths` (Anthropic Messages) or `finish_fix_responses_paths`
+(OpenAI Responses) go through finishline's repair core (`addons/finishline/`, standard library only)
+in that dialect: a missing or empty `finish_reason` (Messages: `stop_reason`) is supplied before the
+terminator, and a stream the upstream cut gets the dialect's explicit error event instead of just
+stopping, and so does one that goes silent past a deadline
 (`finish_fix_idle_timeout`, `finish_fix_first_token_timeout`). A cut is never turned into a success
 unless `finish_fix_on_cut=stop`.
 Each flow in scope gets a verdict (flow.metadata["finish_fix"], a mark and comment in mitmweb, and a
@@ -28,12 +30,29 @@ import finish_fix_cut_hook
 from finish_fix_books import BodyCopy, Ledger, parse_size
 from finish_fix_stream import ClientStream, stream_of
 from finish_fix_view import SseChatView
-from finishline import OnCut, RepairPolicy, RequestFacts, StreamRepair, Verdict, book_missing_response, repair_completion
+from finishline import (
+    Dialect,
+    OnCut,
+    RepairPolicy,
+    RequestFacts,
+    StreamRepair,
+    Verdict,
+    book_missing_response,
+    repair_completion,
+)
 
 logger = logging.getLogger(__name__)
 
 METADATA_KEY = "finish_fix"
 DEFAULT_PATHS = r"(^|/)chat/completions/?$"
+DEFAULT_MESSAGES_PATHS = r"(^|/)messages/?$"
+DEFAULT_RESPONSES_PATHS = r"(^|/)responses/?$"
+# Each dialect's path option and its default, in the order a path is tried against them.
+PATH_OPTIONS = {
+    Dialect.CHAT: ("finish_fix_paths", DEFAULT_PATHS),
+    Dialect.MESSAGES: ("finish_fix_messages_paths", DEFAULT_MESSAGES_PATHS),
+    Dialect.RESPONSES: ("finish_fix_responses_paths", DEFAULT_RESPONSES_PATHS),
+}
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:"}
 BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
 # Stall deadlines, in seconds (README "Options" says why these values).
@@ -44,7 +63,10 @@ POLICY_OPTIONS = {"finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_i
 
 class FinishFix:
     def __init__(self) -> None:
-        self.paths = re.compile(DEFAULT_PATHS)
+        # Per dialect, the compiled path regex (None: that dialect is off).
+        self.paths: dict[Dialect, re.Pattern[str] | None] = {
+            dialect: re.compile(default) for dialect, (_, default) in PATH_OPTIONS.items()
+        }
         self.policy = RepairPolicy(idle_timeout=float(DEFAULT_IDLE_TIMEOUT), first_token_timeout=float(DEFAULT_FIRST_TOKEN_TIMEOUT))
         self.copy_limit = 4 * 1024 * 1024
         self.ledger: Ledger | None = None
@@ -56,8 +78,20 @@ class FinishFix:
         loader.add_option(
             "finish_fix_paths", str, DEFAULT_PATHS,
             "Regex (Python syntax, searched in the request path without the query) selecting the "
-            "requests whose responses finish_fix repairs. The default matches any path ending in "
-            "chat/completions, e.g. /v1/chat/completions.",
+            "requests whose responses finish_fix repairs as Chat Completions. The default matches any "
+            "path ending in chat/completions, e.g. /v1/chat/completions. Empty: Chat is off.",
+        )
+        loader.add_option(
+            "finish_fix_messages_paths", str, DEFAULT_MESSAGES_PATHS,
+            "Regex searched in the request path selecting the requests repaired as Anthropic "
+            "Messages. The default matches any path ending in messages, e.g. /v1/messages or "
+            "/anthropic/v1/messages, but not /v1/messages/count_tokens. Empty: Messages is off.",
+        )
+        loader.add_option(
+            "finish_fix_responses_paths", str, DEFAULT_RESPONSES_PATHS,
+            "Regex searched in the request path selecting the requests repaired as OpenAI "
+            "Responses. The default matches any path ending in responses, e.g. /v1/responses. "
+            "Empty: Responses is off.",
         )
         loader.add_option(
             "finish_fix_on_cut", str, "error",
@@ -79,7 +113,8 @@ class FinishFix:
         loader.add_option(
             "finish_fix_ledger", str, "",
             "Append one JSON line per flow in scope to this file: time, method, URL without query, "
-            "status, model, verdict, events, bytes, time to first event, duration, injections. "
+            "status, model, dialect (chat, messages or responses), verdict, events, bytes, time to "
+            "first event, duration, injections. "
             "Never headers, keys or message content. Empty: no ledger.",
         )
         loader.add_option(
@@ -112,13 +147,9 @@ class FinishFix:
 
     def configure(self, updated: set[str]) -> None:
         options = ctx.options
-        if "finish_fix_paths" in updated:
-            try:
-                self.paths = re.compile(options.finish_fix_paths)
-            except re.error as e:
-                raise exceptions.OptionsError(
-                    f"finish_fix_paths: {options.finish_fix_paths!r} is not a valid regex ({e})"
-                ) from None
+        for dialect, (option, _) in PATH_OPTIONS.items():
+            if option in updated:
+                self.paths[dialect] = _path_regex(option, getattr(options, option))
         if POLICY_OPTIONS & updated:
             valid = [policy.value for policy in OnCut]
             if options.finish_fix_on_cut not in valid:
@@ -171,7 +202,7 @@ class FinishFix:
     # -- hooks --------------------------------------------------------------------------------
 
     def requestheaders(self, flow: http.HTTPFlow) -> None:
-        if self._in_scope(flow):
+        if self._dialect_of(flow) is not None:
             # Compressed streams cannot be repaired in flight (mitmproxy does not decode streamed
             # bodies), so ask the upstream for the plain body. Reaches it before the request head.
             flow.request.headers["accept-encoding"] = "identity"
@@ -181,11 +212,13 @@ class FinishFix:
         assert response is not None
         if not _is_event_stream(response):
             return  # buffered by mitmproxy; rule 9 runs in `response`
-        if not self._in_scope(flow):
+        dialect = self._dialect_of(flow)
+        if dialect is None:
             response.stream = True
             return
         encoding = _content_encoding(response)
         repair = StreamRepair(
+            dialect=dialect,
             request=RequestFacts.from_body(flow.request.raw_content),
             policy=self.policy,
             started_at=flow.request.timestamp_start,
@@ -205,15 +238,16 @@ class FinishFix:
                 # as the body, since for such a response the `response` hook runs before sending.
                 flow.response.content = stream.finish_unstreamed()
             self._close_books(flow, stream)
-        elif self._in_scope(flow) and flow.response is not None and not flow.response.stream:
-            self._on_whole_response(flow)
+        elif flow.response is not None and not flow.response.stream and (dialect := self._dialect_of(flow)) is not None:
+            self._on_whole_response(flow, dialect)
 
     def error(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
         if stream is None:
-            if self._in_scope(flow) and flow.response is None and flow.error is not None:
+            dialect = self._dialect_of(flow)
+            if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")
-                self._book(flow, *book_missing_response(flow.error.msg, client_gone=client_gone), {})
+                self._book(flow, *book_missing_response(flow.error.msg, client_gone=client_gone), {"dialect": str(dialect)})
             return
         # An upstream cut or a stall came through the hook first; anything else ended on the client's side.
         stream.on_client_gone(flow.error.msg if flow.error else "unknown error")
@@ -221,7 +255,7 @@ class FinishFix:
 
     # -- non-streaming (rule 9) ----------------------------------------------------------------
 
-    def _on_whole_response(self, flow: http.HTTPFlow) -> None:
+    def _on_whole_response(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
         response = flow.response
         assert response is not None
         request = RequestFacts.from_body(flow.request.raw_content)
@@ -231,8 +265,9 @@ class FinishFix:
             status=response.status_code,
             content_type=response.headers.get("content-type", ""),
             content_encoding=_content_encoding(response),
+            dialect=dialect,
         )
-        record: dict = {"client_bytes": len(result.body), "model": request.model}
+        record: dict = {"client_bytes": len(result.body), "model": request.model, "dialect": str(dialect)}
         if result.verdict is Verdict.REPAIRED:
             response.content = result.body
             record["repairs"] = result.repairs
@@ -265,8 +300,24 @@ class FinishFix:
         if self.ledger is not None:
             self.ledger.write(flow, record)
 
-    def _in_scope(self, flow: http.HTTPFlow) -> bool:
-        return self.paths.search(flow.request.path.partition("?")[0]) is not None
+    def _dialect_of(self, flow: http.HTTPFlow) -> Dialect | None:
+        """The dialect whose path option matches the request's path (without the query), tried in
+        the order Chat, Messages, Responses; None when the flow is not in scope."""
+        path = flow.request.path.partition("?")[0]
+        for dialect, regex in self.paths.items():
+            if regex is not None and regex.search(path) is not None:
+                return dialect
+        return None
+
+
+def _path_regex(option: str, text: str) -> re.Pattern[str] | None:
+    """A path option's compiled regex; the empty string turns its dialect off."""
+    if not text:
+        return None
+    try:
+        return re.compile(text)
+    except re.error as e:
+        raise exceptions.OptionsError(f"{option}: {text!r} is not a valid regex ({e})") from None
 
 
 def _seconds(option: str, text: str) -> float:

@@ -128,6 +128,7 @@ class Ledger:
             "url": url_without_query(flow),
             "status": flow.response.status_code if flow.response is not None else None,
             "model": record.get("model"),
+            "dialect": record.get("dialect"),
             "verdict": record["verdict"],
             "detail": record["detail"],
             "events": record.get("events"),

@@ -3,6 +3,7 @@
 Examples:
     python -m labs                                    # the default run (see --all)
     python -m labs --all                              # every scenario, every client
+    python -m labs --dialect messages --dialect responses --gateway direct --gateway finish_fix
     python -m labs --scenario cut-after-tokens-fin --client pi-ai --gateway direct
     python -m labs --gateway external --gateway-url http://127.0.0.1:4000/v1 --tunnel-port 18080
 """
@@ -10,21 +11,29 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from faults.cli_parser import OneLineParser
-from labs.clients import ALL_CLIENTS, DEFAULT_CLIENTS
+from finishline import Dialect
+from labs.clients import CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, DEFAULT_CLIENTS_BY_DIALECT, EVERY_CLIENT
 from labs.entry import EXIT_ERROR, run_command
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.outcome import Outcome
 from labs.progress import Progress
 from labs.report_html import write_html
-from labs.runner import LabConfig, run_lab
-from labs.scenario import SCENARIO_DIR, ScenarioError, load_scenario, load_scenarios
+from labs.runner import LabConfig, plan_cells, run_lab
+from labs.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
 from labs.table import render_table
+
+
+class SelectionError(ValueError):
+    """What the command line asks for does not fit together (a client or scenario in none of the
+    dialects asked for); the message says what each speaks."""
 
 
 def _jobs(text: str) -> int:
@@ -47,11 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scenario", action="append", metavar="NAME",
                         help=f"a scenario name from {SCENARIO_DIR} or a path to a .toml file (repeatable; default: "
                         "every scenario not marked `default = false`)")
-    parser.add_argument("--client", action="append", choices=ALL_CLIENTS, metavar="CLIENT",
-                        help=f"repeatable; one of {', '.join(ALL_CLIENTS)}; default: {', '.join(DEFAULT_CLIENTS)}")
+    parser.add_argument("--client", action="append", choices=EVERY_CLIENT, metavar="CLIENT",
+                        help=f"repeatable; one of {', '.join(EVERY_CLIENT)} (a name is that library in each dialect it "
+                        f"speaks); default: Chat's {', '.join(DEFAULT_CLIENTS)}, and every client of the other dialects")
+    parser.add_argument("--dialect", action="append", choices=[d.value for d in Dialect], metavar="DIALECT",
+                        help=f"repeatable; one of {', '.join(d.value for d in Dialect)}; default: all three, each scenario "
+                        "in the dialects it lists (the default run: those of its `default_dialects`)")
     parser.add_argument("--all", action="store_true",
-                        help="lift the default run's limits: every scenario and every client (a --scenario or "
-                        "--client given still picks)")
+                        help="lift the default run's limits: every scenario in every dialect it lists, and every client "
+                        "(a --scenario or --client given still picks)")
     parser.add_argument("--gateway", action="append", choices=(*GATEWAYS, EXTERNAL), metavar="GATEWAY",
                         help=f"repeatable; default: {', '.join(GATEWAYS)}; `{EXTERNAL}` needs --gateway-url")
     parser.add_argument("--gateway-url", help="base URL of your own gateway (e.g. http://127.0.0.1:4000/v1), run as the `external` gateway")
@@ -68,11 +81,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def select_scenarios(names: list[str] | None, everything: bool, directory: Path = SCENARIO_DIR):
+def select_scenarios(
+    names: list[str] | None, everything: bool, directory: Path = SCENARIO_DIR, dialects: Sequence[Dialect] = tuple(Dialect),
+) -> list[Scenario]:
     """The scenarios asked for by name (default or not), else every one (`--all`), else the
-    default run's: those whose file does not say `default = false`."""
+    default run's: those whose file does not say `default = false`; each narrowed to the
+    `dialects` asked for (and, in the default run, to its `default_dialects`).
+
+    Raises:
+        ScenarioError: an unknown name or a bad file.
+        SelectionError: a scenario asked for by name runs in none of `dialects`.
+    """
+    def narrowed(scenario: Scenario, among: tuple[Dialect, ...]) -> Scenario:
+        return dataclasses.replace(scenario, dialects=tuple(d for d in among if d in dialects))
+
     if not names:
-        return [s for s in load_scenarios(directory) if everything or s.default]
+        every = [narrowed(s, s.dialects if everything else s.default_dialects) for s in load_scenarios(directory)]
+        return [s for s in every if s.dialects]
     chosen = []
     for name in names:
         path = Path(name)
@@ -81,30 +106,59 @@ def select_scenarios(names: list[str] | None, everything: bool, directory: Path 
         if not path.exists():
             known = ", ".join(s.name for s in load_scenarios(directory))
             raise ScenarioError(f"no scenario {name!r}; known: {known}")
-        chosen.append(load_scenario(path))
+        scenario = load_scenario(path)
+        if not any(d in dialects for d in scenario.dialects):
+            raise SelectionError(f"scenario {name!r} runs in {', '.join(scenario.dialects)}, not in {', '.join(dialects)}")
+        chosen.append(narrowed(scenario, scenario.dialects))
     return chosen
 
 
-def select_clients(names: list[str] | None, everything: bool) -> tuple[str, ...]:
-    """The clients asked for, else every one (`--all`), else the default run's; in the matrix's
-    fixed order, whatever order they were asked in."""
-    wanted = names or (ALL_CLIENTS if everything else DEFAULT_CLIENTS)
-    return tuple(c for c in ALL_CLIENTS if c in wanted)
+def select_clients(names: list[str] | None, everything: bool, dialects: Sequence[Dialect] = (Dialect.CHAT,)) -> tuple[str, ...]:
+    """The clients asked for, else every client of `dialects` (`--all`), else the default run's
+    (`DEFAULT_CLIENTS_BY_DIALECT`); in the matrix's fixed order, whatever order they were asked in.
+
+    Raises:
+        SelectionError: a client asked for by name speaks none of `dialects`.
+    """
+    for name in names or ():
+        if not any(name in CLIENTS_BY_DIALECT[d] for d in dialects):
+            speaks = ", ".join(d.value for d in Dialect if name in CLIENTS_BY_DIALECT[d])
+            raise SelectionError(f"client {name!r} speaks {speaks}, not {', '.join(dialects)}")
+    by_dialect = CLIENTS_BY_DIALECT if everything else DEFAULT_CLIENTS_BY_DIALECT
+    wanted = names or [c for d in dialects for c in by_dialect[d]]
+    return tuple(c for c in EVERY_CLIENT if c in wanted)
+
+
+def _dialect_note(scenario: Scenario) -> str:
+    """The listing's note on where a scenario runs and what the default run takes of it."""
+    listed = ", ".join(scenario.dialects)
+    if not scenario.default:
+        return f"  [{listed}]  (only with --all or --scenario)"
+    if scenario.default_dialects == scenario.dialects:
+        return f"  [{listed}]"
+    return f"  [{listed}; default run: {', '.join(scenario.default_dialects)}]"
 
 
 def main(argv: list[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
+    dialects = tuple(d for d in Dialect if d.value in (arguments.dialect or [d.value for d in Dialect]))
     try:
-        scenarios = select_scenarios(arguments.scenario, arguments.all or arguments.list)
+        if arguments.list:
+            # Every scenario, with the dialects it lists and what the default run takes of them.
+            scenarios = select_scenarios(arguments.scenario, True)
+        else:
+            scenarios = select_scenarios(arguments.scenario, arguments.all, dialects=dialects)
+        clients = select_clients(arguments.client, arguments.all, dialects)
         for scenario in scenarios:
-            build_fault(scenario)  # a bad fault is refused before anything starts
-    except (ScenarioError, FaultPlanError) as error:
+            for dialect in scenario.dialects:
+                build_fault(scenario, dialect)  # a bad fault is refused before anything starts
+    except (ScenarioError, SelectionError, FaultPlanError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
     if arguments.list:
         width = max((len(scenario.name) for scenario in scenarios), default=0)
         for scenario in scenarios:
-            print(f"{scenario.name:{width}}  {scenario.title}" + ("" if scenario.default else "  (only with --all or --scenario)"))
+            print(f"{scenario.name:{width}}  {scenario.title}{_dialect_note(scenario)}")
         return 0
     gateways = tuple(g for g in (*GATEWAYS, EXTERNAL) if g in (arguments.gateway or ()))
     gateways = gateways or tuple( (GATEWAYS + ((EXTERNAL,) if arguments.gateway_url else ())))
@@ -113,15 +167,17 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     config = LabConfig(
         scenarios=tuple(scenarios),
-        clients=select_clients(arguments.client, arguments.all),
+        clients=clients,
         gateways=gateways,
+        dialects=dialects,
         jobs=arguments.jobs,
         results_dir=arguments.results,
         external_url=arguments.gateway_url,
         external_api_key=arguments.gateway_api_key,
         tunnel_port=arguments.tunnel_port,
     )
-    progress = Progress([s.name for s in scenarios], sys.stderr, interactive=sys.stderr.isatty())
+    labels = list(dict.fromkeys(cell.scenario.label(cell.dialect) for cell in plan_cells(config)))
+    progress = Progress(labels, sys.stderr, interactive=sys.stderr.isatty())
     status, result = run_command(run_lab, config, progress)
     progress.finish()
     if status:

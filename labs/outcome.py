@@ -18,6 +18,15 @@ result file and the HTML report show:
   any streaming) that the client did not pass on. The worst cell: the application carries on with a
   broken answer and nothing tells it.
 
+Dialects: each dialect has its own words for why a stream ended (Chat's `finish_reason`, Messages'
+`stop_reason`, the final Responses `status` or `incomplete_details.reason`), and each client may
+spell them its own way (the AI SDK's unified `tool-calls`, pi-ai's `toolUse`). `DIALECT_WORDS` says,
+per dialect, which surfaced word means which of the dialect's reasons, which words mean "did not
+end well", and which reason an application assumes when none is surfaced: Chat's `stop`, Messages'
+`end_turn`, none for Responses, whose every finished response has a terminal status (a "success"
+with none, or with `in_progress`, is a silent truncation). The judgement itself is one function for
+every dialect.
+
 Books: a gateway that keeps books (finish_fix's ledger, LiteLLM's callbacks) says `ok` or `error`
 for the request; a mismatch is flagged when the books' word differs from what the client's outcome
 implies (a client-side `ok` needs books `ok`; anything else, `flagged` included, needs books
@@ -28,14 +37,19 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from finishline import Dialect
 
 __all__ = [
     "BOOKS_ERROR",
     "BOOKS_NONE",
     "BOOKS_OK",
     "ClientReport",
+    "DIALECT_WORDS",
+    "DialectWords",
     "Expected",
     "Judgement",
     "Outcome",
@@ -72,30 +86,63 @@ BOOKS_ERROR = "error"
 #: The books column of a gateway that keeps no per-request record (never a blank).
 BOOKS_NONE = "none"
 
-# Clients name reasons their own way (the AI SDK `tool-calls`, Pi `toolUse`): one spelling each.
-_REASON_SPELLINGS = {
-    "stop": "stop",
-    "length": "length",
-    "tool_calls": "tool_calls",
-    "tool-calls": "tool_calls",
-    "toolUse": "tool_calls",
-    "function_call": "tool_calls",
-    "content_filter": "content_filter",
-    "content-filter": "content_filter",
-}
 # Reasons with which a client tells its application the stream did not end well, without raising,
 # whichever client surfaces them: the AI SDK's unified `interrupted`/`error`/`other` (packages/openai:
 # `interrupted` when no finish_reason came), Pi's stop reasons `error`/`aborted`, and what upstreams
 # send as a finish_reason and a client may pass through unchanged: vLLM's `abort` (a request the
 # engine aborted), OpenRouter's `error` (the provider failed mid-stream).
-_FAILURE_REASONS = {"interrupted", "error", "other", "unknown", "aborted", "abort"}
+_FAILURE_REASONS = frozenset({"interrupted", "error", "other", "unknown", "aborted", "abort"})
+# What the AI SDK (unified reasons) and pi-ai (stopReason) say in every dialect they speak.
+_AI_SDK_AND_PI = {"tool-calls": "tool_calls", "toolUse": "tool_calls", "content-filter": "content_filter"}
 
 
-def canonical_reason(reason: str | None) -> str | None:
-    """One spelling per finish reason; `None` and `""` mean "none surfaced"."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DialectWords:
+    """How one dialect's reasons are read from what a client surfaced."""
+
+    #: A surfaced word -> the dialect's own word for that reason (a word not listed is itself).
+    spellings: Mapping[str, str]
+    #: Surfaced words that mean "the stream did not end well" (a `flagged` cell).
+    failures: frozenset[str]
+    #: The reason an application assumes when none is surfaced (None: no reason is never right).
+    assumed_without_reason: str | None
+
+
+#: Per dialect, the words of `judge`. The dialect's own reason words (`stop`, `end_turn`,
+#: `completed` ...) are what `labs.worker.answer.dialect_reason` gives for the worker's true answer.
+DIALECT_WORDS: dict[Dialect, DialectWords] = {
+    Dialect.CHAT: DialectWords(
+        spellings={**_AI_SDK_AND_PI, "function_call": "tool_calls"},
+        failures=_FAILURE_REASONS,
+        assumed_without_reason="stop",
+    ),
+    # `stop_reason` (anthropic-python and -node, LangChain's response_metadata); the AI SDK and
+    # pi-ai give their unified words (`stop`, `length`, `tool-calls` / `toolUse`).
+    Dialect.MESSAGES: DialectWords(
+        spellings={"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "tool-calls": "tool_use",
+                   "toolUse": "tool_use", "content-filter": "refusal"},
+        failures=_FAILURE_REASONS,
+        # anthropic-python's `get_final_message()` keeps `stop_reason=None` when no message_delta
+        # set one; an application reads that as a normal end, as Chat's missing finish_reason.
+        assumed_without_reason="end_turn",
+    ),
+    # The final response's `status`, or `incomplete_details.reason` when incomplete; a function
+    # call ends a `completed` response. `failed` passed on without raising is a failure seen;
+    # `in_progress` (openai-node's `finalResponse()` after a cut) is no reason at all.
+    Dialect.RESPONSES: DialectWords(
+        spellings={"stop": "completed", "length": "incomplete", "max_output_tokens": "incomplete",
+                   "tool_calls": "completed", "tool-calls": "completed", "toolUse": "completed"},
+        failures=_FAILURE_REASONS | {"failed"},
+        assumed_without_reason=None,
+    ),
+}
+
+
+def canonical_reason(reason: str | None, dialect: Dialect = Dialect.CHAT) -> str | None:
+    """The dialect's own word for a surfaced reason; `None` and `""` mean "none surfaced"."""
     if not reason:
         return None
-    return _REASON_SPELLINGS.get(reason, reason)
+    return DIALECT_WORDS[dialect].spellings.get(reason, reason)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -127,16 +174,20 @@ class ClientReport:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Expected:
-    """The worker's true answer for the request (choice 0), from `labs.worker.settings.expected_answer`."""
+    """The worker's true answer for the request (choice 0), from `labs.worker.answer.expected_answer`,
+    with its reason in the dialect's words (`labs.worker.answer.dialect_reason`)."""
 
     text: str
-    #: `stop`, `length`, `tool_calls`; `None` when the worker itself ends with an error (an error
-    #: event, or an HTTP error status before streaming).
+    #: The dialect's word: Chat `stop`, `length`, `tool_calls`; Messages `end_turn`, `max_tokens`,
+    #: `tool_use`; Responses `completed`, `incomplete`. `None` when the worker itself ends with an
+    #: error (an error event, or an HTTP error status before streaming).
     finish_reason: str | None
     #: Each tool call's name and full arguments (a JSON text), in order.
     tool_calls: tuple[dict[str, str], ...] = ()
     #: The HTTP error status the worker answers with before streaming anything, if it does.
     http_error: int | None = None
+    #: The dialect the request spoke: whose words `finish_reason` and the client's report are in.
+    dialect: Dialect = Dialect.CHAT
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,8 +202,9 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
 
     Order matters: a deadline beats everything (a hung client may also hold partial text), then
     what the client said (raised: `error`; a failure reason: `flagged`), then what it did not say
-    (short text, wrong reason).
+    (short text, wrong reason). Reasons are read in the expected answer's dialect (`DIALECT_WORDS`).
     """
+    words = DIALECT_WORDS[expected.dialect]
     if report.timed_out:
         return Judgement(
             outcome=Outcome.HANG,
@@ -160,8 +212,8 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
         )
     if not report.completed:
         return Judgement(outcome=Outcome.ERROR, reason=f"{report.error_class}: {report.error_message}")
-    surfaced = canonical_reason(report.finish_reason)
-    if report.finish_reason in _FAILURE_REASONS:
+    surfaced = canonical_reason(report.finish_reason, expected.dialect)
+    if report.finish_reason in words.failures:
         return Judgement(
             outcome=Outcome.FLAGGED,
             reason=f"no exception, but the client surfaced finish reason {report.finish_reason!r}",
@@ -174,7 +226,8 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
     if expected.finish_reason is None:
         return Judgement(
             outcome=Outcome.SILENT_TRUNCATION,
-            reason=f"success reported (reason {surfaced!r}) although the stream ended in an error",
+            # An error event, or a stream the worker closes early (`close_after_reasoning`).
+            reason=f"success reported (reason {surfaced!r}) although the stream ended in an error or before its end",
         )
     if report.text != expected.text:
         shape = "shorter than" if expected.text.startswith(report.text) else "different from"
@@ -195,9 +248,12 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
                 f"where the worker sent {want['name']}({want['arguments']})",
             )
     # No reason at all reads as "stop" to an application, so it is only wrong when the truth was
-    # something the application must act on (continue after `length`, run the `tool_calls`).
-    if surfaced is None and expected.finish_reason == "stop":
-        return Judgement(outcome=Outcome.OK, reason="full answer; no finish reason surfaced (true reason: stop)")
+    # something the application must act on (continue after `length`, run the `tool_calls`), or in
+    # a dialect where every finished stream has one (Responses: no status means no terminal event).
+    if surfaced is None and expected.finish_reason == words.assumed_without_reason:
+        return Judgement(
+            outcome=Outcome.OK, reason=f"full answer; no finish reason surfaced (true reason: {expected.finish_reason})"
+        )
     if surfaced != expected.finish_reason:
         return Judgement(
             outcome=Outcome.SILENT_TRUNCATION,

@@ -8,6 +8,10 @@ Three views, top to bottom:
   a louder failure is better than a quieter one, and `ok` is best);
 - the matrix itself, a colour-coded grid per gateway (scenario rows, client columns).
 
+A run in more than one dialect (or in one other than Chat) shows the last two views once per
+dialect, under a heading each, Chat first, with a table of the gateways the lab does not send that
+dialect through (`n/a`, and why); a Chat-only run is laid out as before there were dialects.
+
 The outcome words are the cell text everywhere; clicking a cell opens its details: why that
 outcome, the error the client raised, the text it received, what the gateway's books say, and the
 worker's stream for that scenario with the fault that was applied to it.
@@ -20,7 +24,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from finishline import Dialect
 from labs.outcome import Outcome, change
+from labs.table import dialect_of, dialects_of, with_headings
 
 __all__ = ["BASELINE", "OUTCOME_COLOURS", "render_html", "write_html"]
 
@@ -74,12 +80,13 @@ _STYLE += "".join(
 _SCRIPT = """
 const data = JSON.parse(document.getElementById('lab-data').textContent);
 const cells = Object.fromEntries(data.cells.map(c => [c.cell_id, c]));
-const scenarios = Object.fromEntries(data.scenarios.map(s => [s.name, s]));
+// One scenario entry per scenario and dialect (a result from before dialects: Chat only).
+const scenarios = Object.fromEntries(data.scenarios.map(s => [s.name + ' ' + (s.dialect ?? 'chat'), s]));
 function esc(t) { return String(t ?? '').replace(/[&<>]/g, ch => ({'&':'&amp;','<':'&lt;','>':'&gt;'}[ch])); }
 function show(id) {
-  const c = cells[id], s = scenarios[c.scenario], r = c.report;
+  const c = cells[id], s = scenarios[c.scenario + ' ' + (c.dialect ?? 'chat')], r = c.report;
   const rows = [
-    ['outcome', c.outcome], ['why', c.why], ['client', c.client], ['gateway', c.gateway],
+    ['outcome', c.outcome], ['why', c.why], ['dialect', c.dialect ?? 'chat'], ['client', c.client], ['gateway', c.gateway],
     ['completed', r.completed], ['finish reason surfaced', r.finish_reason], ['error', r.error_class ? r.error_class + ': ' + r.error_message : ''],
     ['time to first token', r.ttft_s == null ? '' : r.ttft_s.toFixed(3) + ' s'], ['duration', r.duration_s == null ? '' : r.duration_s.toFixed(3) + ' s'],
     ['HTTP status / Connection', (r.http_status ?? '') + ' / ' + (r.connection ?? '')],
@@ -108,16 +115,21 @@ document.querySelectorAll('td.cell').forEach(td => td.addEventListener('click', 
 """
 
 
-def _grid(result: dict[str, Any], gateway: str) -> str:
-    cells = {(c["scenario"], c["client"]): c for c in result["cells"] if c["gateway"] == gateway}
-    clients = [c for c in result["clients"] if any(k[1] == c for k in cells)]
+def _clients(result: dict[str, Any], dialect: str) -> list[str]:
+    """The dialect's client columns, in its order (every client, for a result from before dialects)."""
+    return result.get("clients_by_dialect", {}).get(dialect, result["clients"])
+
+
+def _grid(result: dict[str, Any], gateway: str, dialect: str = Dialect.CHAT.value) -> str:
+    cells = {(c["scenario"], c["client"]): c for c in result["cells"] if c["gateway"] == gateway and dialect_of(c) == dialect}
+    clients = [c for c in _clients(result, dialect) if any(k[1] == c for k in cells)]
     if not clients:
         return ""
     parts = [f"<h2>gateway: {html.escape(gateway)}</h2>", '<table class="grid"><tr><th>scenario</th>']
     parts += [f"<th>{html.escape(c)}</th>" for c in clients]
     parts.append("</tr>")
     for scenario in result["scenarios"]:
-        if not any(k[0] == scenario["name"] for k in cells):
+        if dialect_of(scenario) != dialect or not any(k[0] == scenario["name"] for k in cells):
             continue
         parts.append(f'<tr><th title="{html.escape(scenario["title"])}">{html.escape(scenario["name"])}</th>')
         for client in clients:
@@ -162,17 +174,20 @@ def _cell_td(cell: dict[str, Any], text: str, extra: tuple[str, ...] = ()) -> st
     )
 
 
-def _changes(result: dict[str, Any]) -> str:
+def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
     """Per scenario: the baseline's row, then one row per other gateway whose cells show
-    `baseline word -> gateway word`, marked better, worse or the same; and a tally per gateway."""
-    cells = {(c["scenario"], c["client"], c["gateway"]): c for c in result["cells"]}
+    `baseline word -> gateway word`, marked better, worse or the same; and a tally per gateway.
+    Within one dialect: cells are compared with `direct`'s in the same dialect."""
+    cells = {(c["scenario"], c["client"], c["gateway"]): c for c in result["cells"] if dialect_of(c) == dialect}
     others = [g for g in result["gateways"] if g != BASELINE]
     if BASELINE not in result["gateways"] or not others:
         return ""
-    clients = [c for c in result["clients"] if any(k[1] == c for k in cells)]
+    clients = [c for c in _clients(result, dialect) if any(k[1] == c for k in cells)]
     tally = {g: {"better": 0, "worse": 0, "same": 0} for g in others}
     rows = []
     for scenario in result["scenarios"]:
+        if dialect_of(scenario) != dialect:
+            continue
         name = scenario["name"]
         gateways = [g for g in [BASELINE, *others] if any((name, c, g) in cells for c in clients)]
         if BASELINE not in gateways or len(gateways) < 2:
@@ -239,6 +254,31 @@ def _time_line(timings: dict[str, Any] | None) -> str:
     )
 
 
+def _not_applicable(result: dict[str, Any], dialect: str) -> str:
+    """The gateways of the run the lab does not send `dialect` through: `n/a`, and why."""
+    unserved = [n for n in result.get("not_applicable", []) if n["dialect"] == dialect]
+    if not unserved:
+        return ""
+    rows = "".join(
+        f"<tr><th>{html.escape(n['gateway'])}</th><td>n/a</td><td>{html.escape(n['why'])}</td></tr>" for n in unserved
+    )
+    return f'<h2>not run in {html.escape(dialect)}</h2><table class="grid"><tr><th>gateway</th><th></th><th>why</th></tr>{rows}</table>'
+
+
+def _dialect_sections(result: dict[str, Any]) -> list[str]:
+    """The comparison and the grids, per dialect (a heading each unless the run is Chat only)."""
+    headings = with_headings(result)
+    parts = []
+    for dialect in dialects_of(result) or [Dialect.CHAT.value]:
+        if headings:
+            parts.append(f'<h1 class="dialect">dialect: {html.escape(dialect)}</h1>')
+        parts.append(_changes(result, dialect))
+        parts.append("<h2>the matrix, per gateway</h2>")
+        parts += [_grid(result, gateway, dialect) for gateway in result["gateways"]]
+        parts.append(_not_applicable(result, dialect))
+    return parts
+
+
 def render_html(result: dict[str, Any]) -> str:
     timings = {s["name"]: s for s in (result.get("timings") or {}).get("scenarios", [])}
     legend = "".join(
@@ -254,16 +294,14 @@ def render_html(result: dict[str, Any]) -> str:
         _versions(result.get("versions", {})),
         "<h2>scenarios</h2><ul>",
         "".join(
-            f"<li><b>{html.escape(s['name'])}</b>: {html.escape(s['title'])}"
+            f"<li><b>{html.escape(s.get('label', s['name']))}</b>: {html.escape(s['title'])}"
             f"{' (fault: ' + html.escape(s['fault_summary']) + ')' if s.get('fault_summary') else ''}"
-            f"{_scenario_time(timings.get(s['name']))}</li>"
+            f"{_scenario_time(timings.get(s.get('label', s['name'])))}</li>"
             for s in result["scenarios"]
         ),
         "</ul>",
         _time_line(result.get("timings")),
-        _changes(result),
-        "<h2>the matrix, per gateway</h2>",
-        *(_grid(result, gateway) for gateway in result["gateways"]),
+        *_dialect_sections(result),
         '<div id="details"></div>',
     ]
     payload = json.dumps(result).replace("</", "<\\/")

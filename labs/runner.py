@@ -1,4 +1,4 @@
-"""The lab runner: every scenario x client x gateway cell, concurrently on trio.
+"""The lab runner: every scenario x dialect x gateway x client cell, concurrently on trio.
 
 Theory of operation
 -------------------
@@ -18,6 +18,13 @@ start (25-90 s on a busy 2-core machine), is one process for every topology of t
 every topology's upstreams at once (labs.topology). Which worker answered a
 cell is read from the workers' own records (`RunningWorker.arrivals`): the spare if it saw the
 cell's request (it is healthy: it answered in full), else the primary.
+
+Dialects: a scenario runs once per dialect it lists (and the run asks for), one after another
+like scenarios, since the same settings give other bytes in each dialect and a byte-exact fault
+is laid out on one (labs.fault_plan). A cell is (scenario, dialect, gateway, client): the client
+set is the dialect's (`labs.clients.CLIENTS_BY_DIALECT`), and a gateway the lab does not send the
+dialect through (its registry entry's `dialects`) has no cells there but an `n/a` with the reason
+(`LabResult.not_applicable`).
 
 Every cell's request carries the scenario's worker settings and its own cell id in the model name
 (labs.scenario), so the worker serves every scenario at once and the gateways' books can be matched
@@ -42,10 +49,12 @@ import trio
 
 from faults.catalog import Fault
 from faults.toxiproxy_server import open_toxiproxy_server
-from labs.clients import ALL_CLIENTS, LAB_API_KEY
+from finishline import Dialect
+from labs.clients import CLIENTS_BY_DIALECT, EVERY_CLIENT, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
+from labs.gateways.registry import unserved_reason
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
 from labs.hub import open_hub
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
@@ -54,7 +63,20 @@ from labs.topology import PRIMARY, SPARE, attach_workers, open_gateway_sets, top
 from labs.worker.server import open_worker
 from labs.worker.wire import response_plan
 
-__all__ = ["PRIMARY", "SPARE", "TUNNEL", "CellResult", "LabConfig", "LabError", "LabResult", "run_lab"]
+__all__ = [
+    "PRIMARY",
+    "SPARE",
+    "TUNNEL",
+    "CellResult",
+    "LabConfig",
+    "LabError",
+    "LabResult",
+    "NotApplicable",
+    "PlannedCell",
+    "plan_cells",
+    "plan_not_applicable",
+    "run_lab",
+]
 
 #: The toxiproxy proxy in front of the worker (the lab's and `make ui`'s).
 TUNNEL = "worker"
@@ -74,8 +96,11 @@ class LabError(ValueError):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LabConfig:
     scenarios: tuple[Scenario, ...]
-    clients: tuple[str, ...] = ALL_CLIENTS
+    #: Client names; each runs in every dialect that has it (`CLIENTS_BY_DIALECT`).
+    clients: tuple[str, ...] = EVERY_CLIENT
     gateways: tuple[str, ...] = GATEWAYS
+    #: The dialects to run, each scenario in those of them it lists (`Scenario.dialects`).
+    dialects: tuple[Dialect, ...] = (Dialect.CHAT,)
     jobs: int = 12
     results_dir: Path = Path("lab-results")
     external_url: str | None = None
@@ -84,9 +109,31 @@ class LabConfig:
     tunnel_port: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class PlannedCell:
+    """One cell the run covers: a scenario in one dialect, through one gateway, with one client."""
+
+    scenario: Scenario
+    dialect: Dialect
+    gateway: str
+    client: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotApplicable:
+    """A gateway the lab does not send a dialect through: its cells there are `n/a`, not run."""
+
+    dialect: Dialect
+    gateway: str
+    #: One sentence a user reads (labs.gateways.registry.unserved_reason).
+    why: str
+
+
 @dataclass(slots=True, kw_only=True)
 class CellResult:
     scenario: str
+    #: The dialect the client's request spoke.
+    dialect: Dialect = Dialect.CHAT
     client: str
     gateway: str
     cell_id: str
@@ -123,6 +170,10 @@ class LabResult:
     versions: dict[str, Any]
     run_dir: str
     cells: list[CellResult] = field(default_factory=list)
+    #: Per dialect, its clients that have cells, in the dialect's column order.
+    clients_by_dialect: dict[str, list[str]] = field(default_factory=dict)
+    #: The gateways of the run that the lab does not send a dialect through (`n/a`, not run).
+    not_applicable: list[NotApplicable] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -130,24 +181,63 @@ class LabResult:
         return data
 
 
-def plan_cells(config: LabConfig) -> list[tuple[Scenario, str, str]]:
-    """Every (scenario, client, gateway) the run covers, in matrix order.
+def _dialects(config: LabConfig, scenario: Scenario) -> list[Dialect]:
+    """The dialects a scenario runs in for this run, in `Dialect` order."""
+    return [d for d in Dialect if d in config.dialects and d in scenario.dialects]
+
+
+def _gateways(config: LabConfig, scenario: Scenario) -> list[str]:
+    """The run's gateways a scenario goes through, whatever the dialect.
 
     The `external` gateway runs only today's topology: its upstream is the tunnel's fixed port
     (`--tunnel-port`), so a scenario with the hub or the spare worker would not reach it.
     """
+    return [
+        gateway for gateway in config.gateways
+        if (scenario.gateways is None or gateway in scenario.gateways or gateway == EXTERNAL)
+        and not (gateway == EXTERNAL and scenario.topology != Topology())
+    ]
+
+
+def _clients(config: LabConfig, scenario: Scenario, dialect: Dialect) -> list[str]:
+    """The run's clients that speak `dialect`, in the run's order (the matrix's columns follow
+    the dialect's own order: `LabResult.clients_by_dialect`)."""
+    return [
+        client for client in config.clients
+        if client in CLIENTS_BY_DIALECT[dialect] and (scenario.clients is None or client in scenario.clients)
+    ]
+
+
+def plan_cells(config: LabConfig) -> list[PlannedCell]:
+    """Every cell the run covers, in matrix order: by dialect (Chat first), scenario, gateway,
+    client. A gateway the lab does not send a dialect through has no cells in it
+    (`plan_not_applicable` says why)."""
     cells = []
-    for scenario in config.scenarios:
-        for gateway in config.gateways:
-            if scenario.gateways is not None and gateway not in scenario.gateways and gateway != EXTERNAL:
+    for dialect in (d for d in Dialect if d in config.dialects):
+        for scenario in config.scenarios:
+            if dialect not in scenario.dialects:
                 continue
-            if gateway == EXTERNAL and scenario.topology != Topology():
-                continue
-            for client in config.clients:
-                if scenario.clients is not None and client not in scenario.clients:
+            for gateway in _gateways(config, scenario):
+                if unserved_reason(gateway, dialect) is not None:
                     continue
-                cells.append((scenario, client, gateway))
+                cells += [PlannedCell(scenario, dialect, gateway, client) for client in _clients(config, scenario, dialect)]
     return cells
+
+
+def plan_not_applicable(config: LabConfig) -> list[NotApplicable]:
+    """Each (dialect, gateway) of the run whose cells would exist but for the gateway not serving
+    the dialect: shown `n/a` with the reason, never run."""
+    found: dict[tuple[Dialect, str], NotApplicable] = {}
+    for scenario in config.scenarios:
+        for dialect in _dialects(config, scenario):
+            if not _clients(config, scenario, dialect):
+                continue
+            for gateway in _gateways(config, scenario):
+                why = unserved_reason(gateway, dialect)
+                if why is not None:
+                    found.setdefault((dialect, gateway), NotApplicable(dialect=dialect, gateway=gateway, why=why))
+    order = {gateway: number for number, gateway in enumerate(config.gateways)}
+    return sorted(found.values(), key=lambda n: (list(Dialect).index(n.dialect), order[n.gateway]))
 
 
 def _request_model(scenario: Scenario, gateway: Gateway, cell: str | int) -> str:
@@ -156,12 +246,15 @@ def _request_model(scenario: Scenario, gateway: Gateway, cell: str | int) -> str
 
 
 async def _run_cell(
-    scenario: Scenario, client: str, gateway: Gateway, cell_id: str, hosts: dict, limiter: trio.CapacityLimiter
+    scenario: Scenario, dialect: Dialect, client: str, gateway: Gateway, cell_id: str, hosts: dict,
+    limiter: trio.CapacityLimiter,
 ) -> CellResult:
     model = _request_model(scenario, gateway, cell_id)
     request = {
         "id": cell_id,
         "client": client,
+        # The driver speaks this dialect to the gateway's `/v1` root (its library adds the path).
+        "dialect": dialect.value,
         "base_url": gateway.base_url,
         "model": model,
         "deadline_s": scenario.deadline_s,
@@ -171,9 +264,10 @@ async def _run_cell(
     async with limiter:
         raw = await hosts[client].run(request)
     report = ClientReport.from_json({"client": client, "completed": False, **raw})
-    judgement = judge(report, scenario.expected())
+    judgement = judge(report, scenario.expected(dialect))
     return CellResult(
         scenario=scenario.name,
+        dialect=dialect,
         client=client,
         gateway=gateway.name,
         topology=scenario.topology.label,
@@ -209,8 +303,10 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
 
     report = progress or (lambda message, done, total: None)
     results: list[CellResult] = []
-    client_names = tuple(dict.fromkeys(c for _, c, _ in planned))
-    faults = {s.name: build_fault(s) for s in config.scenarios}  # refuse a bad fault before starting anything
+    client_names = tuple(dict.fromkeys(cell.client for cell in planned))
+    # One fault per scenario and dialect (its bytes differ per dialect); a bad one is refused
+    # before anything starts.
+    faults = {(s.name, d): build_fault(s, d) for s in config.scenarios for d in _dialects(config, s)}
     groups = topology_groups(config.scenarios, planned)
 
     async with AsyncExitStack() as stack:
@@ -234,10 +330,12 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             for topology in groups
         }
         gateway_sets = await stack.enter_async_context(open_gateway_sets(
-            {topology: tuple(dict.fromkeys(g for s, _, g in planned if s.topology == topology)) for topology in groups},
+            {topology: tuple(dict.fromkeys(c.gateway for c in planned if c.scenario.topology == topology)) for topology in groups},
             upstreams, run_dir, external_url=config.external_url, external_api_key=config.external_api_key,
         ))
-        hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir))
+        # The dialects the run speaks: the Python host imports their libraries before its hello.
+        run_dialects = tuple(d for d in Dialect if any(d in _dialects(config, s) for s in config.scenarios))
+        hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
         if groups:
             await gateway_sets.get(next(iter(groups)))
         versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
@@ -246,14 +344,14 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         #: When each cell ended (trio's clock), for the books' deadline.
         ended: dict[str, float] = {}
 
-        def on_cell(scenario: Scenario, result: CellResult) -> None:
+        def on_cell(label: str, result: CellResult) -> None:
             nonlocal done
             done += 1
             ended[result.cell_id] = trio.current_time()
-            report(f"{scenario.name}: {result.client} via {result.gateway}: {result.outcome}", done, total)
+            report(f"{label}: {result.client} via {result.gateway}: {result.outcome}", done, total)
 
         # Cell ids in matrix order, whatever order the topology groups run in.
-        numbered = [(number, *cell) for number, cell in enumerate(planned, start=1)]
+        numbered = list(enumerate(planned, start=1))
         by_topology: dict[Topology, list[CellResult]] = {}
         for topology, scenarios in groups.items():
             if not gateway_sets.is_ready(topology):
@@ -261,19 +359,23 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             gateways = await gateway_sets.get(topology)
             group_results = by_topology.setdefault(topology, [])
             for scenario in scenarios:
-                cells = [(number, c, g) for number, s, c, g in numbered if s is scenario]
-                # "NAME: ..." like every cell's line, so a progress display knows the scenario
-                # from its first moment (a stall's cells finish only at its deadline).
-                report(f"{scenario.name}: starting, {len(cells)} cells", done, total)
-                if hub is not None and scenario.hub_policy is not None:
-                    hub.on_tunnel_drop = scenario.hub_policy
-                # Before the fault and the drop: SMG registers each model's workers (probes).
-                await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n)) for n, _, g in cells])
-                await _drop_pooled_connections(toxiproxy, TUNNEL)
-                group_results += await _run_scenario(
-                    scenario, cells, faults[scenario.name],
-                    gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
-                )
+                for dialect in _dialects(config, scenario):
+                    cells = [(n, c.client, c.gateway) for n, c in numbered if c.scenario is scenario and c.dialect == dialect]
+                    if not cells:
+                        continue
+                    label = scenario.label(dialect)
+                    # "LABEL: ..." like every cell's line, so a progress display knows the scenario
+                    # from its first moment (a stall's cells finish only at its deadline).
+                    report(f"{label}: starting, {len(cells)} cells", done, total)
+                    if hub is not None and scenario.hub_policy is not None:
+                        hub.on_tunnel_drop = scenario.hub_policy
+                    # Before the fault and the drop: SMG registers each model's workers (probes).
+                    await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n)) for n, _, g in cells])
+                    await _drop_pooled_connections(toxiproxy, TUNNEL)
+                    group_results += await _run_scenario(
+                        scenario, dialect, cells, faults[(scenario.name, dialect)],
+                        gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
+                    )
         # Every topology's books at once: one deadline for the run, not one per gateway set.
         async with trio.open_nursery() as nursery:
             for topology, group_results in by_topology.items():
@@ -286,24 +388,31 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     return LabResult(
         started=started,
         duration_s=time.monotonic() - clock,
+        # One entry per scenario and dialect, the dialect's in `Dialect` order.
         scenarios=[
-            {"name": s.name, "title": s.title, "deadline_s": s.deadline_s, "fault": s.fault,
-             "fault_summary": faults[s.name].summary if faults[s.name] else None,
-             "worker": s.worker.to_header(), "expected": dataclasses.asdict(s.expected()),
-             "worker_stream": _worker_stream(s), "topology": s.topology.label,
+            {"name": s.name, "dialect": d, "label": s.label(d), "title": s.title, "deadline_s": s.deadline_s,
+             "fault": s.fault, "fault_summary": faults[(s.name, d)].summary if faults[(s.name, d)] else None,
+             "worker": s.worker.to_header(), "expected": dataclasses.asdict(s.expected(d)),
+             "worker_stream": _worker_stream(s, d), "topology": s.topology.label,
              "hub": s.hub_policy.value if s.hub_policy else None, "workers": s.pool_workers}
-            for s in config.scenarios
+            for d in Dialect for s in config.scenarios if d in _dialects(config, s)
         ],
         clients=list(client_names),
-        gateways=list(dict.fromkeys(g for _, _, g in planned)),
+        gateways=list(dict.fromkeys(c.gateway for c in planned)),
         versions=versions,
         run_dir=str(run_dir),
         cells=results,
+        clients_by_dialect={
+            d.value: [c for c in CLIENTS_BY_DIALECT[d] if any(p.dialect == d and p.client == c for p in planned)]
+            for d in Dialect if any(p.dialect == d for p in planned)
+        },
+        not_applicable=plan_not_applicable(config),
     )
 
 
 async def _run_scenario(
     scenario: Scenario,
+    dialect: Dialect,
     cells: list[tuple[int, str, str]],
     fault: Fault | None,
     *,
@@ -311,15 +420,16 @@ async def _run_scenario(
     hosts: dict,
     limiter: trio.CapacityLimiter,
     toxiproxy,
-    on_cell: Callable[[Scenario, CellResult], None],
+    on_cell: Callable[[str, CellResult], None],
 ) -> list[CellResult]:
-    """All cells of one scenario at once, with its fault on the tunnel for as long as any runs."""
+    """All cells of one scenario in one dialect at once, with its fault on the tunnel for as long
+    as any runs; `on_cell(label, result)` as each ends."""
     results: list[CellResult] = []
 
     async def one(cell_id: str, client: str, gateway: str) -> None:
-        result = await _run_cell(scenario, client, gateways[gateway], cell_id, hosts, limiter)
+        result = await _run_cell(scenario, dialect, client, gateways[gateway], cell_id, hosts, limiter)
         results.append(result)
-        on_cell(scenario, result)
+        on_cell(scenario.label(dialect), result)
 
     async with fault.applied(toxiproxy.client, TUNNEL) if fault is not None else contextlib.nullcontext():
         async with trio.open_nursery() as nursery:
@@ -328,10 +438,10 @@ async def _run_scenario(
     return sorted(results, key=lambda r: r.cell_id)
 
 
-def _worker_stream(scenario: Scenario) -> str:
-    """What the worker sends for the scenario on a healthy tunnel (head, framing and events), for
-    the report: the fault summary next to it says where the tunnel cut it."""
-    return response_plan(scenario.resolved).to_bytes().decode("utf-8", errors="replace")
+def _worker_stream(scenario: Scenario, dialect: Dialect) -> str:
+    """What the worker sends for the scenario in `dialect` on a healthy tunnel (head, framing and
+    events), for the report: the fault summary next to it says where the tunnel cut it."""
+    return response_plan(scenario.resolved, dialect=dialect).to_bytes().decode("utf-8", errors="replace")
 
 
 def _missing_books(results: list[CellResult], gateways: dict[str, Gateway]) -> list[CellResult]:

@@ -7,8 +7,10 @@ File format (every table optional except `title`):
 
     title = "Cut after 5 tokens (FIN)"      # what the report shows
     deadline_s = 12                         # a cell that has not ended by then is a `hang`
-    clients = ["openai-python", "pi-ai"]    # default: every client
+    clients = ["openai-python", "pi-ai"]    # default: every client (of each dialect)
     gateways = ["direct", "finish_fix"]     # default: every gateway
+    dialects = ["chat", "messages"]         # the dialects it runs in; default: all three
+    default_dialects = ["chat"]             # the default run's (default: all of `dialects`)
     order = 80                              # row order in the matrix
     default = false                         # not in the default run (`--all` or `--scenario` runs it)
 
@@ -30,6 +32,12 @@ File format (every table optional except `title`):
     [pool]                                  # the gateways' upstream workers
     workers = 2                             # 1 (default) or 2: a second, healthy worker (the spare)
 
+Dialects: the scenario runs once per dialect it lists (`chat`, `messages`, `responses`: the words
+of `finishline.Dialect`), each time with the same worker settings, which the worker speaks in the
+request's dialect; the client set is the dialect's (`labs.clients.CLIENTS_BY_DIALECT`), and the
+true answer's reason is in the dialect's words (`Scenario.expected`). `default_dialects` narrows
+what the default run (`python -m labs` without `--all` or `--scenario`) takes of it.
+
 No `[hub]` table: the gateways talk to the tunnel itself. With `workers = 2` every gateway that can
 have more than one upstream also gets the spare, reachable without the tunnel (and without the
 hub); `direct` and single-upstream gateways use the first only. Scenarios of one topology (hub or
@@ -44,12 +52,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from labs.clients import ALL_CLIENTS
+from finishline import Dialect
+from labs.clients import EVERY_CLIENT
 from labs.gateways import GATEWAYS
 from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
-from labs.worker.settings import TOOL_NAME, WorkerSettings, expected_answer, parse_settings
+from labs.worker.answer import dialect_reason, expected_answer
+from labs.worker.settings import TOOL_NAME, WorkerSettings, parse_settings
 
 __all__ = [
     "CELL_ID_TEMPLATE",
@@ -62,6 +72,7 @@ __all__ = [
     "cell_id_of",
     "load_scenario",
     "load_scenarios",
+    "run_label",
 ]
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
@@ -123,8 +134,12 @@ class Scenario:
     clients: tuple[str, ...] | None = None
     gateways: tuple[str, ...] | None = None
     order: int = 1000
-    #: In the default run (`python -m labs` without `--all` or `--scenario`).
+    #: In the default run (`python -m labs` without `--all` or `--scenario`), in some dialect.
     default: bool = True
+    #: The dialects it runs in (`dialects = [...]`), in `Dialect` order.
+    dialects: tuple[Dialect, ...] = tuple(Dialect)
+    #: Those the default run takes (`default_dialects = [...]`; none when `default = false`).
+    default_dialects: tuple[Dialect, ...] = tuple(Dialect)
     source: str = ""
     prompt: str = "Say the sentence about the fox."
     #: `[hub] on_tunnel_drop`, None: no hub.
@@ -149,18 +164,24 @@ class Scenario:
         in their books, which is how a cell finds its books entry."""
         return self.worker.to_model_name(cell_id)
 
-    def expected(self) -> Expected:
+    def label(self, dialect: Dialect) -> str:
+        """The scenario in one dialect, as progress lines and timings name it (`run_label`)."""
+        return run_label(self.name, dialect)
+
+    def expected(self, dialect: Dialect = Dialect.CHAT) -> Expected:
+        """The worker's true answer, the same in every dialect, with its reason in `dialect`'s words."""
         settings = self.resolved
         answer = expected_answer(settings)
         if not answer.choices:
             # `http_error`: the worker answers with an error status and body before any stream;
             # the client must raise (an `error` cell).
-            return Expected(text="", finish_reason=None, http_error=settings.http_error)
+            return Expected(text="", finish_reason=None, http_error=settings.http_error, dialect=dialect)
         choice = answer.choices[0]
         return Expected(
             text=choice.content,
-            finish_reason=choice.finish_reason,
+            finish_reason=dialect_reason(choice.finish_reason, dialect),
             tool_calls=tuple({"name": call.name, "arguments": call.arguments} for call in choice.tool_calls),
+            dialect=dialect,
         )
 
     def request(self) -> dict[str, Any]:
@@ -187,7 +208,8 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(f"{path}: not valid TOML: {error}") from None
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
-    known = {"title", "deadline_s", "clients", "gateways", "order", "worker", "request", "fault", "prompt", "hub", "pool", "default"}
+    known = {"title", "deadline_s", "clients", "gateways", "dialects", "default_dialects", "order", "worker", "request",
+             "fault", "prompt", "hub", "pool", "default"}
     unknown = set(data) - known
     if unknown:
         raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
@@ -205,8 +227,9 @@ def load_scenario(path: Path) -> Scenario:
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
-    clients = _names(path, data, "clients", ALL_CLIENTS)
+    clients = _names(path, data, "clients", EVERY_CLIENT)
     gateways = _names(path, data, "gateways", GATEWAYS)
+    dialects, default_dialects = _dialects(path, data)
     worker_items = data.get("worker", {})
     try:
         # Through the worker's own text encoding, so a scenario accepts exactly what a model name
@@ -251,12 +274,35 @@ def load_scenario(path: Path) -> Scenario:
         clients=clients,
         gateways=gateways,
         order=data.get("order", 1000),
-        default=data.get("default", True),
+        default=bool(default_dialects),
+        dialects=dialects,
+        default_dialects=default_dialects,
         source=str(path),
         hub_policy=hub_policy,
         pool_workers=pool_workers,
         **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
+
+
+def _dialects(path: Path, data: dict[str, Any]) -> tuple[tuple[Dialect, ...], tuple[Dialect, ...]]:
+    """`dialects` (default: all three) and `default_dialects` (default: all of `dialects`, none
+    with `default = false`), each in `Dialect` order."""
+    valid = tuple(d.value for d in Dialect)
+    named = _names(path, data, "dialects", valid)
+    if named is not None and not named:
+        raise ScenarioError(f"{path}: `dialects` is empty: list at least one of {', '.join(valid)} (or leave it out: all three)")
+    dialects = tuple(d for d in Dialect if named is None or d.value in named)
+    in_default = _names(path, data, "default_dialects", valid)
+    if in_default is None:
+        return dialects, dialects if data.get("default", True) else ()
+    if data.get("default", True) is False and in_default:
+        raise ScenarioError(f"{path}: `default = false` and `default_dialects` {list(in_default)} contradict: keep one")
+    outside = [d for d in in_default if d not in dialects]
+    if outside:
+        raise ScenarioError(
+            f"{path}: `default_dialects`: {', '.join(map(repr, outside))} not in `dialects` ({', '.join(dialects)})"
+        )
+    return dialects, tuple(d for d in dialects if d.value in in_default)
 
 
 def _hub_policy(path: Path, hub: dict[str, Any] | None) -> TunnelDropPolicy | None:
@@ -306,6 +352,12 @@ def load_scenarios(directory: Path = SCENARIO_DIR) -> list[Scenario]:
     """Every `*.toml` in `directory`, in their `order`, then by name."""
     scenarios = [load_scenario(path) for path in sorted(directory.glob("*.toml"))]
     return sorted(scenarios, key=lambda s: (s.order, s.name))
+
+
+def run_label(name: str, dialect: Dialect) -> str:
+    """A scenario in one dialect, as the lab's progress and timings name it: the scenario's name in
+    Chat (as before there were dialects), `name (messages)` in another."""
+    return name if dialect == Dialect.CHAT else f"{name} ({Dialect(dialect).value})"
 
 
 def _text(value: Any) -> str:

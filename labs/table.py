@@ -1,4 +1,8 @@
-"""The matrix as a terminal table: one block per gateway, scenario rows, client columns.
+"""The matrix as a terminal table: per dialect, one block per gateway, scenario rows, client columns.
+
+A run in more than one dialect (or in one other than Chat) gets a heading per dialect, Chat first;
+under it, the gateways the lab does not send that dialect through get one `n/a` line each, saying
+why. A Chat-only run is laid out as before there were dialects.
 
 Cells show the outcome words themselves (`ok`, `error`, `flagged`, `hang`, `silent-truncation`),
 coloured on a terminal; a trailing `!` marks a cell whose gateway books disagree with what the client saw. For a
@@ -10,9 +14,10 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from finishline import Dialect
 from labs.outcome import Outcome, change
 
-__all__ = ["render_table"]
+__all__ = ["dialect_of", "dialects_of", "render_table", "with_headings"]
 
 _COLOURS = {
     Outcome.OK.value: "\033[32m",
@@ -31,17 +36,66 @@ def _pad(text: str, width: int, colour: bool, word: str | None = None) -> str:
     return padded
 
 
+def dialects_of(result: dict[str, Any]) -> list[str]:
+    """The dialects a lab result holds (cells or `n/a` gateways), in `Dialect` order; a result
+    from before there were dialects holds Chat only."""
+    present = {dialect_of(c) for c in result["cells"]} | {n["dialect"] for n in result.get("not_applicable", [])}
+    return [d.value for d in Dialect if d.value in present]
+
+
+def dialect_of(item: dict[str, Any]) -> str:
+    """A cell's or scenario entry's dialect (Chat for one written before there were dialects)."""
+    return item.get("dialect", Dialect.CHAT.value)
+
+
+def with_headings(result: dict[str, Any]) -> bool:
+    """Whether the matrix needs a heading per dialect: not for a Chat-only run, laid out as ever."""
+    return dialects_of(result) not in ([], [Dialect.CHAT.value])
+
+
 def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
-    """Render a lab result (the JSON form, `LabResult.to_json()`) as text."""
-    cells = {(c["scenario"], c["client"], c["gateway"]): c for c in result["cells"]}
-    scenarios = [s for s in result["scenarios"] if any(k[0] == s["name"] for k in cells)]
+    """Render a lab result (the JSON form, `LabResult.to_json()`) as text: per dialect (a heading
+    each, unless the run is Chat only), one block per gateway, then one `n/a` line per gateway the
+    lab does not send that dialect through."""
+    cells = {(c["scenario"], dialect_of(c), c["client"], c["gateway"]): c for c in result["cells"]}
     lines: list[str] = []
-    name_width = max([len("scenario")] + [len(s["name"]) for s in scenarios])
+    headings = with_headings(result)
+    names = [s["name"] for s in result["scenarios"] if any(k[0] == s["name"] for k in cells)]
+    name_width = max([len("scenario")] + [len(name) for name in names])
+    for dialect in dialects_of(result):
+        if headings:
+            lines += [f"dialect: {dialect}", "=" * len(f"dialect: {dialect}"), ""]
+        lines += _dialect_blocks(result, cells, dialect, name_width, colour)
+        unserved = [n for n in result.get("not_applicable", []) if n["dialect"] == dialect]
+        if unserved:
+            lines += [f"n/a  {n['why']}" for n in unserved] + [""]
+    if any(c.get("books_mismatch") for c in result["cells"]):
+        lines.append("! the gateway's books disagree with what the client saw, or have no entry for the request")
+    lines += _compared_with_direct(result, cells, headings)
+    counts = Counter(c["outcome"] for c in result["cells"])
+    lines.append(
+        "cells: " + ", ".join(f"{word} {counts.get(word, 0)}" for word in (o.value for o in Outcome))
+        + f"; {len(result['cells'])} in {result['duration_s']:.0f} s"
+    )
+    return "\n".join(lines)
+
+
+def _dialect_blocks(
+    result: dict[str, Any], cells: dict[tuple[str, str, str, str], dict[str, Any]], dialect: str, name_width: int, colour: bool
+) -> list[str]:
+    """One dialect's blocks: one per gateway, scenario rows, client columns (the dialect's)."""
+    lines: list[str] = []
+    scenarios = [
+        s for s in result["scenarios"]
+        if dialect_of(s) == dialect and any(k[0] == s["name"] and k[1] == dialect for k in cells)
+    ]
+    order = result.get("clients_by_dialect", {}).get(dialect, result["clients"])
     for gateway in result["gateways"]:
-        clients = [c for c in result["clients"] if any(k[1] == c and k[2] == gateway for k in cells)]
+        mine = [k for k in cells if k[1] == dialect and k[3] == gateway]
+        clients = [c for c in order if any(k[2] == c for k in mine)]
         if not clients:
             continue
-        has_books = any(cells[k].get("books_entry") is not None or cells[k].get("books") for k in cells if k[2] == gateway)
+        has_books = any(cells[k].get("books_entry") is not None or cells[k].get("books") for k in mine)
         widths = [max(len(client), len(Outcome.SILENT_TRUNCATION.value) + 1) for client in clients]
         header = "scenario".ljust(name_width) + "  " + "  ".join(c.ljust(w) for c, w in zip(clients, widths))
         if has_books:
@@ -53,7 +107,7 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
             row = [scenario["name"].ljust(name_width)]
             books = Counter()
             for client, width in zip(clients, widths):
-                cell = cells.get((scenario["name"], client, gateway))
+                cell = cells.get((scenario["name"], dialect, client, gateway))
                 if cell is None:
                     row.append("".ljust(width))
                     continue
@@ -65,36 +119,36 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
                 line += "  " + ", ".join(f"{word} {count}" for word, count in sorted(books.items()))
             lines.append(line)
         lines.append("")
-    if any(c.get("books_mismatch") for c in result["cells"]):
-        lines.append("! the gateway's books disagree with what the client saw, or have no entry for the request")
-    lines += _compared_with_direct(result, cells)
-    counts = Counter(c["outcome"] for c in result["cells"])
-    lines.append(
-        "cells: " + ", ".join(f"{word} {counts.get(word, 0)}" for word in (o.value for o in Outcome))
-        + f"; {len(result['cells'])} in {result['duration_s']:.0f} s"
-    )
-    return "\n".join(lines)
+    return lines
 
 
 #: The gateway the others are compared with (as in the HTML report).
 BASELINE = "direct"
 
 
-def _compared_with_direct(result: dict[str, Any], cells: dict[tuple[str, str, str], dict[str, Any]]) -> list[str]:
-    """Per gateway, how many cells it made better, worse or left as `direct` had them (same
-    scenario and client); the HTML report shows which."""
+def _compared_with_direct(
+    result: dict[str, Any], cells: dict[tuple[str, str, str, str], dict[str, Any]], headings: bool
+) -> list[str]:
+    """Per gateway (and dialect, when the run has several), how many cells it made better, worse
+    or left as `direct` had them (same scenario, dialect and client); the HTML report shows which."""
     if BASELINE not in result["gateways"]:
         return []
     rows = []
-    for gateway in result["gateways"]:
-        if gateway == BASELINE:
-            continue
-        tally = Counter(
-            change(cells[(scenario, client, BASELINE)]["outcome"], cell["outcome"])
-            for (scenario, client, name), cell in cells.items()
-            if name == gateway and (scenario, client, BASELINE) in cells
-        )
-        if tally:
-            rows.append(f"  {gateway:<{max(len(g) for g in result['gateways'])}}  "
-                        f"better {tally['better']}, worse {tally['worse']}, same {tally['same']}")
-    return ["compared with direct (same scenario and client):", *rows, ""] if rows else []
+    for dialect in dialects_of(result):
+        for gateway in result["gateways"]:
+            if gateway == BASELINE:
+                continue
+            tally = Counter(
+                change(cells[(scenario, dialect, client, BASELINE)]["outcome"], cell["outcome"])
+                for (scenario, in_dialect, client, name), cell in cells.items()
+                if name == gateway and in_dialect == dialect and (scenario, dialect, client, BASELINE) in cells
+            )
+            if tally:
+                label = f"{gateway} ({dialect})" if headings else gateway
+                rows.append((label, tally))
+    if not rows:
+        return []
+    width = max(len(label) for label, _ in rows) if headings else max(len(g) for g in result["gateways"])
+    lines = [f"  {label:<{width}}  better {t['better']}, worse {t['worse']}, same {t['same']}" for label, t in rows]
+    title = "compared with direct (same scenario, dialect and client):" if headings else "compared with direct (same scenario and client):"
+    return [title, *lines, ""]

@@ -24,7 +24,7 @@ from labs.scenario import Scenario, Topology, cell_id_of
 from labs.worker.server import RunningWorker
 
 if TYPE_CHECKING:
-    from labs.runner import CellResult
+    from labs.runner import CellResult, PlannedCell
 
 __all__ = [
     "PRIMARY",
@@ -42,13 +42,11 @@ PRIMARY = "primary"
 SPARE = "spare"
 
 
-def topology_groups(
-    scenarios: tuple[Scenario, ...], planned: list[tuple[Scenario, str, str]]
-) -> dict[Topology, list[Scenario]]:
-    """The scenarios that have cells, by topology: the default one (no hub, one worker) first,
-    each group in the order the scenarios were given."""
+def topology_groups(scenarios: tuple[Scenario, ...], planned: list[PlannedCell]) -> dict[Topology, list[Scenario]]:
+    """The scenarios that have cells (in any dialect), by topology: the default one (no hub, one
+    worker) first, each group in the order the scenarios were given."""
     groups: dict[Topology, list[Scenario]] = {}
-    having_cells = {id(s) for s, _, _ in planned}
+    having_cells = {id(cell.scenario) for cell in planned}
     for scenario in scenarios:
         if id(scenario) in having_cells:
             groups.setdefault(scenario.topology, []).append(scenario)

@@ -32,11 +32,23 @@ when the first finished. Both then run under the same conditions at every moment
 is what finish_fix costs, with little of the drift that the rounds taken one after the other carry.
 The concurrent shape is raced too: its streams through both at once, the requests alternating
 between the two so that neither has a head start, counted when the first had ended all of its own.
+
+The other two dialects get the long stream too: a healthy N-delta Anthropic Messages stream and a
+healthy N-delta OpenAI Responses stream (`dialect_stream`, built by the same event builders as the
+worker's and the tests' streams, `tests.dialect_streams`), served on `.../v1/messages` and
+`.../v1/responses` so that finish_fix reads each in its dialect, each through plain streaming mitmdump
+and finish_fix in paired rounds and raced, and the core alone on each one's routine text deltas.
+`--dialect` picks the dialects (default all three; Chat's figures are everything above).
+
+Every stream read to its end, through any path, must be the upstream's body byte for byte
+(`UpstreamBody.check`): a healthy stream passes every proxy untouched, so a ratio never compares
+different work; the bench stops with an error otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -54,10 +66,11 @@ from pathlib import Path
 
 import h11
 
-from finishline import StreamRepair
+from finishline import Dialect, RequestFacts, StreamRepair
 from tests import mitmdump_process
-from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
 from tests.chat_streams import chat_chunk, sse_event
+from tests.dialect_streams import messages_stream, responses_stream
+from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
 from tests.upstream_server import Script, UpstreamServer
 
 _DATA_MARK = b"data: "
@@ -66,6 +79,26 @@ _DEADLINE_S = 300.0
 # The upstream writes its chunks (one event each) in socket writes of this size, as a fast server
 # under load does; one write per event would make the Python upstream the bottleneck.
 _WRITE_BATCH = 64 * 1024  # one stream; the whole bench has no other limit than the sum of these
+
+
+#: Per dialect, the API path the bench's streams are served on (after the route's prefix), which
+#: finish_fix's default path option for that dialect matches (`tests/test_bench_streams.py`), and the
+#: body of the streaming request the client sends there.
+API: dict[Dialect, tuple[str, dict]] = {
+    Dialect.CHAT: ("/v1/chat/completions",
+                   {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "go"}]}),
+    # max_tokens above any stream's output tokens: nothing here is cut by it.
+    Dialect.MESSAGES: ("/v1/messages", {"model": "bench", "max_tokens": 1 << 30, "stream": True,
+                                         "messages": [{"role": "user", "content": "go"}]}),
+    Dialect.RESPONSES: ("/v1/responses", {"model": "bench", "stream": True, "input": "go"}),
+}
+
+# The long stream's builder per dialect other than Chat (whose `healthy_stream` is a template, faster
+# to build): one message of text deltas, well formed, one SSE event per piece.
+_DIALECT_BUILDERS: dict[Dialect, Callable[[list[str]], list[bytes]]] = {
+    Dialect.MESSAGES: messages_stream,
+    Dialect.RESPONSES: responses_stream,
+}
 
 
 def healthy_stream(events: int) -> Callable[[], Iterator[bytes]]:
@@ -82,13 +115,60 @@ def healthy_stream(events: int) -> Callable[[], Iterator[bytes]]:
     return pieces
 
 
-def _request_bytes(port: int, path: str) -> tuple[h11.Connection, bytes]:
-    """A new h11 client and the bytes of a streaming chat request (Connection: close)."""
-    body = json.dumps({"model": "bench", "stream": True,
-                       "messages": [{"role": "user", "content": "go"}]}).encode()
+def dialect_stream(dialect: Dialect, events: int) -> list[bytes]:
+    """A healthy stream of `dialect` whose text comes in `events` routine text deltas (the same
+    tokens as `healthy_stream`'s), one SSE event per piece, each with one `data:` line.
+
+    Messages: `message_start`, `ping`, one text block of `events` `text_delta`s, `message_delta`
+    (`end_turn`), `message_stop`. Responses: `response.created` ... `events`
+    `response.output_text.delta`s ... `response.completed` (whose response carries the whole text).
+    """
+    if dialect is Dialect.CHAT:
+        return list(healthy_stream(events)())
+    return _DIALECT_BUILDERS[dialect]([f"tok{index} " for index in range(events)])
+
+
+@dataclass(frozen=True)
+class UpstreamBody:
+    """What the upstream sends on a route: its events (`data:` lines), size and SHA-256. A stream
+    read to its end through any path must match it: a healthy stream passes every proxy untouched,
+    and a ratio of two paths that sent different bytes would compare different work."""
+
+    events: int
+    size: int
+    sha256: bytes
+
+    @classmethod
+    def of(cls, pieces: list[bytes]) -> UpstreamBody:
+        digest = hashlib.sha256()
+        for piece in pieces:
+            digest.update(piece)
+        return cls(sum(piece.count(_DATA_MARK) for piece in pieces), sum(map(len, pieces)), digest.digest())
+
+    def check(self, marks: _MarkCounter, source: str) -> None:
+        """Raises RuntimeError unless `marks` read exactly this body (from `source`, for the message)."""
+        if marks.events != self.events or marks.received != self.size or marks.sha256() != self.sha256:
+            raise RuntimeError(
+                f"the body from {source} is not the upstream's: {marks.events} events, {marks.received} bytes "
+                f"(upstream: {self.events} events, {self.size} bytes{', same size, other bytes' if marks.received == self.size else ''})")
+
+
+@dataclass(frozen=True)
+class Route:
+    """A stream the upstream serves: the request path (the route's prefix + the dialect's API path),
+    the dialect whose request is sent there, and the body that comes back."""
+
+    path: str
+    dialect: Dialect
+    body: UpstreamBody
+
+
+def _request_bytes(port: int, route: Route) -> tuple[h11.Connection, bytes]:
+    """A new h11 client and the bytes of a streaming request of the route's dialect (Connection: close)."""
+    body = json.dumps(API[route.dialect][1]).encode()
     client = h11.Connection(h11.CLIENT)
     request = client.send(h11.Request(
-        method="POST", target=path,
+        method="POST", target=route.path,
         headers=[("Host", f"127.0.0.1:{port}"), ("Content-Type", "application/json"),
                  ("Accept", "text/event-stream"), ("Content-Length", str(len(body))),
                  ("Connection", "close")],
@@ -97,16 +177,22 @@ def _request_bytes(port: int, path: str) -> tuple[h11.Connection, bytes]:
 
 
 class _MarkCounter:
-    """Counts `data: ` marks in a body read in pieces (a mark may be split across two)."""
+    """Counts `data: ` marks in a body read in pieces (a mark may be split across two), and hashes
+    the body (`UpstreamBody.check` compares it with the upstream's)."""
 
     def __init__(self) -> None:
         self.events = 0
         self.received = 0
         self._carry = b""
+        self._digest = hashlib.sha256()
+
+    def sha256(self) -> bytes:
+        return self._digest.digest()
 
     def add(self, data: bytes) -> int:
         """Counts the marks `data` completes; returns how many."""
         self.received += len(data)
+        self._digest.update(data)
         window = self._carry + data
         found = window.count(_DATA_MARK)
         self.events += found
@@ -125,18 +211,19 @@ class StreamRun:
 
 def read_stream(
     port: int,
-    path: str,
+    route: Route,
     *,
-    expected_events: int | None = None,
     sample_at: dict[int, int] | None = None,
     sample_rss: Callable[[], int] | None = None,
 ) -> StreamRun:
-    """POST to 127.0.0.1:`port``path` (Connection: close), read to EOF, count events.
+    """POST to 127.0.0.1:`port` on `route` (Connection: close), read to EOF, count events; raises
+    RuntimeError unless the body is the upstream's (`UpstreamBody.check`).
 
     Args:
         sample_at: {percent: event count}; when the count passes one, `sample_rss()` is recorded.
     """
-    client, request = _request_bytes(port, path)
+    path = route.path
+    client, request = _request_bytes(port, route)
     pending = dict(sorted((sample_at or {}).items(), key=lambda item: item[1]))
     samples: dict[int, int] = {}
     marks = _MarkCounter()
@@ -167,8 +254,7 @@ def read_stream(
         finished = time.perf_counter()
     if first_event_at is None:
         raise RuntimeError(f"no event came from port {port}{path} ({marks.received} bytes)")
-    if expected_events is not None and marks.events != expected_events:
-        raise RuntimeError(f"expected {expected_events} events from port {port}, got {marks.events}")
+    route.body.check(marks, f"port {port}{path}")
     return StreamRun(marks.events, finished - started, first_event_at - started, marks.received, samples)
 
 
@@ -179,11 +265,13 @@ class ConcurrentRun:
     seconds: float
 
 
-def _read_at_once(ports: list[int], path: str) -> tuple[list[_MarkCounter], float]:
+def _read_at_once(ports: list[int], route: Route) -> tuple[list[_MarkCounter], float]:
     """Opens a connection to each of `ports` (a port may come several times), sends every request at
     once and reads the responses from this one thread until every stream from one of the ports has
     ended (with one port: all of them). Returns each stream's counter and the seconds from the first
-    request sent (the connections are opened before, alike for every path)."""
+    request sent (the connections are opened before, alike for every path). Every stream that
+    ended was checked against the upstream's body (`UpstreamBody.check`)."""
+    path = route.path
     connections = [socket.create_connection(("127.0.0.1", port), timeout=_DEADLINE_S) for port in ports]
     selector = selectors.DefaultSelector()
     counters = [_MarkCounter() for _ in ports]
@@ -191,7 +279,7 @@ def _read_at_once(ports: list[int], path: str) -> tuple[list[_MarkCounter], floa
     try:
         started = time.perf_counter()
         for port, connection, marks in zip(ports, connections, counters):
-            client, request = _request_bytes(port, path)
+            client, request = _request_bytes(port, route)
             connection.sendall(request)
             connection.setblocking(False)
             selector.register(connection, selectors.EVENT_READ, (client, marks, port))
@@ -212,6 +300,7 @@ def _read_at_once(ports: list[int], path: str) -> tuple[list[_MarkCounter], floa
                         marks.add(bytes(event.data))
                     elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
                         selector.unregister(key.fileobj)
+                        route.body.check(marks, f"port {port}{path}")
                         open_streams[port] -= 1
                         if not open_streams[port]:
                             return counters, time.perf_counter() - started
@@ -222,22 +311,20 @@ def _read_at_once(ports: list[int], path: str) -> tuple[list[_MarkCounter], floa
             connection.close()
 
 
-def read_concurrent_streams(port: int, path: str, *, streams: int, expected_events: int) -> ConcurrentRun:
-    """`streams` streams from 127.0.0.1:`port` at once, each read to its end from this one thread;
-    the time runs from the first request sent to the end of the last stream."""
-    counters, seconds = _read_at_once([port] * streams, path)
-    for marks in counters:
-        if marks.events != expected_events:
-            raise RuntimeError(f"expected {expected_events} events from port {port}, got {marks.events}")
+def read_concurrent_streams(port: int, route: Route, *, streams: int) -> ConcurrentRun:
+    """`streams` streams from 127.0.0.1:`port` at once, each read to its end from this one thread
+    (and checked against the upstream's body); the time runs from the first request sent to the end
+    of the last stream."""
+    counters, seconds = _read_at_once([port] * streams, route)
     return ConcurrentRun(streams, sum(marks.events for marks in counters), seconds)
 
 
-def race(ports: list[int], path: str, *, streams_each: int = 1) -> list[int]:
+def race(ports: list[int], route: Route, *, streams_each: int = 1) -> list[int]:
     """`streams_each` streams from each port, all at once; the events each port had sent when the
     streams of the first to finish them all had ended (so that all are counted over the same time).
     The requests go out alternating between the ports, so that none has a head start."""
     order = [port for _ in range(streams_each) for port in ports]
-    counters, _ = _read_at_once(order, path)
+    counters, _ = _read_at_once(order, route)
     return [sum(marks.events for port_of, marks in zip(order, counters) if port_of == port) for port in ports]
 
 
@@ -259,19 +346,25 @@ def pin_processes(load_pid: int, proxy_pids: list[int]) -> str | None:
     return f"client and upstream pinned to CPU {load_cpu}, every mitmdump to CPU {proxy_cpu}"
 
 
-def core_events_per_second(pieces: list[bytes], *, fast_path: bool, runs: int = 3) -> float:
-    """The repair core alone, fed `pieces` one per call with a clock value, as finish_fix feeds it:
-    the median events/s of `runs` streams."""
+def core_events_per_second(pieces: list[bytes], *, fast_path: bool, dialect: Dialect = Dialect.CHAT,
+                           runs: int = 3) -> float:
+    """The repair core alone, fed `pieces` (a healthy stream of `dialect`) one per call with a clock
+    value, as finish_fix feeds it: the median events (pieces) per second of `runs` streams. Raises
+    RuntimeError unless the core passed the stream on byte for byte with the verdict `clean`."""
     rates = []
+    request = RequestFacts.from_body(json.dumps(API[dialect][1]).encode())
+    expected = b"".join(pieces)
     for _ in range(runs):
-        repair = StreamRepair(started_at=0.0, fast_path=fast_path)
+        repair = StreamRepair(request=request, started_at=0.0, fast_path=fast_path, dialect=dialect)
+        out = []
         started = time.perf_counter()
         for piece in pieces:
-            repair.receive_data(piece, now=1.0)
-        repair.receive_end(now=2.0)
+            out.append(repair.receive_data(piece, now=1.0))
+        out.append(repair.receive_end(now=2.0))
         seconds = time.perf_counter() - started
-        if repair.report.verdict != "clean" or repair.report.events != len(pieces):
-            raise RuntimeError(f"the core read the bench stream as {repair.report.detail!r}")
+        if repair.report.verdict != "clean" or b"".join(out) != expected:
+            raise RuntimeError(f"the core read the bench's {dialect} stream as {repair.report.verdict} "
+                               f"({repair.report.detail!r})")
         rates.append(len(pieces) / seconds)
     return statistics.median(rates)
 
@@ -324,12 +417,13 @@ class Target:
     port: int
     mitmdump: Mitmdump | None
     tiny_ttfe: list[float] = field(default_factory=list)
-    long_runs: list[StreamRun] = field(default_factory=list)
+    # The long stream of each dialect run through this path, and mitmdump's CPU per event in each.
+    long_runs: dict[Dialect, list[StreamRun]] = field(default_factory=dict)
+    long_cpu_us: dict[Dialect, list[float]] = field(default_factory=dict)
     peak_after_short_kib: int | None = None
     peak_after_long_kib: int | None = None
     concurrent: bool = False  # whether the concurrent shape runs through it
     concurrent_runs: list[ConcurrentRun] = field(default_factory=list)
-    long_cpu_us: list[float] = field(default_factory=list)
     concurrent_cpu_us: list[float] = field(default_factory=list)
 
     def measured(self, run: Callable[[], StreamRun | ConcurrentRun], cpu_us: list[float]) -> StreamRun | ConcurrentRun:
@@ -341,26 +435,48 @@ class Target:
         return result
 
     def row(self, baseline: Target) -> Row:
+        """The Chat figures of this path (`Dialect.CHAT`'s long stream, the concurrent shape)."""
         runs = self.concurrent_runs
+        long_runs = self.long_runs[Dialect.CHAT]
+        long = self.paired(baseline, Dialect.CHAT)
         return Row(
             name=self.name,
-            events_per_second=statistics.median(r.events / r.seconds for r in self.long_runs),
+            events_per_second=long.events_per_second,
             time_to_first_event_s=statistics.median(self.tiny_ttfe),
-            long_stream_first_event_s=statistics.median(
-                r.time_to_first_event for r in self.long_runs
-            ),
-            rss_samples_kib=self.long_runs[0].rss_samples_kib,
+            long_stream_first_event_s=statistics.median(r.time_to_first_event for r in long_runs),
+            rss_samples_kib=long_runs[0].rss_samples_kib,
             peak_after_short_kib=self.peak_after_short_kib,
             peak_after_long_kib=self.peak_after_long_kib,
-            cpu_us_per_event=statistics.median(self.long_cpu_us) if self.long_cpu_us else None,
+            cpu_us_per_event=long.cpu_us_per_event,
             streams_per_second=statistics.median(r.streams / r.seconds for r in runs) if runs else None,
             concurrent_events_per_second=statistics.median(r.events / r.seconds for r in runs) if runs else None,
             concurrent_cpu_us_per_event=statistics.median(self.concurrent_cpu_us) if self.concurrent_cpu_us else None,
-            ratio=statistics.median(_round_ratios(self.long_runs, baseline.long_runs)),
+            ratio=long.ratio,
             concurrent_ratio=statistics.median(_round_ratios(runs, baseline.concurrent_runs)) if runs else None,
-            round_ratios=_round_ratios(self.long_runs, baseline.long_runs),
+            round_ratios=long.round_ratios,
             concurrent_round_ratios=_round_ratios(runs, baseline.concurrent_runs),
         )
+
+    def paired(self, baseline: Target, dialect: Dialect) -> Paired:
+        """This path's long stream of `dialect` against `baseline`'s, round by round."""
+        runs, cpu_us = self.long_runs[dialect], self.long_cpu_us.get(dialect)
+        round_ratios = _round_ratios(runs, baseline.long_runs[dialect])
+        return Paired(
+            events_per_second=statistics.median(r.events / r.seconds for r in runs),
+            ratio=statistics.median(round_ratios),
+            round_ratios=round_ratios,
+            cpu_us_per_event=statistics.median(cpu_us) if cpu_us else None,
+        )
+
+
+@dataclass(frozen=True)
+class Paired:
+    """One path's long stream of one dialect next to the baseline path's, in the same rounds."""
+
+    events_per_second: float  # median over the rounds
+    ratio: float  # median over the rounds of this round's events/s over the baseline's
+    round_ratios: list[float]
+    cpu_us_per_event: float | None  # mitmdump's, median (None without a mitmdump)
 
 
 def _round_ratios(runs: list, baseline_runs: list) -> list[float]:
@@ -370,47 +486,51 @@ def _round_ratios(runs: list, baseline_runs: list) -> list[float]:
 
 def measure(
     targets: list[Target],
-    paths: dict[str, str],
+    routes: dict[str, Route],
     *,
-    long_events: int,
-    short_events: int,
     ttfe_runs: int,
     long_runs: int,
     concurrent_streams: int,
-    concurrent_events: int,
     concurrent_runs: int,
 ) -> None:
-    """Every measurement round-robin over `targets`, so that load from elsewhere on the machine
-    falls on all of them alike rather than on whichever ran during it."""
+    """Chat's measurements, each round-robin over `targets`, so that load from elsewhere on the
+    machine falls on all of them alike rather than on whichever ran during it."""
     for _ in range(ttfe_runs):
         for target in targets:
-            target.tiny_ttfe.append(read_stream(target.port, paths["tiny"]).time_to_first_event)
+            target.tiny_ttfe.append(read_stream(target.port, routes["tiny"]).time_to_first_event)
     for target in targets:
         if target.mitmdump is not None:
-            read_stream(target.port, paths["short"], expected_events=short_events + 2)
+            read_stream(target.port, routes["short"])
             target.peak_after_short_kib = peak_rss_kib(target.mitmdump)
-    marks = {p: long_events * p // 100 for p in (10, 50, 90)}
-    for round_number in range(long_runs):
-        # Every other round in reverse order, so that no path always runs right after another.
-        for target in targets if round_number % 2 == 0 else targets[::-1]:
-            # The first long run of each is the one whose memory is sampled and whose peak is read.
-            sampled = round_number == 0 and target.mitmdump is not None
-            target.long_runs.append(target.measured(lambda: read_stream(
-                target.port,
-                paths["long"],
-                expected_events=long_events + 2,
-                sample_at=marks if sampled else None,
-                sample_rss=target.mitmdump.rss_kib if sampled else None,
-            ), target.long_cpu_us))
-            if sampled:
-                target.peak_after_long_kib = peak_rss_kib(target.mitmdump)
+    long_rounds(targets, routes["long"], rounds=long_runs, sample_memory=True)
     for round_number in range(concurrent_runs):
         for target in targets if round_number % 2 == 0 else targets[::-1]:
             if target.concurrent:
                 target.concurrent_runs.append(target.measured(lambda: read_concurrent_streams(
-                    target.port, paths["concurrent"], streams=concurrent_streams,
-                    expected_events=concurrent_events + 2,
+                    target.port, routes["concurrent"], streams=concurrent_streams,
                 ), target.concurrent_cpu_us))
+
+
+def long_rounds(targets: list[Target], route: Route, *, rounds: int, sample_memory: bool = False) -> None:
+    """`rounds` rounds of the long stream on `route` through every target, round-robin (every other
+    round in reverse order, so that no path always runs right after another), into each target's
+    `long_runs[route.dialect]`. `sample_memory`: the first run through each mitmdump also samples its
+    RSS at 10/50/90 % of the stream and reads its peak after it."""
+    marks = {p: route.body.events * p // 100 for p in (10, 50, 90)}
+    for target in targets:
+        target.long_runs[route.dialect] = []
+        target.long_cpu_us[route.dialect] = []
+    for round_number in range(rounds):
+        for target in targets if round_number % 2 == 0 else targets[::-1]:
+            sampled = sample_memory and round_number == 0 and target.mitmdump is not None
+            target.long_runs[route.dialect].append(target.measured(lambda: read_stream(
+                target.port,
+                route,
+                sample_at=marks if sampled else None,
+                sample_rss=target.mitmdump.rss_kib if sampled else None,
+            ), target.long_cpu_us[route.dialect]))
+            if sampled:
+                target.peak_after_long_kib = peak_rss_kib(target.mitmdump)
 
 
 def _mib(kib: int | None) -> str:
@@ -493,52 +613,94 @@ def print_concurrent_table(rows: list[Row], *, streams: int, events: int, runs: 
     print("the time runs from the first request sent to the end of the last stream.")
 
 
-def print_targets(plain: Row, finish_fix: Row, *, long_events: int, concurrent_streams: int,
-                  concurrent_events: int, core_fast: float, core_full: float,
-                  race_ratios: dict[str, list[float]]) -> None:
-    """Issue 9's three speed figures, each next to its target (figures from this one run)."""
+#: Issue 9's and issue 13's targets: a finish_fix stream at 0.9x plain mitmdump's or better, and the
+#: core alone at 200k routine events per second or more.
+_RATIO_TARGET = 0.9
+_CORE_TARGET = 200_000
+_DIALECT_NAMES = {Dialect.CHAT: "Chat", Dialect.MESSAGES: "Messages", Dialect.RESPONSES: "Responses"}
+# The routine events the core's figure is about, per dialect (the fast path's, `_routine_chunks`).
+_ROUTINE_EVENTS = {
+    Dialect.CHAT: "routine single-choice content chunks",
+    Dialect.MESSAGES: "content_block_delta text_delta",
+    Dialect.RESPONSES: "response.output_text.delta",
+}
 
-    def verdict(ok: bool) -> str:
-        return "meets the target" if ok else "BELOW the target"
 
-    long_ratio = finish_fix.ratio
-    streams_ratio = events_ratio = finish_fix.concurrent_ratio
+def _verdict(ok: bool) -> str:
+    return "meets the target" if ok else "BELOW the target"
 
-    def rounds(ratios: list[float]) -> str:
-        return "per round " + " ".join(f"{ratio:.2f}" for ratio in ratios)
+
+def _rounds(ratios: list[float]) -> str:
+    return "per round " + " ".join(f"{ratio:.2f}" for ratio in ratios)
+
+
+def print_targets(*, long_events: int, chat: tuple[Row, Row] | None, concurrent_streams: int,
+                  concurrent_events: int, dialects: dict[Dialect, tuple[Paired, Paired]],
+                  core: dict[Dialect, tuple[float, float]], race_ratios: dict[str, list[float]]) -> None:
+    """The speed figures of issues 9 and 13, each next to its target (figures from this one run).
+
+    Args:
+        chat: Chat's (plain mitmdump, finish_fix) rows; None when Chat was not run.
+        dialects: per other dialect run, the (plain mitmdump, finish_fix) figures of its long stream.
+        core: per dialect run, the core's events/s (fast path, every event fully parsed).
+        race_ratios: per race (`long`, `concurrent`, or a dialect's word), each round's ratio.
+    """
+
+    def print_long(letter: str, dialect: Dialect, plain: Row | Paired, finish_fix: Row | Paired) -> None:
+        print(f"  ({letter}) one {long_events // 1000}k-event {_DIALECT_NAMES[dialect]} stream:  "
+              f"{finish_fix.events_per_second:,.0f} vs {plain.events_per_second:,.0f} events/s (medians); "
+              f"paired {finish_fix.ratio:.2f}x ({_rounds(finish_fix.round_ratios)}; "
+              f"target >= {_RATIO_TARGET:.2f}x: {_verdict(finish_fix.ratio >= _RATIO_TARGET)}); "
+              f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event")
 
     def print_race(shape: str, what: str) -> None:
-        if race_ratios[shape]:
+        if race_ratios.get(shape):
             raced = statistics.median(race_ratios[shape])
-            print(f"      raced, {what} {raced:.2f}x ({rounds(race_ratios[shape])}; "
-                  f"target >= 0.90x: {verdict(raced >= 0.9)})")
+            print(f"      raced, {what} {raced:.2f}x ({_rounds(race_ratios[shape])}; "
+                  f"target >= {_RATIO_TARGET:.2f}x: {_verdict(raced >= _RATIO_TARGET)})")
+
+    def print_core(lead: str, dialect: Dialect) -> None:
+        fast, full = core[dialect]
+        print(f"{lead}{_ROUTINE_EVENTS[dialect]} one per call: {fast:,.0f} events/s "
+              f"(target >= {_CORE_TARGET:,}: {_verdict(fast >= _CORE_TARGET)}); "
+              f"with every event fully parsed (fast_path=False): {full:,.0f} events/s")
+
     print()
     print("finish_fix (defaults, body copy on) next to plain streaming mitmdump, this run:")
-    print(f"  (a) one {long_events // 1000}k-event stream:  {finish_fix.events_per_second:,.0f} vs "
-          f"{plain.events_per_second:,.0f} events/s (medians); paired {long_ratio:.2f}x "
-          f"({rounds(finish_fix.round_ratios)}; target >= 0.90x: {verdict(long_ratio >= 0.9)}); "
-          f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event")
-    print_race("long", "both streaming it at once on one CPU:")
-    print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
-          f"{plain.streams_per_second:,.1f} streams/s, "
-          f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
-          f"events/s (medians); paired {events_ratio:.2f}x ({rounds(finish_fix.concurrent_round_ratios)}; "
-          f"target >= 0.90x: {verdict(min(streams_ratio, events_ratio) >= 0.9)}); "
-          f"mitmdump CPU {finish_fix.concurrent_cpu_us_per_event:.1f} vs {plain.concurrent_cpu_us_per_event:.1f} us/event")
-    print_race("concurrent", f"{concurrent_streams} streams through each at once on one CPU: events")
-    print(f"  (c) the repair core alone, routine single-choice content chunks one per call: "
-          f"{core_fast:,.0f} events/s (target >= 200,000: {verdict(core_fast >= 200_000)}); "
-          f"with every event fully parsed (fast_path=False): {core_full:,.0f} events/s")
+    if chat is not None:
+        plain, finish_fix = chat
+        print_long("a", Dialect.CHAT, plain, finish_fix)
+        print_race("long", "both streaming it at once on one CPU:")
+        streams_ratio = events_ratio = finish_fix.concurrent_ratio
+        print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
+              f"{plain.streams_per_second:,.1f} streams/s, "
+              f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
+              f"events/s (medians); paired {events_ratio:.2f}x ({_rounds(finish_fix.concurrent_round_ratios)}; "
+              f"target >= {_RATIO_TARGET:.2f}x: {_verdict(min(streams_ratio, events_ratio) >= _RATIO_TARGET)}); "
+              f"mitmdump CPU {finish_fix.concurrent_cpu_us_per_event:.1f} vs {plain.concurrent_cpu_us_per_event:.1f} us/event")
+        print_race("concurrent", f"{concurrent_streams} streams through each at once on one CPU: events")
+        print_core("  (c) the repair core alone, ", Dialect.CHAT)
+    for letter, dialect in (("d", Dialect.MESSAGES), ("e", Dialect.RESPONSES)):
+        if dialect in dialects:
+            print_long(letter, dialect, *dialects[dialect])
+            print_race(str(dialect), "both streaming it at once on one CPU:")
+    others = [dialect for dialect in (Dialect.MESSAGES, Dialect.RESPONSES) if dialect in core]
+    for position, dialect in enumerate(others):
+        lead = "  (f) the repair core alone, " if position == 0 else "      "
+        print_core(f"{lead}{_DIALECT_NAMES[dialect]} ", dialect)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=100_000, help="events in the long stream")
+    parser.add_argument("--dialect", action="append", choices=[str(dialect) for dialect in Dialect],
+                        help="a dialect to measure (repeatable; default all three): chat runs every Chat "
+                             "shape, messages and responses their long stream and the core")
+    parser.add_argument("--events", type=int, default=100_000, help="events in the long stream (each dialect)")
     parser.add_argument("--short-events", type=int, default=10_000,
                         help="events in the short stream whose peak RSS is compared")
     parser.add_argument("--ttfe-runs", type=int, default=9, help="short streams per TTFE median")
     parser.add_argument("--long-runs", type=int, default=5,
-                        help="long streams per configuration (events/s is their median)")
+                        help="long streams per configuration and dialect (events/s is their median)")
     parser.add_argument("--concurrent-streams", type=int, default=200,
                         help="streams at once in the concurrent shape")
     parser.add_argument("--concurrent-events", type=int, default=200,
@@ -546,40 +708,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrent-runs", type=int, default=5,
                         help="rounds of the concurrent shape (its figures are their median)")
     parser.add_argument("--race-runs", type=int, default=5,
-                        help="rounds of each race (the long stream, the concurrent shape) through plain mitmdump and finish_fix at once")
+                        help="rounds of each race (every dialect's long stream, Chat's concurrent shape) "
+                             "through plain mitmdump and finish_fix at once")
     parser.add_argument("--skip-buffering", action="store_true",
                         help="leave out plain mitmdump with default (buffering) options")
     parser.add_argument("--no-pin", action="store_true",
                         help="leave the processes where the scheduler puts them (default: the client "
                              "and upstream on one CPU, every mitmdump on another)")
     args = parser.parse_args(argv)
+    dialects = [dialect for dialect in Dialect if args.dialect is None or str(dialect) in args.dialect]
+    chat = Dialect.CHAT in dialects
+    others = [dialect for dialect in dialects if dialect is not Dialect.CHAT]
 
     if not FINISH_FIX_SCRIPT.exists():
         print(f"error: {FINISH_FIX_SCRIPT} does not exist", file=sys.stderr)
         return 1
     with UpstreamServer() as upstream, tempfile.TemporaryDirectory() as confdir_name:
         confdir = Path(confdir_name)
+
+        def served(dialect: Dialect, pieces: list[bytes], *, batched: bool = True) -> Route:
+            prefix = upstream.route(Script(pieces=pieces, write_batch_bytes=_WRITE_BATCH if batched else 0))
+            return Route(f"{prefix}{API[dialect][0]}", dialect, UpstreamBody.of(pieces))
+
         # Built once, so generating events costs the upstream nothing while it sends.
-        long_pieces = list(healthy_stream(args.events)())
-        long_prefix = upstream.route(Script(pieces=long_pieces, write_batch_bytes=_WRITE_BATCH))
-        short_prefix = upstream.route(Script(pieces=list(healthy_stream(args.short_events)()),
-                                             write_batch_bytes=_WRITE_BATCH))
-        tiny_prefix = upstream.route(Script(pieces=list(healthy_stream(1)())))
-        concurrent_prefix = upstream.route(Script(pieces=list(healthy_stream(args.concurrent_events)()),
-                                                  write_batch_bytes=_WRITE_BATCH))
-        paths = {name: f"{prefix}/v1/chat/completions"
-                 for name, prefix in (("long", long_prefix), ("short", short_prefix),
-                                      ("tiny", tiny_prefix), ("concurrent", concurrent_prefix))}
-        long_bytes = sum(map(len, long_pieces))
+        building = time.perf_counter()
+        long_pieces = {dialect: dialect_stream(dialect, args.events) for dialect in dialects}
+        print(f"built the {', '.join(map(str, dialects))} streams of {args.events:,} events in "
+              f"{time.perf_counter() - building:.1f} s", file=sys.stderr)
+        long_routes = {dialect: served(dialect, long_pieces[dialect]) for dialect in dialects}
+        chat_routes = {
+            "long": long_routes[Dialect.CHAT],
+            "short": served(Dialect.CHAT, list(healthy_stream(args.short_events)())),
+            "tiny": served(Dialect.CHAT, list(healthy_stream(1)()), batched=False),
+            "concurrent": served(Dialect.CHAT, list(healthy_stream(args.concurrent_events)())),
+        } if chat else {}
 
         configurations: list[tuple[str, list[Path], dict[str, str]]] = [
             ("mitmdump (reverse, stream_large_bodies=1)", [], {"stream_large_bodies": "1"}),
             ("mitmdump -s addons/finish_fix.py (reverse)", [FINISH_FIX_SCRIPT], {}),
-            ("  same, finish_fix_body_copy=0 (no copy)", [FINISH_FIX_SCRIPT],
-             {"finish_fix_body_copy": "0"}),
         ]
-        if not args.skip_buffering:
-            configurations.append(("mitmdump (reverse, defaults: buffers body)", [], {}))
+        if chat:  # the rows only Chat's table has
+            configurations.append(("  same, finish_fix_body_copy=0 (no copy)", [FINISH_FIX_SCRIPT],
+                                   {"finish_fix_body_copy": "0"}))
+            if not args.skip_buffering:
+                configurations.append(("mitmdump (reverse, defaults: buffers body)", [], {}))
 
         targets = [Target("direct, no proxy (reference)", upstream.port, None, concurrent=True)]
         try:
@@ -591,22 +763,30 @@ def main(argv: list[str] | None = None) -> int:
                 # The buffering mitmdump is not a streaming proxy: it has no place in that shape.
                 streaming = bool(scripts) or "stream_large_bodies" in options
                 targets.append(Target(name, mitmdump.port, mitmdump, concurrent=streaming))
+            # Plain streaming mitmdump and finish_fix, the two every ratio compares.
+            plain, finish_fix = targets[1], targets[2]
             pinned = None if args.no_pin else pin_processes(
                 os.getpid(), [target.mitmdump.pid for target in targets if target.mitmdump is not None])
-            print(f"streaming {args.events:,} events through {len(targets)} paths, "
-                  f"{args.long_runs} rounds ({pinned or 'not pinned'}) ...", file=sys.stderr)
-            measure(targets, paths, long_events=args.events, short_events=args.short_events,
-                    ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
-                    concurrent_streams=args.concurrent_streams,
-                    concurrent_events=args.concurrent_events, concurrent_runs=args.concurrent_runs)
-            # The races: plain streaming mitmdump (targets[1]) and finish_fix (targets[2]) at once.
-            race_ratios: dict[str, list[float]] = {"long": [], "concurrent": []}
+            print(f"streaming {args.events:,} events ({', '.join(map(str, dialects))}) through "
+                  f"{len(targets) if chat else 2} paths, {args.long_runs} rounds ({pinned or 'not pinned'}) ...",
+                  file=sys.stderr)
+            if chat:
+                measure(targets, chat_routes, ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
+                        concurrent_streams=args.concurrent_streams, concurrent_runs=args.concurrent_runs)
+            for dialect in others:
+                long_rounds([plain, finish_fix], long_routes[dialect], rounds=args.long_runs)
+            # The races: plain streaming mitmdump and finish_fix at once, every shape in every round.
+            races = [(str(dialect), long_routes[dialect], 1) for dialect in others]
+            if chat:
+                races[:0] = [("long", chat_routes["long"], 1),
+                             ("concurrent", chat_routes["concurrent"], args.concurrent_streams)]
+            race_ratios: dict[str, list[float]] = {shape: [] for shape, _, _ in races}
             for round_number in range(args.race_runs):
-                for shape, streams_each in (("long", 1), ("concurrent", args.concurrent_streams)):
+                for shape, route, streams_each in races:
                     # Every other round the other one's request goes out first.
-                    ports = [targets[1].port, targets[2].port][:: 1 if round_number % 2 == 0 else -1]
-                    events = dict(zip(ports, race(ports, paths[shape], streams_each=streams_each)))
-                    race_ratios[shape].append(events[targets[2].port] / events[targets[1].port])
+                    ports = [plain.port, finish_fix.port][:: 1 if round_number % 2 == 0 else -1]
+                    events = dict(zip(ports, race(ports, route, streams_each=streams_each)))
+                    race_ratios[shape].append(events[finish_fix.port] / events[plain.port])
                     time.sleep(0.5)  # the streams left unfinished are torn down before the next race
         except BaseException:
             for target in targets:
@@ -617,19 +797,23 @@ def main(argv: list[str] | None = None) -> int:
             for target in targets:
                 if target.mitmdump is not None:
                     target.mitmdump.stop()
-        rows = [target.row(targets[1]) for target in targets]
-        print_table(rows, rows[1], long_events=args.events, short_events=args.short_events,
-                    long_bytes=long_bytes, ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
-                    pinned=pinned)
-        print_concurrent_table(rows, streams=args.concurrent_streams,
-                               events=args.concurrent_events, runs=args.concurrent_runs)
+        rows = None
+        if chat:
+            rows = [target.row(targets[1]) for target in targets]
+            print_table(rows, rows[1], long_events=args.events, short_events=args.short_events,
+                        long_bytes=long_routes[Dialect.CHAT].body.size, ttfe_runs=args.ttfe_runs,
+                        long_runs=args.long_runs, pinned=pinned)
+            print_concurrent_table(rows, streams=args.concurrent_streams,
+                                   events=args.concurrent_events, runs=args.concurrent_runs)
         # The core last, with the proxies stopped, so nothing else of this bench runs meanwhile.
-        core_fast = core_events_per_second(long_pieces, fast_path=True)
-        core_full = core_events_per_second(long_pieces, fast_path=False)
-        print_targets(rows[1], rows[2], long_events=args.events,
-                      concurrent_streams=args.concurrent_streams,
-                      concurrent_events=args.concurrent_events, core_fast=core_fast,
-                      core_full=core_full, race_ratios=race_ratios)
+        core = {dialect: (core_events_per_second(long_pieces[dialect], fast_path=True, dialect=dialect),
+                          core_events_per_second(long_pieces[dialect], fast_path=False, dialect=dialect))
+                for dialect in dialects}
+        print_targets(long_events=args.events, chat=(rows[1], rows[2]) if rows else None,
+                      concurrent_streams=args.concurrent_streams, concurrent_events=args.concurrent_events,
+                      dialects={dialect: (plain.paired(plain, dialect), finish_fix.paired(plain, dialect))
+                                for dialect in others},
+                      core=core, race_ratios=race_ratios)
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from finishline import EventFramer, RepairPolicy, RequestFacts, StreamRepair
+from finishline import Dialect, EventFramer, RepairPolicy, RequestFacts, StreamRepair
 
 CHUNKINGS = ("whole", "bytewise", "random")
 
@@ -31,10 +31,11 @@ def run(
     end: str = "clean",
     request: RequestFacts = RequestFacts(),
     policy: RepairPolicy = RepairPolicy(),
+    dialect: Dialect = Dialect.CHAT,
 ) -> tuple[bytes, StreamRepair]:
     """Feeds `upstream` and ends it (`end`: "clean", "failure" or "open"); returns what the client
     was sent and the machine (for its report)."""
-    repair = StreamRepair(request=request, policy=policy)
+    repair = StreamRepair(request=request, policy=policy, dialect=dialect)
     out = b"".join(repair.receive_data(piece) for piece in split(upstream, chunking))
     if end == "clean":
         out += repair.receive_end()

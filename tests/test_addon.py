@@ -83,7 +83,7 @@ def test_bad_option_is_refused_naming_the_option(addon, option, value, message):
 def test_every_option_has_help_and_the_prefix(addon):
     ours = [name for name in addon.tctx.options.keys() if name.startswith("finish_fix")]
     assert sorted(ours) == sorted(
-        ["finish_fix_paths", "finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_ledger", "finish_fix_body_copy",
+        ["finish_fix_paths", "finish_fix_messages_paths", "finish_fix_responses_paths", "finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_ledger", "finish_fix_body_copy",
          "finish_fix_idle_timeout", "finish_fix_first_token_timeout"]
     )
     for name in ours:

@@ -48,25 +48,51 @@ exception: openai-python's `.stream()` helper raises `LengthFinishReasonError` o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from faults.child_processes import run_child
 from labs.clients import ALL_CLIENTS
+from labs.clients.hosts import NODE_PACKAGE
+from labs.clients.python_drivers import versions as python_versions
 
 # The first test pays for the small matrix (~45 s here; the fixture itself is bounded at 240 s).
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
+# The Messages and Responses clients (tests/test_clients_dialects.py pins what they do): anthropic
+# 2.15.0, langchain-anthropic 1.7.10, @anthropic-ai/sdk 1.15.0, @ai-sdk/anthropic 4.0.105; the
+# Responses clients are the Chat ones' libraries (openai, langchain-openai, @ai-sdk/openai, pi-ai).
 PINNED_VERSIONS = {
-    "python": {"openai": "3.57.0", "langchain-openai": "1.7.4", "litellm": "1.108.7", "httpx-sse": "0.4.3"},
+    "python": {
+        "openai": "3.57.0",
+        "langchain-openai": "1.7.4",
+        "anthropic": "2.15.0",
+        "langchain-anthropic": "1.7.10",
+        "litellm": "1.108.7",
+        "httpx-sse": "0.4.3",
+    },
     "node": {
         "node": "20.20.2",
         "undici": "6.24.1",
         "openai": "7.59.0",
+        "@anthropic-ai/sdk": "1.15.0",
         "ai": "7.0.173",
         "@ai-sdk/openai": "4.0.118",
+        "@ai-sdk/anthropic": "4.0.105",
         "@ai-sdk/openai-compatible": "3.0.92",
         "@earendil-works/pi-ai": "1.6.0",
     },
 }
+
+
+def test_the_installed_library_versions_are_the_pinned_ones():
+    # What each driver host says in its hello (no matrix needed): the lock files installed these.
+    hello = run_child(["node", str(NODE_PACKAGE / "host.mjs")], input="", timeout=60)
+    node = json.loads(hello.stdout.splitlines()[0])["hello"]["versions"]
+    installed = {"python": python_versions(), "node": node}
+    for runtime, pinned in PINNED_VERSIONS.items():
+        assert {name: installed[runtime][name] for name in pinned} == pinned
 
 # client: (outcome, surfaced finish_reason or error class, a fragment of the error message)
 REASON_OMITTED_DIRECT = {

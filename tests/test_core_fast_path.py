@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from finishline import OnCut, RepairPolicy, RequestFacts, StreamRepair
+from finishline import Dialect, OnCut, RepairPolicy, RequestFacts, StreamRepair
 from finishline._routine_chunks import RoutineChunks
 from finishline._sse import EventFramer
 from finishline._wording import content_after_injection
@@ -194,9 +194,9 @@ def _runs_of_one_shape(draw) -> list[bytes]:
     return pieces
 
 
-def _run_both(pieces: list[bytes], end: str, *, policy: RepairPolicy, request: RequestFacts) -> None:
+def _run_both(pieces: list[bytes], end: str, *, policy: RepairPolicy, request: RequestFacts, dialect: Dialect = Dialect.CHAT) -> None:
     machines = [
-        StreamRepair(request=request, policy=policy, started_at=0.0, fast_path=fast_path)
+        StreamRepair(request=request, policy=policy, started_at=0.0, fast_path=fast_path, dialect=dialect)
         for fast_path in (True, False)
     ]
     now = 0.0
@@ -300,17 +300,22 @@ def counted(monkeypatch):
     return _CountingRoutineChunks
 
 
-def test_the_bench_stream_takes_the_fast_path_after_its_first_chunk(monkeypatch):
-    framed = []
+@pytest.fixture
+def framed(monkeypatch) -> list[bytes]:
+    """The pieces the full path reads from here on (the machines' framers are the real one,
+    noting what they are given)."""
+    pieces: list[bytes] = []
 
     class _CountingFramer(EventFramer):
-        """The real framer, noting the pieces the full path read."""
-
         def receive_data(self, data):
-            framed.append(data)
+            pieces.append(data)
             return super().receive_data(data)
 
     monkeypatch.setattr("finishline._repair.EventFramer", _CountingFramer)
+    return pieces
+
+
+def test_the_bench_stream_takes_the_fast_path_after_its_first_chunk(framed):
     pieces = list(healthy_stream(1000)())
     repair = StreamRepair(started_at=0.0)
     out = b"".join(repair.receive_data(piece, now=1.0) for piece in pieces) + repair.receive_end(now=2.0)

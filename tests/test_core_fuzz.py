@@ -27,7 +27,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from finishline import ClientEnding, EventFramer, OnCut, RepairPolicy, RequestFacts, StreamRepair
+from finishline import ClientEnding, Dialect, EventFramer, OnCut, RepairPolicy, RequestFacts, StreamRepair
 from tests.feeding import chunk
 from tests.test_core_properties import frame, splits
 
@@ -52,13 +52,13 @@ _MEANINGFUL = st.sampled_from([
 UPSTREAM = st.lists(st.one_of(st.binary(max_size=40), _MEANINGFUL), max_size=12).map(b"".join)
 
 
-def run(data, *, on_cut: OnCut) -> tuple[bytes, StreamRepair, bytes, str]:
-    """Feeds a drawn stream at drawn splits, with early timers in between, and ends it a drawn way.
-    Returns (upstream, machine, client output, end)."""
-    upstream = data.draw(UPSTREAM)
+def run(data, *, on_cut: OnCut, dialect: Dialect = Dialect.CHAT, upstream=UPSTREAM) -> tuple[bytes, StreamRepair, bytes, str]:
+    """Feeds a drawn stream (from `upstream`, in `dialect`) at drawn splits, with early timers in
+    between, and ends it a drawn way. Returns (upstream, machine, client output, end)."""
+    upstream = data.draw(upstream)
     end = data.draw(ENDS)
     policy = RepairPolicy(on_cut=on_cut, idle_timeout=TIMEOUT, first_token_timeout=TIMEOUT)
-    repair = StreamRepair(request=RequestFacts(max_tokens=3), policy=policy, started_at=0.0, head_at=0.0)
+    repair = StreamRepair(request=RequestFacts(max_tokens=3), policy=policy, started_at=0.0, head_at=0.0, dialect=dialect)
     out = []
     for piece in data.draw(splits(upstream)):
         out.append(repair.receive_data(piece, now=0.0))
@@ -144,9 +144,12 @@ def _injected_kind(event) -> str | None:
     return None
 
 
-def assert_upstream_events_lead_unchanged(upstream: bytes, repair: StreamRepair, out: bytes) -> None:
+def assert_upstream_events_lead_unchanged(upstream: bytes, repair: StreamRepair, out: bytes, injected_kind=None) -> None:
     """Contract 2: the client's events are the upstream's complete events, in order, unchanged or
-    rewritten by rule 2, with only the report's injections (and the completed last event) between."""
+    rewritten by rule 2, with only the report's injections (and the completed last event) between.
+    `injected_kind` says which injection an event looks like (Chat's `_injected_kind` by default;
+    the other dialects' fuzz contracts pass their own)."""
+    injected_kind = injected_kind or _injected_kind
     upstream_framer = EventFramer()
     expected = upstream_framer.receive_data(upstream)
     leftover = upstream_framer.receive_end()
@@ -161,7 +164,7 @@ def assert_upstream_events_lead_unchanged(upstream: bytes, repair: StreamRepair,
         if position < len(expected) and (event.raw == expected[position].raw or _is_rule_2_rewrite(expected[position], event)):
             position += 1
             continue
-        kind = _injected_kind(event)
+        kind = injected_kind(event)
         if kind is not None and budget.get(kind, 0) > 0:
             budget[kind] -= 1
             continue

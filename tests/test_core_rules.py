@@ -332,12 +332,12 @@ def test_rule_8_feeding_after_the_end_is_misuse(chunking):
 
 
 class BuggyRepair(StreamRepair):
-    """A repair with a bug of its own: it fails on any choice whose content is "BUG"."""
+    """A repair with a bug of its own: it fails on any event whose content is "BUG"."""
 
-    def _on_choice(self, choice):
-        if choice.get("delta", {}).get("content") == "BUG":
+    def _on_event(self, event, now):
+        if b'"content": "BUG"' in (event.data or b""):
             raise RuntimeError("a bug")
-        return super()._on_choice(choice)
+        return super()._on_event(event, now)
 
 
 def test_rule_8_an_internal_error_passes_the_rest_through_exactly(chunking):

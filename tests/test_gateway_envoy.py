@@ -113,6 +113,20 @@ async def _wait_for_access_log(path: Path) -> None:
         await trio.sleep(0.05)
 
 
+async def _read_until_then_hang_up(port: int, request: bytes, marker: bytes) -> list[bytes]:
+    """Send `request` on a keep-alive connection, read until `marker` has arrived, then close at
+    once, as a client that stops at `[DONE]` does (openai-node, pi-ai). Returns the reads."""
+    reads: list[bytes] = []
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(request)
+        while marker not in b"".join(reads):
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                break
+            reads.append(chunk)
+    return reads
+
+
 def test_a_healthy_stream_passes_through_unchanged_and_is_booked(tmp_path):
     body, plan = request_for(WorkerSettings(tokens=4))
 
@@ -163,3 +177,41 @@ def test_with_the_spare_a_refused_connection_is_retried_there_and_the_client_get
     assert complete_events(streamed)[-1] == "[DONE]"
     assert streamed == split_response(plan.to_bytes())[1]
     assert (entry["attempts"], entry["upstream_host"], envoy_books(entry)) == (2, f"127.0.0.1:{spare_port}", BOOKS_OK)
+
+
+# -- `DC`: who closes first (labs/gateways/envoy.py, module docstring) ---------------------------
+
+
+def test_a_client_that_hangs_up_at_done_is_booked_by_the_end_envoy_already_had(tmp_path):
+    # The worker writes `[DONE]` and the chunked terminator at once, so Envoy reads the end with the
+    # last event and forwards both in the same write: by the time a client can see `[DONE]` and
+    # hang up, the stream has ended in Envoy, and the books are the upstream's 200, not `DC`.
+    body, _ = request_for(WorkerSettings(tokens=4))
+
+    async def scenario():
+        async with open_worker() as worker, open_envoy(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as envoy:
+            reads = await _read_until_then_hang_up(envoy.port, chat_request(body), b"data: [DONE]")
+            await _wait_for_access_log(envoy.access_log)
+            return reads, _read_access_log(envoy.access_log, body["model"])
+
+    reads, entry = run_trio(scenario)
+    assert reads[-1].endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    assert (entry["response_code"], entry["response_flags"], entry["response_code_details"]) == (200, "-", "via_upstream")
+    assert envoy_books(entry) == BOOKS_OK
+
+
+def test_a_client_that_hangs_up_before_the_end_is_booked_dc(tmp_path):
+    # The head is out and the worker is in a 20 s prefill when the client leaves: the stream is
+    # still open in Envoy, which resets it and flags it `DC` (downstream_remote_disconnect).
+    body, _ = request_for(WorkerSettings(tokens=4, prefill_delay=20))
+
+    async def scenario():
+        async with open_worker() as worker, open_envoy(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as envoy:
+            reads = await _read_until_then_hang_up(envoy.port, chat_request(body), b"\r\n\r\n")
+            await _wait_for_access_log(envoy.access_log)
+            return reads, _read_access_log(envoy.access_log, body["model"])
+
+    reads, entry = run_trio(scenario)
+    assert b"".join(reads).startswith(b"HTTP/1.1 200")
+    assert (entry["response_code"], entry["response_flags"], entry["response_code_details"]) == (200, "DC", "downstream_remote_disconnect")
+    assert envoy_books(entry) == BOOKS_ERROR

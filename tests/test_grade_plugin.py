@@ -9,8 +9,11 @@ import socket
 import pytest
 
 from faults.child_processes import free_port
+from finishline import Dialect
+from labs.grade import pytest_plugin
 from labs.grade.gateway_checks import GATEWAY_CHECK_IDS
 from labs.grade.server_checks import SERVER_CHECKS
+from labs.grade.server_suites import SERVER_SUITES
 
 pytest_plugins = ["pytester"]
 
@@ -46,6 +49,25 @@ def test_an_unreachable_server_fails_every_check_with_one_line(pytester):
     result.assert_outcomes(failed=len(CHECK_IDS))
     result.stdout.fnmatch_lines(["_* finishline/server::stream-no-error _*",
                                  "the grader could not run: cannot connect to the server at http://127.0.0.1:9/v1 (Connection refused); is it running? check --url"])
+
+
+@pytest.mark.timeout(90)
+def test_server_checks_in_another_dialect(pytester, finishline_worker):
+    # The Messages suite's ids; a defect fails its check with the card's evidence line.
+    messages = [c.check for c in SERVER_SUITES[Dialect.MESSAGES].checks]
+    result = pytester.runpytest(f"--finishline-server-url={finishline_worker('done=0')}", "--finishline-server-dialect=messages",
+                                "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=len(messages) - 1, failed=1)
+    result.stdout.fnmatch_lines([f"finishline/server::{check} *" for check in messages])
+    result.stdout.fnmatch_lines(["stream a natural stop ended without message_stop (end, last event: message_delta)*"])
+
+
+def test_the_plugins_dialect_words_are_the_cores(pytester):
+    # Typed in the plugin so that collecting imports nothing heavy; they must be the core's words.
+    assert pytest_plugin._DIALECTS == tuple(Dialect) and pytest_plugin._DIALECTS[0] == Dialect.CHAT
+    result = pytester.runpytest("--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--finishline-server-dialect: invalid choice: 'anthropic'*"])
 
 
 def test_without_the_options_the_plugin_adds_no_test(pytester):

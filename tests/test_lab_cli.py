@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from faults.child_processes import run_child
+from labs.clients import EVERY_CLIENT
 from labs.scenario import load_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +24,9 @@ def test_an_unknown_client_is_one_line_listing_every_client():
     status, out, err = lab("labs", "--client", "bogus")
     assert (status, out) == (2, "")
     assert err.startswith("error: argument --client: invalid choice: 'bogus' (choose from 'openai-python', ")
-    assert err.endswith("'pi-ai') (see `python -m labs --help`)\n")
+    # Every dialect's clients: the names of Chat, then those only the other dialects have.
+    assert err.endswith(f"'{EVERY_CLIENT[-1]}') (see `python -m labs --help`)\n")
+    assert all(f"'{client}'" in err for client in EVERY_CLIENT)
     assert err.count("\n") == 1
 
 
@@ -50,6 +53,35 @@ def test_the_scenario_listing_puts_every_title_in_one_column():
     assert width > 28
     for line, scenario in zip(lines, load_scenarios(), strict=True):
         assert line[width + 2:].startswith(scenario.title), line
+
+
+def test_the_scenario_listing_says_each_scenarios_dialects_and_the_default_runs():
+    _, out, _ = lab("labs", "--list")
+    lines = {line.split()[0]: line for line in out.splitlines()}
+    assert lines["healthy"].endswith("  [chat, messages, responses]")
+    assert lines["tool-calls-omitted"].endswith("  [chat, messages]")
+    assert lines["reason-omitted"].endswith("  [chat, messages, responses; default run: chat]")
+    assert lines["stop-reason-null"].endswith("  [messages]")
+    assert lines["sliced"].endswith("  [chat, messages, responses]  (only with --all or --scenario)")
+
+
+def test_an_unknown_dialect_is_one_line_naming_it_and_the_three():
+    assert lab("labs", "--dialect", "anthropic") == (
+        2, "", "error: argument --dialect: invalid choice: 'anthropic' (choose from 'chat', 'messages', 'responses') "
+        "(see `python -m labs --help`)\n",
+    )
+
+
+def test_a_client_of_another_dialect_is_refused_before_anything_starts():
+    assert lab("labs", "--dialect", "chat", "--client", "anthropic-python") == (
+        2, "", "error: client 'anthropic-python' speaks messages, not chat\n",
+    )
+
+
+def test_a_scenario_of_another_dialect_is_refused_before_anything_starts():
+    assert lab("labs", "--dialect", "chat", "--dialect", "responses", "--scenario", "stop-reason-null") == (
+        2, "", "error: scenario 'stop-reason-null' runs in messages, not in chat, responses\n",
+    )
 
 
 def test_the_gateway_listing_takes_no_arguments():

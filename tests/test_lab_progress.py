@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from labs.__main__ import select_clients, select_scenarios
-from labs.clients import ALL_CLIENTS, DEFAULT_CLIENTS
+from finishline import Dialect
+from labs.clients import ALL_CLIENTS, CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, EVERY_CLIENT
 from labs.progress import Progress, format_elapsed
 from labs.scenario import ScenarioError, load_scenario
 
@@ -121,3 +122,13 @@ def test_the_default_run_has_the_default_clients_and_all_lifts_it():
     assert set(DEFAULT_CLIENTS) < set(ALL_CLIENTS)
     # Asked for by name (in any order), clients come in the matrix's order, default or not.
     assert select_clients(["pi-ai", "httpx-sse"], everything=False) == ("httpx-sse", "pi-ai")
+
+
+def test_the_default_run_has_every_client_of_the_new_dialects_and_chats_default_ones():
+    every = tuple(Dialect)
+    chosen = select_clients(None, everything=False, dialects=every)
+    assert set(chosen) == set(DEFAULT_CLIENTS) | set(CLIENTS_BY_DIALECT[Dialect.MESSAGES]) | set(CLIENTS_BY_DIALECT[Dialect.RESPONSES])
+    assert "httpx-sse" not in chosen and "anthropic-python-helper" in chosen
+    assert select_clients(None, everything=True, dialects=(Dialect.MESSAGES,)) == tuple(
+        c for c in EVERY_CLIENT if c in CLIENTS_BY_DIALECT[Dialect.MESSAGES]
+    )

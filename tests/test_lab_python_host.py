@@ -10,6 +10,7 @@ import asyncio
 
 import pytest
 
+from finishline import Dialect
 from labs.clients.python_drivers import DRIVERS
 from labs.clients.python_host import run
 
@@ -23,7 +24,7 @@ def test_a_librarys_own_builtin_timeout_error_is_an_error_not_a_hang(monkeypatch
         sink.add_text("The quick")
         raise TimeoutError("read timed out after 5 s")
 
-    monkeypatch.setitem(DRIVERS, "times-out", library_that_times_out)
+    monkeypatch.setitem(DRIVERS, ("times-out", Dialect.CHAT), library_that_times_out)
     record = asyncio.run(run(_request("times-out", deadline_s=60)))
     assert (record["timed_out"], record["completed"]) == (False, False)
     assert (record["error_class"], record["error_message"]) == ("TimeoutError", "read timed out after 5 s")
@@ -36,7 +37,7 @@ def test_the_labs_own_deadline_is_a_hang(monkeypatch):
         sink.add_text("The quick")
         await asyncio.sleep(3600)
 
-    monkeypatch.setitem(DRIVERS, "never-ends", library_that_never_ends)
+    monkeypatch.setitem(DRIVERS, ("never-ends", Dialect.CHAT), library_that_never_ends)
     record = asyncio.run(run(_request("never-ends", deadline_s=0.2)))
     assert record["timed_out"] is True
     assert record["error_message"] == "lab deadline of 0.2s passed"
@@ -54,7 +55,7 @@ def test_tool_call_deltas_accumulate_per_index(monkeypatch):
         sink.add_tool_call(1, None, 'ty": "Oslo"}')
         return "tool_calls"
 
-    monkeypatch.setitem(DRIVERS, "two-calls", library_with_two_calls)
+    monkeypatch.setitem(DRIVERS, ("two-calls", Dialect.CHAT), library_with_two_calls)
     record = asyncio.run(run(_request("two-calls", deadline_s=10)))
     assert record["tool_calls"] == [
         {"name": "get_weather", "arguments": '{"city": "Paris"}'},

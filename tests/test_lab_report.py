@@ -173,3 +173,82 @@ def test_table_counts_per_gateway_the_cells_better_or_worse_than_direct():
     assert "compared with direct (same scenario and client):\n  finish_fix  better 2, worse 0, same 2\n" in text
     only_finish_fix = {**RESULT, "gateways": ["finish_fix"], "cells": [c for c in RESULT["cells"] if c["gateway"] == "finish_fix"]}
     assert "compared with direct" not in render_table(only_finish_fix)
+
+
+# -- dialects (issue 13) ----------------------------------------------------------------------------
+
+
+def _in(dialect, cell):
+    return {**cell, "dialect": dialect}
+
+
+NOT_ROUTED = "litellm: the lab does not yet route /v1/messages through this gateway"
+DIALECTS = {
+    **RESULT,
+    "gateways": ["direct", "finish_fix", "litellm"],
+    "clients": ["openai-python", "pi-ai", "anthropic-python"],
+    "clients_by_dialect": {"chat": ["openai-python", "pi-ai"], "messages": ["anthropic-python", "pi-ai"]},
+    "scenarios": [
+        *({**s, "dialect": "chat"} for s in RESULT["scenarios"]),
+        {"name": "stall", "dialect": "messages", "label": "stall (messages)", "title": "stall", "fault_summary": "silence",
+         "worker_stream": "event: message_start", "expected": {"text": "The quick brown", "finish_reason": "end_turn", "tool_calls": 0}},
+    ],
+    "cells": [
+        *(_in("chat", c) for c in RESULT["cells"]),
+        _in("messages", _cell("stall", "anthropic-python", "direct", "silent-truncation")),
+        _in("messages", _cell("stall", "pi-ai", "direct", "error")),
+        _in("messages", _cell("stall", "anthropic-python", "finish_fix", "error", books="error")),
+        _in("messages", _cell("stall", "pi-ai", "finish_fix", "error", books="error")),
+    ],
+    "not_applicable": [{"dialect": "messages", "gateway": "litellm", "why": NOT_ROUTED}],
+}
+
+
+def test_a_chat_only_run_has_no_dialect_heading():
+    assert "dialect:" not in render_table(RESULT)
+    assert "dialect:" not in render_html(RESULT)
+
+
+def test_table_has_a_heading_per_dialect_chat_first_and_laid_out_as_before():
+    text = render_table(DIALECTS)
+    assert text.index("dialect: chat") < text.index("dialect: messages")
+    chat = text[text.index("dialect: chat"): text.index("dialect: messages")]
+    # Chat's blocks are the Chat-only run's, word for word.
+    assert chat.split("\n", 3)[3] == render_table(RESULT).split("! the gateway's books")[0]
+    messages = text[text.index("dialect: messages"):]
+    direct = messages[messages.index("gateway: direct"): messages.index("gateway: finish_fix")].splitlines()
+    # The dialect's own clients, in its order.
+    assert direct[1].split() == ["scenario", "anthropic-python", "pi-ai"]
+    assert direct[3].split() == ["stall", "silent-truncation", "error"]
+
+
+def test_table_says_n_a_for_a_gateway_the_lab_does_not_send_the_dialect_through():
+    text = render_table(DIALECTS)
+    messages = text[text.index("dialect: messages"):]
+    assert f"n/a  {NOT_ROUTED}\n" in messages
+    # litellm has no Chat cells in this result either, and n/a only where it was not run.
+    assert "gateway: litellm" not in text
+    assert "n/a" not in text[: text.index("dialect: messages")]
+
+
+def test_table_compares_with_direct_within_each_dialect():
+    text = render_table(DIALECTS)
+    assert "compared with direct (same scenario, dialect and client):\n" in text
+    assert "  finish_fix (chat)      better 2, worse 0, same 2\n" in text
+    # Messages: silent-truncation -> error (better), error -> error (same).
+    assert "  finish_fix (messages)  better 1, worse 0, same 1\n" in text
+
+
+def test_html_has_a_section_per_dialect_with_its_grids_comparison_and_n_a():
+    page = render_html(DIALECTS)
+    chat, messages = page.index("dialect: chat</h1>"), page.index("dialect: messages</h1>")
+    assert chat < messages
+    chat_section, messages_section = page[chat:messages], page[messages:]
+    assert "compared with direct" in chat_section and "compared with direct" in messages_section
+    assert "<th>anthropic-python</th>" in messages_section and "<th>anthropic-python</th>" not in chat_section
+    assert re.search(r'class="cell error better" data-id="c\d+" title="because error">silent-truncation &rarr; error</td>', messages_section)
+    assert f"<tr><th>litellm</th><td>n/a</td><td>{NOT_ROUTED}</td></tr>" in messages_section
+    assert "n/a" not in chat_section
+    # The scenario list names each scenario in each dialect, and a cell's details find its own.
+    assert "<li><b>stall (messages)</b>: stall (fault: silence)</li>" in page
+    assert "s.name + ' ' + (s.dialect ?? 'chat')" in page and "c.scenario + ' ' + (c.dialect ?? 'chat')" in page

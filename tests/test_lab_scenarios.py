@@ -9,8 +9,13 @@ import dataclasses
 
 import trio
 
+from finishline import Dialect
+from labs.__main__ import select_scenarios
+from labs.clients import CLIENTS_BY_DIALECT
+from labs.gateways import GATEWAYS
+from labs.gateways.registry import lookup
 from labs.hub import TunnelDropPolicy
-from labs.runner import LabConfig, LabError, plan_cells, run_lab
+from labs.runner import LabConfig, LabError, NotApplicable, plan_cells, plan_not_applicable, run_lab
 from labs.topology import topology_groups
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, Topology, cell_id_of, load_scenario, load_scenarios
 from labs.worker.server import settings_for_request
@@ -39,6 +44,10 @@ DEFAULT_SET = {
     "cut-after-tokens-hub-error-event",
     "rule1-prefill-cut-hub-close-spare",
     "rule1-prefill-cut-hub-abort-spare",
+    # The other dialects' own defects (issue 13).
+    "stop-reason-null",
+    "close-after-reasoning",
+    "bare-error-frame",
 }
 
 
@@ -131,7 +140,7 @@ def test_plan_cells_honours_scenario_restrictions(tmp_path):
     restricted = load_scenario(path)
     healthy = load_scenario_named("healthy")
     config = LabConfig(scenarios=(healthy, restricted), clients=("pi-ai", "httpx-sse"), gateways=("direct", "finish_fix"))
-    cells = [(s.name, c, g) for s, c, g in plan_cells(config)]
+    cells = [(c.scenario.name, c.client, c.gateway) for c in plan_cells(config)]
     assert cells == [
         ("healthy", "pi-ai", "direct"),
         ("healthy", "httpx-sse", "direct"),
@@ -295,7 +304,161 @@ def test_the_external_gateway_runs_only_todays_topology():
     # Its upstream is the tunnel's fixed port: a hub or spare scenario would not reach it.
     scenarios = tuple(load_scenario_named(n) for n in ("healthy", "cut-after-tokens-hub-close", "rule1-prefill-cut-hub-abort-spare"))
     config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct", "external"))
-    assert [(s.name, g) for s, _, g in plan_cells(config)] == [
+    assert [(c.scenario.name, c.gateway) for c in plan_cells(config)] == [
         ("healthy", "direct"), ("healthy", "external"),
         ("cut-after-tokens-hub-close", "direct"), ("rule1-prefill-cut-hub-abort-spare", "direct"),
     ]
+
+
+
+# -- dialects (issue 13) ---------------------------------------------------------------------------
+
+
+def dialect_runs():
+    return [(s, d) for s in load_scenarios() for d in s.dialects]
+
+
+@pytest.mark.parametrize(("scenario", "dialect"), dialect_runs(), ids=lambda x: getattr(x, "name", str(x)))
+def test_every_scenario_builds_its_fault_and_answer_in_each_of_its_dialects(scenario, dialect):
+    fault = build_fault(scenario, dialect)
+    assert (fault is None) == (scenario.fault is None)
+    words = {Dialect.CHAT: {"stop", "length", "tool_calls"}, Dialect.MESSAGES: {"end_turn", "max_tokens", "tool_use"},
+             Dialect.RESPONSES: {"completed", "incomplete"}}[dialect]
+    expected = scenario.expected(dialect)
+    assert expected.dialect is dialect
+    assert expected.finish_reason in words | {None}
+
+
+@pytest.mark.parametrize(("scenario", "dialect"), dialect_runs(), ids=lambda x: getattr(x, "name", str(x)))
+def test_every_cell_of_a_scenario_gets_the_same_response_length_in_each_dialect(scenario, dialect):
+    lengths = set()
+    for number in (1, 42, 9999):
+        settings = scenario.worker.for_request({"model": scenario.model_name(CELL_ID_TEMPLATE.format(number))}, dialect)
+        lengths.add(len(response_plan(settings, dialect=dialect).to_bytes()))
+    assert len(lengths) == 1
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+def test_a_cut_after_n_tokens_is_exact_in_each_dialect(dialect):
+    scenario = load_scenario_named("cut-after-tokens-hub-close")
+    fault = build_fault(scenario, dialect)
+    limits = [t.attributes["bytes"] for t in fault.toxics if t.type == "limit_data"]
+    assert limits == [response_plan(scenario.resolved, dialect=dialect).offset_after_tokens(5)]
+    # Not Chat's offset: the same settings are other bytes in another dialect.
+    assert limits != [response_plan(scenario.resolved).offset_after_tokens(5)]
+
+
+@pytest.mark.parametrize(
+    ("name", "dialect", "reason"),
+    [
+        ("healthy", Dialect.MESSAGES, "end_turn"),
+        ("healthy", Dialect.RESPONSES, "completed"),
+        ("length-omitted", Dialect.MESSAGES, "max_tokens"),
+        ("tool-calls-omitted", Dialect.MESSAGES, "tool_use"),
+        ("tool-calls-omitted", Dialect.CHAT, "tool_calls"),
+        ("stop-reason-null", Dialect.MESSAGES, "end_turn"),
+        # The worker's answer ends before any finish: success is a silent truncation.
+        ("bare-error-frame", Dialect.RESPONSES, None),
+        ("close-after-reasoning", Dialect.RESPONSES, None),
+    ],
+)
+def test_the_true_reason_is_in_the_dialects_words(name, dialect, reason):
+    assert load_scenario_named(name).expected(dialect).finish_reason == reason
+
+
+def test_a_scenario_without_dialects_runs_in_all_three(tmp_path):
+    scenario = load_scenario(scenario_file(tmp_path, ""))
+    assert scenario.dialects == scenario.default_dialects == (Dialect.CHAT, Dialect.MESSAGES, Dialect.RESPONSES)
+
+
+def test_dialects_come_in_their_fixed_order_whatever_order_the_file_lists(tmp_path):
+    scenario = load_scenario(scenario_file(tmp_path, 'dialects = ["responses", "chat"]\ndefault_dialects = ["responses"]\n'))
+    assert (scenario.dialects, scenario.default_dialects) == ((Dialect.CHAT, Dialect.RESPONSES), (Dialect.RESPONSES,))
+
+
+def test_default_false_takes_a_scenario_out_of_the_default_run_in_every_dialect(tmp_path):
+    scenario = load_scenario(scenario_file(tmp_path, 'default = false\ndialects = ["messages"]\n'))
+    assert (scenario.dialects, scenario.default_dialects, scenario.default) == ((Dialect.MESSAGES,), (), False)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('dialects = ["chat", "anthropic"]\n', r"`dialects`: unknown 'anthropic'; valid: chat, messages, responses"),
+        ('dialects = "chat"\n', r"`dialects` must be a list of names, e.g. \['chat'\], not 'chat'"),
+        ("dialects = []\n", r"`dialects` is empty: list at least one of chat, messages, responses"),
+        ('dialects = ["chat"]\ndefault_dialects = ["messages"]\n', r"`default_dialects`: 'messages' not in `dialects` \(chat\)"),
+        ('default_dialects = ["soap"]\n', r"`default_dialects`: unknown 'soap'; valid: chat, messages, responses"),
+        ('default = false\ndefault_dialects = ["chat"]\n', r"`default = false` and `default_dialects` \['chat'\] contradict"),
+    ],
+)
+def test_a_bad_dialects_key_is_refused_naming_it_and_the_valid_words(tmp_path, text, message):
+    with pytest.raises(ScenarioError, match=message):
+        load_scenario(scenario_file(tmp_path, text))
+
+
+def test_a_scenario_may_name_a_client_of_any_dialect(tmp_path):
+    scenario = load_scenario(scenario_file(tmp_path, 'clients = ["anthropic-python", "pi-ai"]\n'))
+    assert scenario.clients == ("anthropic-python", "pi-ai")
+
+
+def test_only_direct_and_finish_fix_serve_the_new_dialects_and_the_registry_says_so():
+    assert [g for g in GATEWAYS if Dialect.MESSAGES in lookup(g).dialects] == ["direct", "finish_fix"]
+    assert [g for g in GATEWAYS if Dialect.RESPONSES in lookup(g).dialects] == ["direct", "finish_fix"]
+    assert all(Dialect.CHAT in lookup(g).dialects for g in GATEWAYS)
+
+
+def test_cells_are_planned_per_dialect_with_the_dialects_clients_chat_first():
+    healthy = load_scenario_named("healthy")
+    config = LabConfig(scenarios=(healthy,), gateways=("direct",), dialects=tuple(Dialect))
+    planned = plan_cells(config)
+    assert [c.dialect for c in planned] == sorted((c.dialect for c in planned), key=list(Dialect).index)
+    for dialect in Dialect:
+        assert {c.client for c in planned if c.dialect is dialect} == set(CLIENTS_BY_DIALECT[dialect])
+
+
+def test_a_gateway_that_does_not_serve_a_dialect_has_no_cells_there_but_an_n_a_with_its_reason():
+    scenarios = (load_scenario_named("healthy"), load_scenario_named("stop-reason-null"))
+    config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct", "litellm", "smg"), dialects=tuple(Dialect))
+    assert [(c.scenario.name, c.dialect.value, c.gateway) for c in plan_cells(config)] == [
+        ("healthy", "chat", "direct"), ("healthy", "chat", "litellm"), ("healthy", "chat", "smg"),
+        ("healthy", "messages", "direct"), ("stop-reason-null", "messages", "direct"),
+        ("healthy", "responses", "direct"),
+    ]
+    assert plan_not_applicable(config) == [
+        NotApplicable(dialect=Dialect.MESSAGES, gateway="litellm", why="litellm: the lab does not yet route /v1/messages through this gateway"),
+        NotApplicable(dialect=Dialect.MESSAGES, gateway="smg", why="smg: the lab does not yet route /v1/messages through this gateway"),
+        NotApplicable(dialect=Dialect.RESPONSES, gateway="litellm", why="litellm: the lab does not yet route /v1/responses through this gateway"),
+        NotApplicable(dialect=Dialect.RESPONSES, gateway="smg", why="smg: the lab does not yet route /v1/responses through this gateway"),
+    ]
+
+
+def test_no_n_a_for_a_dialect_whose_cells_the_run_would_not_have_anyway():
+    # Chat only: the other dialects are not asked for; httpx-sse speaks only Chat.
+    healthy = load_scenario_named("healthy")
+    assert plan_not_applicable(LabConfig(scenarios=(healthy,), gateways=("litellm",))) == []
+    only_chat_client = LabConfig(scenarios=(healthy,), clients=("httpx-sse",), gateways=("litellm",), dialects=tuple(Dialect))
+    assert plan_not_applicable(only_chat_client) == []
+
+
+def test_the_default_run_takes_each_scenario_in_its_default_dialects_and_all_in_every_one():
+    default = {s.name: s.dialects for s in select_scenarios(None, everything=False)}
+    everything = {s.name: s.dialects for s in select_scenarios(None, everything=True)}
+    assert default["tool-calls-omitted"] == (Dialect.CHAT, Dialect.MESSAGES)
+    assert default["reason-omitted"] == (Dialect.CHAT,)
+    assert everything["reason-omitted"] == tuple(Dialect)
+    assert "sliced" not in default and everything["sliced"] == tuple(Dialect)
+    # The Chat part of the default run is the scenarios it had before there were dialects.
+    assert {name for name, dialects in default.items() if Dialect.CHAT in dialects} == DEFAULT_SET - {
+        "cut-after-tokens-reset", "sliced", "latency-jitter", "stop-reason-null", "close-after-reasoning", "bare-error-frame",
+    }
+
+
+def test_asking_for_dialects_narrows_every_scenario_to_them():
+    chosen = select_scenarios(None, everything=False, dialects=(Dialect.MESSAGES,))
+    assert all(s.dialects == (Dialect.MESSAGES,) for s in chosen)
+    assert {s.name for s in chosen} == {
+        "healthy", "stop-reason-null", "tool-calls-omitted", "cut-after-tokens-fin", "cut-after-tokens-hub-close", "stall-after-tokens",
+    }
+    # By name: in the dialects it lists, default or not.
+    assert [s.dialects for s in select_scenarios(["reason-empty"], everything=False)] == [(Dialect.CHAT, Dialect.MESSAGES)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from finishline import Dialect
 from labs.outcome import BOOKS_ERROR, BOOKS_OK, ClientReport, Expected, Outcome, books_mismatch, canonical_reason, judge
 
 ANSWER = "The quick brown fox jumps over"
@@ -174,3 +175,104 @@ def test_report_round_trips_through_json_and_ignores_unknown_keys():
     original = report(finish_reason="stop", ttft_s=0.1, connection="close")
     data = {**original.to_json(), "id": "c0001", "something_new": 1}
     assert ClientReport.from_json(data) == original
+
+
+# -- the other dialects' words (issue 13) -------------------------------------------------------------
+
+
+def messages(reason: str, **fields) -> Expected:
+    return Expected(text=ANSWER, finish_reason=reason, dialect=Dialect.MESSAGES, **fields)
+
+
+def responses(reason: str, **fields) -> Expected:
+    return Expected(text=ANSWER, finish_reason=reason, dialect=Dialect.RESPONSES, **fields)
+
+
+@pytest.mark.parametrize(
+    ("surfaced", "truth"),
+    [
+        ("end_turn", "end_turn"),  # anthropic-python and -node, LangChain's stop_reason
+        ("stop", "end_turn"),  # the AI SDK's unified reason, pi-ai's stopReason
+        ("max_tokens", "max_tokens"),
+        ("length", "max_tokens"),
+        ("tool_use", "tool_use"),
+        ("tool-calls", "tool_use"),
+        ("toolUse", "tool_use"),
+    ],
+)
+def test_each_clients_word_for_a_messages_stop_reason_is_the_same_reason(surfaced, truth):
+    assert judge(report(finish_reason=surfaced), messages(truth)).outcome is Outcome.OK
+
+
+def test_a_messages_stream_without_stop_reason_is_ok_where_the_truth_is_end_turn():
+    # anthropic-python's get_final_message() after `stop_reason: null` then `message_stop`: the
+    # full text, no reason, which an application reads as a normal end (as Chat's missing `stop`).
+    judgement = judge(report(finish_reason=None), messages("end_turn"))
+    assert judgement.outcome is Outcome.OK
+    assert judgement.reason == "full answer; no finish reason surfaced (true reason: end_turn)"
+
+
+@pytest.mark.parametrize("truth", ["max_tokens", "tool_use"])
+def test_a_messages_stream_without_the_reason_to_act_on_is_silent_truncation(truth):
+    judgement = judge(report(finish_reason=None), messages(truth))
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert judgement.reason == f"full text, but finish reason None where the worker's was {truth!r}"
+
+
+def test_an_invented_end_turn_for_a_tool_use_is_silent_truncation():
+    call = [{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}]
+    expected = Expected(text="", finish_reason="tool_use", tool_calls=TOOLS.tool_calls, dialect=Dialect.MESSAGES)
+    assert judge(report(text="", finish_reason="end_turn", tool_calls=call), expected).outcome is Outcome.SILENT_TRUNCATION
+    assert judge(report(text="", finish_reason="tool_use", tool_calls=call), expected).outcome is Outcome.OK
+
+
+@pytest.mark.parametrize(
+    ("surfaced", "truth"),
+    [
+        ("completed", "completed"),  # the final response's status
+        ("stop", "completed"),  # the AI SDK, pi-ai
+        ("max_output_tokens", "incomplete"),  # incomplete_details.reason, as the drivers report it
+        ("incomplete", "incomplete"),
+        ("length", "incomplete"),
+        ("tool-calls", "completed"),  # a function call ends a completed response
+        ("toolUse", "completed"),
+    ],
+)
+def test_each_clients_word_for_a_responses_status_is_the_same_reason(surfaced, truth):
+    assert judge(report(finish_reason=surfaced), responses(truth)).outcome is Outcome.OK
+
+
+@pytest.mark.parametrize("surfaced", [None, "", "in_progress"])
+def test_a_responses_success_without_a_terminal_status_is_silent_truncation(surfaced):
+    # openai-node's finalResponse() resolves a cut stream's snapshot, status `in_progress`; the
+    # raw iterators end with no terminal event at all. Unlike Chat, no reason is never right.
+    judgement = judge(report(finish_reason=surfaced), responses("completed"))
+    assert judgement.outcome is Outcome.SILENT_TRUNCATION
+    assert judgement.reason == f"full text, but finish reason {canonical_reason(surfaced, Dialect.RESPONSES)!r} where the worker's was 'completed'"
+
+
+def test_a_responses_failed_status_surfaced_without_raising_is_flagged():
+    # openai-node's finalResponse() resolves with `status: "failed"`: the failure is there to be seen.
+    judgement = judge(report(text="The quick", finish_reason="failed"), responses("completed"))
+    assert judgement.outcome is Outcome.FLAGGED
+    assert judgement.reason == "no exception, but the client surfaced finish reason 'failed'"
+
+
+def test_failed_is_a_word_of_responses_only():
+    # In Chat `failed` is no reason any client surfaces: it is a wrong reason, not a failure seen.
+    assert judge(report(finish_reason="failed"), STOP).outcome is Outcome.SILENT_TRUNCATION
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+@pytest.mark.parametrize("reason", ["interrupted", "error", "other", "aborted"])
+def test_the_ai_sdks_and_pis_failure_reasons_are_flagged_in_every_dialect(dialect, reason):
+    expected = Expected(text=ANSWER, finish_reason="end_turn" if dialect is Dialect.MESSAGES else "completed", dialect=dialect)
+    assert judge(report(text="The quick", finish_reason=reason), expected).outcome is Outcome.FLAGGED
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_raised_error_and_a_hang_mean_the_same_in_every_dialect(dialect):
+    expected = Expected(text=ANSWER, finish_reason=None, dialect=dialect)
+    assert judge(report(completed=False, error_class="APIError", error_message="stream was interrupted"), expected).outcome is Outcome.ERROR
+    assert judge(report(completed=False, timed_out=True), expected).outcome is Outcome.HANG
+    assert judge(report(text="The quick"), expected).outcome is Outcome.SILENT_TRUNCATION

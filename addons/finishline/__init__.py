@@ -23,12 +23,13 @@ stalled. `receive_*` never raises on what the upstream sent; calling it after th
 """
 
 from ._completion import CompletionRepair, repair_completion
+from ._dialect import Dialect
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
 from ._repair import MAX_HELD_BYTES, StreamRepair
 from ._request import RequestFacts
 from ._sse import Event, EventFramer
-from ._transcript import looks_like_chat_stream, transcribe_chat_stream
+from ._transcript import looks_like_chat_stream, stream_dialect, transcribe_chat_stream, transcribe_stream
 from ._verdict import (
     Booking,
     ClientEnding,
@@ -46,6 +47,7 @@ __all__ = [
     "ClientEnding",
     "CompletionRepair",
     "CutCause",
+    "Dialect",
     "Event",
     "EventFramer",
     "Interruption",
@@ -61,5 +63,7 @@ __all__ = [
     "infer_finish_reason",
     "looks_like_chat_stream",
     "repair_completion",
+    "stream_dialect",
     "transcribe_chat_stream",
+    "transcribe_stream",
 ]

@@ -1,8 +1,10 @@
-"""Rule 9: a non-streaming `chat.completion` body whose choices lack a finish_reason.
+"""Rule 9: a non-streaming `chat.completion` body whose choices lack a finish_reason; rule M7: a
+non-streaming Messages `message` whose `stop_reason` is null.
 
 The body is edited in place, byte for byte except the reasons: a `null`/`""` value is replaced, a
-missing key is added at the end of its choice object. Where the edit cannot be made exactly (checked
-by parsing the result back), the body is re-serialized instead.
+missing key is added at the end of its object. Where the edit cannot be made exactly (checked by
+parsing the result back), the body is re-serialized instead. A whole Responses body has a `status`
+of its own and is passed as it came (`skipped`, saying so).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ import re
 from typing import NamedTuple
 
 from . import _wording as wording
+from ._dialect import Dialect
 from ._inference import infer_finish_reason
 from ._json import json_or_unreadable
+from ._messages import TOOL_BLOCKS, infer_stop_reason
 from ._request import RequestFacts
 from ._verdict import Verdict
 
@@ -43,8 +47,10 @@ def repair_completion(
     status: int = 200,
     content_type: str = "application/json",
     content_encoding: str = "",
+    dialect: Dialect = Dialect.CHAT,
 ) -> CompletionRepair:
-    """Fills in missing finish_reasons of a chat completion (the same inference as rule 3).
+    """Fills in missing finish_reasons of a chat completion (the same inference as rule 3), or the
+    missing stop_reason of a Messages `message` (`dialect=Dialect.MESSAGES`, as rule M2 infers it).
 
     A response that is not one to repair passes as it came, with the verdict that says why: an error
     status (`http_error`), a compressed body or one that is not JSON (`skipped`)."""
@@ -56,6 +62,10 @@ def repair_completion(
     if "json" not in content_type.lower():
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not an event stream or a JSON chat completion"), [])
     completion = json_or_unreadable(body)
+    if dialect is Dialect.MESSAGES:
+        return _repair_message(body, completion, request)
+    if dialect is Dialect.RESPONSES:
+        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("a whole Responses body is passed as it came"), [])
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a chat completion"), [])
     if completion.get("object", "chat.completion") != "chat.completion":
@@ -83,6 +93,55 @@ def repair_completion(
     if new_body is None or json_or_unreadable(new_body) != completion:
         new_body = json.dumps(completion, ensure_ascii=False, separators=(",", ":")).encode()
     return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs)
+
+
+def _repair_message(body: bytes, message: object, request: RequestFacts) -> CompletionRepair:
+    """M7: a `message` with `stop_reason` null, "" or missing gets the reason M2 would infer."""
+    if not isinstance(message, dict) or message.get("type") != "message":
+        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a Messages message"), [])
+    if message.get("stop_reason"):
+        return CompletionRepair(Verdict.CLEAN, body, "clean", [])
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
+    usage = message.get("usage")
+    output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+    reason = infer_stop_reason(
+        tool_use=any(isinstance(block, dict) and block.get("type") in TOOL_BLOCKS for block in blocks),
+        output_tokens=output_tokens if isinstance(output_tokens, int) and not isinstance(output_tokens, bool) else None,
+        max_tokens=request.max_tokens,
+    )
+    message["stop_reason"] = reason
+    repairs = [wording.set_stop_reason(reason)]
+    new_body = _edit_top_level(body, "stop_reason", json.dumps(reason).encode())
+    if new_body is None or json_or_unreadable(new_body) != message:
+        new_body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+    return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs)
+
+
+def _edit_top_level(body: bytes, key: str, value: bytes) -> bytes | None:
+    """`body` with the top-level object's `key` set to `value` (replaced, or added at its end),
+    or None for a body this cannot walk. The caller checks the result by parsing it back."""
+    depth = 0
+    previous = b""
+    wanted = json.dumps(key).encode()
+    value_next = False
+    for match in _TOKEN.finditer(body):
+        token = match.group()
+        if value_next:
+            if token in (b"{", b"["):
+                return None  # a reason is never an object or array: not this body's shape
+            return body[: match.start()] + value + body[match.end() :]
+        if token in (b"{", b"["):
+            depth += 1
+        elif token in (b"}", b"]"):
+            if depth == 1:
+                separator = b"" if previous == b"{" else b", "
+                return body[: match.start()] + separator + wanted + b": " + value + body[match.start() :]
+            depth -= 1
+        elif depth == 1 and token == b":" and previous == wanted:
+            value_next = True
+        previous = token
+    return None
 
 
 def _edit_in_place(body: bytes, to_fix: list[tuple[int, str]]) -> bytes | None:

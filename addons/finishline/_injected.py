@@ -1,5 +1,6 @@
 """The events finish_fix writes into a stream: finishing chunks (rule 3), `[DONE]` (rule 4), the error
-event of a cut (rule 6), and the rewrite of an empty finish_reason (rule 2).
+event of a cut (rule 6), and the rewrite of an empty finish_reason (rule 2); and the framing of the
+Messages and Responses frames (`dialect_event`), whose payloads `_messages` and `_responses` build.
 
 Each is written in the stream's own line endings (`line_ending`, LF until the stream showed another)
 so that it reads like its neighbours to any SSE client. The finishing chunk carries the upstream's
@@ -14,7 +15,10 @@ import re
 from ._json import json_or_unreadable
 from ._sse import Event, EventFramer, split_lines
 
-__all__ = ["DONE", "ERROR_CODE", "done_event", "error_event", "finishing_event", "rewrite_empty_reasons", "sse_event"]
+__all__ = [
+    "DONE", "ERROR_CODE", "dialect_event", "done_event", "error_event", "finishing_event", "rewrite_empty_reasons",
+    "sse_event",
+]
 
 DONE = b"[DONE]"
 # The error event's code: clients and gateways match it (README rule 6).
@@ -29,6 +33,12 @@ def sse_event(payload: dict | bytes, line_ending: bytes, *, extra_lines: tuple[b
     they are, a dict as compact JSON), then the blank line."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
     return b"".join(line + line_ending for line in extra_lines) + b"data: " + data + line_ending + line_ending
+
+
+def dialect_event(event_type: str, payload: dict, line_ending: bytes) -> bytes:
+    """A Messages or Responses frame: `event: <type>`, then the data. Both Anthropic SDKs skip a
+    frame without the `event:` line, and openai-node raises on `event: error` by that name."""
+    return sse_event(payload, line_ending, extra_lines=(b"event: " + event_type.encode(),))
 
 
 def done_event(line_ending: bytes) -> bytes:

@@ -6,21 +6,23 @@ Bytes go through three stages: `EventFramer` (bytes -> events), `_on_event` (eve
 send for it, plus anything injected before it) and the caller, who sends those bytes. Every complete
 event leaves as soon as it arrived; only the current incomplete event is held.
 
-The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of what moves it
-(`[DONE]`, an upstream error event, giving up) and `_move` is the only place that changes it.
+The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of what moves it (the
+dialect's terminator, an upstream error event, giving up) and `_move` is the only place that changes
+it.
 
-Per choice index it remembers whether the choice finished (and whether the upstream or finish_fix
-gave the reason), and whether it carried tool or function calls (`_choices`); what it writes into
-the stream (finishing chunks, `[DONE]`, the error event, rule 2's rewrite) is built by `_injected`,
-its sentences by `_wording`. The rules act at these points:
+What an event means is the dialect's business: one rules object per stream (`_rules.DIALECT_RULES`:
+`_chat.ChatRules`, `_messages.MessagesRules`, `_responses.ResponsesRules`) reads each event and says
+what to send for it, and at the end what the terminator is, what a cut sends, and whether the
+stream is finished. The machine does what every dialect shares, at these points:
 
-* an event with `"finish_reason": ""`          -> rewritten to null (rule 2)
-* a usage-only chunk, or `data: [DONE]`,        -> finishing events first for every choice that
-  while some choice is unfinished                  carried deltas but never finished (rule 3; OpenAI
-                                                   sends the finish chunk before the usage chunk)
-* the upstream body ends cleanly                -> [DONE] appended if every choice finished (rule 4),
-                                                   else the stream was cut (rules 6, 7)
-* the upstream connection fails mid-body        -> the stream was cut (rule 6), unless it finished
+* an event                                      -> counted (not a keep-alive such as `ping`), its
+                                                   first one checked against the path's dialect
+                                                   (another dialect's: passed untouched), then read
+                                                   by the rules
+* the upstream body ends cleanly                -> the terminator appended if the stream finished
+                                                   (rules 4, M3), else the stream was cut (rules 6,
+                                                   7, M4, R3)
+* the upstream connection fails mid-body        -> the stream was cut, unless it finished
 * the caller's timer finds a deadline passed     -> the upstream stalled: a cut as above, and the
   (`next_stall_check`, `receive_timer`)             caller closes the upstream connection
 
@@ -29,30 +31,30 @@ timer for `next_stall_check(now)`. The machine notes when events arrive (once pe
 call that completed any, so a stream of many small events costs nothing extra per event) and when
 the first token came; a comment or keep-alive line is not an event and never moves a deadline.
 
-Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`), and a run of one
-routine shape is counted on the steady path at the top of `receive_data`; both are held to the full
-parse by `tests/test_core_fast_path.py`.
+Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`, the rules'
+`on_routine`), and a run of one routine shape is counted on the steady path at the top of
+`receive_data`; both are held to the full parse by `tests/test_core_fast_path.py` and
+`tests/test_core_fast_path_dialects.py`.
 
 A response the core is told not to repair (an HTTP error status, a compressed body) starts in
 passthrough with its verdict already decided (`http_error`, `skipped`): the caller only applies it.
 
-A finish injected at a usage chunk counts for rule 4 only if no content followed it; otherwise the
-usage chunk was not the end, and a stream that then stops is a cut, never a success.
 Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through.
 """
 
 from __future__ import annotations
 
 from . import _wording as wording
-from ._choices import MAX_CHOICES, ChoiceState, all_finished, record_choice
+from ._choices import MAX_CHOICES
 from ._deadlines import Deadline, earliest_deadline, next_check
+from ._dialect import Dialect
 from ._errors import LocalProtocolError
-from ._inference import infer_finish_reason
-from ._injected import DONE, ERROR_CODE, done_event, error_event, finishing_event, rewrite_empty_reasons
+from ._injected import DONE
 from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
-from ._routine_chunks import RoutineChunks, match_plain_text
+from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text
+from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
 from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
 
@@ -68,7 +70,8 @@ _PASSTHROUGH = Phase.PASSTHROUGH
 
 
 class StreamRepair:
-    """Repairs one `text/event-stream` chat-completion response.
+    """Repairs one `text/event-stream` response: Chat Completions, Anthropic Messages or OpenAI
+    Responses.
 
     Args:
         request: facts from the request (token limit, model).
@@ -83,6 +86,8 @@ class StreamRepair:
             body cannot be read in flight: it passes unchanged and the verdict is `skipped`.
         fast_path: False reads every event through the full parse (the differential tests compare
             both; the output and report are the same either way).
+        dialect: the API the stream speaks (finish_fix picks it from the request path). A stream
+            whose first event belongs to another dialect passes through untouched (`skipped`).
 
     `receive_data` and `receive_end` return the bytes to send to the client now (possibly b"");
     `receive_failure` and `receive_timer` return a `ClientEnding`. None of them raises on anything the
@@ -92,9 +97,8 @@ class StreamRepair:
     # Slots: the path of every piece reads and writes a few of these, and slots are the cheapest
     # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
     __slots__ = (
-        "_request", "_policy", "_started_at", "_head_at", "_framer", "_phase", "_ended", "_choices",
-        "_chunk_fields", "_fields_from", "_completion_tokens", "_first_token_seen", "_last_event_at",
-        "_empty_rewritten", "_routine", "_steady", "report", "__dict__",
+        "_request", "_policy", "_started_at", "_head_at", "_framer", "_phase", "_ended", "_first_token_seen",
+        "_last_event_at", "_routine", "_steady", "_rules", "_dialect", "_first_event", "report", "__dict__",
     )
 
     def __init__(
@@ -107,6 +111,7 @@ class StreamRepair:
         status: int = 200,
         content_encoding: str = "",
         fast_path: bool = True,
+        dialect: Dialect = Dialect.CHAT,
     ) -> None:
         self._request = request
         self._policy = policy
@@ -115,20 +120,19 @@ class StreamRepair:
         self._framer = EventFramer()
         self._phase = Phase.STREAMING
         self._ended = False
-        self._choices: dict[int, ChoiceState] = {}
-        self._chunk_fields: dict = {}
-        # The routine shape whose fields `_chunk_fields` holds as they are (None after the full path wrote).
-        self._fields_from: dict | None = None
-        self._completion_tokens: int | None = None
         self._first_token_seen = False
         # The caller's clock at the last `receive_data` that completed an event (the idle deadline).
         self._last_event_at: float | None = None
-        self._empty_rewritten = 0
+        self._dialect = dialect = Dialect(dialect)
         # Shapes of routine text chunks seen so far, for the fast path (`_on_routine_piece`).
-        self._routine = RoutineChunks(enabled=fast_path)
+        self._routine = RoutineChunks(enabled=fast_path, dialect=dialect)
         # The steady path's shape (`RoutineMatch.steady`) while it may be taken, else None.
         self._steady: tuple[bytes, bytes, int, int] | None = None
-        self.report = StreamReport(model=request.model)
+        # What the dialect's events mean (`_chat`, `_messages`, `_responses`).
+        self._rules = DIALECT_RULES[dialect](self)
+        # No event has been read yet: the first one is checked against the dialect.
+        self._first_event = True
+        self.report = StreamReport(model=request.model, dialect=dialect)
         encoding = content_encoding.strip().lower()
         if status >= 400:
             self._move(Signal.GIVE_UP)
@@ -169,6 +173,10 @@ class StreamRepair:
         if self._phase is not Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
             self._pass_through_from_here(wording.event_too_long(MAX_HELD_BYTES))
             out += self._framer.take_buffered()
+        elif self._phase is Phase.PASSTHROUGH and self._framer.held_bytes:
+            # An event of this piece made the machine stop reading (another dialect's first event):
+            # the start of the next event, held by the framer, goes on as it came.
+            out += self._framer.take_buffered()
         return self._sent(out)
 
     def receive_end(self, *, now: float | None = None) -> bytes:
@@ -183,7 +191,7 @@ class StreamRepair:
         leftover = self._framer.receive_end()
         try:
             out = b"" if leftover is None else self._on_unterminated(leftover, now)
-            out += self._on_stream_end(Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END), now)
+            out += self._on_stream_end(Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect), now)
         except Exception as error:  # a bug of ours: the leftover goes on as it came
             self._pass_through_from_here(error)
             out = b"" if leftover is None else leftover.raw
@@ -236,14 +244,14 @@ class StreamRepair:
         leftover = self._framer.receive_end()
         try:
             out = b"" if leftover is None else self._drop_or_pass(leftover)
-            cut = Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason)
+            cut = Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason, dialect=self._dialect)
             out += self._on_stream_end(cut, now)
         except Exception as error:
             self._pass_through_from_here(error)
             out = b"" if leftover is None else leftover.raw
         self._finish(now)
         end_response = self._phase is not Phase.PASSTHROUGH and (
-            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or all_finished(self._choices)
+            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._finished()
         )
         return ClientEnding(self._sent(out), end_response=end_response)
 
@@ -258,7 +266,7 @@ class StreamRepair:
             return
         self._framer.receive_end()
         if self._phase is Phase.STREAMING:
-            cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason)
+            cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason, dialect=self._dialect)
             self.report.interruption = cut
             self._set(Verdict.INTERRUPTED, wording.client_gone_detail(how=cut.how, events=self.report.events))
         self._finish(now)
@@ -306,44 +314,56 @@ class StreamRepair:
         # not an event here either: it passes, counts for nothing, and moves no deadline.
         if event.data is None:
             return event.raw
+        rules = self._rules
+        kind, message = rules.read(event)
+        if kind in rules.keepalives:  # `ping`: a keep-alive, like a comment (M6)
+            return event.raw
         self.report.events += 1
         if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
             self.report.time_to_first_event = now - self._started_at
         if self._phase is not Phase.STREAMING:
             return event.raw
-        data = event.data or b""
-        if data.startswith(DONE):
-            before = self._finish_choices(wording.BEFORE_DONE)
-            self._move(Signal.DONE)
-            return before + event.raw
-        chunk = json_or_unreadable(data)
-        if event.event_type == b"error":
-            return self._on_error_event(event, chunk if isinstance(chunk, dict) else None)
-        if chunk is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
-            self.report.malformed_events += 1
-            return event.raw
-        if not isinstance(chunk, dict):
-            return event.raw
-        if chunk.get("error") is not None:
-            return self._on_error_event(event, chunk)
-        self._remember_chunk(chunk)
-        choices = chunk.get("choices")
-        if not isinstance(choices, list):
-            return event.raw
-        before = b""
-        if not choices and isinstance(chunk.get("usage"), dict):
-            # A usage-only chunk closes the stream; the finish chunk belongs before it.
-            before = self._finish_choices(wording.BEFORE_USAGE_CHUNK)
-        empty_reasons = 0
-        for choice in choices:
-            if isinstance(choice, dict):
-                empty_reasons += self._on_choice(choice)
-        raw = event.raw
-        if empty_reasons and self._policy.empty_to_null:
-            raw = rewrite_empty_reasons(event, chunk, self._line_ending())
-            self._empty_rewritten += empty_reasons
-        self._routine.learn(event.raw, data, chunk, self.report.events)
-        return before + raw
+        if self._first_event:
+            self._first_event = False
+            if self._maybe_wrong_dialect(message, kind):
+                return event.raw
+        out = rules.on_event(event, kind, message)
+        if self._phase is _STREAMING:  # the fast path learns the shapes of routine events it read
+            self._routine.learn(event.raw, event.data, message, self.report.events)
+        return out
+
+    def _maybe_wrong_dialect(self, message: object, kind: str | None) -> bool:
+        """Whether the first event belongs to another dialect than the path's; if so the stream
+        passes through untouched from here, `skipped`, and why."""
+        seen = event_dialect(message, kind)
+        if seen is None or seen is self._dialect:
+            return False
+        self._move(Signal.GIVE_UP)
+        self._set(Verdict.SKIPPED, wording.skipped_detail(wording.wrong_dialect(path_dialect=self._dialect, event_dialect=seen)))
+        return True
+
+    # -- services for the dialect rules (`_chat`, `_messages`, `_responses`) -----------------------
+
+    def _token_seen(self) -> None:
+        self._first_token_seen = True
+
+    def _note_model(self, model: object) -> None:
+        if self.report.model is None and isinstance(model, str):
+            self.report.model = model
+
+    def _upstream_error(self, *, label: object, message: object) -> None:
+        """The upstream said it failed (an error event, `response.failed`): passed on, nothing is
+        injected after it (rule 5, M5, R4)."""
+        self._move(Signal.ERROR_EVENT)
+        if isinstance(message, bytes):
+            message = message.decode("utf-8", "replace")
+        self.report.upstream_error_message = wording.one_line(str(message)) if message else None
+        self._set(Verdict.UPSTREAM_ERROR, wording.upstream_error_detail(str(label) if label else None))
+
+    def _finished(self) -> bool:
+        """A clean end now lacks only the terminator: every choice finished (Chat), the
+        stop_reason came (Messages); never in Responses."""
+        return self._rules.finished()
 
     def _on_routine_piece(self, data: bytes, now: float | None) -> bool:
         """The fast path (`_routine_chunks`): `data` is exactly one event of a routine chunk shape
@@ -355,88 +375,27 @@ class StreamRepair:
         match = self._routine.maybe_match(data)
         if match is None:
             return False
-        state = self._choices.get(match.index)
-        if state is None:
+        verdict = self._rules.on_routine(match)
+        if verdict is DECLINE:
             return False
         report = self.report
         report.events += 1
         self._last_event_at = now
         if report.time_to_first_event is None and now is not None and self._started_at is not None:
             report.time_to_first_event = now - self._started_at
-        if match.remembered is not self._fields_from:  # the same shape again: its fields are there
-            self._chunk_fields.update(match.remembered)
-            self._fields_from = match.remembered
-        if match.has_text:
-            self._first_token_seen = True
-            if state.finish_reason is not None and not state.finished_by_upstream:
-                state.content_after_injection = True
         # The steady path may take the next pieces if, for another piece of this shape, all of the
         # above would change nothing but the counts and the time of the last event. Whatever could
         # change that goes through the full path or ends the stream, and both clear it.
         if (
-            match.steady is not None
+            verdict is MAY_STEADY
+            and match.steady is not None
             and self._first_token_seen
             and (report.time_to_first_event is not None or self._started_at is None)
-            and (state.finish_reason is None or state.finished_by_upstream or state.content_after_injection)
         ):
             self._steady = match.steady
         return True
 
-    def _on_choice(self, choice: dict) -> int:
-        """Records one choice of a chunk (`_choices.record_choice`); returns 1 if its finish_reason
-        is the empty string."""
-        empty, token = record_choice(self._choices, choice)
-        if token:
-            self._first_token_seen = True
-        return empty
-
-    def _on_error_event(self, event: Event, chunk: dict | None) -> bytes:
-        self._move(Signal.ERROR_EVENT)
-        error = chunk.get("error") if chunk is not None else None
-        if isinstance(error, dict):
-            message = error.get("message")
-            label = error.get("code") or error.get("type")
-        else:
-            message = error if chunk is not None else (event.data or b"").decode("utf-8", "replace")
-            label = None
-        self.report.upstream_error_message = wording.one_line(str(message)) if message else None
-        self._set(Verdict.UPSTREAM_ERROR, wording.upstream_error_detail(str(label) if label else None))
-        return event.raw
-
-    def _remember_chunk(self, chunk: dict) -> None:
-        for key in ("id", "created", "model", "system_fingerprint"):
-            if key in chunk:
-                self._chunk_fields[key] = chunk[key]
-                self._fields_from = None
-        if self.report.model is None and isinstance(chunk.get("model"), str):
-            self.report.model = chunk["model"]
-        usage = chunk.get("usage")
-        if isinstance(usage, dict):
-            tokens = usage.get("completion_tokens")
-            if isinstance(tokens, int) and not isinstance(tokens, bool):
-                self._completion_tokens = tokens
-
     # -- injected events ----------------------------------------------------------------------
-
-    def _finish_choices(self, where: str) -> bytes:
-        """Rule 3: one finishing event per choice that carried deltas but never finished."""
-        out = []
-        for index in sorted(self._choices):
-            state = self._choices[index]
-            if state.finish_reason is not None:
-                continue
-            reason = infer_finish_reason(
-                tool_calls=state.tool_calls,
-                function_call=state.function_call,
-                completion_tokens=self._completion_tokens,
-                max_tokens=self._request.max_tokens,
-            )
-            state.finish_reason = reason
-            fields, model = self._chunk_fields, self._request.model or ""
-            out.append(finishing_event(index, reason, chunk_fields=fields, model=model, line_ending=self._line_ending()))
-            self.report.injected.append({"kind": "finish", "choice": index, "finish_reason": reason})
-            self._repaired(wording.injected_finish(reason, index, where))
-        return b"".join(out)
 
     def _line_ending(self) -> bytes:
         """The stream's own line ending for what finish_fix writes (LF until it showed another)."""
@@ -464,7 +423,7 @@ class StreamRepair:
         # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
         # (With on_cut=pass nothing is added at a cut, but rule 4 still appends [DONE] to a stream
         # whose choices all finished: the fuzz contracts found that merge.)
-        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not all_finished(self._choices)):
+        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._finished()):
             return leftover.raw
         self.report.dropped_incomplete_bytes += len(leftover.raw)
         return b""
@@ -472,17 +431,18 @@ class StreamRepair:
     def _on_stream_end(self, cut: Interruption, now: float | None) -> bytes:
         if self._phase is not Phase.STREAMING:
             return b""
-        if all_finished(self._choices):
-            # Rule 4: every choice finished, only [DONE] is missing.
-            self._repaired(wording.appended_done(cut.how))
-            self.report.injected.append({"kind": "done"})
-            return done_event(self._line_ending())
-        return self._on_cut(cut, now)
+        if not self._finished():
+            return self._on_cut(cut, now)
+        # Rules 4 and M3: the stream finished, only its terminator is missing.
+        return self._rules.terminator(cut.how)
 
     def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
         self.report.interruption = cut
         elapsed = now - self._started_at if now is not None and self._started_at is not None else None
         policy = self._policy.on_cut
+        rules = self._rules
+        if policy is OnCut.STOP and not rules.may_stop:
+            policy = OnCut.ERROR  # Responses: no made-up response.completed, ever (R2)
         # The books stay true whatever the client is told (on_cut=stop tells it a story).
         self._set(Verdict.INTERRUPTED, wording.cut_detail(
             how=cut.how, before_first_token=cut.before_first_token, events=self.report.events, elapsed=elapsed,
@@ -491,16 +451,11 @@ class StreamRepair:
         if policy is OnCut.ERROR:
             message = wording.cut_message(
                 cause=str(cut.cause), reason=cut.reason, before_first_token=cut.before_first_token,
-                events=self.report.events, elapsed=elapsed,
+                events=self.report.events, elapsed=elapsed, dialect=self._dialect,
             )
-            self.report.injected.append({"kind": "error_event", "code": ERROR_CODE})
-            return error_event(message, self._line_ending())
+            return rules.cut_frames(message)
         if policy is OnCut.STOP:
-            if not self._choices:
-                self._choices[0] = ChoiceState()
-            finishing = self._finish_choices(wording.AFTER_CUT_STOPPED)
-            self.report.injected.append({"kind": "done"})
-            return finishing + done_event(self._line_ending())
+            return rules.stop_frames()
         return b""
 
     # -- books --------------------------------------------------------------------------------
@@ -518,6 +473,9 @@ class StreamRepair:
 
     def _repaired(self, what: str) -> None:
         self.report.repairs.append(what)
+        self._repaired_verdict()
+
+    def _repaired_verdict(self) -> None:
         if self.report.verdict is Verdict.CLEAN:
             self.report.verdict = Verdict.REPAIRED
 
@@ -526,12 +484,7 @@ class StreamRepair:
         self.report.detail = detail
 
     def _finish(self, now: float | None) -> None:
-        if self._empty_rewritten:
-            self.report.repairs.insert(0, wording.rewrote_empty_reasons(self._empty_rewritten))
-            if self.report.verdict is Verdict.CLEAN:
-                self.report.verdict = Verdict.REPAIRED
-        if any(c.content_after_injection for c in self._choices.values()):
-            self.report.repairs.append(wording.content_after_injection())
+        self._rules.closing_books()
         if self.report.verdict is Verdict.REPAIRED:
             self.report.detail = wording.repaired_detail(self.report.repairs)
         if now is not None and self._started_at is not None:

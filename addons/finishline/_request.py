@@ -1,4 +1,4 @@
-"""What the chat-completion request tells the repair: the token limit and the model."""
+"""What the request tells the repair: the token limit and the model (in every dialect)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ class RequestFacts:
     """Facts from the request body that the repair needs.
 
     Attributes:
-        max_tokens: `max_completion_tokens`, else `max_tokens`, when a positive integer.
+        max_tokens: `max_completion_tokens`, else `max_tokens` (Chat, Messages), else
+            `max_output_tokens` (Responses), when a positive integer.
         model: the requested model name, used only when no upstream chunk named one.
     """
 
@@ -29,7 +30,7 @@ class RequestFacts:
         if not isinstance(request, dict):
             return cls()
         max_tokens = None
-        for key in ("max_completion_tokens", "max_tokens"):
+        for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
             value = request.get(key)
             if isinstance(value, int) and not isinstance(value, bool) and value > 0:
                 max_tokens = value

@@ -41,15 +41,39 @@ matched and goes the full path.
 Learning costs a few parses; a stream whose chunks never repeat a shape (an `id` that changes on
 every chunk) would pay that on every chunk, so learning stops once attempts outrun hits
 (`_LEARN_FREE`, `_EVENTS_PER_LEARN`).
+
+The other dialects have routine events too, and the same machinery learns them from a `RoutineSpec`
+(`SPECS`, one per dialect: which parsed event is routine, where its text lives):
+
+    event: content_block_delta
+    data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}
+
+    event: response.output_text.delta
+    data: {"type":"response.output_text.delta","sequence_number":7,"item_id":"msg_1",...,"delta":"Hel"}
+
+An `event:` line before the data is a literal part of the shape. A Responses event's
+`sequence_number` changes on every event: it is a gap of its own, matched as a JSON integer
+(`_JSON_INT`) and handed back (`RoutineMatch.number`), since the machine must know the last one.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
-__all__ = ["RoutineChunks", "RoutineMatch", "TEXT_DELTA_KEYS", "match_plain_text"]
+from ._dialect import Dialect
+
+__all__ = [
+    "DECLINE", "MAY_STEADY", "NOT_STEADY", "SPECS", "RoutineChunks", "RoutineMatch", "RoutineSpec", "TEXT_DELTA_KEYS",
+    "match_plain_text",
+]
+
+# What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
+DECLINE = 0  # the full path must read it
+NOT_STEADY = 1  # handled; the steady path must not take the next pieces
+MAY_STEADY = 2  # handled; the steady path may take the next pieces of this shape
 
 # Delta keys whose string value is the model's text. One of them is the gap; every other delta key
 # of a routine chunk must be falsy (so nothing else makes it a "token"), except `role`.
@@ -81,15 +105,30 @@ _TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
 # to `_TEXT_GAP`.
 match_plain_text = re.compile(rb'"' + _ASCII_CHARS + rb'"').fullmatch
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
+# A sequence number: a non-negative JSON integer, no exponent or fraction (json.loads gives an int).
+_JSON_INT = rb"(?:0|[1-9][0-9]{0,17})"
+_JSON_INT_PATTERN = re.compile(_JSON_INT)
+_NUMBER_KEY = "sequence_number"
+# The kinds of gap in a shape (`_Shape._gaps`), compared by identity on the path of every piece.
+_TEXT, _NUMBER, _STRING = "text", "number", "string"
+_PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
 _PROBE_TOKEN = json.dumps(_PROBE).encode()
 
+# The text keys of the Messages and Responses routine events.
+_MESSAGES_TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+_RESPONSES_TEXT_EVENTS = frozenset({
+    "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta",
+    "response.reasoning_summary_text.delta", "response.function_call_arguments.delta",
+})
+
 # `"key": "value"` for each key whose string value may be a gap, the value as group 1.
 _KEY_WITH_STRING_VALUE = {
     key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
-    for key in TEXT_DELTA_KEYS + _FREE_TOP_LEVEL_KEYS
+    for key in (*TEXT_DELTA_KEYS, *_FREE_TOP_LEVEL_KEYS, *_MESSAGES_TEXT_KEYS.values(), "delta")
 }
+_KEY_WITH_INT_VALUE = re.compile(re.escape(json.dumps(_NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")")
 
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
 _MAX_SHAPES = 4
@@ -109,15 +148,17 @@ class RoutineMatch:
             the suffix's length): a piece is this shape with plain text when it starts with the
             prefix, ends with the suffix and `match_plain_text` finds the text between them. None for
             a shape with more gaps.
+        number: the matched piece's `sequence_number` (Responses), else None.
     """
 
-    __slots__ = ("index", "remembered", "has_text", "steady")
+    __slots__ = ("index", "remembered", "has_text", "steady", "number")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
         self.remembered = remembered
         self.has_text = False
         self.steady: tuple[bytes, bytes, int, int] | None = None
+        self.number: int | None = None
 
 
 class _Shape:
@@ -126,16 +167,28 @@ class _Shape:
     With one gap (the text), `prefix` + text + `suffix`; with more, `segments` (one more than the
     gaps) and which gap is the text."""
 
-    __slots__ = ("prefix", "suffix", "text_start", "suffix_length", "segments", "text_gap", "result")
+    __slots__ = ("prefix", "suffix", "text_start", "suffix_length", "segments", "text_gap", "number_gap", "result", "_gaps")
 
-    def __init__(self, segments: list[bytes], text_gap: int, result: RoutineMatch) -> None:
+    def __init__(self, segments: list[bytes], text_gap: int, result: RoutineMatch, number_gap: int = -1) -> None:
         self.segments = segments if len(segments) > 2 else None
         self.prefix = segments[0]
         self.suffix = segments[-1]
         self.text_start = len(self.prefix)
         self.suffix_length = len(self.suffix)
         self.text_gap = text_gap
+        self.number_gap = number_gap
         self.result = result
+        # Per gap, in order: its pattern's `match`, its kind (_TEXT, _NUMBER, _STRING), and the
+        # literal segment after it (None after the last gap) with its length: read per piece.
+        self._gaps = tuple(
+            (
+                (_TEXT_GAP_PATTERN if gap == text_gap else _JSON_INT_PATTERN if gap == number_gap else _JSON_STRING_PATTERN).match,
+                _TEXT if gap == text_gap else _NUMBER if gap == number_gap else _STRING,
+                segments[gap + 1] if gap + 2 < len(segments) else None,
+                len(segments[gap + 1]),
+            )
+            for gap in range(len(segments) - 1)
+        )
         if self.segments is None:
             result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
 
@@ -149,40 +202,41 @@ class _Shape:
         return self._maybe_has_text_in_gaps(piece)
 
     def _maybe_has_text_in_gaps(self, piece: bytes) -> bool | None:
-        segments = self.segments
+        # Runs for every routine piece of a Responses stream: locals and one tuple per gap.
         position = self.text_start
         has_text = None
-        last_gap = len(segments) - 2
-        for gap in range(last_gap + 1):
-            if gap == self.text_gap:
-                match = _TEXT_GAP_PATTERN.match(piece, position)
-                if match is None:
-                    return None
-                has_text = match.lastindex is not None
-            else:
-                match = _JSON_STRING_PATTERN.match(piece, position)
-                if match is None:
-                    return None
-            position = match.end()
-            if gap == last_gap:
-                break
-            segment = segments[gap + 1]
-            if not piece.startswith(segment, position):
+        number = None
+        for match_gap, kind, segment, segment_length in self._gaps:
+            match = match_gap(piece, position)
+            if match is None:
                 return None
-            position += len(segment)
-        return has_text if position == len(piece) - self.suffix_length else None
+            if kind is _TEXT:
+                has_text = match.lastindex is not None
+            elif kind is _NUMBER:
+                number = match.group()
+            position = match.end()
+            if segment is not None:
+                if not piece.startswith(segment, position):
+                    return None
+                position += segment_length
+        if position != len(piece) - self.suffix_length:
+            return None
+        if number is not None:
+            self.result.number = int(number)
+        return has_text
 
 
 class RoutineChunks:
     """The routine chunk shapes of one stream: learned from fully parsed events, matched on pieces."""
 
-    __slots__ = ("_shapes", "_attempts", "_enabled")
+    __slots__ = ("_shapes", "_attempts", "_enabled", "_spec")
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, dialect: Dialect = Dialect.CHAT) -> None:
         """`enabled=False` never learns, so nothing ever matches (the full path for every event)."""
         self._shapes: list[_Shape] = []
         self._attempts = 0
         self._enabled = enabled
+        self._spec = SPECS[dialect]
 
     @property
     def learned(self) -> bool:
@@ -227,29 +281,47 @@ class RoutineChunks:
         attempts = self._attempts
         if not self._enabled or (attempts >= _LEARN_FREE and events < _EVENTS_PER_LEARN * attempts):
             return
-        facts = _routine_facts(chunk)
+        spec = self._spec
+        facts = spec.facts(chunk)
         if facts is None:
             return
-        ending = raw[len(b"data: ") + len(data) :]
+        data_at = _data_offset(raw)
+        ending = raw[data_at + len(data) :]
         if (
-            not raw.startswith(b"data: ")
-            or raw[len(b"data: ") : len(b"data: ") + len(data)] != data
+            data_at < 0
+            or raw[data_at : data_at + len(data)] != data
             or ending not in (b"\n\n", b"\r\n\r\n")
             or b"\n" in data
             or b"\r" in data
+            or (data_at > len(b"data: ") and not raw.startswith(b"event: "))
         ):
             return
         if any(shape.maybe_has_text(raw) is not None for shape in self._shapes):
             return
         self._attempts += 1
         try:
-            shape = _maybe_shape(raw, data, chunk, facts)
+            shape = _maybe_shape(raw, data, data_at, chunk, facts, spec)
         except (ValueError, RecursionError, TypeError, KeyError, IndexError):
             shape = None
         if shape is None:
             return
         self._shapes.insert(0, shape)
         del self._shapes[_MAX_SHAPES:]
+
+
+def _data_offset(raw: bytes) -> int:
+    """Where the data starts in an event that is `data: <data>` with at most an `event:` line
+    before it; -1 for any other event (more fields, `data:` without the space)."""
+    if raw.startswith(b"data: "):
+        return len(b"data: ")
+    if not raw.startswith(b"event: "):
+        return -1
+    line_end = raw.find(b"\n")
+    if line_end < 0:
+        return -1
+    if raw.startswith(b"data: ", line_end + 1):
+        return line_end + 1 + len(b"data: ")
+    return -1
 
 
 def _routine_facts(chunk: Any) -> tuple[int, str, str | None] | None:
@@ -276,46 +348,109 @@ def _routine_facts(chunk: Any) -> tuple[int, str, str | None] | None:
     return index, text_key, free_key
 
 
-def _maybe_shape(raw: bytes, data: bytes, chunk: dict, facts: tuple[int, str, str | None]) -> _Shape | None:
+def _messages_facts(event: Any) -> tuple[int, str, str | None] | None:
+    """A Messages `content_block_delta` of text, thinking or tool input, and nothing else."""
+    if type(event) is not dict or event.get("type") != "content_block_delta" or len(event) != 3:
+        return None
+    delta = event.get("delta")
+    if type(delta) is not dict or len(delta) != 2 or type(event.get("index")) is not int:
+        return None
+    text_key = _MESSAGES_TEXT_KEYS.get(delta.get("type"))
+    if text_key is None or type(delta.get(text_key)) is not str:
+        return None
+    return 0, text_key, None
+
+
+def _responses_facts(event: Any) -> tuple[int, str, str | None] | None:
+    """A Responses text, reasoning, refusal or arguments delta with its sequence number."""
+    if type(event) is not dict or event.get("type") not in _RESPONSES_TEXT_EVENTS or event.get("error") is not None:
+        return None
+    if type(event.get("delta")) is not str or type(event.get(_NUMBER_KEY)) is not int or event[_NUMBER_KEY] < 0:
+        return None
+    free_key = next((key for key in _FREE_TOP_LEVEL_KEYS if type(event.get(key)) is str), None)
+    return 0, "delta", free_key
+
+
+class RoutineSpec(NamedTuple):
+    """What a dialect's routine event is, for the one learning machinery."""
+
+    # (index, text key, free key) if the event is routine, else None.
+    facts: Callable[[Any], tuple[int, str, str | None] | None]
+    # The object in the parsed event that holds the text key.
+    text_holder: Callable[[dict], Any]
+    # Whether the event's `sequence_number` is a gap (it changes on every event).
+    numbered: bool = False
+
+
+SPECS = {
+    Dialect.CHAT: RoutineSpec(_routine_facts, lambda chunk: chunk["choices"][0]["delta"]),
+    Dialect.MESSAGES: RoutineSpec(_messages_facts, lambda event: event["delta"]),
+    Dialect.RESPONSES: RoutineSpec(_responses_facts, lambda event: event, numbered=True),
+}
+
+
+def _maybe_shape(
+    raw: bytes, data: bytes, data_at: int, chunk: dict, facts: tuple[int, str, str | None], spec: RoutineSpec
+) -> _Shape | None:
     index, text_key, free_key = facts
-    delta = chunk["choices"][0]["delta"]
-    text_gap = _maybe_gap(data, chunk, text_key, delta)
+    holder = spec.text_holder
+    text_gap = _maybe_gap(data, chunk, text_key, holder)
     if text_gap is None:
         return None
-    gaps = [(text_gap, True)]
+    gaps = [(text_gap, "text")]
     if free_key is not None:
-        free_gap = _maybe_gap(data, chunk, free_key, chunk)
+        free_gap = _maybe_gap(data, chunk, free_key, lambda event: event)
         if free_gap is None:
             return None
-        gaps.append((free_gap, False))
+        gaps.append((free_gap, "free"))
+    if spec.numbered:
+        number_gap = _maybe_number_gap(data, chunk)
+        if number_gap is None:
+            return None
+        gaps.append((number_gap, "number"))
     gaps.sort()
     segments = []
-    position = -len(b"data: ")  # offsets in `data`; the first segment starts with the field name
-    text_gap = 0
-    for number, ((start, end), is_text) in enumerate(gaps):
-        segments.append(raw[len(b"data: ") + position : len(b"data: ") + start])
-        if is_text:
+    position = -data_at  # offsets in `data`; the first segment starts at the event's first byte
+    text_gap = number_gap_index = -1
+    for number, ((start, end), kind) in enumerate(gaps):
+        segments.append(raw[data_at + position : data_at + start])
+        if kind == "text":
             text_gap = number
+        elif kind == "number":
+            number_gap_index = number
         position = end
-    segments.append(raw[len(b"data: ") + position :])
-    remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk}
-    shape = _Shape(segments, text_gap, RoutineMatch(index, remembered))
+    segments.append(raw[data_at + position :])
+    remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
+    shape = _Shape(segments, text_gap, RoutineMatch(index, remembered), number_gap_index)
     if shape.maybe_has_text(raw) is None:  # the learned event itself must match its shape
         return None
     return shape
 
 
-def _maybe_gap(data: bytes, chunk: dict, key: str, holder: dict) -> tuple[int, int] | None:
-    """The byte span of `holder[key]`'s string token in `data`, proven by a probe parse."""
+def _maybe_gap(data: bytes, chunk: dict, key: str, holder: Callable[[dict], Any]) -> tuple[int, int] | None:
+    """The byte span of `holder(chunk)[key]`'s string token in `data`, proven by a probe parse."""
     candidates = _KEY_WITH_STRING_VALUE[key].finditer(data)
-    original = holder[key]
+    original = holder(chunk)[key]
     for candidate in candidates:
         start, end = candidate.span(1)
         probed = json.loads(data[:start] + _PROBE_TOKEN + data[end:])
-        probed_holder = probed["choices"][0]["delta"] if holder is not chunk else probed
+        probed_holder = holder(probed)
         if type(probed_holder) is not dict or probed_holder.get(key) != _PROBE:
             continue
         probed_holder[key] = original
         if probed == chunk:
+            return start, end
+    return None
+
+
+def _maybe_number_gap(data: bytes, event: dict) -> tuple[int, int] | None:
+    """The byte span of the event's top-level `sequence_number` in `data`, proven by a probe parse."""
+    for candidate in _KEY_WITH_INT_VALUE.finditer(data):
+        start, end = candidate.span(1)
+        probed = json.loads(data[:start] + str(_PROBE_NUMBER).encode() + data[end:])
+        if type(probed) is not dict or probed.get(_NUMBER_KEY) != _PROBE_NUMBER:
+            continue
+        probed[_NUMBER_KEY] = event[_NUMBER_KEY]
+        if probed == event:
             return start, end
     return None

@@ -1,14 +1,18 @@
-"""A readable account of a chat-completion event stream: each event on one line, then the answer
-reassembled per choice. Backs finish_fix's mitmweb content view; plain text, no mitmproxy."""
+"""A readable account of an event stream in any of the three dialects: each event on one line, then
+the answer reassembled per choice (Chat), per content block (Messages) or per output item
+(Responses). Backs finish_fix's mitmweb content view; plain text, no mitmproxy."""
 
 from __future__ import annotations
 
 import json
 
-from ._json import UNREADABLE, json_or_unreadable
-from ._sse import EventFramer
+from collections.abc import Callable
 
-__all__ = ["looks_like_chat_stream", "transcribe_chat_stream"]
+from ._dialect import Dialect
+from ._json import UNREADABLE, json_or_unreadable
+from ._sse import Event, EventFramer
+
+__all__ = ["looks_like_chat_stream", "stream_dialect", "transcribe_chat_stream", "transcribe_stream"]
 
 
 def looks_like_chat_stream(data: bytes) -> bool:
@@ -16,13 +20,40 @@ def looks_like_chat_stream(data: bytes) -> bool:
     return b"data:" in head and (b"chat.completion.chunk" in head or b'"choices"' in head or b"[DONE]" in head)
 
 
-def transcribe_chat_stream(data: bytes) -> str:
-    """Returns the transcript. Never raises on bad input: unreadable events are shown as they are."""
+def stream_dialect(data: bytes) -> Dialect | None:
+    """The dialect the start of an event stream shows, or None when it shows none of the three."""
+    head = data[:4096]
+    if b"data:" not in head:
+        return None
+    if b"message_start" in head and (b"event: message_start" in head or b'"type":"message_start"' in head or b'"type": "message_start"' in head):
+        return Dialect.MESSAGES
+    if b"event: response." in head or b'"type":"response.' in head or b'"type": "response.' in head:
+        return Dialect.RESPONSES
+    return Dialect.CHAT if looks_like_chat_stream(data) else None
+
+
+def transcribe_stream(data: bytes, dialect: Dialect) -> str:
+    """The transcript of a stream in `dialect`. Never raises on bad input."""
+    if dialect is Dialect.CHAT:
+        return transcribe_chat_stream(data)
+    answers: dict = {}
+    summarize = _summarize_messages if dialect is Dialect.MESSAGES else _summarize_responses
+    lines = _numbered_events(data, lambda event: summarize(event.data, answers))
+    if not answers:
+        lines.append("(no content)")
+    for key in sorted(answers, key=lambda key: (not isinstance(key, int), key if isinstance(key, int) else 0, str(key))):
+        answer = answers[key]
+        lines.append(f"--- {answer['label']}")
+        lines.append("".join(answer["text"]))
+    return "\n".join(lines)
+
+
+def _numbered_events(data: bytes, summarize: Callable[[Event], str]) -> list[str]:
+    """One line per event (comments shown, numbered data events), then a blank line."""
     framer = EventFramer()
     events = framer.receive_data(data)
     leftover = framer.receive_end()
     lines: list[str] = []
-    answers: dict[int, dict[str, list[str] | str | None]] = {}
     number = 0
     for event in events + ([leftover] if leftover is not None else []):
         if event.data is None:
@@ -34,11 +65,18 @@ def transcribe_chat_stream(data: bytes) -> str:
         marker = "" if event.complete else "  (incomplete: the stream ended inside this event)"
         kind = f"[{event.event_type.decode('utf-8', 'replace')}] " if event.event_type else ""
         try:
-            summary = _summarize(event.data, answers)
+            summary = summarize(event)
         except Exception as error:  # a view must show something, whatever the upstream sent
             summary = f"(unreadable event: {type(error).__name__})"
         lines.append(f"{number:>5} {kind}{summary}{marker}")
     lines.append("")
+    return lines
+
+
+def transcribe_chat_stream(data: bytes) -> str:
+    """Returns the transcript. Never raises on bad input: unreadable events are shown as they are."""
+    answers: dict[int, dict[str, list[str] | str | None]] = {}
+    lines = _numbered_events(data, lambda event: _summarize(event.data, answers))
     if not answers:
         lines.append("(no choices)")
     for index in sorted(answers):
@@ -92,3 +130,62 @@ def _summarize(data: bytes, answers: dict) -> str:
     if isinstance(chunk.get("usage"), dict):
         parts.append("usage=" + json.dumps(chunk["usage"])[:200])
     return ", ".join(parts) or "(no deltas)"
+
+
+# Messages: the text of each delta type, and how a block is labelled.
+_MESSAGES_DELTA_TEXT = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+
+
+def _summarize_messages(data: bytes, blocks: dict) -> str:
+    event = json_or_unreadable(data)
+    if event is UNREADABLE:
+        return "not JSON: " + data[:200].decode("utf-8", "replace")
+    if not isinstance(event, dict):
+        return data[:200].decode("utf-8", "replace")
+    kind = event.get("type")
+    if kind == "error":
+        return "ERROR " + json.dumps(event.get("error"), ensure_ascii=False)[:300]
+    index = event.get("index")
+    if kind == "content_block_start" and isinstance(event.get("content_block"), dict):
+        block = event["content_block"]
+        name = f" {block['name']}" if isinstance(block.get("name"), str) else ""
+        blocks[index] = {"label": f"block {index}: {block.get('type')}{name}", "text": []}
+        return f"#{index} start {block.get('type')}{name}"
+    if kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+        delta = event["delta"]
+        key = _MESSAGES_DELTA_TEXT.get(delta.get("type"))
+        piece = delta.get(key) if key else None
+        if isinstance(piece, str):
+            blocks.setdefault(index, {"label": f"block {index}", "text": []})["text"].append(piece)
+            return f"#{index} {key}={piece!r}"
+        return f"#{index} {delta.get('type')}"
+    if kind == "message_delta":
+        delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+        return f"stop_reason={delta.get('stop_reason')!r}, usage=" + json.dumps(event.get("usage"))[:200]
+    return str(kind)
+
+
+def _summarize_responses(data: bytes, items: dict) -> str:
+    event = json_or_unreadable(data)
+    if event is UNREADABLE or data.startswith(b"[DONE]"):
+        return "[DONE]" if data.startswith(b"[DONE]") else "not JSON: " + data[:200].decode("utf-8", "replace")
+    if not isinstance(event, dict):
+        return data[:200].decode("utf-8", "replace")
+    kind = event.get("type")
+    number = event.get("sequence_number")
+    prefix = f"seq {number} " if isinstance(number, int) else ""
+    if kind is None and event.get("error") is not None or kind == "error":
+        return prefix + "ERROR " + json.dumps(event.get("error") or event, ensure_ascii=False)[:300]
+    if kind == "response.output_item.added" and isinstance(event.get("item"), dict):
+        item = event["item"]
+        name = f" {item['name']}" if isinstance(item.get("name"), str) else ""
+        items[event.get("output_index")] = {"label": f"item {event.get('output_index')}: {item.get('type')}{name}", "text": []}
+        return f"{prefix}{kind} {item.get('type')}{name}"
+    if isinstance(kind, str) and kind.endswith(".delta") and isinstance(event.get("delta"), str):
+        index = event.get("output_index")
+        items.setdefault(index, {"label": f"item {index}", "text": []})["text"].append(event["delta"])
+        return f"{prefix}{kind} {event['delta']!r}"
+    response = event.get("response")
+    if isinstance(response, dict):
+        return f"{prefix}{kind} status={response.get('status')!r}"
+    return f"{prefix}{kind}"

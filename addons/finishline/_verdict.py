@@ -6,6 +6,7 @@ import enum
 from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
+from ._dialect import Dialect
 from ._wording import how_it_was_cut, no_response_detail
 
 __all__ = [
@@ -91,17 +92,19 @@ class Interruption:
         before_first_token: no chunk with content, reasoning or a tool call had arrived.
         cause: what ended it.
         reason: the transport's own words ("" for a clean end); for a stall, which deadline passed.
+        dialect: the stream's dialect (its terminator names a clean end).
     """
 
     before_first_token: bool
     cause: CutCause
     reason: str = ""
+    dialect: Dialect = Dialect.CHAT
 
     @property
     def how(self) -> str:
-        """In words: "clean end without [DONE]", "transport error: ...", "client gone: ...",
-        "stalled: ..."."""
-        return how_it_was_cut(self.cause, self.reason)
+        """In words: "clean end without [DONE]" (or the dialect's terminator), "transport error:
+        ...", "client gone: ...", "stalled: ..."."""
+        return how_it_was_cut(self.cause, self.reason, self.dialect)
 
 
 class ClientEnding(NamedTuple):
@@ -141,6 +144,7 @@ class StreamReport:
 
     verdict: Verdict = Verdict.CLEAN
     detail: str = "clean"
+    dialect: Dialect = Dialect.CHAT
     repairs: list[str] = field(default_factory=list)
     injected: list[dict] = field(default_factory=list)
     interruption: Interruption | None = None
@@ -162,6 +166,7 @@ class StreamReport:
         """A JSON-serializable copy (for flow.metadata)."""
         record = asdict(self)
         record["verdict"] = str(self.verdict)
+        record["dialect"] = str(self.dialect)
         if self.interruption is not None:
             record["interruption"] = {
                 "before_first_token": self.interruption.before_first_token,

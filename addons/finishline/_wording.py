@@ -9,12 +9,17 @@ strings, seconds, the exception of a bug), so the module depends on nothing else
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ._json import plural
 
 __all__ = [
     "AFTER_CUT_STOPPED",
     "BEFORE_DONE",
+    "BEFORE_MESSAGE_STOP",
     "BEFORE_USAGE_CHUNK",
+    "TERMS",
+    "Terms",
     "appended_done",
     "client_gone_detail",
     "completed_framing",
@@ -26,6 +31,7 @@ __all__ = [
     "how_it_was_cut",
     "http_error_detail",
     "injected_finish",
+    "injected_stop_reason",
     "internal_error",
     "no_response_detail",
     "one_line",
@@ -33,10 +39,31 @@ __all__ = [
     "rewrote_empty_reasons",
     "seconds",
     "set_finish_reason",
+    "set_stop_reason",
     "skipped_detail",
+    "terminator_lost",
+    "wrong_dialect",
     "stall_reason",
     "upstream_error_detail",
 ]
+
+class Terms(NamedTuple):
+    """A dialect's own words for what its sentences name."""
+
+    # The API, as a person names it.
+    name: str
+    # What a stream that ends well ends with.
+    terminator: str
+    # What a cut stream never got.
+    missing: str
+
+
+# Keyed by the `Dialect` values (this module takes plain values only).
+TERMS = {
+    "chat": Terms("Chat Completions", "[DONE]", "a finish_reason"),
+    "messages": Terms("Anthropic Messages", "message_stop", "a stop_reason"),
+    "responses": Terms("OpenAI Responses", "a terminal event", "a terminal event"),
+}
 
 # What finish_fix tells the client after the events it sent (OnCut values -> words in the books).
 _OUTCOMES = {
@@ -60,11 +87,12 @@ def seconds(value: float) -> str:
 # -- interruptions --------------------------------------------------------------------------------
 
 
-def how_it_was_cut(cause: str, reason: str) -> str:
-    """`Interruption.how`: "clean end without [DONE]", "transport error: ...", "client gone: ...",
-    "stalled: ..." (`cause` is a `CutCause` value)."""
+def how_it_was_cut(cause: str, reason: str, dialect: str = "chat") -> str:
+    """`Interruption.how`: "clean end without [DONE]" (Messages: "... without message_stop",
+    Responses: "... without a terminal event"), "transport error: ...", "client gone: ...",
+    "stalled: ..." (`cause` is a `CutCause` value, `dialect` a `Dialect` one)."""
     if cause == "clean_end":
-        return "clean end without [DONE]"
+        return f"clean end without {TERMS[dialect].terminator}"
     label = {"transport_error": "transport error", "client_gone": "client gone", "stalled": "stalled"}[cause]
     return f"{label}: {reason}"
 
@@ -86,14 +114,16 @@ def _phase(before_first_token: bool) -> str:
     return "before the first token" if before_first_token else "after the first token"
 
 
-def cut_message(*, cause: str, reason: str, before_first_token: bool, events: int, elapsed: float | None) -> str:
-    """The message of the error event sent for a cut or a stall (rule 6)."""
+def cut_message(
+    *, cause: str, reason: str, before_first_token: bool, events: int, elapsed: float | None, dialect: str = "chat"
+) -> str:
+    """The message of the error event sent for a cut or a stall (rule 6, M4, R3)."""
     if cause == "stalled":
         return f"stream was interrupted: {reason}; the upstream stalled (finish_fix)"
     upstream_did = "ended the response" if cause == "clean_end" else f"connection failed ({reason})"
     return (
         f"stream was interrupted: the upstream {upstream_did} {_when(events, elapsed)}, "
-        f"{_phase(before_first_token)}, without a finish_reason; the response is incomplete (finish_fix)"
+        f"{_phase(before_first_token)}, without {TERMS[dialect].missing}; the response is incomplete (finish_fix)"
     )
 
 
@@ -112,12 +142,28 @@ def client_gone_detail(*, how: str, events: int) -> str:
 # Where a finish was injected (rule 3; rule 6 with on_cut=stop): the last words of `injected_finish`.
 BEFORE_DONE = "before [DONE]"
 BEFORE_USAGE_CHUNK = "before the usage chunk"
+BEFORE_MESSAGE_STOP = "before message_stop"
 AFTER_CUT_STOPPED = "after the cut (finish_fix_on_cut=stop)"
 
 
 def injected_finish(reason: str, index: int, where: str) -> str:
     """`where` is one of `BEFORE_DONE`, `BEFORE_USAGE_CHUNK`, `AFTER_CUT_STOPPED`."""
     return f"injected finish_reason {reason!r} for choice {index} {where}"
+
+
+def injected_stop_reason(reason: str, where: str) -> str:
+    """M2 (and on_cut=stop in Messages): `where` is `BEFORE_MESSAGE_STOP` or `AFTER_CUT_STOPPED`."""
+    return f"injected stop_reason {reason!r} {where}"
+
+
+def terminator_lost(terminator: str, how: str) -> str:
+    """M3: the stop_reason came, only the terminator did not."""
+    return f"terminator lost: appended {terminator} ({how})"
+
+
+def set_stop_reason(reason: str) -> str:
+    """M7's repair of a whole (non-streaming) Messages `message`."""
+    return f"set stop_reason {reason!r}"
 
 
 def set_finish_reason(reason: str, index: object) -> str:
@@ -157,6 +203,14 @@ def skipped_detail(why: str, *, from_event: int | None = None) -> str:
     if from_event is None:
         return f"skipped: {one_line(why)}"
     return f"skipped: {one_line(why)}; passed through unchanged from event {from_event}"
+
+
+def wrong_dialect(*, path_dialect: str, event_dialect: str) -> str:
+    """Why a stream whose first event belongs to another dialect than its path's passes untouched."""
+    return (
+        f"the first event is {TERMS[event_dialect].name}, not {TERMS[path_dialect].name} as the path says; "
+        "passed through untouched"
+    )
 
 
 def compressed_body(encoding: str) -> str:

@@ -3,18 +3,86 @@
 Drivers run in long-lived host processes, one per runtime (labs/clients/python_host.py for the
 Python libraries, labs/clients/node/host.mjs for the Node ones), many requests per process, one JSON
 line per request and per outcome. `labs.clients.hosts` starts them and sends them work.
+
+A client name means one library in one dialect (each request line carries its `"dialect"`):
+`langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages and `ChatOpenAI(use_responses_api=
+True)` in Responses; `pi-ai` is its `openai-completions`, `anthropic-messages` or `openai-responses`
+API. A name's runtime is the same in every dialect (`runtime_of`).
 """
 
-#: Every client the lab knows, by the runtime whose host runs it; the matrix shows them in this order.
-PYTHON_CLIENTS = ("openai-python", "openai-python-helper", "langchain", "litellm-sdk", "httpx-sse")
-NODE_CLIENTS = ("openai-node", "openai-node-helper", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai")
-ALL_CLIENTS = PYTHON_CLIENTS + NODE_CLIENTS
+from __future__ import annotations
+
+from finishline import Dialect
+
+__all__ = [
+    "ALL_CLIENTS",
+    "CLIENTS_BY_DIALECT",
+    "DEFAULT_CLIENTS",
+    "DEFAULT_CLIENTS_BY_DIALECT",
+    "EVERY_CLIENT",
+    "LAB_API_KEY",
+    "NODE_CLIENTS",
+    "NODE_CLIENTS_BY_DIALECT",
+    "PYTHON_CLIENTS",
+    "PYTHON_CLIENTS_BY_DIALECT",
+    "runtime_of",
+]
+
+#: Every client the lab knows, per dialect, by the runtime whose host runs it; the matrix shows
+#: them in this order.
+PYTHON_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+    Dialect.CHAT: ("openai-python", "openai-python-helper", "langchain", "litellm-sdk", "httpx-sse"),
+    Dialect.MESSAGES: ("anthropic-python", "anthropic-python-helper", "langchain"),
+    Dialect.RESPONSES: ("openai-python", "openai-python-helper", "langchain"),
+}
+NODE_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+    Dialect.CHAT: ("openai-node", "openai-node-helper", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai"),
+    Dialect.MESSAGES: ("anthropic-node", "anthropic-node-helper", "ai-sdk-anthropic", "pi-ai"),
+    Dialect.RESPONSES: ("openai-node", "openai-node-helper", "ai-sdk-openai", "pi-ai"),
+}
+CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+    dialect: PYTHON_CLIENTS_BY_DIALECT[dialect] + NODE_CLIENTS_BY_DIALECT[dialect] for dialect in Dialect
+}
+#: Every client name of any dialect, once each, in matrix order (Chat's first).
+EVERY_CLIENT: tuple[str, ...] = tuple(dict.fromkeys(name for dialect in Dialect for name in CLIENTS_BY_DIALECT[dialect]))
+
+#: The Chat clients, by the names code outside this package has always used.
+PYTHON_CLIENTS = PYTHON_CLIENTS_BY_DIALECT[Dialect.CHAT]
+NODE_CLIENTS = NODE_CLIENTS_BY_DIALECT[Dialect.CHAT]
+ALL_CLIENTS = CLIENTS_BY_DIALECT[Dialect.CHAT]
 #: The clients of the default run (`make lab`; `--all` or `--client` lifts it), so that it stays
 #: within minutes with every gateway in the matrix. Left out: the two that gave openai-python's
 #: word in every scenario, through direct and finish_fix (measured with every scenario, 2026-12):
 #: httpx-sse (the baseline SSE reader) and litellm-sdk (1.108.7 invents `stop` where openai-python
 #: surfaces none; the word is the same). LangChain stays: it raises on a body without any chunk.
 DEFAULT_CLIENTS = tuple(c for c in ALL_CLIENTS if c not in ("litellm-sdk", "httpx-sse"))
+#: The default run's clients per dialect: Chat's as above, every client of the two new dialects
+#: (the lab chooses which of their cells run by default).
+DEFAULT_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+    Dialect.CHAT: DEFAULT_CLIENTS,
+    Dialect.MESSAGES: CLIENTS_BY_DIALECT[Dialect.MESSAGES],
+    Dialect.RESPONSES: CLIENTS_BY_DIALECT[Dialect.RESPONSES],
+}
+
+_RUNTIME_OF: dict[str, str] = {
+    name: runtime
+    for runtime, by_dialect in (("python", PYTHON_CLIENTS_BY_DIALECT), ("node", NODE_CLIENTS_BY_DIALECT))
+    for names in by_dialect.values()
+    for name in names
+}
+
+
+def runtime_of(client: str) -> str:
+    """`"python"` or `"node"`: the driver host that runs this client, in whichever dialect.
+
+    Raises:
+        LookupError: no dialect has a client of that name.
+    """
+    try:
+        return _RUNTIME_OF[client]
+    except KeyError:
+        raise LookupError(f"no client named {client!r}; known: {', '.join(EVERY_CLIENT)}") from None
+
 
 #: The API key the lab's clients send when a gateway wants none of its own (the worker and
 #: finish_fix accept any; LiteLLM sends this one upstream). One constant: the Node host receives it

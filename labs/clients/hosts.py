@@ -22,7 +22,8 @@ from typing import Any
 import trio
 
 from faults.child_processes import ChildStartError, TrioChildProcess, start_trio_child
-from labs.clients import NODE_CLIENTS, PYTHON_CLIENTS
+from finishline import Dialect
+from labs.clients import runtime_of
 
 __all__ = ["DRIVER_HOST_CRASHED", "DriverHost", "NODE_PACKAGE", "open_driver_hosts"]
 
@@ -131,21 +132,28 @@ class DriverHost:
             raise ChildStartError(f"the {self.runtime} driver host exited before saying hello (see its log)")
 
 
-def _host_argv(runtime: str, clients: tuple[str, ...]) -> list[str]:
+def _host_argv(runtime: str, clients: tuple[str, ...], dialects: tuple[Dialect, ...]) -> list[str]:
     if runtime == "python":
-        return [sys.executable, "-m", "labs.clients.python_host", *clients]
+        # The dialects only choose what the host imports before its hello (python_host.PRELOAD).
+        return [sys.executable, "-m", "labs.clients.python_host", *(f for d in dialects for f in ("--dialect", d.value)), *clients]
     if not (NODE_PACKAGE / "node_modules").is_dir():
         raise ChildStartError(f"the Node clients are not installed: run `npm ci` in {NODE_PACKAGE} (or `make setup`)")
     return ["node", str(NODE_PACKAGE / "host.mjs")]
 
 
 @asynccontextmanager
-async def open_driver_hosts(clients: tuple[str, ...], log_dir: Path) -> AsyncIterator[dict[str, DriverHost]]:
-    """Start the hosts the given clients need; yields {client name: its host}."""
-    wanted = {
-        runtime: tuple(c for c in clients if c in names)
-        for runtime, names in (("python", PYTHON_CLIENTS), ("node", NODE_CLIENTS))
-    }
+async def open_driver_hosts(
+    clients: tuple[str, ...], log_dir: Path, dialects: tuple[Dialect, ...] = (Dialect.CHAT,)
+) -> AsyncIterator[dict[str, DriverHost]]:
+    """Start the hosts the given clients need (names of any dialect: a name's runtime is the same in
+    every dialect, and each request line says its dialect); yields {client name: its host}.
+    `dialects`: those the requests will speak, so the Python host imports their libraries before
+    its hello (a request in another dialect still runs; its library is imported then).
+
+    Raises:
+        LookupError: a name no dialect knows.
+    """
+    wanted = {runtime: tuple(c for c in clients if runtime_of(c) == runtime) for runtime in ("python", "node")}
     hosts: dict[str, DriverHost] = {}
     log_dir.mkdir(parents=True, exist_ok=True)
     async with trio.open_nursery() as nursery:
@@ -157,7 +165,7 @@ async def open_driver_hosts(clients: tuple[str, ...], log_dir: Path) -> AsyncIte
                 log_path = log_dir / f"driver-host-{runtime}.log"
                 # stdin and stdout carry the JSON lines; stderr goes to the log.
                 process = await start_trio_child(
-                    _host_argv(runtime, names), name=f"{runtime} driver host", log_path=log_path,
+                    _host_argv(runtime, names, dialects), name=f"{runtime} driver host", log_path=log_path,
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 )
                 processes.append(process)

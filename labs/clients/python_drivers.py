@@ -9,57 +9,29 @@ Only choice 0 is read: a driver that reads chunks skips every choice whose `inde
 `n=2` the worker interleaves both choices' deltas, and the application asked about the first).
 Tool calls are accumulated per tool-call `index`, the way the OpenAI stream spells them: the first
 delta of a call carries its name, later ones pieces of its arguments.
+
+This module holds the Chat drivers and `DRIVERS`, the registry of every dialect's drivers keyed by
+(client name, dialect); the Messages and Responses drivers live in python_messages.py and
+python_responses.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
+from finishline import Dialect
 from labs.clients import LAB_API_KEY
+from labs.clients.python_messages import MESSAGES_DRIVERS
+from labs.clients.python_responses import RESPONSES_DRIVERS
+from labs.clients.python_sink import Driver, Sink
+
+__all__ = ["DRIVERS", "Driver", "Sink", "versions"]
 
 # LiteLLM fetches its model cost map from the internet at import unless told not to.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-
-
-@dataclass
-class Sink:
-    """What the application saw, in arrival order. `on_first` is called at the first output."""
-
-    on_first: Callable[[], None]
-    text: str = ""
-    reasoning: str = ""
-    tool_calls: list[dict[str, str]] = field(default_factory=list)
-    _calls_by_index: dict[int, dict[str, str]] = field(default_factory=dict)
-
-    def add_text(self, delta: object) -> None:
-        if isinstance(delta, str) and delta:
-            self.on_first()
-            self.text += delta
-
-    def add_reasoning(self, delta: object) -> None:
-        if isinstance(delta, str) and delta:
-            self.on_first()
-            self.reasoning += delta
-
-    def add_tool_call(self, index: object, name: object, arguments: object) -> None:
-        """One tool-call delta (or a whole call): the call at `index` gets the name, if any, and
-        the arguments piece appended. `index` None (a library that drops it) means call 0."""
-        if not name and not arguments:
-            return
-        self.on_first()
-        key = index if isinstance(index, int) else 0
-        call = self._calls_by_index.get(key)
-        if call is None:
-            call = self._calls_by_index[key] = {"name": "", "arguments": ""}
-            self.tool_calls.append(call)
-        if name:
-            call["name"] = str(name)
-        if arguments:
-            call["arguments"] += str(arguments)
 
 
 def _first_choice(choices: Any) -> Any:
@@ -223,14 +195,21 @@ async def httpx_sse_reader(request: dict, sink: Sink) -> str | None:
     return finish_reason
 
 
-Driver = Callable[[dict, Sink], Awaitable[str | None]]
-
-DRIVERS: dict[str, Driver] = {
+CHAT_DRIVERS: dict[str, Driver] = {
     "openai-python": openai_python,
     "openai-python-helper": openai_python_helper,
     "langchain": langchain_openai,
     "litellm-sdk": litellm_sdk,
     "httpx-sse": httpx_sse_reader,
+}
+
+#: Every Python driver by (client name, dialect): a client name means that library in that dialect
+#: (`langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages, `ChatOpenAI(use_responses_api)`
+#: in Responses).
+DRIVERS: dict[tuple[str, Dialect], Driver] = {
+    (name, dialect): driver
+    for dialect, drivers in ((Dialect.CHAT, CHAT_DRIVERS), (Dialect.MESSAGES, MESSAGES_DRIVERS), (Dialect.RESPONSES, RESPONSES_DRIVERS))
+    for name, driver in drivers.items()
 }
 
 
@@ -239,6 +218,6 @@ def versions() -> dict[str, str]:
     import platform
 
     names = {"python": platform.python_version()}
-    for package in ("openai", "langchain-openai", "litellm", "httpx", "httpx-sse"):
+    for package in ("openai", "langchain-openai", "anthropic", "langchain-anthropic", "litellm", "httpx", "httpx-sse"):
         names[package] = version(package)
     return names

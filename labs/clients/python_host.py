@@ -1,10 +1,14 @@
-"""The Python driver host: one long-lived process that runs many streaming chat completions.
+"""The Python driver host: one long-lived process that runs many streaming requests, in any dialect.
 
 Importing LiteLLM and LangChain takes seconds, so the lab starts this once (`python -m
 labs.clients.python_host`) and talks to it like to the Node host (labs/clients/node/host.mjs): one
 JSON request per line on stdin, one JSON outcome per line on stdout, in completion order, matched by
 "id"; the first line out is a hello with the versions. The clients run on asyncio because that is
 what their async APIs are built on; the lab itself stays on trio in its own process.
+
+Request:  {"id", "client", "dialect"? ("chat" when absent), "base_url", "model", "messages",
+           "max_tokens"?, "tools"?, "deadline_s", "api_key"?}; the driver is DRIVERS[(client, dialect)].
+Outcome:  the fields of `run`'s record, the same in every dialect.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import os
 import sys
 import time
 
-from labs.clients.python_drivers import DRIVERS, Sink, versions
+from finishline import Dialect
+from labs.clients.python_drivers import DRIVERS, versions
+from labs.clients.python_sink import Sink
 
 
 def _describe(error: BaseException) -> tuple[str, str]:
@@ -53,11 +59,12 @@ async def run(request: dict) -> dict:
             record["ttft_s"] = time.monotonic() - started
 
     sink = Sink(on_first=on_first)
-    driver = DRIVERS.get(request.get("client", ""))
     deadline = asyncio.timeout(float(request["deadline_s"]))
     try:
+        dialect = Dialect(request.get("dialect", Dialect.CHAT))
+        driver = DRIVERS.get((request.get("client", ""), dialect))
         if driver is None:
-            raise LookupError(f"no Python driver named {request.get('client')!r}")
+            raise LookupError(f"no Python driver named {request.get('client')!r} in the {dialect} dialect")
         async with deadline:
             record["finish_reason"] = await driver(request, sink)
         record["completed"] = True
@@ -85,7 +92,8 @@ async def main() -> None:
         PROTOCOL_OUT.write(json.dumps(obj) + "\n")
         PROTOCOL_OUT.flush()
 
-    write({"hello": {"runtime": "python", "versions": versions(), "clients": list(DRIVERS)}})
+    clients = {dialect.value: [name for name, d in DRIVERS if d is dialect] for dialect in Dialect}
+    write({"hello": {"runtime": "python", "versions": versions(), "clients": clients}})
     tasks: set[asyncio.Task] = set()
 
     async def serve(request: dict) -> None:
@@ -100,16 +108,42 @@ async def main() -> None:
     await asyncio.gather(*tasks)
 
 
-#: The module each client needs; the host imports only those of the clients it is asked to run
-#: (`python -m labs.clients.python_host CLIENT...`), before its hello, so no request is charged
-#: for an import (LiteLLM's takes seconds) and a run of one light client starts fast.
-PRELOAD = {
-    "openai-python": "openai",
-    "openai-python-helper": "openai",
-    "langchain": "langchain_openai",
-    "litellm-sdk": "litellm",
-    "httpx-sse": "httpx_sse",
+#: The modules each (client, dialect) needs; the host imports only those it is asked to run
+#: (`python -m labs.clients.python_host [--dialect D]... CLIENT...`, dialect `chat` when none is
+#: given), before its hello, so no request is charged for an import (LiteLLM's takes seconds, and
+#: anthropic's nearly as long on a loaded machine) and a run of one light client starts fast. A
+#: driver not preloaded still works: it imports its library at its first request.
+PRELOAD: dict[tuple[str, Dialect], str] = {
+    ("openai-python", Dialect.CHAT): "openai",
+    ("openai-python-helper", Dialect.CHAT): "openai",
+    ("langchain", Dialect.CHAT): "langchain_openai",
+    ("litellm-sdk", Dialect.CHAT): "litellm",
+    ("httpx-sse", Dialect.CHAT): "httpx_sse",
+    ("anthropic-python", Dialect.MESSAGES): "anthropic",
+    ("anthropic-python-helper", Dialect.MESSAGES): "anthropic",
+    ("langchain", Dialect.MESSAGES): "langchain_anthropic",
+    ("openai-python", Dialect.RESPONSES): "openai",
+    ("openai-python-helper", Dialect.RESPONSES): "openai",
+    ("langchain", Dialect.RESPONSES): "langchain_openai",
 }
+
+
+def _preloads(argv: list[str]) -> list[str]:
+    """The modules to import for this argv (`--dialect D` repeatable, then client names; no client
+    names: every client of the dialects)."""
+    dialects: list[Dialect] = []
+    clients: list[str] = []
+    words = iter(argv)
+    for word in words:
+        if word == "--dialect":
+            dialects.append(Dialect(next(words)))
+        else:
+            clients.append(word)
+    dialects = dialects or [Dialect.CHAT]
+    return list(dict.fromkeys(
+        module for (client, dialect), module in PRELOAD.items() if dialect in dialects and (not clients or client in clients)
+    ))
+
 
 if __name__ == "__main__":
     import importlib
@@ -118,6 +152,6 @@ if __name__ == "__main__":
     # protocol and send everything the libraries print to stderr.
     PROTOCOL_OUT = os.fdopen(os.dup(1), "w")
     sys.stdout = sys.stderr
-    for client in sys.argv[1:] or list(PRELOAD):
-        importlib.import_module(PRELOAD[client])
+    for module in _preloads(sys.argv[1:]):
+        importlib.import_module(module)
     asyncio.run(main())

@@ -5,7 +5,7 @@ reads its books)."""
 from __future__ import annotations
 
 from labs.gateways import EXTERNAL
-from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.registry import EVERY_DIALECT, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway
 
 
@@ -21,7 +21,10 @@ async def _start_external(ctx: GatewayContext) -> Gateway:
 
 
 ENTRIES = (
-    GatewayEntry(name="direct", summary="no gateway: the client talks to the worker's tunnel", start=_start_direct),
+    GatewayEntry(
+        name="direct", summary="no gateway: the client talks to the worker's tunnel", start=_start_direct,
+        dialects=EVERY_DIALECT,
+    ),
     GatewayEntry(
         name=EXTERNAL, summary="your own gateway at --gateway-url, pointed at the tunnel (not started, no books read)",
         start=_start_external,

@@ -32,6 +32,18 @@ why, from Envoy's docs and source (envoyproxy/envoy v1.40.0):
   left...), bytes both ways, the upstream host that answered, the attempt count. The request's
   `model` (which carries the lab's cell id) is copied from the JSON body into dynamic metadata by
   Envoy's `json_to_metadata` filter, so each line names its cell.
+- `DC` is about the order of two events, not about the upstream: when the client's connection
+  closes, the HCM resets the streams it still has open, flagging them `DC` with details
+  `downstream_remote_disconnect` (source/common/http/conn_manager_impl.cc: `onEvent(RemoteClose)`
+  -> `doConnectionClose`, over `streams_` only); a stream whose end Envoy already forwarded is no
+  longer among them and keeps its 200 with no flag. Clients that stop reading at `[DONE]` or at an
+  error event (openai-node, pi-ai; openai-python when it raises) hang up at once, so a stream is
+  booked `DC` exactly when its chunked terminator reaches Envoy after that hang-up. The lab's
+  worker sends what follows its last token together with the terminator, in one write
+  (labs/worker/server.py), so Envoy reads the end with the last event and has finished the stream
+  before a client can see that event: these books never depend on who closes first. A client that
+  leaves before the end (a stall, a deadline) is `DC` whatever the timing. Only a tunnel fault that
+  splits that last write (the `slice` toxic) could bring the race back.
 """
 
 from __future__ import annotations
@@ -224,7 +236,8 @@ async def open_envoy(*, primary_url: str, spare_url: str | None = None, run_dir:
 
 def envoy_books(entry: dict[str, Any]) -> str:
     """The books' word for one access-log line: `ok` for a 1xx-3xx response Envoy flagged nothing
-    on, else `error` (a response flag is Envoy saying the request did not go as it should)."""
+    on, else `error` (a response flag is Envoy saying the request did not go as it should; `DC`,
+    the client left before the end, included: see the module docstring for when that happens)."""
     flags = entry.get("response_flags") or "-"
     try:
         code = int(entry.get("response_code") or 0)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Verdict
-from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.registry import EVERY_DIALECT, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, entries_for_cell
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
@@ -110,5 +110,8 @@ ENTRIES = (
         name="finish_fix",
         summary="mitmdump with finish_fix in reverse mode in front of the worker's tunnel (the client-side placement)",
         start=_start, books_kind="finish_fix", read_books=read_finish_fix_books,
+        # finish_fix's default path options repair /v1/messages and /v1/responses too; mitmdump's
+        # reverse mode passes every path on to the worker.
+        dialects=EVERY_DIALECT,
     ),
 )

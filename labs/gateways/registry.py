@@ -25,6 +25,10 @@ when the scenario's pool has two workers, a second healthy worker. An entry that
 one upstream configures both, with retry or fallback the way its own documentation tells an
 operator to (see each module); `uses_spare` says which entries do.
 
+Dialects: an entry says which dialects the lab sends through it (`dialects`; Chat Completions
+unless it says more). A cell of another dialect is not run: the matrix shows it `n/a`, with the
+sentence `unserved_reason` gives (the gateway and the path the lab does not route through it).
+
 Adding a gateway: write a module `labs/gateways/<name>.py` that defines `ENTRIES` (a tuple of
 `GatewayEntry`), and add the module's name to `_MODULES` below, at the place its columns should
 appear in the matrix. An entry's `start` may import heavy things lazily; importing the module must
@@ -42,6 +46,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
+from finishline import Dialect
+
 if TYPE_CHECKING:
     from labs.gateways.services import Gateway
 
@@ -50,15 +56,28 @@ __all__ = [
     "GatewayContext",
     "GatewayEntry",
     "RunServices",
+    "EVERY_DIALECT",
+    "REQUEST_PATHS",
     "TopologyPlan",
     "UnknownGateway",
     "books_reader",
     "entries",
     "lookup",
     "missing_installs",
+    "unserved_reason",
 ]
 
 T = TypeVar("T")
+
+#: An entry's `dialects` when the lab sends every dialect through it.
+EVERY_DIALECT: tuple[Dialect, ...] = tuple(Dialect)
+#: The path a dialect's requests take under a gateway's base URL (the clients' libraries add it to
+#: the `/v1` root the lab gives them): what an `n/a` cell says the lab does not route.
+REQUEST_PATHS: dict[Dialect, str] = {
+    Dialect.CHAT: "/v1/chat/completions",
+    Dialect.MESSAGES: "/v1/messages",
+    Dialect.RESPONSES: "/v1/responses",
+}
 
 #: Reads one cell's books: (every entry the gateway's books hold, the cell id) -> (the books' word,
 #: `ok`/`error` from labs.outcome, or None; the entry it came from, or None when there is none).
@@ -196,6 +215,9 @@ class GatewayEntry:
     #: Whether it takes the spare worker when the pool has one (single-upstream gateways do not);
     #: `python -m labs.gateways` says so.
     uses_spare: bool = False
+    #: The dialects the lab sends through it; a cell of any other is `n/a` (`unserved_reason`).
+    #: Chat Completions only, unless the entry says more (issue 13: `direct` and `finish_fix`).
+    dialects: tuple[Dialect, ...] = (Dialect.CHAT,)
 
 
 # The gateway modules, in matrix order (`external`, defined in labs.gateways.direct, goes last).
@@ -247,6 +269,14 @@ def missing_installs(names: tuple[str, ...] | list[str]) -> list[str]:
         if problem:
             lines.append(f"{name}: {problem}")
     return lines
+
+
+def unserved_reason(name: str, dialect: Dialect) -> str | None:
+    """None when the lab sends `dialect` through gateway `name`; else why its cells are `n/a`, in
+    one sentence a user reads in the matrix."""
+    if dialect in lookup(name).dialects:
+        return None
+    return f"{name}: the lab does not yet route {REQUEST_PATHS[dialect]} through this gateway"
 
 
 def books_reader(kind: str) -> BooksReader:

@@ -1,9 +1,12 @@
 """Grade a gateway or an OpenAI-compatible server: a report card, as a command and as a pytest plugin.
 
 - `labs.grade.card`: the card (checks' rows, marks, exit status), as data.
-- `labs.grade.reading`: one response read with finishline's repair core (the judge of well-formed).
+- `labs.grade.reading`: one response read with finishline's repair core (the judge of well-formed);
+  `labs.grade.dialect_reading`: what a Messages or Responses answer carried.
 - `labs.grade.fetch`: asking the target (identity bodies, as they came off the wire), for both graders.
-- `labs.grade.server_checks`, `labs.grade.server_grader`: `python -m labs.grade server`.
+- `labs.grade.server_checks` (Chat, and what every dialect shares), `server_checks_messages`,
+  `server_checks_responses`, `server_suites` (all three by dialect), `labs.grade.server_grader`:
+  `python -m labs.grade server [--dialect chat|messages|responses]`.
 - `labs.grade.gateway_checks`, `labs.grade.gateway_grader`: `python -m labs.grade gateway`.
 - `labs.grade.render`: the card for a terminal, as JSON, as HTML, and cards side by side (Markdown).
 - `labs.grade.cli`: the command line; `labs.grade.pytest_plugin`: the same checks as pytest tests.

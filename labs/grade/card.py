@@ -92,6 +92,9 @@ class Card:
     results: list[CheckResult] = field(default_factory=list)
     #: Facts about the run a reader needs (clients and their versions, ports, deadlines).
     setup: dict[str, Any] = field(default_factory=dict)
+    #: Checks this card does not run, each with why (a Chat check with no meaning in the dialect
+    #: graded): not rows, since they could never pass, and never counted.
+    not_run: dict[str, str] = field(default_factory=dict)
 
     @property
     def exit_status(self) -> int:
@@ -114,7 +117,7 @@ class Card:
         raise KeyError(f"no check {check!r} on this card; checks: {', '.join(r.check for r in self.results)}")
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        record = {
             "kind": self.kind,
             "target": self.target,
             "exit_status": self.exit_status,
@@ -122,3 +125,6 @@ class Card:
             "setup": self.setup,
             "results": [r.to_json() for r in self.results],
         }
+        if self.not_run:
+            record["not_run"] = dict(self.not_run)
+        return record

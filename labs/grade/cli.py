@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from faults.cli_parser import OneLineParser
+from finishline import Dialect
 from labs.clients import ALL_CLIENTS
 from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
 from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     shipped.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)")
     server = commands.add_parser("server", help="grade an OpenAI-compatible server (no faults)")
     server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    server.add_argument("--dialect", choices=[d.value for d in Dialect], default=Dialect.CHAT.value, metavar="DIALECT",
+                        help="the API to grade it in: chat (POST /chat/completions, the default), messages (Anthropic "
+                        "Messages, POST /messages) or responses (OpenAI Responses, POST /responses)")
     server.add_argument("--model", help="the model to ask for (default: the first model GET /models lists)")
     server.add_argument("--api-key", metavar="KEY", help="the API key the server expects, sent as a bearer token (default: none)")
     _outputs(server)
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         from labs.grade.server_grader import grade_server
 
         try:
-            card = grade_server(arguments.url, model=arguments.model, api_key=arguments.api_key)
+            card = grade_server(arguments.url, model=arguments.model, api_key=arguments.api_key, dialect=Dialect(arguments.dialect))
         except GradeError as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_CANNOT_RUN

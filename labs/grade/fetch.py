@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import trio
 
+from finishline import Dialect
 from labs.grade.card import GradeError
 from labs.grade.reading import CLEAN_END, TIMEOUT, TRANSPORT_ERROR, StreamReading, read_stream
 
@@ -51,18 +52,24 @@ def cannot_connect(what: str, url: str, error: BaseException) -> GradeError:
     return GradeError(f"cannot connect to {what} at {url} ({failure_words(error)}); is it running? check --url")
 
 
-def grading_client(*, timeout: httpx.Timeout, api_key: str | None) -> httpx.AsyncClient:
-    """An httpx client that asks for identity bodies and sends `api_key` as a bearer token."""
-    headers = dict(IDENTITY)
+def grading_client(
+    *, timeout: httpx.Timeout, api_key: str | None, headers: dict[str, str] | None = None, api_key_header: str | None = None
+) -> httpx.AsyncClient:
+    """An httpx client that asks for identity bodies, sends `headers`, and `api_key` as a bearer
+    token (and also in `api_key_header`, e.g. Anthropic's `x-api-key`, when given)."""
+    sent = {**IDENTITY, **(headers or {})}
     if api_key:
-        headers["authorization"] = f"Bearer {api_key}"
-    return httpx.AsyncClient(timeout=timeout, headers=headers)
+        sent["authorization"] = f"Bearer {api_key}"
+        if api_key_header:
+            sent[api_key_header] = api_key
+    return httpx.AsyncClient(timeout=timeout, headers=sent)
 
 
 async def fetch_stream(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], *, what: str, deadline_s: float | None = None
+    client: httpx.AsyncClient, url: str, body: dict[str, Any], *, what: str, deadline_s: float | None = None,
+    dialect: Dialect = Dialect.CHAT,
 ) -> StreamReading:
-    """POST `body` to `url` and read the response as it arrived, and how it ended.
+    """POST `body` to `url` and read the response as it arrived (in `dialect`), and how it ended.
 
     The ending is `end`, `transport error: ...`, `timeout: no byte for N s` (the client's read
     timeout passed between two reads) or `timeout: no end within N s` (`deadline_s` passed).
@@ -92,4 +99,4 @@ async def fetch_stream(
     if waited.cancelled_caught:
         ending = f"{TIMEOUT}no end within {deadline_s:g} s"
     return read_stream(b"".join(chunks), status=status, content_type=content_type, ending=ending, request=body,
-                       content_encoding=content_encoding)
+                       content_encoding=content_encoding, dialect=dialect)

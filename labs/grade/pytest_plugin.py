@@ -4,6 +4,7 @@ Registered by the package (`pytest11` entry point `finishline` in pyproject.toml
 suite in an environment where finishline is installed has it:
 
     pytest --finishline-server-url=http://127.0.0.1:8000/v1            # the server checks
+    pytest --finishline-server-url=URL --finishline-server-dialect=messages   # ... in another dialect
     pytest --finishline-gateway-url=http://127.0.0.1:4000/v1 --finishline-upstream-port=18080
 
 Each option adds one test per check of the card (`finishline/server::stream-no-error`, ...); a
@@ -29,11 +30,16 @@ import pytest
 
 _SERVER = "finishline/server"
 _GATEWAY = "finishline/gateway"
+#: `finishline.Dialect`'s values, Chat first (`tests/test_grade_plugin.py` holds them equal).
+_DIALECTS = ("chat", "messages", "responses")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("finishline", "finishline graders (python -m labs.grade as tests)")
     group.addoption("--finishline-server-url", metavar="URL", help="grade this OpenAI-compatible server: one test per check")
+    # The words of `finishline.Dialect`, typed here: the plugin imports nothing heavy until it grades.
+    group.addoption("--finishline-server-dialect", choices=_DIALECTS, default=_DIALECTS[0], metavar="DIALECT",
+                    help=f"the API to grade the server in: {', '.join(_DIALECTS)} (default chat)")
     group.addoption("--finishline-gateway-url", metavar="URL", help="grade this gateway (needs --finishline-upstream-port): one test per check")
     group.addoption("--finishline-upstream-port", type=int, metavar="P", help="the port the gateway uses as its upstream (the hub listens there)")
     group.addoption("--finishline-spare-port", type=int, metavar="Q", help="the gateway's second upstream (a healthy spare worker listens there)")
@@ -111,9 +117,11 @@ _CARDS = pytest.StashKey[dict]()
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("--finishline-server-url"):
-        from labs.grade.server_checks import SERVER_CHECKS
+        from finishline import Dialect
+        from labs.grade.server_suites import SERVER_SUITES
 
-        card = GradedCard.from_parent(session, name=_SERVER, nodeid=_SERVER, checks=tuple(c.check for c in SERVER_CHECKS))
+        suite = SERVER_SUITES[Dialect(config.getoption("--finishline-server-dialect"))]
+        card = GradedCard.from_parent(session, name=_SERVER, nodeid=_SERVER, checks=tuple(c.check for c in suite.checks))
         items.extend(card.collect())
     if config.getoption("--finishline-gateway-url"):
         if not config.getoption("--finishline-upstream-port"):
@@ -141,7 +149,8 @@ def _grade(config: pytest.Config, key: str) -> Any:
     if key == _SERVER:
         from labs.grade.server_grader import grade_server
 
-        return grade_server(option("--finishline-server-url"), model=option("--finishline-model"), api_key=option("--finishline-api-key"))
+        return grade_server(option("--finishline-server-url"), model=option("--finishline-model"), api_key=option("--finishline-api-key"),
+                            dialect=option("--finishline-server-dialect"))
     from pathlib import Path
 
     import trio

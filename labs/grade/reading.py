@@ -15,6 +15,11 @@ this module's: each framed event is shown to a fresh `StreamRepair` on its own (
 so a data-less `event: error` block is no event here either (rule 5 as the core reads it), and
 `[DONE]` is what the core stops at.
 
+The same holds in every dialect (`dialect=`): Messages and Responses streams are judged by the core
+speaking that dialect, and their data events are read by `labs.grade.dialect_reading` into choice 0
+(neither has choices). There `done` is the dialect's terminator as the core stops at it:
+`message_stop`, or a Responses terminal event (`response.completed`, `response.incomplete`).
+
 A body that came compressed (the graders ask for `accept-encoding: identity`, as finish_fix does) is
 not read at all: its bytes are not events, and `StreamReading.compressed` says so for the evidence.
 
@@ -27,7 +32,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from finishline import Event, EventFramer, RepairPolicy, RequestFacts, StreamRepair, StreamReport, Verdict, repair_completion
+from finishline import (
+    Dialect, Event, EventFramer, RepairPolicy, RequestFacts, StreamRepair, StreamReport, Verdict, repair_completion,
+)
+from labs.grade.dialect_reading import DIALECT_READINGS, event_type
 
 __all__ = [
     "CLEAN_END", "TIMEOUT", "TRANSPORT_ERROR", "ChoiceReading", "CompletionReading", "StreamReading", "read_completion",
@@ -42,8 +50,11 @@ TRANSPORT_ERROR = "transport error: "
 #: `timeout: no byte for 60 s` (the grader's words, `labs.grade.fetch`).
 TIMEOUT = "timeout: "
 
-#: The event kinds of `StreamReading.events`.
-_CHUNK, _USAGE, _ERROR, _DONE, _UNREADABLE = "chunk", "usage", "error", "done", "unreadable"
+#: The event kinds of `StreamReading.events`: Chat's chunks and usage chunks; a Messages or
+#: Responses data event (`event`); and in every dialect error events, the terminator, unreadable data.
+_CHUNK, _USAGE, _EVENT, _ERROR, _DONE, _UNREADABLE = "chunk", "usage", "event", "error", "done", "unreadable"
+#: Terminators the core appends of its own when only they were missing (Chat rule 4, Messages M3).
+_APPENDED_TERMINATORS = frozenset({"done", "message_stop"})
 
 
 @dataclass(slots=True, kw_only=True)
@@ -75,13 +86,15 @@ class StreamReading:
     report: StreamReport
     choices: dict[int, ChoiceReading]
     #: The events as the core counts them, in order, as `(kind, parsed)`: kind is `chunk`,
-    #: `usage`, `error`, `done` or `unreadable`.
+    #: `usage` (Chat), `event` (Messages, Responses), `error`, `done` or `unreadable`. A Chat `done`
+    #: is `[DONE]` (parsed None); a Messages or Responses one is the parsed terminal event.
     events: list[tuple[str, Any]]
     #: `end` (CLEAN_END), `transport error: ...` (TRANSPORT_ERROR) or `timeout: ...` (TIMEOUT).
     ending: str
     body: bytes
     #: The response's `content-encoding` ("" for none).
     content_encoding: str = ""
+    dialect: Dialect = Dialect.CHAT
 
     @property
     def compressed(self) -> str | None:
@@ -121,7 +134,24 @@ class StreamReading:
 
     @property
     def last_event(self) -> str | None:
-        return self.events[-1][0] if self.events else None
+        """The last event's kind (Chat), or its type (Messages, Responses: `message_stop`, `error`)."""
+        if not self.events:
+            return None
+        kind, value = self.events[-1]
+        if self.dialect is Dialect.CHAT:
+            return kind
+        return event_type(value) or ("data: [DONE]" if value == "[DONE]" else kind)
+
+    def types(self) -> list[str | None]:
+        """Each event's type (the data's `type`; None for Chat chunks and unreadable data)."""
+        return [event_type(value) for _, value in self.events]
+
+    @property
+    def terminal_type(self) -> str | None:
+        """The type of the first terminator the stream sent (`message_stop`, `response.completed`,
+        `response.incomplete`), or None."""
+        done = self.done_positions
+        return event_type(self.events[done[0]][1]) if done else None
 
     def error_message(self) -> str | None:
         """The first error event's message (or its data), for evidence lines."""
@@ -160,12 +190,13 @@ class CompletionReading:
 
 def read_stream(
     body: bytes, *, status: int = 200, content_type: str = "text/event-stream", ending: str = CLEAN_END,
-    request: dict[str, Any] | None = None, content_encoding: str = "",
+    request: dict[str, Any] | None = None, content_encoding: str = "", dialect: Dialect = Dialect.CHAT,
 ) -> StreamReading:
     """Read a streamed body. `ending` is `end` for a clean end of the HTTP body, anything else (the
     transport's words) for a failure, which the core books as a cut unless the stream had finished.
-    A compressed body (`content_encoding`) is not read: the core books it `skipped`, no events."""
-    repair = StreamRepair(request=_facts(request), policy=RepairPolicy(), content_encoding=content_encoding)
+    A compressed body (`content_encoding`) is not read: the core books it `skipped`, no events.
+    `dialect` is the API the stream speaks; the core judges it in that dialect."""
+    repair = StreamRepair(request=_facts(request), policy=RepairPolicy(), content_encoding=content_encoding, dialect=dialect)
     repair.receive_data(body)
     if ending == CLEAN_END:
         repair.receive_end()
@@ -182,10 +213,10 @@ def read_stream(
         if leftover is not None:
             framed.append(leftover)  # the core decides whether a last event without its blank line counts
     for position, event in enumerate(framed):
-        kind = _kind_by_the_core(event, first=position == 0)
+        kind = _kind_by_the_core(event, first=position == 0, dialect=dialect)
         if kind is None:
             continue
-        if kind == _DONE:
+        if kind == _DONE and dialect is Dialect.CHAT:
             events.append((_DONE, None))
             continue
         data = event.data or b""
@@ -194,8 +225,16 @@ def read_stream(
         except (ValueError, UnicodeDecodeError):
             events.append((_ERROR if kind == _ERROR else _UNREADABLE, data.decode("utf-8", "replace")))
             continue
-        if kind == _ERROR:
-            events.append((_ERROR, value))
+        if kind in (_ERROR, _DONE):
+            events.append((kind, value))
+            if kind == _DONE and isinstance(value, dict):
+                DIALECT_READINGS[dialect].absorb_event(choices.setdefault(0, ChoiceReading(index=0)), value)
+        elif dialect is not Dialect.CHAT:
+            if isinstance(value, dict):
+                events.append((_EVENT, value))
+                DIALECT_READINGS[dialect].absorb_event(choices.setdefault(0, ChoiceReading(index=0)), value)
+            else:
+                events.append((_UNREADABLE, value))
         elif not isinstance(value, dict) or not isinstance(value.get("choices"), list):
             events.append((_UNREADABLE, value))
         elif not value["choices"] and isinstance(value.get("usage"), dict):
@@ -207,11 +246,11 @@ def read_stream(
                     _add_delta(choices, choice)
     return StreamReading(
         status=status, content_type=content_type, report=repair.report, choices=choices, events=events,
-        ending=ending, body=body, content_encoding=content_encoding,
+        ending=ending, body=body, content_encoding=content_encoding, dialect=dialect,
     )
 
 
-def _kind_by_the_core(event: Event, *, first: bool) -> str | None:
+def _kind_by_the_core(event: Event, *, first: bool, dialect: Dialect = Dialect.CHAT) -> str | None:
     """What finishline's core makes of one event: None when it is no event at all, else `error`,
     `done` or `data`.
 
@@ -220,15 +259,19 @@ def _kind_by_the_core(event: Event, *, first: bool) -> str | None:
 
     - no event counted: no data field (a comment, a keep-alive, a data-less `event: error` block,
       which no client dispatches), or a last event without its blank line that the core drops;
-    - verdict `upstream_error`: an error event (rule 5);
-    - neither an injection nor a cut at that end: `[DONE]`, the only event after which a stream of
-      one event ends without the core finishing a choice or calling it cut;
-    - anything else is data (a chunk, a usage chunk, something unreadable).
+    - verdict `upstream_error`: an error event (rule 5; M5; R4, a bare `{"error":...}` frame too,
+      which in Messages is no error: the Anthropic SDKs skip it);
+    - neither a cut nor a terminator the core appended of its own at that end: the terminator
+      (`[DONE]`, `message_stop`, a Responses terminal event), the only event after which a stream of
+      one event ends as the dialect says a stream ends (the core may add a finish before
+      `message_stop`, never the terminator itself);
+    - anything else is data (a chunk, a usage chunk, a Messages or Responses event, something
+      unreadable).
 
     An event after the first gets a blank line in front, a data-less event the core ignores, so that
     the probe, like the stream, is past its start (a byte order mark counts only there).
     """
-    probe = StreamRepair()
+    probe = StreamRepair(dialect=dialect)
     probe.receive_data(event.raw if first else b"\n" + event.raw)
     probe.receive_end()
     report = probe.report
@@ -236,19 +279,28 @@ def _kind_by_the_core(event: Event, *, first: bool) -> str | None:
         return None
     if report.verdict is Verdict.UPSTREAM_ERROR:
         return _ERROR
-    if report.interruption is None and not report.injected and report.verdict in (Verdict.CLEAN, Verdict.REPAIRED):
+    appended = any(injected.get("kind") in _APPENDED_TERMINATORS for injected in report.injected)
+    if report.interruption is None and not appended and report.verdict in (Verdict.CLEAN, Verdict.REPAIRED):
         return _DONE
     return "data"
 
 
-def read_completion(body: bytes, *, status: int = 200, request: dict[str, Any] | None = None) -> CompletionReading:
-    """Read a non-streamed body: its choices, and the core's rule 9 verdict on its reasons."""
+def read_completion(
+    body: bytes, *, status: int = 200, request: dict[str, Any] | None = None, dialect: Dialect = Dialect.CHAT
+) -> CompletionReading:
+    """Read a non-streamed body: its choices, and the core's verdict on its reasons (rule 9 for a
+    chat completion, M7 for a Messages `message`; a whole Responses body the core passes as it came,
+    `skipped`). A Messages or Responses answer is choice 0; an error body has no choice."""
     try:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError):
         value = None
     choices: dict[int, ChoiceReading] = {}
-    if isinstance(value, dict) and isinstance(value.get("choices"), list):
+    if dialect is not Dialect.CHAT:
+        choice = ChoiceReading(index=0)
+        if DIALECT_READINGS[dialect].read_body(value, choice):
+            choices[0] = choice
+    elif isinstance(value, dict) and isinstance(value.get("choices"), list):
         for position, choice in enumerate(value["choices"]):
             if not isinstance(choice, dict):
                 continue
@@ -263,7 +315,7 @@ def read_completion(body: bytes, *, status: int = 200, request: dict[str, Any] |
                     reading.tool_calls.append({"name": function.get("name") or "", "arguments": function.get("arguments") or ""})
             if choice.get("finish_reason") is not None:
                 reading.reasons_seen.append(choice["finish_reason"])
-    repaired = repair_completion(body, _facts(request))
+    repaired = repair_completion(body, _facts(request), dialect=dialect)
     return CompletionReading(
         status=status, body=value, choices=choices, verdict=repaired.verdict, detail=repaired.detail
     )

@@ -26,15 +26,22 @@ def render_terminal(card: Card, *, colour: bool = False) -> str:
     """The card as aligned columns: rule, check, mark, evidence; then the counts and the exit status."""
     rows = [("rule", "check", "mark", "evidence")] + [(r.rule, r.check, str(r.mark), r.evidence) for r in card.results]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    lines = [f"{card.kind} {card.target}"]
+    lines = [_heading(card)]
     for number, row in enumerate(rows):
         mark = row[2].ljust(widths[2])
         if colour and number:
             mark = _MARK_COLOURS[Mark(row[2])][1] + mark + "\x1b[0m"
         lines.append(f"{row[0].ljust(widths[0])}  {row[1].ljust(widths[1])}  {mark}  {row[3]}")
+    lines.extend(f"not run: {check}: {why}" for check, why in card.not_run.items())
     counts = ", ".join(f"{n} {mark}" for mark, n in card.counts().items() if n)
     lines.append(f"{counts}; exit status {card.exit_status}")
     return "\n".join(lines)
+
+
+def _heading(card: Card) -> str:
+    """`server http://.../v1`, with the dialect graded when the card names one (Messages, Responses)."""
+    dialect = card.setup.get("dialect")
+    return f"{card.kind} {card.target}" + (f" ({dialect})" if dialect else "")
 
 
 def write_json(card: Card, path: Path) -> None:
@@ -63,13 +70,15 @@ def render_html(card: Card) -> str:
             f"<tr><td>{e(r.rule)}</td><td><code>{e(r.check)}</code><br><small>{e(r.title)}</small></td>"
             f'<td class="mark" style="background:{background}">{e(str(r.mark))}</td><td>{e(r.evidence)}{details}</td></tr>'
         )
+    not_run = "".join(f"<li><code>{e(check)}</code>: {e(why)}</li>" for check, why in card.not_run.items())
+    not_run = f"<p>not run:</p><ul>{not_run}</ul>" if not_run else ""
     setup = "".join(f"<tr><th>{e(str(k))}</th><td><pre>{e(json.dumps(v, indent=1, default=str) if not isinstance(v, str) else v)}</pre></td></tr>" for k, v in card.setup.items())
     counts = ", ".join(f"{n} {mark}" for mark, n in card.counts().items() if n)
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>finishline grade: {e(card.target)}</title>"
-        f"<style>{_STYLE}</style></head><body><h1>{e(card.kind)} {e(card.target)}</h1>"
+        f"<style>{_STYLE}</style></head><body><h1>{e(_heading(card))}</h1>"
         f"<p>{e(counts)}; exit status {card.exit_status}</p>"
-        f"<table><tr><th>rule</th><th>check</th><th>mark</th><th>evidence</th></tr>{''.join(rows)}</table>"
+        f"<table><tr><th>rule</th><th>check</th><th>mark</th><th>evidence</th></tr>{''.join(rows)}</table>{not_run}"
         f"<h2>setup</h2><table>{setup}</table></body></html>\n"
     )
 

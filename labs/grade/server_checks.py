@@ -1,5 +1,10 @@
 """The server checks, as data: what to ask an OpenAI-compatible server, and how each answer is judged.
 
+This module holds what every dialect's checks share (`ServerRequest`, `Readings`, `ServerCheck`,
+`ServerSuite`, the judges that read alike in every dialect) and the Chat Completions suite; the
+Messages and Responses suites are in `server_checks_messages` and `server_checks_responses`, and
+`server_suites.SERVER_SUITES` names all three.
+
 Theory of operation
 -------------------
 The grader sends five requests (`REQUESTS`), each streamed and not streamed: a natural stop, a
@@ -18,15 +23,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from finishline import Dialect
 from labs.grade.card import CheckResult, Mark, shortened
 from labs.grade.reading import CompletionReading, StreamReading
 from labs.outcome import canonical_reason
 from labs.scenario import WORKER_TOOL
 
-__all__ = ["REQUESTS", "SERVER_CHECKS", "ServerCheck", "ServerRequest", "request_body"]
+__all__ = [
+    "CHAT_SUITE", "REQUESTS", "SERVER_CHECKS", "MarkAndEvidence", "Problem", "Readings", "ServerCheck", "ServerRequest",
+    "ServerSuite", "completion_problem_for", "json_no_error", "reason_check", "request_body", "stream_json_agree",
+    "stream_no_error", "stream_problem_for", "tool_call_shape",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,13 +85,20 @@ def request_body(request: ServerRequest, *, model: str, stream: bool) -> dict[st
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Readings:
-    """Every answer, by request name."""
+    """Every answer, by request name, and what was asked (the requests' labels for the evidence)."""
 
     streams: dict[str, StreamReading]
     completions: dict[str, CompletionReading]
+    requests: tuple[ServerRequest, ...] = REQUESTS
+    dialect: Dialect = Dialect.CHAT
+
+    def label(self, name: str) -> str:
+        """The evidence's words for request `name` (`a natural stop`, `max_tokens=5`)."""
+        return next(r.label for r in self.requests if r.name == name)
 
 
-Verdict = tuple[Mark, str]
+#: A judge's answer: the mark and the one line of evidence.
+MarkAndEvidence = tuple[Mark, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +106,7 @@ class ServerCheck:
     rule: str
     check: str
     title: str
-    judge: Callable[[Readings], Verdict]
+    judge: Callable[[Readings], MarkAndEvidence]
     #: It reads the streamed answers (every check but the JSON-only ones).
     reads_streams: bool = True
 
@@ -99,98 +116,128 @@ class ServerCheck:
         return CheckResult(rule=self.rule, check=self.check, title=self.title, mark=mark, evidence=evidence)
 
 
-def _unread_stream(readings: Readings) -> Verdict | None:
+def _unread_stream(readings: Readings) -> MarkAndEvidence | None:
     """`not tested` when a stream came compressed: its bytes are not SSE, and judging them as if
     they were would fail a server for the grader's own blindness."""
     for name, reading in readings.streams.items():
         if reading.compressed is not None:
-            return Mark.NOT_TESTED, f"stream {_label(name)}: {reading.compression_note()}"
+            return Mark.NOT_TESTED, f"stream {readings.label(name)}: {reading.compression_note()}"
     return None
 
 
-def _label(name: str) -> str:
-    return next(r.label for r in REQUESTS if r.name == name)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerSuite:
+    """One dialect's checks: where to ask, what, and how each answer is judged."""
+
+    dialect: Dialect
+    #: The path under the base URL the requests go to (`/chat/completions`, `/messages`, `/responses`).
+    path: str
+    requests: tuple[ServerRequest, ...]
+    checks: tuple[ServerCheck, ...]
+    #: Chat checks that mean nothing in this dialect, and why: the card says so instead of a row.
+    not_run: dict[str, str] = field(default_factory=dict)
+    #: Headers every request carries (Anthropic's `anthropic-version`).
+    headers: dict[str, str] = field(default_factory=dict)
+    #: A header that carries `--api-key` besides the bearer token (Anthropic's `x-api-key`).
+    api_key_header: str | None = None
 
 
-def _answered(reading: StreamReading | CompletionReading) -> bool:
-    return reading.status == 200
+#: Why a stream (or a JSON answer) cannot be judged beyond its dialect's no-error check, or None:
+#: `(readings, request name, reading)`.
+Problem = Callable[[Readings, str, Any], str | None]
 
 
-def _stream_problem(name: str, reading: StreamReading) -> str | None:
-    """Why a stream cannot be judged beyond `stream-no-error`, or None."""
-    if reading.status != 200:
-        return f"stream {_label(name)}: HTTP {reading.status}"
-    if reading.error_positions:
-        return f"stream {_label(name)} ended in an error event (see stream-no-error)"
-    if reading.report.interruption is not None:
-        return f"stream {_label(name)} was cut: {reading.report.interruption.how} (see stream-no-error)"
-    return None
+def stream_problem_for(no_error_check: str) -> Problem:
+    """Why a stream cannot be judged beyond `no_error_check` (the dialect's), or None: an error
+    status, an error event, a cut (the core's interruption)."""
+
+    def problem(readings: Readings, name: str, reading: StreamReading) -> str | None:
+        label = readings.label(name)
+        if reading.status != 200:
+            return f"stream {label}: HTTP {reading.status}"
+        if reading.error_positions:
+            return f"stream {label} ended in an error event (see {no_error_check})"
+        if reading.report.interruption is not None:
+            return f"stream {label} was cut: {reading.report.interruption.how} (see {no_error_check})"
+        return None
+
+    return problem
 
 
-def _completion_problem(name: str, reading: CompletionReading) -> str | None:
-    if reading.status != 200:
-        return f"JSON {_label(name)}: HTTP {reading.status}"
-    if reading.error is not None or not reading.choices:
-        return f"JSON {_label(name)} is an error, not a completion (see json-no-error)"
-    return None
+def completion_problem_for(no_error_check: str, answer: str = "a completion") -> Problem:
+    """Why a JSON answer cannot be judged beyond `no_error_check`, or None."""
+
+    def problem(readings: Readings, name: str, reading: CompletionReading) -> str | None:
+        if reading.status != 200:
+            return f"JSON {readings.label(name)}: HTTP {reading.status}"
+        if reading.error is not None or not reading.choices:
+            return f"JSON {readings.label(name)} is an error, not {answer} (see {no_error_check})"
+        return None
+
+    return problem
+
+
+_stream_problem = stream_problem_for("stream-no-error")
+_completion_problem = completion_problem_for("json-no-error")
 
 
 # -- streaming ----------------------------------------------------------------------------------
 
 
-def _stream_no_error(readings: Readings) -> Verdict:
+def stream_no_error(readings: Readings) -> MarkAndEvidence:
+    """Every stream answered 200 and completed: no error event, no cut (as the core books them)."""
     for name, reading in readings.streams.items():
         if reading.status != 200:
-            return Mark.FAIL, f"stream {_label(name)}: HTTP {reading.status}: {shortened(reading.body, 200)}"
+            return Mark.FAIL, f"stream {readings.label(name)}: HTTP {reading.status}: {shortened(reading.body, 200)}"
         if reading.error_positions:
-            return Mark.FAIL, f"stream {_label(name)} sent an error event after {reading.error_positions[0]} events: {reading.error_message()}"
+            return Mark.FAIL, f"stream {readings.label(name)} sent an error event after {reading.error_positions[0]} events: {reading.error_message()}"
         if reading.report.interruption is not None:
-            return Mark.FAIL, f"stream {_label(name)}: {reading.report.detail}"
+            return Mark.FAIL, f"stream {readings.label(name)}: {reading.report.detail}"
     return Mark.PASS, f"{len(readings.streams)} streams, each completed without an error event or a cut"
 
 
-def _stream_finish_reason(readings: Readings) -> Verdict:
+def _stream_finish_reason(readings: Readings) -> MarkAndEvidence:
     judged = 0
     for name, reading in readings.streams.items():
-        if _stream_problem(name, reading):
+        if _stream_problem(readings, name, reading):
             continue
         judged += 1
         if not reading.choices:
-            return Mark.FAIL, f"stream {_label(name)} carried no choice at all"
+            return Mark.FAIL, f"stream {readings.label(name)} carried no choice at all"
         for choice in reading.choices.values():
             if choice.finish_reason is None:
                 injected = [r for r in reading.report.repairs if "injected finish_reason" in r]
                 why = f"; the core: {injected[0]}" if injected else ""
-                return Mark.FAIL, f"stream {_label(name)}: choice {choice.index} got no non-empty finish_reason before [DONE]{why}"
+                return Mark.FAIL, f"stream {readings.label(name)}: choice {choice.index} got no non-empty finish_reason before [DONE]{why}"
     if not judged:
         return Mark.NOT_TESTED, "no stream completed (see stream-no-error)"
     return Mark.PASS, f"every choice of {judged} streams got a non-empty finish_reason"
 
 
-def _stream_null_not_empty(readings: Readings) -> Verdict:
+def _stream_null_not_empty(readings: Readings) -> MarkAndEvidence:
     for name, reading in readings.streams.items():
         for choice in reading.choices.values():
             if "" in choice.reasons_seen:
                 count = choice.reasons_seen.count("")
-                return Mark.FAIL, f'stream {_label(name)}: choice {choice.index} has "finish_reason": "" on {count} chunks (null is the spec\'s "not yet")'
+                return Mark.FAIL, f'stream {readings.label(name)}: choice {choice.index} has "finish_reason": "" on {count} chunks (null is the spec\'s "not yet")'
     return Mark.PASS, "no chunk says \"finish_reason\": \"\""
 
 
-def _stream_done_last(readings: Readings) -> Verdict:
+def _stream_done_last(readings: Readings) -> MarkAndEvidence:
     for name, reading in readings.streams.items():
         if reading.status != 200:
             continue
         done = reading.done_positions
         if not done:
-            return Mark.FAIL, f"stream {_label(name)} ended without data: [DONE] ({reading.ending}, last event: {reading.last_event})"
+            return Mark.FAIL, f"stream {readings.label(name)} ended without data: [DONE] ({reading.ending}, last event: {reading.last_event})"
         if len(done) > 1 or done[-1] != len(reading.events) - 1:
-            return Mark.FAIL, f"stream {_label(name)}: {len(reading.events) - 1 - done[0]} events after the first [DONE]"
+            return Mark.FAIL, f"stream {readings.label(name)}: {len(reading.events) - 1 - done[0]} events after the first [DONE]"
     return Mark.PASS, "every stream ends with exactly one data: [DONE]"
 
 
-def _stream_usage_after_finish(readings: Readings) -> Verdict:
+def _stream_usage_after_finish(readings: Readings) -> MarkAndEvidence:
     reading = readings.streams["usage"]
-    problem = _stream_problem("usage", reading)
+    problem = _stream_problem(readings, "usage", reading)
     if problem:
         return Mark.NOT_TESTED, problem
     usage = reading.usage_positions
@@ -208,42 +255,52 @@ def _usage_words(usage: dict[str, Any]) -> str:
     return ", ".join(f"{k} {usage[k]}" for k in ("prompt_tokens", "completion_tokens") if k in usage) or "no counts"
 
 
-# -- finish reasons (the value, where one was given) ----------------------------------------------
+# -- finish reasons (the value, where one was given): every dialect's --------------------------------
 
 
-def _reason_check(name: str, want: str, extra: Callable[[Any], str | None] | None = None) -> Callable[[Readings], Verdict]:
-    def judge(readings: Readings) -> Verdict:
+def reason_check(
+    name: str, want: str, extra: Callable[[Any], str | None] | None = None, *, stream_problem: Problem = _stream_problem,
+    completion_problem: Problem = _completion_problem, see: str = "stream-finish-reason, json-finish-reason",
+    reason_words: str = "finish_reason",
+) -> Callable[[Readings], MarkAndEvidence]:
+    """A judge: request `name`'s choice 0 ended with `want` (the dialect's word, read through
+    `canonical_reason`), streamed and not, and `extra(choice)` finds nothing wrong with it. No reason
+    on either side is `not tested`, naming the checks `see` that judge its presence."""
+
+    def judge(readings: Readings) -> MarkAndEvidence:
         seen = []
         for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
             if reading is None:
                 continue
-            problem = _stream_problem(name, reading) if side == "stream" else _completion_problem(name, reading)
+            problem = stream_problem(readings, name, reading) if side == "stream" else completion_problem(readings, name, reading)
             if problem:
                 return Mark.NOT_TESTED, problem
             choice = reading.choices.get(0)
             if choice is None:
-                return Mark.FAIL, f"{side} {_label(name)}: no choice 0"
-            reason = canonical_reason(choice.finish_reason)
+                return Mark.FAIL, f"{side} {readings.label(name)}: no choice 0"
+            reason = canonical_reason(choice.finish_reason, readings.dialect)
             if reason is None:
                 seen.append(f"{side}: none")
                 continue
             if reason != want:
-                return Mark.FAIL, f"{side} {_label(name)} ended with {choice.finish_reason!r}, expected {want!r}"
+                return Mark.FAIL, f"{side} {readings.label(name)} ended with {choice.finish_reason!r}, expected {want!r}"
             if extra is not None:
                 trouble = extra(choice)
                 if trouble:
-                    return Mark.FAIL, f"{side} {_label(name)}: {trouble}"
+                    return Mark.FAIL, f"{side} {readings.label(name)}: {trouble}"
             seen.append(f"{side}: {want}")
         if all(s.endswith("none") for s in seen):
-            return Mark.NOT_TESTED, f"{_label(name)}: no finish_reason given to judge (see stream-finish-reason, json-finish-reason)"
-        return Mark.PASS, f"{_label(name)}: " + ", ".join(seen)
+            return Mark.NOT_TESTED, f"{readings.label(name)}: no {reason_words} given to judge (see {see})"
+        return Mark.PASS, f"{readings.label(name)}: " + ", ".join(seen)
 
     return judge
 
 
-def _tool_call_shape(choice: Any) -> str | None:
+def tool_call_shape(choice: Any, *, reason: str = "tool_calls") -> str | None:
+    """What is wrong with a choice that ended in a tool call (None: a `get_weather` call with JSON
+    arguments); `reason` is the dialect's word, for the evidence."""
     if not choice.tool_calls:
-        return "finish_reason tool_calls but no tool call"
+        return f"finish_reason {reason} but no tool call" if reason == "tool_calls" else f"{reason} but no tool call"
     call = choice.tool_calls[0]
     if call["name"] != WORKER_TOOL["function"]["name"]:
         return f"tool call {call['name']!r}, the only tool offered is {WORKER_TOOL['function']['name']!r}"
@@ -254,9 +311,9 @@ def _tool_call_shape(choice: Any) -> str | None:
     return None
 
 
-def _n_choices(readings: Readings) -> Verdict:
+def _n_choices(readings: Readings) -> MarkAndEvidence:
     for side, reading in (("stream", readings.streams["n2"]), ("JSON", readings.completions["n2"])):
-        problem = _stream_problem("n2", reading) if side == "stream" else _completion_problem("n2", reading)
+        problem = _stream_problem(readings, "n2", reading) if side == "stream" else _completion_problem(readings, "n2", reading)
         if problem:
             return Mark.NOT_TESTED, problem
         indices = sorted(reading.choices)
@@ -268,68 +325,86 @@ def _n_choices(readings: Readings) -> Verdict:
     return Mark.PASS, "stream and JSON each carried choices 0 and 1 with content"
 
 
-# -- non-streaming ----------------------------------------------------------------------------------
+# -- non-streaming: every dialect's ------------------------------------------------------------------
 
 
-def _json_no_error(readings: Readings) -> Verdict:
-    for name, reading in readings.completions.items():
-        if reading.status != 200:
-            return Mark.FAIL, f"JSON {_label(name)}: HTTP {reading.status}"
-        if reading.error is not None:
-            return Mark.FAIL, f"JSON {_label(name)}: status 200 with an error body: {shortened(str(reading.error), 160)}"
-        if not reading.choices:
-            return Mark.FAIL, f"JSON {_label(name)}: not a chat.completion with choices"
-    return Mark.PASS, f"{len(readings.completions)} completions, none an error"
+def json_no_error(*, answer: str = "a chat.completion with choices", noun: str = "completions") -> Callable[[Readings], MarkAndEvidence]:
+    """A judge: every JSON answer is a 200 carrying `answer`, not an error status or an error body."""
+
+    def judge(readings: Readings) -> MarkAndEvidence:
+        for name, reading in readings.completions.items():
+            if reading.status != 200:
+                return Mark.FAIL, f"JSON {readings.label(name)}: HTTP {reading.status}"
+            if reading.error is not None:
+                return Mark.FAIL, f"JSON {readings.label(name)}: status 200 with an error body: {shortened(str(reading.error), 160)}"
+            if not reading.choices:
+                return Mark.FAIL, f"JSON {readings.label(name)}: not {answer}"
+        return Mark.PASS, f"{len(readings.completions)} {noun}, none an error"
+
+    return judge
 
 
-def _json_finish_reason(readings: Readings) -> Verdict:
+def _json_finish_reason(readings: Readings) -> MarkAndEvidence:
     judged = 0
     for name, reading in readings.completions.items():
-        if _completion_problem(name, reading):
+        if _completion_problem(readings, name, reading):
             continue
         judged += 1
         for choice in reading.choices.values():
             if choice.finish_reason is None:
                 given = repr(choice.reasons_seen[-1]) if choice.reasons_seen else "null or missing"
-                return Mark.FAIL, f"JSON {_label(name)}: choice {choice.index} finish_reason is {given}; the core: {reading.detail}"
+                return Mark.FAIL, f"JSON {readings.label(name)}: choice {choice.index} finish_reason is {given}; the core: {reading.detail}"
     if not judged:
         return Mark.NOT_TESTED, "no completion answered (see json-no-error)"
     return Mark.PASS, f"every choice of {judged} completions has a non-empty finish_reason"
 
 
-def _stream_json_agree(readings: Readings) -> Verdict:
-    compared = 0
-    for name, completion in readings.completions.items():
-        stream = readings.streams[name]
-        if _stream_problem(name, stream) or _completion_problem(name, completion):
-            continue
-        compared += 1
-        for index in sorted(set(stream.choices) | set(completion.choices)):
-            got, want = stream.choices.get(index), completion.choices.get(index)
-            if got is None or want is None:
-                return Mark.FAIL, f"{_label(name)}: choice {index} only in the {'JSON' if got is None else 'stream'}"
-            if canonical_reason(got.finish_reason) != canonical_reason(want.finish_reason):
-                return Mark.FAIL, f"{_label(name)}: choice {index} streamed reason {got.finish_reason!r}, JSON {want.finish_reason!r}"
-            if got.content != want.content:
-                return Mark.FAIL, f"{_label(name)}: choice {index} streamed {len(got.content)} characters, JSON {len(want.content)}, and they differ"
-            if [c["name"] for c in got.tool_calls] != [c["name"] for c in want.tool_calls]:
-                return Mark.FAIL, f"{_label(name)}: choice {index} streamed tool calls {[c['name'] for c in got.tool_calls]}, JSON {[c['name'] for c in want.tool_calls]}"
-    if not compared:
-        return Mark.NOT_TESTED, "no request answered both ways without an error (see stream-no-error, json-no-error)"
-    return Mark.PASS, f"{compared} requests: streamed and JSON answers agree on reason and content"
+def stream_json_agree(
+    *, stream_problem: Problem = _stream_problem, completion_problem: Problem = _completion_problem,
+    see: str = "stream-no-error, json-no-error",
+) -> Callable[[Readings], MarkAndEvidence]:
+    """A judge: per request and choice, the streamed and the JSON answer agree on the reason (in the
+    dialect's words), the content and the tool calls' names."""
+
+    def judge(readings: Readings) -> MarkAndEvidence:
+        compared = 0
+        for name, completion in readings.completions.items():
+            stream = readings.streams[name]
+            if stream_problem(readings, name, stream) or completion_problem(readings, name, completion):
+                continue
+            compared += 1
+            label = readings.label(name)
+            for index in sorted(set(stream.choices) | set(completion.choices)):
+                got, want = stream.choices.get(index), completion.choices.get(index)
+                if got is None or want is None:
+                    return Mark.FAIL, f"{label}: choice {index} only in the {'JSON' if got is None else 'stream'}"
+                if canonical_reason(got.finish_reason, readings.dialect) != canonical_reason(want.finish_reason, readings.dialect):
+                    return Mark.FAIL, f"{label}: choice {index} streamed reason {got.finish_reason!r}, JSON {want.finish_reason!r}"
+                if got.content != want.content:
+                    return Mark.FAIL, f"{label}: choice {index} streamed {len(got.content)} characters, JSON {len(want.content)}, and they differ"
+                if [c["name"] for c in got.tool_calls] != [c["name"] for c in want.tool_calls]:
+                    return Mark.FAIL, f"{label}: choice {index} streamed tool calls {[c['name'] for c in got.tool_calls]}, JSON {[c['name'] for c in want.tool_calls]}"
+        if not compared:
+            return Mark.NOT_TESTED, f"no request answered both ways without an error (see {see})"
+        return Mark.PASS, f"{compared} requests: streamed and JSON answers agree on reason and content"
+
+    return judge
 
 
 SERVER_CHECKS = (
-    ServerCheck(rule="streaming", check="stream-no-error", title="every stream completes: no error event, no cut", judge=_stream_no_error),
+    ServerCheck(rule="streaming", check="stream-no-error", title="every stream completes: no error event, no cut", judge=stream_no_error),
     ServerCheck(rule="streaming", check="stream-finish-reason", title="every choice gets a non-empty finish_reason before [DONE]", judge=_stream_finish_reason),
     ServerCheck(rule="streaming", check="stream-null-not-empty", title='intermediate chunks say "finish_reason": null, never ""', judge=_stream_null_not_empty),
     ServerCheck(rule="streaming", check="stream-done-last", title="data: [DONE] ends every stream, once, nothing after it", judge=_stream_done_last),
     ServerCheck(rule="streaming", check="stream-usage-after-finish", title="include_usage: a usage-only chunk after every finish chunk", judge=_stream_usage_after_finish),
-    ServerCheck(rule="finish reasons", check="reason-stop", title="a natural stop ends with stop", judge=_reason_check("stop", "stop")),
-    ServerCheck(rule="finish reasons", check="reason-length", title="a max_tokens truncation ends with length", judge=_reason_check("length", "length")),
-    ServerCheck(rule="finish reasons", check="reason-tool-calls", title='a forced tool call ends with tool_calls and a JSON call', judge=_reason_check("tool_call", "tool_calls", _tool_call_shape)),
+    ServerCheck(rule="finish reasons", check="reason-stop", title="a natural stop ends with stop", judge=reason_check("stop", "stop")),
+    ServerCheck(rule="finish reasons", check="reason-length", title="a max_tokens truncation ends with length", judge=reason_check("length", "length")),
+    ServerCheck(rule="finish reasons", check="reason-tool-calls", title='a forced tool call ends with tool_calls and a JSON call', judge=reason_check("tool_call", "tool_calls", tool_call_shape)),
     ServerCheck(rule="finish reasons", check="n-choices", title="n=2 gives choices 0 and 1", judge=_n_choices),
-    ServerCheck(rule="non-streaming", check="json-no-error", title="every non-streamed answer is a completion, not an error", judge=_json_no_error, reads_streams=False),
+    ServerCheck(rule="non-streaming", check="json-no-error", title="every non-streamed answer is a completion, not an error", judge=json_no_error(), reads_streams=False),
     ServerCheck(rule="non-streaming", check="json-finish-reason", title="every choice of a completion has a non-empty finish_reason", judge=_json_finish_reason, reads_streams=False),
-    ServerCheck(rule="non-streaming", check="stream-json-agree", title="streamed and non-streamed answers agree on reason and content", judge=_stream_json_agree),
+    ServerCheck(rule="non-streaming", check="stream-json-agree", title="streamed and non-streamed answers agree on reason and content", judge=stream_json_agree()),
 )
+
+#: Chat Completions (`/chat/completions`): the checks as they always were.
+CHAT_SUITE = ServerSuite(dialect=Dialect.CHAT, path="/chat/completions", requests=REQUESTS, checks=SERVER_CHECKS)

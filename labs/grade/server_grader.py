@@ -1,8 +1,9 @@
-"""`python -m labs.grade server`: ask an OpenAI-compatible server the checks' requests and grade them.
+"""`python -m labs.grade server`: ask a server the checks' requests in one dialect and grade them.
 
-No faults, no hub: the server is asked directly (`labs.grade.server_checks` says what and how each
-answer is judged). One request at a time: a server under test should not be asked to be fast, only
-right. The stream's bytes come through `labs.grade.fetch`, the gateway grader's fetcher too.
+No faults, no hub: the server is asked directly (`labs.grade.server_suites` says, per dialect, where,
+what, and how each answer is judged). One request at a time: a server under test should not be asked
+to be fast, only right. The stream's bytes come through `labs.grade.fetch`, the gateway grader's
+fetcher too.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from __future__ import annotations
 import httpx
 import trio
 
+from finishline import Dialect
 from labs.grade.card import Card, GradeError, shortened
 from labs.grade.fetch import cannot_connect, failure_words, fetch_stream, grading_client
 from labs.grade.reading import TRANSPORT_ERROR, CompletionReading, read_completion
-from labs.grade.server_checks import REQUESTS, SERVER_CHECKS, Readings, ServerRequest, request_body
+from labs.grade.server_checks import Readings, ServerSuite, request_body
+from labs.grade.server_suites import SERVER_SUITES
 
 __all__ = ["REQUEST_TIMEOUT_S", "grade_server", "read_server"]
 
@@ -36,50 +39,60 @@ async def _pick_model(client: httpx.AsyncClient, base_url: str) -> str:
     return str(models[0]["id"])
 
 
-async def _fetch_completion(client: httpx.AsyncClient, url: str, body: dict) -> CompletionReading:
+async def _fetch_completion(client: httpx.AsyncClient, url: str, body: dict, dialect: Dialect) -> CompletionReading:
     try:
         response = await client.post(url, json=body)
     except (httpx.ConnectError, httpx.ConnectTimeout) as error:
         raise cannot_connect(_WHAT, url, error) from None
     except httpx.HTTPError as error:
-        return read_completion(f"{TRANSPORT_ERROR}{failure_words(error)}".encode(), status=0, request=body)
+        return read_completion(f"{TRANSPORT_ERROR}{failure_words(error)}".encode(), status=0, request=body, dialect=dialect)
     # Not streamed: httpx has decoded any content coding, and the JSON is judged as a client reads it.
-    return read_completion(response.content, status=response.status_code, request=body)
+    return read_completion(response.content, status=response.status_code, request=body, dialect=dialect)
 
 
 async def read_server(
-    base_url: str, *, model: str | None = None, api_key: str | None = None, requests: tuple[ServerRequest, ...] = REQUESTS
+    base_url: str, *, model: str | None = None, api_key: str | None = None, suite: ServerSuite = SERVER_SUITES[Dialect.CHAT]
 ) -> tuple[Readings, str]:
-    """Send every request streamed and not; returns the readings and the model asked for.
+    """Send every request of `suite` streamed and not; returns the readings and the model asked for.
 
     Raises:
         GradeError: the server is unreachable, lists no model (and none was given), or refuses the
             plainest request (a natural stop): nothing else can be judged then.
     """
     base_url = base_url.rstrip("/")
-    url = f"{base_url}/chat/completions"
-    async with grading_client(timeout=httpx.Timeout(REQUEST_TIMEOUT_S), api_key=api_key) as client:
+    url = f"{base_url}{suite.path}"
+    client = grading_client(
+        timeout=httpx.Timeout(REQUEST_TIMEOUT_S), api_key=api_key, headers=suite.headers, api_key_header=suite.api_key_header
+    )
+    async with client:
         model = model or await _pick_model(client, base_url)
         streams, completions = {}, {}
-        for request in requests:
-            streams[request.name] = await fetch_stream(client, url, request_body(request, model=model, stream=True), what=_WHAT)
+        for request in suite.requests:
+            body = request_body(request, model=model, stream=True)
+            streams[request.name] = await fetch_stream(client, url, body, what=_WHAT, dialect=suite.dialect)
             if request.name == "stop" and streams["stop"].status in (401, 403, 404):
                 raise GradeError(
                     f"{url} answered HTTP {streams['stop'].status} to a plain request for model {model!r}: "
                     f"{shortened(streams['stop'].body, 160)}; check --url, --model and --api-key"
                 )
             if not request.stream_only:
-                completions[request.name] = await _fetch_completion(client, url, request_body(request, model=model, stream=False))
-    return Readings(streams=streams, completions=completions), model
+                body = request_body(request, model=model, stream=False)
+                completions[request.name] = await _fetch_completion(client, url, body, suite.dialect)
+    return Readings(streams=streams, completions=completions, requests=suite.requests, dialect=suite.dialect), model
 
 
-def grade_server(base_url: str, *, model: str | None = None, api_key: str | None = None) -> Card:
-    """The server's card: every check of `SERVER_CHECKS` on one round of requests (runs its own
-    trio loop: call it from synchronous code)."""
-    readings, model = trio.run(lambda: read_server(base_url, model=model, api_key=api_key))
+def grade_server(base_url: str, *, model: str | None = None, api_key: str | None = None, dialect: Dialect = Dialect.CHAT) -> Card:
+    """The server's card in `dialect`: every check of its suite on one round of requests (runs its
+    own trio loop: call it from synchronous code). Chat's card is the same as before dialects; the
+    others' setup names the dialect and the Chat checks they do not run, and why."""
+    suite = SERVER_SUITES[Dialect(dialect)]
+    readings, model = trio.run(lambda: read_server(base_url, model=model, api_key=api_key, suite=suite))
     # What each answer was, in a line, for the JSON and HTML: a person checks the evidence against it.
     answers = {f"stream {name}": reading.summary() for name, reading in readings.streams.items()}
     answers.update({f"JSON {name}": f"HTTP {r.status}; the core says {r.detail}" for name, r in readings.completions.items()})
-    card = Card(kind="server", target=base_url.rstrip("/"), setup={"model": model, "answers": answers})
-    card.results.extend(check.run(readings) for check in SERVER_CHECKS)
+    setup: dict = {"model": model, "answers": answers}
+    if suite.dialect is not Dialect.CHAT:
+        setup = {"dialect": str(suite.dialect), "path": suite.path, **setup}
+    card = Card(kind="server", target=base_url.rstrip("/"), setup=setup, not_run=dict(suite.not_run))
+    card.results.extend(check.run(readings) for check in suite.checks)
     return card

@@ -1,9 +1,14 @@
-"""A simulated OpenAI-compatible chat-completions worker with deterministic bytes and defects on demand.
+"""A simulated worker with deterministic bytes and defects on demand, in three dialects: OpenAI Chat
+Completions, Anthropic Messages and OpenAI Responses, all from the same settings.
 
 - `labs.worker.settings`: `WorkerSettings` (every knob), its header / model-name encoding, and the
   expected answer for given settings.
-- `labs.worker.wire`: the exact response bytes for given settings (head length, framed events,
-  the byte offset after n token events).
+- `labs.worker.answer`: the answer (the same in every dialect) and the per-dialect words for it.
+- `labs.worker.wire`: the exact response bytes for given settings and dialect (head length, framed
+  events, the byte offset after n token events).
+- `labs.worker.messages_events`, `labs.worker.responses_events`: the Messages and Responses event
+  builders (the tests' scripted upstream uses them too); `labs.worker.dialect_wire`: what each knob
+  does in those dialects.
 - `labs.worker.server`: the trio server, `serve_worker` (for `nursery.start`) and `open_worker`.
 - `python -m labs.worker --help`: run it standalone.
 """

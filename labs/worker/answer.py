@@ -3,6 +3,11 @@
 Pure: no clock, no randomness, no I/O. Token events (see `WorkerSettings`) per choice are reasoning
 pieces, then content pieces, then tool calls (an opening event with id and name, then argument
 pieces), cut at `max_tokens`; in a stream they interleave step by step across choices.
+
+The answer is the same in every dialect; what differs is said here once: the finish reason's word
+(`dialect_reason`), the error object (`error_object` for OpenAI's dialects, `anthropic_error` for
+Messages), and how pieces group into Messages content blocks / Responses output items
+(`blocks_of`).
 """
 
 from __future__ import annotations
@@ -10,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from finishline import Dialect
 
 if TYPE_CHECKING:  # annotations only: labs.worker.settings re-exports this module's names
     from labs.worker.settings import WorkerSettings
@@ -19,11 +26,15 @@ __all__ = [
     "REASONING_WORDS",
     "TOOL_ARGUMENT_PIECES",
     "TOOL_NAME",
+    "Block",
     "ExpectedAnswer",
     "ExpectedChoice",
     "ExpectedToolCall",
     "Piece",
+    "anthropic_error",
+    "blocks_of",
     "choice_pieces",
+    "dialect_reason",
     "error_object",
     "expected_answer",
     "interleaved_pieces",
@@ -67,7 +78,8 @@ class ExpectedChoice:
     reasoning_content: str
     content: str
     tool_calls: tuple[ExpectedToolCall, ...]
-    #: `stop`, `length` or `tool_calls`; `None` when an error event ended the stream first.
+    #: `stop`, `length` or `tool_calls`; `None` when an error event or `close_after_reasoning`
+    #: ended the stream first. `dialect_reason` gives the Messages and Responses words.
     finish_reason: str | None
     #: Token events this choice carries.
     completion_tokens: int
@@ -140,6 +152,102 @@ def error_object(status: int, model: str) -> dict[str, Any]:
     }
 
 
+#: Anthropic's error `type` per HTTP status (anthropic-sdk-python `types/shared/error_type.py`, and
+#: the status each is documented with); other 5xx are `api_error`, other 4xx `invalid_request_error`.
+_ANTHROPIC_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def anthropic_error(status: int, model: str) -> dict[str, Any]:
+    """The Anthropic `error` object for an HTTP status, e.g. `{"type": "rate_limit_error", ...}`.
+
+    The Messages error event and error body wrap it: `{"type": "error", "error": <this>}`.
+    """
+    kind = _ANTHROPIC_ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    if kind == "rate_limit_error":
+        message = f"Rate limit reached for {model} (simulated by finishline)."
+    elif kind == "overloaded_error":
+        message = "Overloaded (simulated by finishline)."
+    elif status >= 500:
+        message = f"Internal server error (simulated {status})."
+    else:
+        message = f"Simulated client error {status}."
+    return {"type": kind, "message": message}
+
+
+#: A Chat finish reason in each dialect's words: Messages `stop_reason`, Responses the terminal
+#: response's `status` (`incomplete` comes with `incomplete_details.reason: "max_output_tokens"`).
+_DIALECT_REASONS = {
+    Dialect.CHAT: {"stop": "stop", "length": "length", "tool_calls": "tool_calls"},
+    Dialect.MESSAGES: {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"},
+    Dialect.RESPONSES: {"stop": "completed", "length": "incomplete", "tool_calls": "completed"},
+}
+
+
+def dialect_reason(reason: str | None, dialect: Dialect) -> str | None:
+    """`stop`/`length`/`tool_calls` (an `ExpectedChoice.finish_reason`) in `dialect`'s words.
+
+    None stays None (an error event or a close ended the answer first).
+
+    Raises:
+        KeyError: `reason` is not one of the three.
+    """
+    return None if reason is None else _DIALECT_REASONS[dialect][reason]
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Consecutive pieces that form one Messages content block or one Responses output item.
+
+    kind: `reasoning` (a thinking block / reasoning item), `content` (text / message item) or
+    `tool_call` (a tool_use block / function_call item: its opening piece, then its arguments).
+    """
+
+    kind: str
+    pieces: tuple[Piece, ...]
+
+    @property
+    def text(self) -> str:
+        """The block's text: reasoning or content, or a tool call's arguments."""
+        pieces = self.pieces[1:] if self.kind == "tool_call" else self.pieces
+        return "".join(p.text for p in pieces)
+
+    @property
+    def tool_id(self) -> str:
+        """A tool call's id (its opening piece's text)."""
+        return self.pieces[0].text
+
+
+def blocks_of(pieces: tuple[Piece, ...] | list[Piece]) -> list[Block]:
+    """Group one choice's pieces (in order) into blocks: a run of reasoning, a run of content, and
+    each tool call from its opening piece through its arguments.
+
+    Raises:
+        ValueError: a `tool_arguments` piece comes before any tool call was opened.
+    """
+    blocks: list[Block] = []
+    for piece in pieces:
+        if piece.kind == "tool_arguments":
+            if not blocks or blocks[-1].kind != "tool_call":
+                raise ValueError(f"tool arguments {piece.text!r} before any tool call was opened")
+            blocks[-1] = Block(kind="tool_call", pieces=(*blocks[-1].pieces, piece))
+        elif blocks and piece.kind != "tool_call" and blocks[-1].kind == piece.kind:
+            blocks[-1] = Block(kind=piece.kind, pieces=(*blocks[-1].pieces, piece))
+        else:
+            blocks.append(Block(kind=piece.kind, pieces=(piece,)))
+    return blocks
+
+
 def interleaved_pieces(settings: WorkerSettings) -> list[tuple[int, Piece]]:
     """All token events of a stream in wire order: step by step, choice 0 first at each step."""
     per_choice = [choice_pieces(settings, c)[0] for c in range(settings.choices)]
@@ -159,6 +267,10 @@ def expected_answer(settings: WorkerSettings) -> ExpectedAnswer:
     if settings.http_error is not None:
         return ExpectedAnswer(choices=(), error=error_object(settings.http_error, settings.model_name), token_events=0)
     order = interleaved_pieces(settings)
+    if settings.close_after_reasoning:
+        # Ollama's defect: the stream closes after the last reasoning piece (every choice's reasoning
+        # comes first, so that is a prefix of the wire order).
+        order = order[: max((i + 1 for i, (_, p) in enumerate(order) if p.kind == "reasoning"), default=0)]
     error = None
     if settings.error_after is not None and settings.error_after < len(order):
         order = order[: settings.error_after]
@@ -174,7 +286,7 @@ def expected_answer(settings: WorkerSettings) -> ExpectedAnswer:
             elif p.kind == "tool_arguments":
                 last = calls[p.tool_index]
                 calls[p.tool_index] = dataclasses.replace(last, arguments=last.arguments + p.text)
-        if error is not None:
+        if error is not None or settings.close_after_reasoning:
             reason = None
         elif truncated:
             reason = "length"

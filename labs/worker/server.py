@@ -1,5 +1,9 @@
 """The simulated worker's HTTP/1.1 server, on trio.
 
+Routes: `POST .../chat/completions`, `POST .../messages` (Anthropic Messages; not
+`.../messages/count_tokens`) and `POST .../responses` (OpenAI Responses), each answered from the same
+settings in its dialect (`_COMPLETION_ROUTES`); `GET .../models`; the routers' probes.
+
 h11 parses requests; responses are written as the exact bytes of `labs.worker.wire` (h11 would
 choose the framing itself, and the point here is to choose it: chunked, Content-Length or
 close-delimited). One connection serves requests one after another (keep-alive) until the client
@@ -19,6 +23,7 @@ from typing import Any
 import h11
 import trio
 
+from finishline import Dialect
 from labs.worker.settings import (
     DEFAULT_MODEL_NAME,
     SETTINGS_HEADER,
@@ -61,6 +66,8 @@ class HandledRequest:
     outcome: str
     #: Response bytes written before the end or the failure.
     bytes_sent: int
+    #: The dialect of a completion route, None for the other routes.
+    dialect: Dialect | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -71,8 +78,8 @@ class RunningWorker:
     port: int
     defaults: WorkerSettings
     handled: list[HandledRequest]
-    #: The `model` of each chat-completions request, as it arrived (a request in a long prefill
-    #: is here before it is in `handled`): which worker a gateway sent a request to.
+    #: The `model` of each completion request (any dialect), as it arrived (a request in a long
+    #: prefill is here before it is in `handled`): which worker a gateway sent a request to.
     arrivals: list[str] = field(default_factory=list)
 
     @property
@@ -82,9 +89,10 @@ class RunningWorker:
 
 
 def settings_for_request(
-    defaults: WorkerSettings, headers: dict[str, str], body: dict[str, Any]
+    defaults: WorkerSettings, headers: dict[str, str], body: dict[str, Any], dialect: Dialect = Dialect.CHAT
 ) -> WorkerSettings:
-    """Effective settings: defaults, then the model name's items, then the header's, resolved.
+    """Effective settings: defaults, then the model name's items, then the header's, resolved
+    from the body as `dialect` reads it (`WorkerSettings.for_request`).
 
     Raises:
         SettingsError: a bad item in the model name or the header.
@@ -96,7 +104,7 @@ def settings_for_request(
     header = headers.get(SETTINGS_HEADER)
     if header:
         settings = parse_settings(header, base=settings)
-    return settings.for_request(body)
+    return settings.for_request(body, dialect)
 
 
 async def serve_worker(
@@ -233,24 +241,25 @@ async def _answer(
 
     settings: WorkerSettings | None = None
     stream_requested = False
+    dialect: Dialect | None = None
     if method == "GET" and path.endswith("/models"):
         plan = _json_plan(defaults, 200, {"object": "list", "data": [_model_entry()]})
     elif method == "GET" and (probe := _probe(path)) is not None:
         # What routers (SMG, vllm-router) probe before they route to a worker (labs/gateways).
         plan = _json_plan(defaults, 200, _PROBES[probe])
-    elif method == "POST" and path.endswith("/chat/completions"):
+    elif method == "POST" and (dialect := _completion_dialect(path)) is not None:
         try:
             payload = json.loads(body or b"{}")
             if not isinstance(payload, dict):
                 raise ValueError("the body must be a JSON object")
-            settings = settings_for_request(defaults, headers, payload)
+            settings = settings_for_request(defaults, headers, payload, dialect)
         except (ValueError, SettingsError) as exc:
             # SettingsError is a ValueError too; json.JSONDecodeError as well.
-            plan = _bad_request(defaults, str(exc))
+            plan = _bad_request(defaults, str(exc), dialect)
         else:
             arrivals.append(str(payload.get("model")))
             stream_requested = payload.get("stream") is True
-            plan = response_plan(settings, stream=stream_requested)
+            plan = response_plan(settings, stream=stream_requested, dialect=dialect)
     else:
         plan = _json_plan(defaults, 404, _error_body(f"no route for {method} {path}", "not_found"))
 
@@ -265,6 +274,7 @@ async def _answer(
             connection_close=b"\r\nconnection: close\r\n" in plan.head,
             outcome=outcome,
             bytes_sent=bytes_sent,
+            dialect=dialect,
         )
     )
     return outcome == "complete" and not plan.closes and not client_wants_close
@@ -281,16 +291,24 @@ async def _send_plan(
             # The model is in prefill: the head is out (like vLLM), no event yet.
             await trio.sleep(settings.prefill_delay)
         tokens_sent = 0
-        for segment in plan.segments:
+        last_token = max((i for i, s in enumerate(plan.segments) if s.kind == "token"), default=-1)
+        for segment in plan.segments[: last_token + 1]:
             if streaming and settings is not None and segment.kind == "token":
                 if tokens_sent:
                     await trio.sleep(settings.token_delay)
                 tokens_sent += 1
             await stream.send_all(segment.framed)
             sent += len(segment.framed)
-        if plan.end:
-            await stream.send_all(plan.end)
-            sent += len(plan.end)
+        # What follows the last token (finish, usage, an error event, `[DONE]`) and the chunked
+        # terminator go out in one write. No setting asks for a gap there, and a gap would let a
+        # race decide a gateway's books: a client that stops reading at `[DONE]` or at an error
+        # event (openai-node, pi-ai; openai-python when it raises) hangs up at once, and a
+        # terminator still on its way then makes Envoy log `DC` for a stream the worker finished
+        # (labs/gateways/envoy.py, "Books"). In one write the gateway has the end first.
+        tail = b"".join(segment.framed for segment in plan.segments[last_token + 1 :]) + plan.end
+        if tail:
+            await stream.send_all(tail)
+            sent += len(tail)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return "client_gone", sent
     return "complete", sent
@@ -301,6 +319,21 @@ async def send_quietly(stream: trio.SocketStream, plan: ResponsePlan) -> None:
         await stream.send_all(plan.to_bytes())
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass
+
+
+#: The completion routes, by the path's end: a gateway may mount the API under any prefix
+#: (`/anthropic/v1/messages`). `.../messages/count_tokens` ends otherwise, so it is no completion.
+_COMPLETION_ROUTES: tuple[tuple[str, Dialect], ...] = (
+    ("/chat/completions", Dialect.CHAT),
+    ("/messages", Dialect.MESSAGES),
+    ("/responses", Dialect.RESPONSES),
+)
+
+
+def _completion_dialect(path: str) -> Dialect | None:
+    """The dialect of a completion route's path (a trailing `/` allowed), None for other paths."""
+    trimmed = path.rstrip("/")
+    return next((dialect for end, dialect in _COMPLETION_ROUTES if trimmed.endswith(end)), None)
 
 
 #: GET probes that routers send a worker, with the answer each gets: SMG and vllm-router poll
@@ -330,7 +363,11 @@ def _error_body(message: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
 
 
-def _bad_request(defaults: WorkerSettings, message: str) -> ResponsePlan:
+def _bad_request(defaults: WorkerSettings, message: str, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
+    if dialect is Dialect.MESSAGES:
+        # Anthropic's error body, so the Anthropic SDKs show the message.
+        body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+        return _json_plan(defaults, 400, body)
     return _json_plan(defaults, 400, _error_body(message, "invalid_worker_request"))
 
 

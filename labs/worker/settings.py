@@ -17,7 +17,7 @@ back; `parse_settings(text, base=...)` decodes one.
 
 A few fields default to `None`, meaning "as the request asks" (`n`, `max_tokens`,
 `stream_options.include_usage`, the model name echoed in chunks). The worker fills them with
-`for_request(body)` before answering. To know a response's bytes in advance (to cut after exactly n
+`for_request(body, dialect)` before answering. To know a response's bytes in advance (to cut after exactly n
 tokens), either resolve with the body the worker will receive or pin those fields in the settings:
 a gateway in between may add `stream_options` or change the model name on its own.
 
@@ -32,6 +32,9 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from finishline import Dialect
+from labs.worker.request_reading import REQUEST_READINGS
 
 __all__ = [
     "CONTENT_WORDS",
@@ -97,35 +100,60 @@ class WorkerSettings:
     Token events: each streamed delta that carries one piece of the answer (a reasoning piece, a
     content piece, the opening of a tool call with its name, or a piece of a tool call's arguments)
     is one "token event". A choice's token events are reasoning first, then content, then tool calls.
+    In Messages they are `thinking_delta`, `text_delta`, a `tool_use` block's `content_block_start`
+    and `input_json_delta`; in Responses `response.reasoning_summary_text.delta`,
+    `response.output_text.delta`, a `function_call`'s `response.output_item.added` and
+    `response.function_call_arguments.delta`. Every knob's help says what it does in each dialect
+    (Chat first, then "Messages:" and "Responses:" where they differ).
     """
 
     tokens: int = field(
         default=16,
-        metadata={"help": "Content pieces per choice (before `max_tokens` truncation)."},
+        metadata={
+            "help": (
+                "Content pieces per choice (before `max_tokens` truncation). Messages: `text_delta`s of "
+                "one text block; Responses: `response.output_text.delta`s of one message item."
+            )
+        },
     )
     reasoning_tokens: int = field(
         default=0,
-        metadata={"help": "`reasoning_content` pieces per choice, streamed before any content."},
+        metadata={
+            "help": (
+                "`reasoning_content` pieces per choice, streamed before any content. Messages: "
+                "`thinking_delta`s of a thinking block (closed by one `signature_delta`); Responses: "
+                "`response.reasoning_summary_text.delta`s of a reasoning item."
+            )
+        },
     )
     tool_calls: int = field(
         default=0,
         metadata={
             "help": (
                 "Tool calls per choice, streamed after content; the finish reason becomes "
-                "`tool_calls`."
+                "`tool_calls`. Messages: `tool_use` blocks (arguments as `input_json_delta`s), "
+                "stop_reason `tool_use`; Responses: `function_call` items (arguments as "
+                "`response.function_call_arguments.delta`s), status `completed`."
             )
         },
     )
     n: int | None = field(
         default=None,
-        metadata={"help": "Choices per response; `None`: the request's `n` (default 1)."},
+        metadata={
+            "help": (
+                "Choices per response; `None`: the request's `n` (default 1). Messages and Responses "
+                "have no choices: always 1 (choice 0 only), whatever this says."
+            )
+        },
     )
     max_tokens: int | None = field(
         default=None,
         metadata={
             "help": (
                 "Truncate every choice to this many token events and finish with `length`; `None`: "
-                "the request's `max_completion_tokens` or `max_tokens` (default: no limit)."
+                "the request's `max_completion_tokens` or `max_tokens` (default: no limit). Messages: "
+                "the request's `max_tokens`, stop_reason `max_tokens`; Responses: the request's "
+                "`max_output_tokens`, terminal `response.incomplete` (reason `max_output_tokens`)."
             )
         },
     )
@@ -134,7 +162,8 @@ class WorkerSettings:
         metadata={
             "help": (
                 "Send usage (`\"usage\": null` on every chunk, a final usage-only chunk); `None`: the"
-                " request's `stream_options.include_usage` (default off)."
+                " request's `stream_options.include_usage` (default off). Messages and Responses: no "
+                "effect (usage is always in `message_start`/`message_delta`, in the terminal response)."
             )
         },
     )
@@ -142,17 +171,18 @@ class WorkerSettings:
         default=0.0,
         metadata={
             "help": (
-                "Seconds between the response head and the first event (the model is \"in prefill\")."
+                "Seconds between the response head and the first event (the model is \"in prefill\"); "
+                "every dialect."
             )
         },
     )
     token_delay: float = field(
         default=0.0,
-        metadata={"help": "Seconds between two token events."},
+        metadata={"help": "Seconds between two token events (every dialect)."},
     )
     framing: Framing = field(
         default=Framing.CHUNKED,
-        metadata={"help": "Body framing on the wire."},
+        metadata={"help": "Body framing on the wire (every dialect)."},
     )
     connection_close: bool = field(
         default=False,
@@ -168,7 +198,10 @@ class WorkerSettings:
         default=Finish.SENT,
         metadata={
             "help": (
-                "How a natural end is reported: sent (correct), omitted, or empty (the two defects)."
+                "How a natural end is reported: sent (correct), omitted, or empty (the two defects). "
+                "Messages, the `message_delta`: omitted = none at all, empty = stop_reason `\"\"`. "
+                "Responses: omitted = no terminal event, and with `done` a `data: [DONE]` instead (a "
+                "gateway ending it the Chat way); empty = the terminal response's `status` is `\"\"`."
             )
         },
     )
@@ -177,7 +210,9 @@ class WorkerSettings:
         metadata={
             "help": (
                 "End a stream with `data: [DONE]`; 0 is the \"no [DONE]\" defect. Also sent after an "
-                "error event."
+                "error event. Messages: `message_stop` (never after an error event). Responses: the "
+                "terminal event, `response.completed` or `response.incomplete` (`response.failed` "
+                "after an error event). 0 in either: the terminator is lost."
             )
         },
     )
@@ -186,7 +221,9 @@ class WorkerSettings:
         metadata={
             "help": (
                 "After this many token events (all choices together), send an error event instead of "
-                "the rest."
+                "the rest. Messages: `event: error` with the Anthropic error type for `error_status`; "
+                "Responses: `event: error` with a nested `error` object (what openai-python raises "
+                "on), then `response.failed` when `done`."
             )
         },
     )
@@ -194,7 +231,9 @@ class WorkerSettings:
         default=429,
         metadata={
             "help": (
-                "HTTP status whose OpenAI error (type and code) the error event carries, e.g. 429."
+                "HTTP status whose OpenAI error (type and code) the error event carries, e.g. 429. "
+                "Messages: its Anthropic type (429 `rate_limit_error`, 529 `overloaded_error`, other "
+                "5xx `api_error`, 4xx `invalid_request_error` and kin)."
             )
         },
     )
@@ -203,7 +242,7 @@ class WorkerSettings:
         metadata={
             "help": (
                 "Answer with this HTTP status and a JSON error body instead of any completion (e.g. "
-                "429, 500)."
+                "429, 500). Messages: Anthropic's body `{\"type\":\"error\",\"error\":{...}}`."
             )
         },
     )
@@ -211,7 +250,8 @@ class WorkerSettings:
         default=None,
         metadata={
             "help": (
-                "Model name echoed in every chunk; `None`: the request's `model` as sent."
+                "Model name echoed in every chunk (Messages `message.model`, Responses "
+                "`response.model`); `None`: the request's `model` as sent."
             )
         },
     )
@@ -219,7 +259,41 @@ class WorkerSettings:
         default=12,
         metadata={
             "help": (
-                "`usage.prompt_tokens` reported (fixed, so the bytes do not depend on the prompt)."
+                "`usage.prompt_tokens` reported (fixed, so the bytes do not depend on the prompt); "
+                "Messages and Responses: `usage.input_tokens`."
+            )
+        },
+    )
+    null_reason: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Report the natural end with a null reason, whatever `finish` says: Chat a final chunk "
+                "with `\"finish_reason\": null`; Messages a `message_delta` with `stop_reason: null`, "
+                "then `message_stop` (vLLM's `/v1/messages` on an abort); Responses the terminal "
+                "event with `status: null`."
+            )
+        },
+    )
+    bare_error: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "The `error_after` error is a bare `data: {\"error\":{...}}` frame (OpenAI's error "
+                "object): no `event:` line and nothing after it, as vLLM's `/v1/responses` sends. "
+                "Messages: the same frame instead of `event: error` (both Anthropic SDKs skip it). "
+                "Chat: no effect (its error event is that frame already)."
+            )
+        },
+    )
+    close_after_reasoning: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Close the stream cleanly right after the last reasoning token event (after the "
+                "opening events when there is no reasoning): no content, tool calls, closing events, "
+                "finish or terminator, as Ollama's `/v1/responses` sometimes does. Every dialect; an "
+                "earlier `error_after` still comes first."
             )
         },
     )
@@ -249,7 +323,8 @@ class WorkerSettings:
         # framed) differently, and equal settings must give equal bytes.
         for name in ("prefill_delay", "token_delay"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        for name in ("include_usage", "connection_close", "done"):
+        for name in ("include_usage", "connection_close", "done", "null_reason", "bare_error",
+                     "close_after_reasoning"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, bool(getattr(self, name)))
         # Coerce plain strings (e.g. from dataclasses.replace(framing="close")) to the enums.
@@ -258,23 +333,32 @@ class WorkerSettings:
 
     # -- resolution ---------------------------------------------------------------------------
 
-    def for_request(self, body: Mapping[str, Any]) -> WorkerSettings:
-        """Fill the "as the request asks" fields from a chat-completions request body.
+    def for_request(self, body: Mapping[str, Any], dialect: Dialect = Dialect.CHAT) -> WorkerSettings:
+        """Fill the "as the request asks" fields from a request body in `dialect`.
 
         Fields already set win over the request. Returns fully resolved settings: `n`,
         `include_usage` and `model` are never `None` afterwards (`max_tokens` stays `None` when
-        neither side limits). A request that declares `tools` and forces a call (`tool_choice:
-        "required"` or `{"type": "function", ...}`) gets one tool call when `tool_calls` is 0.
+        neither side limits). A request that declares `tools` and forces a call gets one tool call
+        when `tool_calls` is 0. What each dialect's body says is in `REQUEST_READINGS`: Chat
+        `max_completion_tokens`/`max_tokens`, `n`, `tool_choice: "required"` or a function; Messages
+        `max_tokens`, `tool_choice` `{"type": "any"}` or `{"type": "tool", ...}`; Responses
+        `max_output_tokens`, `tool_choice: "required"` or a function. Messages and Responses have
+        no `n`: it resolves to 1 whatever the settings say (the worker answers with choice 0).
         """
+        reading = REQUEST_READINGS[dialect]
         stream_options = body.get("stream_options") or {}
-        requested_max = body.get("max_completion_tokens", body.get("max_tokens"))
+        requested_max = next((body[key] for key in reading.max_tokens_keys if key in body), None)
         model = body.get("model")
+        if reading.has_choices:
+            n = self.n if self.n is not None else _int_or(body.get("n"), 1)
+        else:
+            n = 1
         return dataclasses.replace(
             self,
             # A real server that is told it must call a tool does (`tool_choice: "required"`, or a
             # named function): one call, unless the settings ask for more.
-            tool_calls=self.tool_calls if self.tool_calls or not _forces_tool_call(body) else 1,
-            n=self.n if self.n is not None else _int_or(body.get("n"), 1),
+            tool_calls=self.tool_calls if self.tool_calls or not reading.forces_tool_call(body) else 1,
+            n=n,
             max_tokens=self.max_tokens if self.max_tokens is not None else _int_or(requested_max, None),
             include_usage=(
                 self.include_usage
@@ -401,13 +485,6 @@ def _int_or(value: Any, default: int | None) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
     return default
-
-
-def _forces_tool_call(body: Mapping[str, Any]) -> bool:
-    # OpenAI: "required" means the model must call one or more tools; an object names the one.
-    choice = body.get("tool_choice")
-    forced = choice == "required" or (isinstance(choice, Mapping) and choice.get("type") == "function")
-    return forced and isinstance(body.get("tools"), list) and bool(body["tools"])
 
 
 def _model_or_default(model: Any) -> str:

@@ -6,20 +6,30 @@ in advance where in the byte stream the n-th token event ends: `ResponsePlan.off
 is the count a `limit_data` toxic needs to deliver exactly n token events, and `head_length` the count
 that delivers only the head (a cut during prefill).
 
-Event order in a stream (OpenAI's, see openai-python `_streaming.py` for the reader side):
-one role chunk per choice; token events, step by step across choices; one finish chunk per choice
-(`finish=sent` only); a usage-only chunk (`include_usage`); `data: [DONE]` (`done`). An error event
-after N token events replaces everything after it except `[DONE]`.
+Chat event order (OpenAI's, see openai-python `_streaming.py` for the reader side): one role chunk
+per choice; token events, step by step across choices; one finish chunk per choice (`finish=sent`,
+or `null_reason` with a null reason); a usage-only chunk (`include_usage`); `data: [DONE]` (`done`). An error event after N
+token events replaces everything after it except `[DONE]`; `close_after_reasoning` ends the stream
+after the last reasoning token event, with nothing after it.
+
+Messages and Responses (`dialect=`): the frames of `labs.worker.messages_events` /
+`labs.worker.responses_events`, chosen by `labs.worker.dialect_wire`, framed here the same way.
+Their segment kinds are Chat's words, so `offset_after_tokens(n)` cuts after n token events in every
+dialect: `role` for what opens the message, a block or an item (everything before the first token
+is `role`), `token`, `finish` for what closes a block or item or carries the reason, `error`, and
+`done` for the terminator (`message_stop`; the terminal event; `[DONE]`).
 """
 
 from __future__ import annotations
 
 import http
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from finishline import Dialect
 from labs.worker.answer import TOOL_NAME, ExpectedAnswer, Piece, expected_answer, interleaved_pieces
+from labs.worker.dialect_wire import DIALECT_WIRES, single_choice
+from labs.worker.frames import DONE_MARKER, compact_json, sse_frame
 from labs.worker.settings import SETTINGS_HEADER, Finish, Framing, WorkerSettings
 
 __all__ = [
@@ -41,10 +51,12 @@ CREATED = 1764000000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Segment:
-    """One SSE event as sent: `kind` is role, token, finish, usage, error or done."""
+    """One SSE event as sent: `kind` is role, token, finish, usage, error or done (`body` for a
+    non-streaming body). See the module docstring for what each kind covers per dialect."""
 
     kind: str
-    #: Choice index for role, token and finish events; None otherwise.
+    #: Chat: the choice index for role, token and finish events, None otherwise. Messages and
+    #: Responses: 0 for token events, None otherwise.
     choice: int | None
     #: The SSE event itself: `data: ...\\n\\n`.
     event: bytes
@@ -107,15 +119,45 @@ class ResponsePlan:
         return self.head + b"".join(s.framed for s in self.segments) + self.end
 
 
-def response_plan(settings: WorkerSettings, *, stream: bool = True) -> ResponsePlan:
-    """The plan for resolved settings: an HTTP error, a stream, or a non-streaming completion."""
+def response_plan(settings: WorkerSettings, *, stream: bool = True, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
+    """The plan for resolved settings in `dialect`: an HTTP error, a stream, or a non-streaming body.
+
+    Messages and Responses answer with choice 0 only (`n` is taken as 1; `plan.answer` has one
+    choice).
+    """
+    if dialect is not Dialect.CHAT:
+        settings = single_choice(settings)
     if settings.http_error is not None:
-        return error_plan(settings)
-    return stream_plan(settings) if stream else completion_plan(settings)
+        return error_plan(settings, dialect=dialect)
+    return stream_plan(settings, dialect=dialect) if stream else completion_plan(settings, dialect=dialect)
 
 
-def stream_plan(settings: WorkerSettings) -> ResponsePlan:
+def stream_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
     """The SSE response (`stream: true`) for resolved settings."""
+    if dialect is Dialect.CHAT:
+        events = _chat_events(settings)
+    else:
+        settings = single_choice(settings)
+        events = [
+            (frame.kind, 0 if frame.kind == "token" else None, frame.event)
+            for frame in DIALECT_WIRES[dialect].stream_frames(settings)
+        ]
+    segments = tuple(
+        Segment(kind=kind, choice=c, event=event, framed=_frame(settings.framing, event))
+        for kind, c, event in events
+    )
+    body_length = sum(len(s.framed) for s in segments)
+    head = _head(settings, 200, "text/event-stream", body_length)
+    return ResponsePlan(
+        head=head,
+        segments=segments,
+        end=_end(settings.framing),
+        closes=_closes(settings),
+        answer=expected_answer(settings),
+    )
+
+
+def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]]:
     answer = expected_answer(settings)
     events: list[tuple[str, int | None, bytes]] = []
     usage_null = {"usage": None} if settings.include_usage else {}
@@ -138,45 +180,42 @@ def stream_plan(settings: WorkerSettings) -> ResponsePlan:
 
     for c in range(settings.choices):
         events.append(("role", c, chunk([choice(c, {"role": "assistant", "content": ""})])))
-    order = interleaved_pieces(settings)
-    cut_by_error = answer.error is not None
-    for index, (c, piece) in enumerate(order):
-        if cut_by_error and index == answer.token_events:
-            break
+    # The answer's token events: all of them, or those before an error event or a close.
+    for c, piece in interleaved_pieces(settings)[: answer.token_events]:
         events.append(("token", c, chunk([choice(c, _delta(piece))])))
+    cut_by_error = answer.error is not None
     if cut_by_error:
         events.append(("error", None, _sse({"error": answer.error})))
+    elif settings.close_after_reasoning:
+        return events  # Ollama's defect: a clean close right after the reasoning, nothing else
     else:
-        if settings.finish is Finish.SENT:
+        if settings.null_reason:
+            for ch in answer.choices:  # the final chunk, with a null reason
+                events.append(("finish", ch.index, chunk([{"index": ch.index, "delta": {}, "logprobs": None,
+                                                           "finish_reason": None}])))
+        elif settings.finish is Finish.SENT:
             for ch in answer.choices:
                 events.append(("finish", ch.index, chunk([choice(ch.index, {}, ch.finish_reason)])))
         if settings.include_usage:
             events.append(("usage", None, chunk([], {"usage": _usage(settings, answer)})))
     if settings.done:
-        events.append(("done", None, b"data: [DONE]\n\n"))
-
-    segments = tuple(
-        Segment(kind=kind, choice=c, event=event, framed=_frame(settings.framing, event))
-        for kind, c, event in events
-    )
-    body_length = sum(len(s.framed) for s in segments)
-    head = _head(settings, 200, "text/event-stream", body_length)
-    return ResponsePlan(
-        head=head,
-        segments=segments,
-        end=_end(settings.framing),
-        closes=_closes(settings),
-        answer=answer,
-    )
+        events.append(("done", None, _sse(DONE_MARKER)))
+    return events
 
 
-def completion_plan(settings: WorkerSettings) -> ResponsePlan:
-    """The JSON `chat.completion` response (`stream` false) for resolved settings.
+def completion_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
+    """The JSON response (`stream` false) for resolved settings: a `chat.completion`, a Messages
+    `message` or a Responses `response` (`labs.worker.dialect_wire`).
 
-    The same answer as the stream; `finish=omitted` gives `"finish_reason": null`, `finish=empty`
-    gives `""`. An `error_after` within the answer gives a 200 with a top-level `error` instead
-    (some gateways do that), so the defect is visible without streaming too.
+    The same answer as the stream; `finish=omitted` (and `null_reason`) gives `"finish_reason": null`,
+    `finish=empty` gives `""`. An `error_after` within the answer gives a 200 with a top-level
+    `error` instead (some gateways do that), so the defect is visible without streaming too
+    (Messages: Anthropic's error body; Responses: a `response` with status `failed`).
     """
+    if dialect is not Dialect.CHAT:
+        settings = single_choice(settings)
+        body = _json(DIALECT_WIRES[dialect].body(settings))
+        return _single_body_plan(settings, 200, body, expected_answer(settings))
     answer = expected_answer(settings)
     if answer.error is not None:
         body = _json({"error": answer.error})
@@ -192,6 +231,8 @@ def completion_plan(settings: WorkerSettings) -> ResponsePlan:
                     for t in ch.tool_calls
                 ]
             reason = {Finish.SENT: ch.finish_reason, Finish.OMITTED: None, Finish.EMPTY: ""}[settings.finish]
+            if settings.null_reason:
+                reason = None
             choices.append({"index": ch.index, "message": message, "logprobs": None, "finish_reason": reason})
         body = _json(
             {
@@ -206,11 +247,16 @@ def completion_plan(settings: WorkerSettings) -> ResponsePlan:
     return _single_body_plan(settings, 200, body, answer)
 
 
-def error_plan(settings: WorkerSettings) -> ResponsePlan:
-    """The HTTP error response (`http_error`): that status and an OpenAI JSON error body."""
+def error_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
+    """The HTTP error response (`http_error`): that status and the dialect's JSON error body
+    (OpenAI's `{"error": {...}}`; Messages: `{"type": "error", "error": {...}}`)."""
     assert settings.http_error is not None
     answer = expected_answer(settings)
-    return _single_body_plan(settings, settings.http_error, _json({"error": answer.error}), answer)
+    if dialect is Dialect.CHAT:
+        body = {"error": answer.error}
+    else:
+        body = DIALECT_WIRES[dialect].error_body(settings.http_error, settings.model_name)
+    return _single_body_plan(settings, settings.http_error, _json(body), answer)
 
 
 def json_plan(status: int, value: Any, *, connection_close: bool = False) -> ResponsePlan:
@@ -257,11 +303,11 @@ def _usage(settings: WorkerSettings, answer: ExpectedAnswer) -> dict[str, int]:
 
 def _json(value: Any) -> bytes:
     # Compact, like OpenAI's own chunks; key order is insertion order, so bytes are stable.
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+    return compact_json(value)
 
 
 def _sse(value: Any) -> bytes:
-    return b"data: " + _json(value) + b"\n\n"
+    return sse_frame(value)
 
 
 def _frame(framing: Framing, payload: bytes) -> bytes:
@@ -278,11 +324,19 @@ def _closes(settings: WorkerSettings) -> bool:
     return settings.framing is Framing.CLOSE or settings.connection_close
 
 
+def _reason_phrase(status: int) -> str:
+    # 529 is Anthropic's "overloaded", which http.HTTPStatus does not know.
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return "Overloaded" if status == 529 else "Error"
+
+
 def _head(
     settings: WorkerSettings, status: int, content_type: str, body_length: int, *, echo_settings: bool = True
 ) -> bytes:
     lines = [
-        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}",
+        f"HTTP/1.1 {status} {_reason_phrase(status)}",
         f"content-type: {content_type}",
         "cache-control: no-cache",
     ]

@@ -1,4 +1,4 @@
-// One driver per real Node client. Each runs one streaming chat completion the way an application
+// One driver per real Node client and dialect. Each runs one streaming request the way an application
 // using that library would, feeds what the application would see into `sink`, and returns the
 // finish reason the library surfaced, or throws what the library threw. No driver second-guesses its
 // library: if the library calls a stream complete, so does the driver.
@@ -9,12 +9,24 @@
 // Only choice 0 is read: a chunk's choices with another `index` are skipped (with n=2 the worker
 // interleaves both choices). The API key comes in the request (labs.clients.LAB_API_KEY unless the
 // gateway wants its own).
+//
+// `DRIVERS[dialect][client]` is the registry (dialect = the request's "dialect", "chat" when absent):
+// a client name means that library in that dialect. The request is Chat-shaped in every dialect
+// (`messages`, `max_tokens`, OpenAI-format `tools`, `base_url` = the API root ending in /v1); the
+// Messages and Responses drivers adapt it the way labs/clients/python_messages.py and
+// python_responses.py do, and surface the reason as those do: Messages `stop_reason`, Responses the
+// terminal response's `status` (`incomplete_details.reason` when incomplete), the AI SDK's unified
+// reason, pi-ai's stopReason.
 
 import OpenAI from "openai";
+import Anthropic from "@anthropic-ai/sdk";
 import { streamText, jsonSchema, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
+import { createAnthropic } from "@ai-sdk/anthropic";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
 import { stream as piOpenAICompletionsStream } from "@earendil-works/pi-ai/api/openai-completions";
+import { stream as piAnthropicMessagesStream } from "@earendil-works/pi-ai/api/anthropic-messages";
+import { stream as piOpenAIResponsesStream } from "@earendil-works/pi-ai/api/openai-responses";
 
 function firstChoice(choices) {
   return (choices ?? []).find((choice) => (choice.index ?? 0) === 0);
@@ -90,14 +102,14 @@ function aiSdkTools(tools) {
 // Vercel AI SDK `streamText`, with either provider. Errors do not throw from `fullStream`: they
 // arrive as `error` parts (the SDK's own retries, default 2, happen before any output), so the
 // driver throws the last one, the way an application reading `result.text` would see a rejection.
-async function aiSdk(model, { request, signal, sink }) {
+async function aiSdk(model, { request, signal, sink }, { maxOutputTokens = request.max_tokens } = {}) {
   const result = streamText({
     model,
     messages: request.messages,
     abortSignal: signal,
     // The default onError logs every stream error to stderr; the driver reports it instead.
     onError: () => {},
-    ...(request.max_tokens ? { maxOutputTokens: request.max_tokens } : {}),
+    ...(maxOutputTokens ? { maxOutputTokens } : {}),
     ...(request.tools ? { tools: aiSdkTools(request.tools) } : {}),
   });
   let finishReason = null;
@@ -131,16 +143,16 @@ function aiSdkCompatible(context) {
   return aiSdk(provider.chatModel(context.request.model), context);
 }
 
-// Pi's LLM library, its `openai-completions` API (the one with the "Stream ended without
-// finish_reason" check), called the way a custom provider does. Pi never throws: the stream ends
-// with a `done` event (with a stop reason) or an `error` event (with a message).
-async function piAi({ request, signal, fetch, sink }) {
+// Pi's LLM library, one of its APIs, called the way a custom provider does: a model definition
+// (`api`, `baseUrl`, the lab's model name as `id`, unchanged) and a context. Pi never throws: the
+// stream ends with a `done` event (with a stop reason) or an `error` event (with a message).
+async function piAi(api, streamFunction, { request, signal, fetch, sink }, { baseUrl = request.base_url, maxTokens = request.max_tokens } = {}) {
   const model = {
     id: request.model,
     name: request.model,
-    api: "openai-completions",
+    api,
     provider: "finishline-lab",
-    baseUrl: request.base_url,
+    baseUrl,
     reasoning: false,
     input: ["text"],
     cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
@@ -157,11 +169,11 @@ async function piAi({ request, signal, fetch, sink }) {
   };
   const system = request.messages.find((m) => m.role === "system");
   if (system) context.systemPrompt = system.content;
-  const events = piOpenAICompletionsStream(model, context, {
+  const events = streamFunction(model, context, {
     apiKey: request.api_key,
     signal,
     fetch,
-    ...(request.max_tokens ? { maxTokens: request.max_tokens } : {}),
+    ...(maxTokens ? { maxTokens } : {}),
   });
   let calls = 0;
   for await (const event of events) {
@@ -178,10 +190,190 @@ async function piAi({ request, signal, fetch, sink }) {
   throw new Error("pi-ai stream ended without a done or error event");
 }
 
+// The `openai-completions` API: the one with the "Stream ended without finish_reason" check.
+const piAiChat = (context) => piAi("openai-completions", piOpenAICompletionsStream, context);
+
+// ---- Anthropic Messages (`POST <base>/messages`) ----
+
+// `max_tokens` when the lab's request gives none: the Messages API requires one (the same value as
+// labs/clients/python_messages.py DEFAULT_MAX_TOKENS; the worker's knobs decide where it stops).
+const DEFAULT_MAX_TOKENS = 4096;
+
+// The lab's API root (`.../v1`) as the Anthropic SDK wants it: it appends `/v1/messages` itself
+// (resources/messages/messages.mjs `post('/v1/messages')`; pi-ai's Anthropic client too).
+function anthropicRoot(baseUrl) {
+  const root = baseUrl.replace(/\/+$/, "");
+  if (!root.endsWith("/v1")) throw new Error(`the Anthropic SDKs append /v1/messages to their base URL; ${baseUrl} does not end in /v1`);
+  return root.slice(0, -"/v1".length);
+}
+
+function messagesBody(request) {
+  const system = request.messages.filter((m) => m.role === "system").map((m) => m.content);
+  return {
+    model: request.model,
+    messages: request.messages.filter((m) => m.role !== "system"),
+    max_tokens: request.max_tokens || DEFAULT_MAX_TOKENS,
+    ...(system.length ? { system: system.join("\n") } : {}),
+    ...(request.tools
+      ? { tools: request.tools.map((t) => ({ name: t.function.name, description: t.function.description ?? "", input_schema: t.function.parameters ?? { type: "object" } })) }
+      : {}),
+  };
+}
+
+function anthropicClient({ request, fetch }) {
+  return new Anthropic({ baseURL: anthropicRoot(request.base_url), apiKey: request.api_key, fetch });
+}
+
+// One Messages wire event's output into the sink: text and thinking deltas; a `tool_use` block's
+// opening names the call at its block index, its `input_json_delta` pieces are the arguments.
+function readMessagesEvent(event, sink, { toolCalls }) {
+  if (event.type === "content_block_start") {
+    const block = event.content_block;
+    if (block.type === "text") sink.text(block.text);
+    else if (block.type === "thinking") sink.reasoning(block.thinking);
+    else if (block.type === "tool_use" && toolCalls) sink.toolCall(event.index, block.name, null);
+  } else if (event.type === "content_block_delta") {
+    const delta = event.delta;
+    if (delta.type === "text_delta") sink.text(delta.text);
+    else if (delta.type === "thinking_delta") sink.reasoning(delta.thinking);
+    else if (delta.type === "input_json_delta" && toolCalls) sink.toolCall(event.index, null, delta.partial_json);
+  }
+}
+
+// @anthropic-ai/sdk raw: `messages.create({stream: true})` and `for await` over the wire events
+// (core/streaming.mjs: frames without `event:` are skipped, `event: error` throws `APIError`, the
+// end of the body ends the iteration). The reason is the last non-null `message_delta` stop_reason.
+async function anthropicNode(context) {
+  const { request, signal, sink } = context;
+  const stream = await anthropicClient(context).messages.create({ ...messagesBody(request), stream: true }, { signal });
+  let finishReason = null;
+  for await (const event of stream) {
+    readMessagesEvent(event, sink, { toolCalls: true });
+    if (event.type === "message_delta" && event.delta?.stop_reason != null) finishReason = event.delta.stop_reason;
+  }
+  return { finish_reason: finishReason };
+}
+
+// @anthropic-ai/sdk's `messages.stream()` helper (`MessageStream`): `for await` over its events,
+// then `finalMessage()`, the way an application that wants the assembled message uses it
+// (lib/MessageStream.mjs: a message is recorded only at `message_stop`; without one
+// `finalMessage()` rejects "stream ended without producing a Message with role=assistant").
+// Tool calls come from the final message's `tool_use` blocks.
+async function anthropicNodeHelper(context) {
+  const { request, signal, sink } = context;
+  const stream = anthropicClient(context).messages.stream(messagesBody(request), { signal });
+  // Asked for before iterating, its rejection handled: see openaiNodeHelper.
+  const final = stream.finalMessage();
+  final.catch(() => {});
+  for await (const event of stream) readMessagesEvent(event, sink, { toolCalls: false });
+  const message = await final;
+  message.content.forEach((block, index) => {
+    if (block.type === "tool_use") sink.toolCall(index, block.name, JSON.stringify(block.input ?? null));
+  });
+  return { finish_reason: message.stop_reason ?? null };
+}
+
+function aiSdkAnthropic(context) {
+  // @ai-sdk/anthropic's base URL is the root with /v1 (it posts to `${baseURL}/messages`).
+  const provider = createAnthropic({ baseURL: context.request.base_url, apiKey: context.request.api_key, fetch: context.fetch });
+  return aiSdk(provider.messages(context.request.model), context, { maxOutputTokens: context.request.max_tokens || DEFAULT_MAX_TOKENS });
+}
+
+// Pi's `anthropic-messages` API: its Anthropic client appends /v1/messages (it posts the beta
+// path, `/v1/messages?beta=true`).
+const piAiMessages = (context) =>
+  piAi("anthropic-messages", piAnthropicMessagesStream, context, {
+    baseUrl: anthropicRoot(context.request.base_url),
+    maxTokens: context.request.max_tokens || DEFAULT_MAX_TOKENS,
+  });
+
+// ---- OpenAI Responses (`POST <base>/responses`) ----
+
+function responsesBody(request) {
+  return {
+    model: request.model,
+    input: request.messages,
+    ...(request.max_tokens ? { max_output_tokens: request.max_tokens } : {}),
+    ...(request.tools
+      ? { tools: request.tools.map((t) => ({ type: "function", name: t.function.name, description: t.function.description ?? "", parameters: t.function.parameters ?? { type: "object" } })) }
+      : {}),
+  };
+}
+
+// A response's reason word: its `status`, or `incomplete_details.reason` when incomplete.
+function responsesReason(response) {
+  if (!response) return null;
+  if (response.status === "incomplete" && response.incomplete_details?.reason) return response.incomplete_details.reason;
+  return response.status ?? null;
+}
+
+const TERMINAL_RESPONSE_EVENTS = new Set(["response.completed", "response.incomplete", "response.failed"]);
+const REASONING_DELTAS = new Set(["response.reasoning_summary_text.delta", "response.reasoning_text.delta"]);
+
+function readResponsesEvent(event, sink, { toolCalls }) {
+  if (event.type === "response.output_text.delta") sink.text(event.delta);
+  else if (REASONING_DELTAS.has(event.type)) sink.reasoning(event.delta);
+  else if (!toolCalls) return;
+  else if (event.type === "response.output_item.added" && event.item?.type === "function_call") sink.toolCall(event.output_index, event.item.name, event.item.arguments);
+  else if (event.type === "response.function_call_arguments.delta") sink.toolCall(event.output_index, null, event.delta);
+}
+
+// openai-node raw: `responses.create({stream: true})` and `for await` over the events
+// (core/streaming.mjs: `event: error` or a top-level `error` key throws `APIError`; the end of the
+// body ends the iteration). The reason comes from a terminal event only (null without one).
+async function openaiNodeResponses({ request, signal, fetch, sink }) {
+  const client = new OpenAI({ baseURL: request.base_url, apiKey: request.api_key, fetch });
+  const stream = await client.responses.create({ ...responsesBody(request), stream: true }, { signal });
+  let finishReason = null;
+  for await (const event of stream) {
+    readResponsesEvent(event, sink, { toolCalls: true });
+    if (TERMINAL_RESPONSE_EVENTS.has(event.type)) finishReason = responsesReason(event.response);
+  }
+  return { finish_reason: finishReason };
+}
+
+// openai-node's `responses.stream()` helper (`ResponseStream`): its events, then `finalResponse()`
+// (lib/responses/ResponseStream.mjs: a clean end after at least one response event resolves with
+// the snapshot so far, whatever its status). Tool calls come from the final response's items.
+async function openaiNodeResponsesHelper({ request, signal, fetch, sink }) {
+  const client = new OpenAI({ baseURL: request.base_url, apiKey: request.api_key, fetch });
+  const stream = client.responses.stream(responsesBody(request), { signal });
+  const final = stream.finalResponse();
+  final.catch(() => {});
+  for await (const event of stream) readResponsesEvent(event, sink, { toolCalls: false });
+  const response = await final;
+  (response.output ?? []).forEach((item, index) => {
+    if (item.type === "function_call") sink.toolCall(index, item.name, item.arguments);
+  });
+  return { finish_reason: responsesReason(response) };
+}
+
+function aiSdkOpenAIResponses(context) {
+  const provider = createOpenAI({ baseURL: context.request.base_url, apiKey: context.request.api_key, fetch: context.fetch });
+  return aiSdk(provider.responses(context.request.model), context);
+}
+
+const piAiResponses = (context) => piAi("openai-responses", piOpenAIResponsesStream, context);
+
+// The registry, by dialect then client name (the same names as labs.clients.NODE_CLIENTS_BY_DIALECT).
 export const DRIVERS = {
-  "openai-node": openaiNode,
-  "openai-node-helper": openaiNodeHelper,
-  "ai-sdk-openai": aiSdkOpenAI,
-  "ai-sdk-compatible": aiSdkCompatible,
-  "pi-ai": piAi,
+  chat: {
+    "openai-node": openaiNode,
+    "openai-node-helper": openaiNodeHelper,
+    "ai-sdk-openai": aiSdkOpenAI,
+    "ai-sdk-compatible": aiSdkCompatible,
+    "pi-ai": piAiChat,
+  },
+  messages: {
+    "anthropic-node": anthropicNode,
+    "anthropic-node-helper": anthropicNodeHelper,
+    "ai-sdk-anthropic": aiSdkAnthropic,
+    "pi-ai": piAiMessages,
+  },
+  responses: {
+    "openai-node": openaiNodeResponses,
+    "openai-node-helper": openaiNodeResponsesHelper,
+    "ai-sdk-openai": aiSdkOpenAIResponses,
+    "pi-ai": piAiResponses,
+  },
 };

@@ -1,4 +1,4 @@
-// The lab's Node driver host: one long-lived process that runs many streaming chat completions.
+// The lab's Node driver host: one long-lived process that runs many streaming requests, in any dialect.
 //
 // Starting node (and importing these SDKs) costs about a second per process, so the lab starts this
 // once and sends it one JSON line per request on stdin; it answers one JSON line per outcome on
@@ -6,8 +6,8 @@
 // that decide behaviour (Node, its bundled undici, each SDK): see ../../../shared notes on the
 // `Connection: close` trap, which depends on the undici version.
 //
-// Request:  {"id", "client", "base_url", "model", "messages", "max_tokens"?, "tools"?, "deadline_s",
-//            "api_key"?}
+// Request:  {"id", "client", "dialect"? ("chat" when absent), "base_url", "model", "messages",
+//            "max_tokens"?, "tools"?, "deadline_s", "api_key"?}; the driver is DRIVERS[dialect][client]
 // Outcome:  {"id", "client", "completed", "text", "reasoning", "finish_reason", "tool_calls",
 //            "error_class", "error_message", "ttft_s", "duration_s", "timed_out", "http_status",
 //            "connection"}
@@ -25,8 +25,10 @@ const versions = {
   node: process.versions.node,
   undici: process.versions.undici,
   openai: packageVersion("openai"),
+  "@anthropic-ai/sdk": packageVersion("@anthropic-ai/sdk"),
   ai: packageVersion("ai"),
   "@ai-sdk/openai": packageVersion("@ai-sdk/openai"),
+  "@ai-sdk/anthropic": packageVersion("@ai-sdk/anthropic"),
   "@ai-sdk/openai-compatible": packageVersion("@ai-sdk/openai-compatible"),
   "@earendil-works/pi-ai": packageVersion("@earendil-works/pi-ai"),
 };
@@ -68,7 +70,8 @@ function recordingFetch(record) {
 }
 
 async function run(request) {
-  const driver = DRIVERS[request.client];
+  const dialect = request.dialect ?? "chat";
+  const driver = Object.hasOwn(DRIVERS, dialect) && Object.hasOwn(DRIVERS[dialect], request.client) ? DRIVERS[dialect][request.client] : undefined;
   const started = performance.now();
   const record = {
     id: request.id,
@@ -87,7 +90,7 @@ async function run(request) {
     connection: null,
   };
   if (!driver) {
-    Object.assign(record, { error_class: "UnknownClient", error_message: `no Node driver named ${request.client}` });
+    Object.assign(record, { error_class: "UnknownClient", error_message: `no Node driver named ${request.client} in the ${dialect} dialect` });
     record.duration_s = 0;
     return record;
   }
@@ -139,7 +142,8 @@ async function run(request) {
   return record;
 }
 
-write({ hello: { runtime: "node", versions, clients: Object.keys(DRIVERS) } });
+const clients = Object.fromEntries(Object.entries(DRIVERS).map(([dialect, drivers]) => [dialect, Object.keys(drivers)]));
+write({ hello: { runtime: "node", versions, clients } });
 
 const lines = createInterface({ input: process.stdin });
 const pending = new Set();

@@ -1,0 +1,215 @@
+"""The Chat Completions dialect (`/v1/chat/completions`): what its events mean to the repair machine.
+
+Theory of operation
+-------------------
+A Chat stream is `data:` chunks with `choices[]`, ended by `data: [DONE]`. Per choice index these
+rules remember whether the choice finished (and whether the upstream or finish_fix gave the
+reason), and whether it carried tool or function calls (`_choices`); what they write into the stream
+(finishing chunks, `[DONE]`, the error event, rule 2's rewrite) is built by `_injected`, its
+sentences by `_wording`. The rules act at these points:
+
+* an event with `"finish_reason": ""`          -> rewritten to null (rule 2)
+* a usage-only chunk, or `data: [DONE]`,        -> finishing events first for every choice that
+  while some choice is unfinished                  carried deltas but never finished (rule 3; OpenAI
+                                                   sends the finish chunk before the usage chunk)
+* the upstream body ends cleanly                -> [DONE] appended if every choice finished (rule 4),
+                                                   else the stream was cut (rules 6, 7)
+* an error event (`event: error`, or a chunk with a top-level `error`) -> passed on, nothing
+  injected after it (rule 5)
+
+A finish injected at a usage chunk counts for rule 4 only if no content followed it; otherwise the
+usage chunk was not the end, and a stream that then stops is a cut, never a success. The fast path
+(`_routine_chunks`) brings routine text chunks here through `on_routine`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _wording as wording
+from ._choices import ChoiceState, all_finished, record_choice
+from ._dialect import Dialect
+from ._inference import infer_finish_reason
+from ._injected import DONE, ERROR_CODE, done_event, error_event, finishing_event, rewrite_empty_reasons
+from ._json import UNREADABLE, json_or_unreadable
+from ._phases import Signal
+from ._routine_chunks import DECLINE, MAY_STEADY, NOT_STEADY
+from ._sse import Event
+
+if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
+    from ._repair import StreamRepair
+    from ._routine_chunks import RoutineMatch
+
+__all__ = ["ChatRules"]
+
+# Read once per `[DONE]` event, as a marker the rules compare by identity.
+_DONE_EVENT: Any = object()
+
+
+class ChatRules:
+    """The Chat facts of one stream, read event by event for its `StreamRepair`."""
+
+    dialect = Dialect.CHAT
+    keepalives: frozenset[str] = frozenset()
+    may_stop = True
+    __slots__ = ("_machine", "choices", "chunk_fields", "fields_from", "completion_tokens", "empty_rewritten")
+
+    def __init__(self, machine: StreamRepair) -> None:
+        self._machine = machine
+        self.choices: dict[int, ChoiceState] = {}
+        # The upstream's `id`, `created`, `model`, `system_fingerprint` so far (for finishing chunks).
+        self.chunk_fields: dict = {}
+        # The routine shape whose fields `chunk_fields` holds as they are (None after the full path wrote).
+        self.fields_from: dict | None = None
+        self.completion_tokens: int | None = None
+        self.empty_rewritten = 0
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @staticmethod
+    def read(event: Event) -> tuple[str | None, Any]:
+        """(the event's type, its parsed data): `[DONE]` is its own marker, never parsed."""
+        data = event.data or b""
+        if data.startswith(DONE):
+            return None, _DONE_EVENT
+        chunk = json_or_unreadable(data)
+        kind = chunk.get("type") if isinstance(chunk, dict) else None
+        return (kind if isinstance(kind, str) else None), chunk
+
+    def on_event(self, event: Event, kind: str | None, chunk: Any) -> bytes:
+        """The bytes to send for one event."""
+        machine = self._machine
+        if chunk is _DONE_EVENT:
+            before = self._finish_choices(wording.BEFORE_DONE)
+            machine._move(Signal.DONE)
+            return before + event.raw
+        if event.event_type == b"error":
+            return self._on_error_event(event, chunk if isinstance(chunk, dict) else None)
+        if chunk is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
+            machine.report.malformed_events += 1
+            return event.raw
+        if not isinstance(chunk, dict):
+            return event.raw
+        if chunk.get("error") is not None:
+            return self._on_error_event(event, chunk)
+        self._remember_chunk(chunk)
+        choices = chunk.get("choices")
+        if not isinstance(choices, list):
+            return event.raw
+        before = b""
+        if not choices and isinstance(chunk.get("usage"), dict):
+            # A usage-only chunk closes the stream; the finish chunk belongs before it.
+            before = self._finish_choices(wording.BEFORE_USAGE_CHUNK)
+        empty_reasons = 0
+        for choice in choices:
+            if isinstance(choice, dict):
+                empty_reasons += self._on_choice(choice)
+        raw = event.raw
+        if empty_reasons and machine._policy.empty_to_null:
+            raw = rewrite_empty_reasons(event, chunk, machine._line_ending())
+            self.empty_rewritten += empty_reasons
+        return before + raw
+
+    def on_routine(self, match: RoutineMatch) -> int:
+        """The fast path matched a routine text chunk: the bookkeeping `on_event` would do for it
+        (`DECLINE` for a choice never seen, which the full path must read)."""
+        state = self.choices.get(match.index)
+        if state is None:
+            return DECLINE
+        if match.remembered is not self.fields_from:  # the same shape again: its fields are there
+            self.chunk_fields.update(match.remembered)
+            self.fields_from = match.remembered
+        if match.has_text:
+            self._machine._first_token_seen = True
+            if state.finish_reason is not None and not state.finished_by_upstream:
+                state.content_after_injection = True
+        # Another piece of this shape changes nothing but the counts unless a finish finish_fix
+        # injected is still believed: text after it would make it a cut.
+        if state.finish_reason is None or state.finished_by_upstream or state.content_after_injection:
+            return MAY_STEADY
+        return NOT_STEADY
+
+    def _on_choice(self, choice: dict) -> int:
+        """Records one choice of a chunk (`_choices.record_choice`); returns 1 if its finish_reason
+        is the empty string."""
+        empty, token = record_choice(self.choices, choice)
+        if token:
+            self._machine._first_token_seen = True
+        return empty
+
+    def _on_error_event(self, event: Event, chunk: dict | None) -> bytes:
+        error = chunk.get("error") if chunk is not None else None
+        if isinstance(error, dict):
+            self._machine._upstream_error(label=error.get("code") or error.get("type"), message=error.get("message"))
+        else:
+            self._machine._upstream_error(label=None, message=error if chunk is not None else event.data or b"")
+        return event.raw
+
+    def _remember_chunk(self, chunk: dict) -> None:
+        for key in ("id", "created", "model", "system_fingerprint"):
+            if key in chunk:
+                self.chunk_fields[key] = chunk[key]
+                self.fields_from = None
+        self._machine._note_model(chunk.get("model"))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            tokens = usage.get("completion_tokens")
+            if isinstance(tokens, int) and not isinstance(tokens, bool):
+                self.completion_tokens = tokens
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def finished(self) -> bool:
+        """Every choice finished, by the upstream or by an injection nothing contradicted."""
+        return all_finished(self.choices)
+
+    def terminator(self, how: str) -> bytes:
+        """Rule 4: every choice finished, only [DONE] is missing."""
+        machine = self._machine
+        machine._repaired(wording.appended_done(how))
+        machine.report.injected.append({"kind": "done"})
+        return done_event(machine._line_ending())
+
+    def cut_frames(self, message: str) -> bytes:
+        """Rule 6: the one error event a cut ends with."""
+        self._machine.report.injected.append({"kind": "error_event", "code": ERROR_CODE})
+        return error_event(message, self._machine._line_ending())
+
+    def stop_frames(self) -> bytes:
+        """finish_fix_on_cut=stop: finishing events and [DONE] (the books still say interrupted)."""
+        if not self.choices:
+            self.choices[0] = ChoiceState()
+        finishing = self._finish_choices(wording.AFTER_CUT_STOPPED)
+        self._machine.report.injected.append({"kind": "done"})
+        return finishing + done_event(self._machine._line_ending())
+
+    def closing_books(self) -> None:
+        """What the report says at the end about the whole stream (rule 2's count, content after an
+        injected finish)."""
+        report = self._machine.report
+        if self.empty_rewritten:
+            report.repairs.insert(0, wording.rewrote_empty_reasons(self.empty_rewritten))
+            self._machine._repaired_verdict()
+        if any(choice.content_after_injection for choice in self.choices.values()):
+            report.repairs.append(wording.content_after_injection())
+
+    def _finish_choices(self, where: str) -> bytes:
+        """Rule 3: one finishing event per choice that carried deltas but never finished."""
+        machine = self._machine
+        out = []
+        for index in sorted(self.choices):
+            state = self.choices[index]
+            if state.finish_reason is not None:
+                continue
+            reason = infer_finish_reason(
+                tool_calls=state.tool_calls,
+                function_call=state.function_call,
+                completion_tokens=self.completion_tokens,
+                max_tokens=machine._request.max_tokens,
+            )
+            state.finish_reason = reason
+            fields, model = self.chunk_fields, machine._request.model or ""
+            out.append(finishing_event(index, reason, chunk_fields=fields, model=model, line_ending=machine._line_ending()))
+            machine.report.injected.append({"kind": "finish", "choice": index, "finish_reason": reason})
+            machine._repaired(wording.injected_finish(reason, index, where))
+        return b"".join(out)

@@ -1,0 +1,189 @@
+"""The Anthropic Messages dialect (`/v1/messages`): what its events mean to the repair machine.
+
+Theory of operation
+-------------------
+A well-formed stream is `message_start`, then per content block `content_block_start`, deltas and
+`content_block_stop`, then `message_delta` (its `delta.stop_reason` says why the turn ended, its
+`usage.output_tokens` counts the output so far) and `message_stop`; `ping` may come anywhere, and
+`event: error` ends a stream that failed. The machine (`_repair.StreamRepair`) frames the events,
+counts them, runs the deadlines and keeps the books; this module reads each event for the few facts
+the rules need and writes the frames they inject:
+
+* `message_stop` while no `message_delta` carried a non-empty `stop_reason` (missing, null or "")
+  -> first `content_block_stop` for a block still open, then a `message_delta` with the reason
+     `infer_stop_reason` gives and the last `output_tokens` seen, then the `message_stop` (rule M2)
+* a clean end after a non-empty `stop_reason` without `message_stop`
+  -> `message_stop` appended, "terminator lost" (rule M3)
+* a cut (clean end, transport failure, stall) before any non-empty `stop_reason`
+  -> one `event: error` (`api_error`), nothing after it (rule M4)
+* `event: error` from the upstream -> passed on, nothing injected after it (rule M5)
+* `ping` is a keep-alive for the deadlines; the first token is the first non-empty `text_delta`,
+  `thinking_delta` or `input_json_delta` (rule M6)
+
+Every frame finish_fix writes carries `event: <type>`: both Anthropic SDKs skip a frame without one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import _wording as wording
+from ._dialect import Dialect
+from ._injected import dialect_event
+from ._json import UNREADABLE
+from ._phases import Signal
+from ._sse import Event
+from ._typed_rules import TypedEventRules
+
+if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
+    from ._repair import StreamRepair
+
+__all__ = ["EVENT_TYPES", "KEEPALIVES", "MessagesRules", "infer_stop_reason"]
+
+#: The event types of a Messages stream (a first event of another dialect's shape is not one of them).
+EVENT_TYPES = frozenset({
+    "message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
+    "message_stop", "ping", "error",
+})
+#: Events that only keep the connection alive: they move no deadline and count as no event (M6).
+KEEPALIVES = frozenset({"ping"})
+#: Delta types that carry a token, and the key of their text (M6).
+TOKEN_DELTAS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
+#: Content blocks whose presence makes the inferred reason `tool_use`.
+TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
+# The error type a cut is reported as: what Anthropic itself sends for an internal failure, which
+# both SDKs raise on and pi-ai's retry filter ("stream was interrupted") matches by its message.
+CUT_ERROR_TYPE = "api_error"
+
+
+def infer_stop_reason(*, tool_use: bool, output_tokens: int | None, max_tokens: int | None) -> str:
+    """`tool_use` if a tool_use block was sent, else `max_tokens` if the request's limit was
+    reached by the output tokens seen, else `end_turn`. Never `pause_turn`, `refusal` or
+    `stop_sequence`: those say something finish_fix cannot know (M2)."""
+    if tool_use:
+        return "tool_use"
+    if max_tokens is not None and output_tokens is not None and output_tokens >= max_tokens:
+        return "max_tokens"
+    return "end_turn"
+
+
+class MessagesRules(TypedEventRules):
+    """The Messages facts of one stream, read event by event for its `StreamRepair`."""
+
+    dialect = Dialect.MESSAGES
+    keepalives = KEEPALIVES
+    may_stop = True
+
+    def __init__(self, machine: StreamRepair) -> None:
+        super().__init__(machine)
+        # The index of the content block started and not yet stopped, if any.
+        self._open_block: int | None = None
+        self._tool_use = False
+        # The non-empty stop_reason a message_delta carried (the stream's answer is complete then).
+        self._stop_reason: str | None = None
+        self._output_tokens: int | None = None
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
+        """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
+        machine = self._machine
+        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
+            machine.report.malformed_events += 1
+        if kind == "error":
+            error = message.get("error") if isinstance(message, dict) else None
+            if isinstance(error, dict):
+                machine._upstream_error(label=error.get("type"), message=error.get("message"))
+            else:
+                machine._upstream_error(label=None, message=event.data)
+            return event.raw
+        if not isinstance(message, dict):
+            return event.raw
+        if kind == "content_block_delta":
+            delta = message.get("delta")
+            if isinstance(delta, dict):
+                key = TOKEN_DELTAS.get(delta.get("type"))
+                if key is not None and delta.get(key):
+                    machine._token_seen()
+            return event.raw
+        if kind == "content_block_start":
+            block = message.get("content_block")
+            if isinstance(block, dict) and block.get("type") in TOOL_BLOCKS:
+                self._tool_use = True
+            index = message.get("index")
+            self._open_block = index if _is_int(index) else 0
+        elif kind == "content_block_stop":
+            self._open_block = None
+        elif kind == "message_start":
+            start = message.get("message")
+            if isinstance(start, dict):
+                self._note_usage(start.get("usage"))
+                machine._note_model(start.get("model"))
+        elif kind == "message_delta":
+            delta = message.get("delta")
+            reason = delta.get("stop_reason") if isinstance(delta, dict) else None
+            if isinstance(reason, str) and reason:
+                self._stop_reason = reason
+            self._note_usage(message.get("usage"))
+        elif kind == "message_stop":
+            before = b"" if self._stop_reason is not None else self._finishing(wording.BEFORE_MESSAGE_STOP)
+            machine._move(Signal.DONE)
+            return before + event.raw
+        return event.raw
+
+    def _note_usage(self, usage: object) -> None:
+        if isinstance(usage, dict) and _is_int(usage.get("output_tokens")):
+            self._output_tokens = usage["output_tokens"]
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def finished(self) -> bool:
+        """A clean end now lacks only `message_stop`: the stop_reason came (M3)."""
+        return self._stop_reason is not None
+
+    def terminator(self, how: str) -> bytes:
+        """M3: the `message_stop` a finished stream lost, booked as such."""
+        machine = self._machine
+        machine._repaired(wording.terminator_lost("message_stop", how))
+        machine.report.injected.append({"kind": "message_stop"})
+        return dialect_event("message_stop", {"type": "message_stop"}, machine._line_ending())
+
+    def cut_frames(self, message: str) -> bytes:
+        """M4: the one error event a cut ends with; no `message_stop` follows an error."""
+        machine = self._machine
+        machine.report.injected.append({"kind": "error_event", "type": CUT_ERROR_TYPE})
+        payload = {"type": "error", "error": {"type": CUT_ERROR_TYPE, "message": message}}
+        return dialect_event("error", payload, machine._line_ending())
+
+    def stop_frames(self) -> bytes:
+        """finish_fix_on_cut=stop: the cut told as a finished turn (the books still say interrupted)."""
+        finishing = self._finishing(wording.AFTER_CUT_STOPPED)
+        self._machine.report.injected.append({"kind": "message_stop"})
+        return finishing + dialect_event("message_stop", {"type": "message_stop"}, self._machine._line_ending())
+
+    def _finishing(self, where: str) -> bytes:
+        """M2: close an open block, then a `message_delta` with the inferred reason."""
+        machine = self._machine
+        ending = machine._line_ending()
+        out = b""
+        if self._open_block is not None:
+            out += dialect_event("content_block_stop", {"type": "content_block_stop", "index": self._open_block}, ending)
+            machine.report.injected.append({"kind": "content_block_stop", "index": self._open_block})
+            self._open_block = None
+        reason = infer_stop_reason(
+            tool_use=self._tool_use, output_tokens=self._output_tokens, max_tokens=machine._request.max_tokens
+        )
+        self._stop_reason = reason
+        payload = {
+            "type": "message_delta",
+            "delta": {"stop_reason": reason, "stop_sequence": None},
+            "usage": {"output_tokens": self._output_tokens or 0},
+        }
+        out += dialect_event("message_delta", payload, ending)
+        machine.report.injected.append({"kind": "finish", "stop_reason": reason})
+        machine._repaired(wording.injected_stop_reason(reason, where))
+        return out
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,0 +1,148 @@
+"""The OpenAI Responses dialect (`/v1/responses`): what its events mean to the repair machine.
+
+Theory of operation
+-------------------
+A Responses stream is `response.created`, `response.in_progress`, the output items' events, and one
+terminal event: `response.completed`, `response.incomplete`, `response.failed`, or `error`. Every
+event carries a `sequence_number`. Unlike Chat and Messages there is no end marker besides the
+terminal events, so nothing can be "only missing its terminator": a stream that ends without one was
+cut, and finish_fix never writes `response.completed` (rule R2). The rules:
+
+* a well-formed stream passes byte-identical, a trailing `[DONE]` included (R1)
+* a cut (clean end, transport failure, stall) before a terminal event -> two events, then the end
+  of the response (R3): `event: error`, whose data has the documented flat fields and also a nested
+  `error` object (openai-python raises only on the nested key, openai-node on the event name, and the
+  AI SDK's schema needs `sequence_number`), then `event: response.failed` with the id of
+  `response.created` (a changed id makes both SDKs raise "Lifecycle response identity changed"),
+  `status: "failed"`. Their `sequence_number`s continue the upstream's.
+* `response.failed`, `error`, or a bare `{"error": ...}` data frame (vLLM's) -> passed on, booked
+  as `upstream_error`, nothing injected after it (R4)
+* the first token is the first non-empty text, reasoning, refusal or function-call-arguments delta (R5)
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from ._dialect import Dialect
+from ._injected import ERROR_CODE, dialect_event
+from ._json import UNREADABLE
+from ._phases import Signal
+from ._sse import Event
+from ._typed_rules import TypedEventRules
+
+if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
+    from ._repair import StreamRepair
+    from ._routine_chunks import RoutineMatch
+
+__all__ = ["ERROR_EVENTS", "TERMINAL_EVENTS", "TOKEN_EVENTS", "ResponsesRules"]
+
+#: Terminal events that end a stream as the upstream meant it (R1).
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
+#: Terminal events that say the upstream failed (R4).
+ERROR_EVENTS = frozenset({"response.failed", "error"})
+#: Events whose non-empty `delta` is a token (R5).
+TOKEN_EVENTS = frozenset({
+    "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta",
+    "response.reasoning_summary_text.delta", "response.function_call_arguments.delta",
+    "response.custom_tool_call_input.delta",
+})
+# The lifecycle events whose `response` is the snapshot a `response.failed` repeats.
+_SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
+# Used only when the stream was cut before `response.created` named its response.
+_UNNAMED_RESPONSE_ID = "resp_finish_fix_interrupted"
+
+
+class ResponsesRules(TypedEventRules):
+    """The Responses facts of one stream, read event by event for its `StreamRepair`."""
+
+    dialect = Dialect.RESPONSES
+    # finish_fix_on_cut=stop would need a made-up `response.completed`, which R2 forbids: a cut is
+    # told as with `error`.
+    may_stop = False
+
+    def __init__(self, machine: StreamRepair) -> None:
+        super().__init__(machine)
+        # The response object of the last lifecycle event (`response.created`, `in_progress`).
+        self._snapshot: dict | None = None
+        self._sequence_number: int | None = None
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def on_routine(self, match: RoutineMatch) -> int:
+        """A routine delta's token, and its `sequence_number` (the fast path read it)."""
+        if match.number is not None:
+            self._sequence_number = match.number
+        return super().on_routine(match)
+
+    def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
+        """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
+        machine = self._machine
+        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
+            machine.report.malformed_events += 1
+        if not isinstance(message, dict):
+            return event.raw
+        number = message.get("sequence_number")
+        if isinstance(number, int) and not isinstance(number, bool):
+            self._sequence_number = number
+        if kind in TOKEN_EVENTS:
+            if message.get("delta"):
+                machine._token_seen()
+        elif kind in TERMINAL_EVENTS:
+            machine._move(Signal.DONE)
+        elif kind == "response.failed":
+            response = message.get("response")
+            error = response.get("error") if isinstance(response, dict) else None
+            if isinstance(error, dict):
+                machine._upstream_error(label=error.get("code"), message=error.get("message"))
+            else:
+                machine._upstream_error(label="response.failed", message=None)
+        elif kind == "error" or (kind is None and message.get("error") is not None):
+            # The documented flat shape, OpenAI's nested one, or vLLM's bare `{"error": ...}` frame.
+            nested = message.get("error")
+            source = nested if isinstance(nested, dict) else message
+            label = source.get("code") or source.get("type")
+            text = source.get("message") if isinstance(nested, dict) or kind == "error" else nested
+            machine._upstream_error(label=label, message=text)
+        elif kind in _SNAPSHOT_EVENTS:
+            response = message.get("response")
+            if isinstance(response, dict):
+                self._snapshot = response
+                machine._note_model(response.get("model"))
+        return event.raw
+
+    # -- the end ------------------------------------------------------------------------------
+
+    def finished(self) -> bool:
+        """Never: only a terminal event ends a Responses stream (R2)."""
+        return False
+
+    def terminator(self, how: str) -> bytes:  # pragma: no cover - `finished` is never true
+        raise AssertionError("a Responses stream has no terminator finish_fix may write (R2)")
+
+    def cut_frames(self, message: str) -> bytes:
+        """R3: `event: error` (flat and nested), then `event: response.failed`."""
+        machine = self._machine
+        ending = machine._line_ending()
+        number = -1 if self._sequence_number is None else self._sequence_number
+        error = {
+            "type": "error",
+            "code": ERROR_CODE,
+            "message": message,
+            "param": None,
+            "sequence_number": number + 1,
+            "error": {"type": "server_error", "code": ERROR_CODE, "message": message, "param": None},
+        }
+        response = copy.deepcopy(self._snapshot) if self._snapshot is not None else {
+            "id": _UNNAMED_RESPONSE_ID, "object": "response", "output": [],
+        }
+        response["status"] = "failed"
+        response["error"] = {"code": "server_error", "message": message}
+        failed = {"type": "response.failed", "sequence_number": number + 2, "response": response}
+        machine.report.injected.append({"kind": "error_event", "code": ERROR_CODE})
+        machine.report.injected.append({"kind": "response.failed", "id": response.get("id")})
+        return dialect_event("error", error, ending) + dialect_event("response.failed", failed, ending)
+
+    def stop_frames(self) -> bytes:  # pragma: no cover - `may_stop` is False
+        raise AssertionError("finish_fix_on_cut=stop never writes response.completed (R2)")

@@ -1,0 +1,75 @@
+"""What a Python driver feeds: the `Sink` that collects what the application saw (text, reasoning,
+tool calls), shared by the drivers of every dialect (labs/clients/python_drivers.py for Chat,
+python_messages.py, python_responses.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+__all__ = ["Driver", "Sink", "add_langchain_content"]
+
+
+@dataclass
+class Sink:
+    """What the application saw, in arrival order. `on_first` is called at the first output."""
+
+    on_first: Callable[[], None]
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, str]] = field(default_factory=list)
+    _calls_by_index: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def add_text(self, delta: object) -> None:
+        if isinstance(delta, str) and delta:
+            self.on_first()
+            self.text += delta
+
+    def add_reasoning(self, delta: object) -> None:
+        if isinstance(delta, str) and delta:
+            self.on_first()
+            self.reasoning += delta
+
+    def add_tool_call(self, index: object, name: object, arguments: object) -> None:
+        """One tool-call delta (or a whole call): the call at `index` gets the name, if any, and
+        the arguments piece appended. `index` None (a library that drops it) means call 0; each
+        dialect's index is its own (Chat's tool-call index, a Messages content block index, a
+        Responses output index): only its identity matters."""
+        if not name and not arguments:
+            return
+        self.on_first()
+        key = index if isinstance(index, int) else 0
+        call = self._calls_by_index.get(key)
+        if call is None:
+            call = self._calls_by_index[key] = {"name": "", "arguments": ""}
+            self.tool_calls.append(call)
+        if name:
+            call["name"] = str(name)
+        if arguments:
+            call["arguments"] += str(arguments)
+
+
+#: A driver: runs one streaming request (a request line of the host protocol, see python_host.py),
+#: feeds the sink, returns the finish reason its library surfaced or lets the library's exception out.
+Driver = Callable[[dict, Sink], Awaitable[str | None]]
+
+
+def add_langchain_content(sink: Sink, content: object) -> None:
+    """A LangChain message chunk's `content` into the sink: a string is text; a list holds content
+    blocks (langchain-anthropic's `text`/`thinking` blocks, langchain-openai's Responses `text` and
+    `reasoning` blocks with `summary` parts), each block a piece of its kind."""
+    if isinstance(content, str):
+        sink.add_text(content)
+        return
+    for block in content if isinstance(content, list) else ():
+        if not isinstance(block, dict):
+            continue
+        kind = block.get("type")
+        if kind == "text":
+            sink.add_text(block.get("text"))
+        elif kind == "thinking":
+            sink.add_reasoning(block.get("thinking"))
+        elif kind == "reasoning":
+            for part in block.get("summary") or ():
+                if isinstance(part, dict):
+                    sink.add_reasoning(part.get("text"))

@@ -1,0 +1,21 @@
+"""The server checks of every dialect, by dialect: what `python -m labs.grade server --dialect D` runs.
+
+- Chat Completions: `labs.grade.server_checks` (`/chat/completions`, the checks as they always were);
+- Anthropic Messages: `labs.grade.server_checks_messages` (`/messages`);
+- OpenAI Responses: `labs.grade.server_checks_responses` (`/responses`).
+"""
+
+from __future__ import annotations
+
+from finishline import Dialect
+from labs.grade.server_checks import CHAT_SUITE, ServerSuite
+from labs.grade.server_checks_messages import MESSAGES_SUITE
+from labs.grade.server_checks_responses import RESPONSES_SUITE
+
+__all__ = ["SERVER_SUITES"]
+
+SERVER_SUITES: dict[Dialect, ServerSuite] = {
+    Dialect.CHAT: CHAT_SUITE,
+    Dialect.MESSAGES: MESSAGES_SUITE,
+    Dialect.RESPONSES: RESPONSES_SUITE,
+}

@@ -1,0 +1,75 @@
+"""The benchmark's streams (`tests/bench.py`): what each dialect's long stream is, where it is served,
+and the check that a proxy passed it on untouched. Speed is never asserted here."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+import finish_fix
+from finishline import Dialect, EventFramer, RequestFacts, StreamRepair
+from tests.bench import API, Route, UpstreamBody, dialect_stream, read_stream
+from tests.upstream_server import Script, UpstreamServer
+
+
+def _dialect_finish_fix_reads(path: str) -> Dialect | None:
+    """The dialect finish_fix's default path options give `path`: the first that matches, in the
+    order the addon tries them (`finish_fix.PATH_OPTIONS`)."""
+    for dialect, (_, default) in finish_fix.PATH_OPTIONS.items():
+        if re.search(default, path):
+            return dialect
+    return None
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_each_stream_is_served_where_finish_fix_reads_it_in_its_dialect(dialect):
+    with UpstreamServer() as upstream:
+        prefix = upstream.route(Script(pieces=dialect_stream(dialect, 3)))
+    assert _dialect_finish_fix_reads(f"{prefix}{API[dialect][0]}") is dialect
+    assert RequestFacts.from_body(json.dumps(API[dialect][1]).encode()).model == "bench"
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+def test_a_dialect_stream_is_its_builders_healthy_stream_of_n_text_deltas(dialect):
+    pieces = dialect_stream(dialect, 50)
+    # One `data:` line per piece, so the bench's count of `data: ` marks is the count of events.
+    assert all(piece.count(b"data: ") == 1 and piece.endswith(b"\n\n") for piece in pieces)
+    deltas = [piece for piece in pieces if b'"text_delta"' in piece or b"event: response.output_text.delta\n" in piece]
+    assert len(deltas) == 50
+    assert [b"tok%d " % n in delta for n, delta in enumerate(deltas)] == [True] * 50
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch):
+    framed: list[bytes] = []
+
+    class _NotingFramer(EventFramer):
+        """The real framer, noting the pieces the full path read."""
+
+        def receive_data(self, data):
+            framed.append(data)
+            return super().receive_data(data)
+
+    monkeypatch.setattr("finishline._repair.EventFramer", _NotingFramer)
+    pieces = dialect_stream(dialect, 200)
+    repair = StreamRepair(started_at=0.0, dialect=dialect)
+    out = b"".join(repair.receive_data(piece, now=1.0) for piece in pieces) + repair.receive_end(now=2.0)
+    assert out == b"".join(pieces)
+    assert repair.report.verdict == "clean"
+    # The routine deltas after the first (which taught the shape) never reach the full path: what
+    # the bench's core figure measures is the fast path on routine text deltas.
+    assert len(framed) <= len(pieces) - 199
+
+
+def test_a_body_that_is_not_the_upstreams_stops_the_bench():
+    pieces = dialect_stream(Dialect.MESSAGES, 20)
+    altered = [piece.replace(b"tok7 ", b"tok8 ") for piece in pieces]  # same size, other bytes
+    with UpstreamServer() as upstream:
+        path = upstream.route(Script(pieces=pieces)) + API[Dialect.MESSAGES][0]
+        run = read_stream(upstream.port, Route(path, Dialect.MESSAGES, UpstreamBody.of(pieces)))
+        assert run.events == len(pieces) and run.body_bytes == sum(map(len, pieces))
+        for claimed, said in ((altered, "same size, other bytes"), (pieces[:-1], f"upstream: {len(pieces) - 1} events")):
+            with pytest.raises(RuntimeError, match=f"the body from port {upstream.port}{path} is not the upstream's.*{said}"):
+                read_stream(upstream.port, Route(path, Dialect.MESSAGES, UpstreamBody.of(claimed)))

@@ -1,0 +1,154 @@
+"""The fast path in the Messages and Responses dialects is held to the full parse: for generated
+streams (runs of routine text deltas of any text, broken by every other kind of event, split or
+merged anywhere, any line ending), both paths give the same bytes, the same stall checks and the
+same report, whatever the end. A Responses cut's injected `sequence_number`s show that the fast path
+kept the last one."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from finishline import Dialect, StreamRepair
+from finishline._routine_chunks import RoutineChunks
+from labs.worker.frames import sse_frame
+from tests.dialect_streams import messages_stream, responses_stream
+from tests.test_core_fast_path import _ENDS, _POLICIES, _REQUESTS, _TEXTS, SETTINGS, _run_both, framed  # noqa: F401 (a fixture)
+
+_ENDINGS = st.sampled_from([b"\n", b"\r\n"])
+
+
+@st.composite
+def _messages_pieces(draw) -> list[bytes]:
+    ending = draw(_ENDINGS)
+    spaced = draw(st.booleans())  # some servers write `{"type": "x"}`, most compact JSON
+
+    def frame(data: dict) -> bytes:
+        if spaced:
+            return b"event: " + data["type"].encode() + ending + b"data: " + json.dumps(data).encode() + ending + ending
+        return sse_frame(data, event=data["type"], line_ending=ending)
+
+    pieces = [frame({"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {"output_tokens": 1}}})]
+    for block in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["text", "thinking", "tool_use"]))
+        delta_type, key = {"text": ("text_delta", "text"), "thinking": ("thinking_delta", "thinking"), "tool_use": ("input_json_delta", "partial_json")}[kind]
+        pieces.append(frame({"type": "content_block_start", "index": block, "content_block": {"type": kind}}))
+        for text in draw(st.lists(_TEXTS, min_size=1, max_size=20)):
+            pieces.append(frame({"type": "content_block_delta", "index": block, "delta": {"type": delta_type, key: text}}))
+        other = draw(st.sampled_from([
+            {"type": "ping"}, {"type": "content_block_stop", "index": block},
+            {"type": "content_block_delta", "index": block, "delta": {"type": "signature_delta", "signature": "s"}},
+            {"type": "error", "error": {"type": "overloaded_error", "message": "x"}},
+        ]))
+        pieces.append(frame(other))
+    tail = draw(st.sampled_from(["stop", "null", "none", "cut"]))
+    if tail != "cut":
+        reason = {"stop": "end_turn", "null": None, "none": ""}[tail]
+        pieces += [frame({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 9}}), frame({"type": "message_stop"})]
+    return _maybe_split(draw, pieces)
+
+
+@st.composite
+def _responses_pieces(draw) -> list[bytes]:
+    ending = draw(_ENDINGS)
+    obfuscated = draw(st.booleans())  # OpenAI pads every delta with a random `obfuscation` string
+    number = 0
+
+    def frame(kind: str, **fields) -> bytes:
+        nonlocal number
+        data = {"type": kind, "sequence_number": number, **fields}
+        number += 1
+        return sse_frame(data, event=kind, line_ending=ending)
+
+    pieces = [frame("response.created", response={"id": "resp_1", "status": "in_progress", "output": []})]
+    for item in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"]))
+        pieces.append(frame("response.output_item.added", output_index=item, item={"id": f"it_{item}"}))
+        for text in draw(st.lists(_TEXTS, min_size=1, max_size=20)):
+            extra = {"obfuscation": draw(st.text(max_size=6))} if obfuscated else {}
+            pieces.append(frame(kind, item_id=f"it_{item}", output_index=item, content_index=0, delta=text, **extra))
+            if draw(st.integers(0, 30)) == 0:
+                number += draw(st.integers(1, 3))  # a gap in the numbering: the last one seen still counts
+        pieces.append(frame(draw(st.sampled_from(["response.output_text.done", "response.output_item.done", "response.some_future_event"])), output_index=item))
+    tail = draw(st.sampled_from(["response.completed", "response.incomplete", "response.failed", "cut"]))
+    if tail != "cut":
+        pieces.append(frame(tail, response={"id": "resp_1", "status": "x"}))
+    return _maybe_split(draw, pieces)
+
+
+def _maybe_split(draw, pieces: list[bytes]) -> list[bytes]:
+    """Mostly one event per piece (how servers send them), sometimes one split or two merged."""
+    out: list[bytes] = []
+    for piece in pieces:
+        choice = draw(st.integers(0, 9))
+        if choice == 0 and len(piece) > 1:
+            at = draw(st.integers(1, len(piece) - 1))
+            out += [piece[:at], piece[at:]]
+        elif choice == 1 and out:
+            out[-1] += piece
+        else:
+            out.append(piece)
+    return out
+
+
+@SETTINGS
+@given(pieces=_messages_pieces(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
+def test_fast_and_full_paths_agree_on_messages_streams(pieces, end, policy, request):
+    _run_both(pieces, end, policy=policy, request=request, dialect=Dialect.MESSAGES)
+
+
+@SETTINGS
+@given(pieces=_responses_pieces(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
+def test_fast_and_full_paths_agree_on_responses_streams(pieces, end, policy, request):
+    _run_both(pieces, end, policy=policy, request=request, dialect=Dialect.RESPONSES)
+
+
+def _text_delta(dialect: Dialect, text: str, number: int) -> bytes:
+    if dialect is Dialect.MESSAGES:
+        data = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+    else:
+        data = {"type": "response.output_text.delta", "sequence_number": number, "item_id": "m", "output_index": 0, "content_index": 0, "delta": text}
+    return sse_frame(data, event=data["type"])
+
+
+def test_the_routine_deltas_of_each_dialect_are_learned_and_matched():
+    for dialect in (Dialect.MESSAGES, Dialect.RESPONSES):
+        routine = RoutineChunks(dialect=dialect)
+        learned = _text_delta(dialect, "Hel", 3)
+        data = learned.split(b"data: ", 1)[1].rstrip(b"\n")
+        routine.learn(learned, data, json.loads(data), 1)
+        match = routine.maybe_match(_text_delta(dialect, "lo \u00e9\\n", 4))
+        assert match is not None and match.has_text
+        assert match.number == (4 if dialect is Dialect.RESPONSES else None)
+        assert routine.maybe_match(_text_delta(dialect, "", 5)).has_text is False
+        # Messages' shape is one gap: the machine's steady path takes the next pieces.
+        assert (match.steady is not None) == (dialect is Dialect.MESSAGES)
+
+
+def test_a_responses_cut_after_fast_path_deltas_continues_the_last_sequence_number():
+    pieces = [sse_frame({"type": "response.created", "sequence_number": 0, "response": {"id": "r"}}, event="response.created")]
+    pieces += [_text_delta(Dialect.RESPONSES, f"t{number}", number) for number in range(1, 200)]
+    for fast_path in (True, False):
+        repair = StreamRepair(dialect=Dialect.RESPONSES, fast_path=fast_path)
+        for piece in pieces:
+            repair.receive_data(piece)
+        ending = repair.receive_end()
+        numbers = [json.loads(line[len(b"data: "):])["sequence_number"] for line in ending.splitlines() if line.startswith(b"data: ")]
+        assert numbers == [200, 201]
+
+
+
+def test_the_worker_streams_take_the_fast_path_after_their_first_delta(framed):
+    texts = [f" w{number % 7}" for number in range(300)]
+    for dialect, pieces in ((Dialect.MESSAGES, messages_stream(texts)), (Dialect.RESPONSES, responses_stream(texts))):
+        framed.clear()
+        repair = StreamRepair(started_at=0.0, dialect=dialect)
+        out = b"".join(repair.receive_data(piece, now=1.0) for piece in pieces) + repair.receive_end(now=2.0)
+        assert out == b"".join(pieces) and repair.report.verdict == "clean"
+        first_delta = next(number for number, piece in enumerate(pieces) if b"w0" in piece)
+        # Everything up to the first text delta is read in full (it teaches the shape), the other
+        # 299 deltas are not, and whatever follows them is.
+        assert framed[: first_delta + 1] == pieces[: first_delta + 1]
+        assert len(framed) == len(pieces) - 299, dialect
