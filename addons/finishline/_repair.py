@@ -44,6 +44,8 @@ Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) 
 
 from __future__ import annotations
 
+import re
+
 from . import _wording as wording
 from ._choices import MAX_CHOICES
 from ._deadlines import Deadline, earliest_deadline, next_check
@@ -53,7 +55,7 @@ from ._injected import DONE
 from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
-from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text
+from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
 from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
@@ -98,7 +100,8 @@ class StreamRepair:
     # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
     __slots__ = (
         "_request", "_policy", "_started_at", "_head_at", "_framer", "_phase", "_ended", "_first_token_seen",
-        "_last_event_at", "_routine", "_steady", "_rules", "_dialect", "_first_event", "report", "__dict__",
+        "_last_event_at", "_routine", "_steady", "_steady_numbered", "_steady_number", "_rules", "_dialect", "_first_event",
+        "report", "__dict__",
     )
 
     def __init__(
@@ -128,6 +131,10 @@ class StreamRepair:
         self._routine = RoutineChunks(enabled=fast_path, dialect=dialect)
         # The steady path's shape (`RoutineMatch.steady`) while it may be taken, else None.
         self._steady: tuple[bytes, bytes, int, int] | None = None
+        # The steady path of a Responses delta shape (`RoutineMatch.numbered_steady`), and the match
+        # of the last sequence number it took, read when it leaves (`_leave_steady`).
+        self._steady_numbered: tuple[bool, bytes, bytes, bytes, int] | None = None
+        self._steady_number: re.Match[bytes] | None = None
         # What the dialect's events mean (`_chat`, `_messages`, `_responses`).
         self._rules = DIALECT_RULES[dialect](self)
         # No event has been read yet: the first one is checked against the dialect.
@@ -159,6 +166,17 @@ class StreamRepair:
                 self._last_event_at = now
                 return data
             self._steady = None
+        elif self._steady_numbered is not None:
+            number = match_steady_numbered(data, self._steady_numbered)
+            if number is not None:
+                report = self.report
+                report.events += 1
+                report.upstream_bytes += len(data)
+                report.client_bytes += len(data)
+                self._last_event_at = now
+                self._steady_number = number
+                return data
+            self._leave_steady()
         if self._ended:
             self._check_open("receive_data")
         report = self.report
@@ -184,7 +202,7 @@ class StreamRepair:
         close-delimited body, HTTP/2 END_STREAM)."""
         self._check_open("receive_end")
         self._ended = True
-        self._steady = None
+        self._leave_steady()
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return b""
@@ -237,7 +255,7 @@ class StreamRepair:
     def _end_broken(self, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
         """The stream ended without its clean end (a transport failure, a stall)."""
         self._ended = True
-        self._steady = None
+        self._leave_steady()
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return ClientEnding(b"", end_response=False)
@@ -260,7 +278,7 @@ class StreamRepair:
         nothing more can be sent, so this only closes the books."""
         self._check_open("receive_client_gone")
         self._ended = True
-        self._steady = None
+        self._leave_steady()
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
             return
@@ -388,11 +406,13 @@ class StreamRepair:
         # change that goes through the full path or ends the stream, and both clear it.
         if (
             verdict is MAY_STEADY
-            and match.steady is not None
             and self._first_token_seen
             and (report.time_to_first_event is not None or self._started_at is None)
         ):
-            self._steady = match.steady
+            if match.steady is not None:
+                self._steady = match.steady
+            elif match.numbered_steady is not None:
+                self._steady_numbered = match.numbered_steady
         return True
 
     # -- injected events ----------------------------------------------------------------------
@@ -462,7 +482,16 @@ class StreamRepair:
 
     def _move(self, signal: Signal) -> None:
         self._phase = TRANSITIONS[self._phase][signal]
+        self._leave_steady()
+
+    def _leave_steady(self) -> None:
+        """No steady path from here; the last sequence number it took goes to the rules."""
         self._steady = None
+        if self._steady_numbered is not None:
+            self._steady_numbered = None
+            if self._steady_number is not None:
+                self._rules.note_sequence_number(int(self._steady_number.group()))
+                self._steady_number = None
 
     def _pass_through_from_here(self, cause: Exception | str) -> None:
         self._move(Signal.GIVE_UP)

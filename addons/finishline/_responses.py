@@ -76,6 +76,10 @@ class ResponsesRules(TypedEventRules):
             self._sequence_number = match.number
         return super().on_routine(match)
 
+    def note_sequence_number(self, number: int) -> None:
+        """The last sequence number the machine's steady path took (`_repair._leave_steady`)."""
+        self._sequence_number = number
+
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
         machine = self._machine

@@ -67,7 +67,7 @@ from ._dialect import Dialect
 
 __all__ = [
     "DECLINE", "MAY_STEADY", "NOT_STEADY", "SPECS", "RoutineChunks", "RoutineMatch", "RoutineSpec", "TEXT_DELTA_KEYS",
-    "match_plain_text",
+    "match_plain_text", "match_steady_numbered",
 ]
 
 # What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
@@ -113,6 +113,8 @@ _NUMBER_KEY = "sequence_number"
 _TEXT, _NUMBER, _STRING = "text", "number", "string"
 _PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
+# Plain ASCII text as a JSON string at a position, not to the end (where the text gap is first).
+_match_plain_text_at = re.compile(rb'"' + _ASCII_CHARS + rb'"').match
 _PROBE = "finishline probe \u00e9"
 _PROBE_TOKEN = json.dumps(_PROBE).encode()
 
@@ -149,9 +151,12 @@ class RoutineMatch:
             prefix, ends with the suffix and `match_plain_text` finds the text between them. None for
             a shape with more gaps.
         number: the matched piece's `sequence_number` (Responses), else None.
+        numbered_steady: for a shape whose only gaps are the text and a sequence number, in either
+            order, what `match_steady_numbered` needs to check a piece of it without a call per gap:
+            (number first, prefix, the segment between the gaps, suffix, the suffix's length).
     """
 
-    __slots__ = ("index", "remembered", "has_text", "steady", "number")
+    __slots__ = ("index", "remembered", "has_text", "steady", "number", "numbered_steady")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
@@ -159,6 +164,7 @@ class RoutineMatch:
         self.has_text = False
         self.steady: tuple[bytes, bytes, int, int] | None = None
         self.number: int | None = None
+        self.numbered_steady: tuple[bool, bytes, bytes, bytes, int] | None = None
 
 
 class _Shape:
@@ -191,6 +197,8 @@ class _Shape:
         )
         if self.segments is None:
             result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
+        elif len(segments) == 3 and number_gap >= 0:
+            result.numbered_steady = (number_gap == 0, segments[0], segments[1], segments[2], len(segments[2]))
 
     def maybe_has_text(self, piece: bytes) -> bool | None:
         """None if `piece` is not this shape; else whether its text is non-empty."""
@@ -454,3 +462,23 @@ def _maybe_number_gap(data: bytes, event: dict) -> tuple[int, int] | None:
         if probed == event:
             return start, end
     return None
+
+
+def match_steady_numbered(piece: bytes, shape: tuple[bool, bytes, bytes, bytes, int]) -> re.Match[bytes] | None:
+    """The repair machine's steady path for a Responses delta (`RoutineMatch.numbered_steady`): the
+    match of the piece's sequence number when the piece is the shape with plain text, else None.
+    The number's value is read only when the machine leaves the steady path."""
+    number_first, prefix, middle, suffix, suffix_length = shape
+    if not piece.startswith(prefix) or not piece.endswith(suffix):
+        return None
+    end = len(piece) - suffix_length
+    if number_first:
+        number = _JSON_INT_PATTERN.match(piece, len(prefix))
+        if number is None or not piece.startswith(middle, number.end()):
+            return None
+        return number if match_plain_text(piece, number.end() + len(middle), end) is not None else None
+    text = _match_plain_text_at(piece, len(prefix))
+    if text is None or not piece.startswith(middle, text.end()):
+        return None
+    number = _JSON_INT_PATTERN.match(piece, text.end() + len(middle))
+    return number if number is not None and number.end() == end else None
