@@ -38,6 +38,7 @@ from labs.clients.python_messages import DEFAULT_MAX_TOKENS
 from labs.gateways.services import FINISH_FIX_SCRIPT, MITM_LISTENING, read_books
 from labs.hub import HubExchange, TunnelDropPolicy, open_hub
 from labs.processes import open_service
+from labs.scenario import WORKER_TOOL
 from labs.worker import parse_settings, response_plan
 from labs.worker.server import open_worker
 from labs.worker.wire import ResponsePlan
@@ -73,6 +74,8 @@ class Request:
     settings: str
     route: Route
     client: str | None = None
+    #: Declare the worker's tool (labs.scenario.WORKER_TOOL) in a client's request line, as an agent would.
+    tools: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,6 +208,7 @@ async def _run_phase(phase: Phase, result: RunResult, origins: dict[Route, str],
             "base_url": f"{origin}/v1", "model": model,
             "messages": [{"role": "user", "content": PROMPT}],
             "deadline_s": CLIENT_DEADLINE_S, "api_key": LAB_API_KEY,
+            **({"tools": [WORKER_TOOL]} if request.tools else {}),
         })
 
     async with trio.open_nursery() as nursery:
