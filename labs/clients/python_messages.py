@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from labs.clients import LAB_API_KEY
-from labs.clients.python_sink import Driver, Sink, add_langchain_content
+from labs.clients.python_sink import Driver, Sink, read_langchain_stream
 
 __all__ = ["DEFAULT_MAX_TOKENS", "MESSAGES_DRIVERS", "anthropic_root"]
 
@@ -130,17 +130,8 @@ async def langchain_anthropic(request: dict, sink: Sink) -> str | None:
         max_tokens=request.get("max_tokens") or DEFAULT_MAX_TOKENS,
         streaming=True,
     )
-    if request.get("tools"):
-        # LangChain converts OpenAI-format tools itself (`convert_to_anthropic_tool`).
-        model = model.bind_tools(request["tools"])
-    finish_reason = None
-    async for chunk in model.astream(request["messages"]):
-        add_langchain_content(sink, chunk.content)
-        for call in chunk.tool_call_chunks or []:
-            sink.add_tool_call(call.get("index"), call.get("name"), call.get("args"))
-        if chunk.response_metadata.get("stop_reason") is not None:
-            finish_reason = chunk.response_metadata["stop_reason"]
-    return finish_reason
+    # LangChain converts OpenAI-format tools itself (`convert_to_anthropic_tool`).
+    return await read_langchain_stream(model, request, sink, lambda metadata: metadata.get("stop_reason"))
 
 
 MESSAGES_DRIVERS: dict[str, Driver] = {

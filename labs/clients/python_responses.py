@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from labs.clients import LAB_API_KEY
-from labs.clients.python_sink import Driver, Sink, add_langchain_content
+from labs.clients.python_sink import Driver, Sink, read_langchain_stream
 
 __all__ = ["RESPONSES_DRIVERS", "responses_reason"]
 
@@ -125,16 +125,12 @@ async def langchain_openai_responses(request: dict, sink: Sink) -> str | None:
         use_responses_api=True,
         **({"max_tokens": request["max_tokens"]} if request.get("max_tokens") else {}),
     )
-    if request.get("tools"):
-        model = model.bind_tools(request["tools"])
-    finish_reason = None
-    async for chunk in model.astream(request["messages"]):
-        add_langchain_content(sink, chunk.content)
-        for call in chunk.tool_call_chunks or []:
-            sink.add_tool_call(call.get("index"), call.get("name"), call.get("args"))
-        if chunk.response_metadata.get("status") is not None:
-            finish_reason = responses_reason(chunk.response_metadata["status"], chunk.response_metadata.get("incomplete_details"))
-    return finish_reason
+    return await read_langchain_stream(model, request, sink, _langchain_reason)
+
+
+def _langchain_reason(metadata: dict) -> str | None:
+    status = metadata.get("status")
+    return None if status is None else responses_reason(status, metadata.get("incomplete_details"))
 
 
 RESPONSES_DRIVERS: dict[str, Driver] = {

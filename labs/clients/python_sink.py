@@ -5,9 +5,10 @@ python_messages.py, python_responses.py)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 from dataclasses import dataclass, field
 
-__all__ = ["Driver", "Sink", "add_langchain_content"]
+__all__ = ["Driver", "Sink", "add_langchain_content", "read_langchain_stream"]
 
 
 @dataclass
@@ -73,3 +74,20 @@ def add_langchain_content(sink: Sink, content: object) -> None:
             for part in block.get("summary") or ():
                 if isinstance(part, dict):
                     sink.add_reasoning(part.get("text"))
+
+
+async def read_langchain_stream(model: Any, request: dict, sink: Sink, reason_of: Callable[[dict], str | None]) -> str | None:
+    """Streams a LangChain chat model's answer to the request's messages into the sink (with the
+    request's tools bound, if any); returns the last reason `reason_of` reads in a chunk's
+    `response_metadata` (LangChain's Messages and Responses models put it in different keys)."""
+    if request.get("tools"):
+        model = model.bind_tools(request["tools"])
+    finish_reason = None
+    async for chunk in model.astream(request["messages"]):
+        add_langchain_content(sink, chunk.content)
+        for call in chunk.tool_call_chunks or []:
+            sink.add_tool_call(call.get("index"), call.get("name"), call.get("args"))
+        reason = reason_of(chunk.response_metadata)
+        if reason is not None:
+            finish_reason = reason
+    return finish_reason
