@@ -5,6 +5,7 @@ Examples:
     python -m labs --all                              # every scenario, every client
     python -m labs --dialect messages --dialect responses --gateway direct --gateway finish_fix
     python -m labs --scenario cut-after-tokens-fin --client pi-ai --gateway direct
+    python -m labs --repeat 3 --scenario healthy --gateway envoy    # flips show as unstable (`~`)
     python -m labs --gateway external --gateway-url http://127.0.0.1:4000/v1 --tunnel-port 18080
 """
 
@@ -26,7 +27,8 @@ from labs.gateways import EXTERNAL, GATEWAYS
 from labs.outcome import Outcome
 from labs.progress import Progress
 from labs.report_html import write_html
-from labs.runner import LabConfig, plan_cells, run_lab
+from labs.runner import LabConfig, run_labels, run_lab
+from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text
 from labs.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
 from labs.table import render_table
 
@@ -45,6 +47,17 @@ def _jobs(text: str) -> int:
     if jobs < 1:
         raise argparse.ArgumentTypeError(f"{jobs} cells in flight would run nothing: give 1 or more")
     return jobs
+
+
+def _repeat(text: str) -> int:
+    # 0 repeats would run no cell; the message says what a repeat is.
+    try:
+        repeat = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of runs per cell (1 or more)") from None
+    if repeat < 1:
+        raise argparse.ArgumentTypeError(f"{repeat} runs per cell would run nothing: give 1 or more")
+    return repeat
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     # took 116 s and 26 s, with the same outcome in every cell (measured on 2 cores when the lab had
     # 8 clients and 8 gateways; a run's cells are queued, so more of either only adds to the queue).
     parser.add_argument("--jobs", type=_jobs, default=64, help="cells in flight at once, 1 or more (default 64)")
+    parser.add_argument("--repeat", type=_repeat, default=1, metavar="N",
+                        help="run every cell N times, one repeat after another per scenario; a cell whose outcome or "
+                        "books differ between repeats is unstable (`~`), and its scorecard column fails (default 1)")
     parser.add_argument("--results", type=Path, default=Path("lab-results"), help="where runs are written (default lab-results/)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return parser
@@ -175,9 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         external_url=arguments.gateway_url,
         external_api_key=arguments.gateway_api_key,
         tunnel_port=arguments.tunnel_port,
+        repeat=arguments.repeat,
     )
-    labels = list(dict.fromkeys(cell.scenario.label(cell.dialect) for cell in plan_cells(config)))
-    progress = Progress(labels, sys.stderr, interactive=sys.stderr.isatty())
+    progress = Progress(run_labels(config), sys.stderr, interactive=sys.stderr.isatty())
     status, result = run_command(run_lab, config, progress)
     progress.finish()
     if status:
@@ -185,14 +201,21 @@ def main(argv: list[str] | None = None) -> int:
     data = result.to_json()
     # Where the time went, for choosing what the default run covers (README: "the default run").
     data["timings"] = progress.timings()
+    # The verdict per gateway: first in the terminal, on top of the report, and its own file.
+    data["scorecard"] = build_scorecard(data)
     run_dir = Path(result.run_dir)
     (run_dir / "result.json").write_text(json.dumps(data, indent=2))
+    (run_dir / "SCORECARD.md").write_text(render_scorecard_markdown(data["scorecard"]), encoding="utf-8")
     write_html(data, run_dir / "report.html")
+    print(render_scorecard_text(data["scorecard"]))
     print(render_table(data, colour=sys.stdout.isatty()))
     for runtime, versions in sorted(data["versions"].items()):
         print(f"{runtime}: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
     print(progress.summary())
-    print(f"\nresults: {run_dir / 'result.json'}\nreport:  {run_dir / 'report.html'}")
+    if data["stale_refused"]:
+        print("late requests of finished cells refused (409): "
+              + ", ".join(f"{server} {count}" for server, count in data["stale_refused"].items()))
+    print(f"\nresults: {run_dir / 'result.json'}\nreport:  {run_dir / 'report.html'}\nscorecard: {run_dir / 'SCORECARD.md'}")
     return 0
 
 

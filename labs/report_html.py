@@ -1,7 +1,8 @@
 """The lab's HTML report: one self-contained file (no network, no external assets).
 
-Three views, top to bottom:
+Four views, top to bottom:
 
+- the scorecard (labs.scorecard), per gateway and rule, each cell's evidence a link to the cell;
 - the versions that decide behaviour, as a table (runtime, package, version);
 - "compared with direct": per scenario, one row per gateway and one column per client, each cell
   `direct's word -> this gateway's word`, marked better, worse or the same (by `Outcome.severity`:
@@ -26,9 +27,10 @@ from typing import Any
 
 from finishline import Dialect
 from labs.outcome import Outcome, change
+from labs.repeat import split_text
 from labs.table import dialect_of, dialects_of, with_headings
 
-__all__ = ["BASELINE", "OUTCOME_COLOURS", "render_html", "write_html"]
+__all__ = ["BASELINE", "OUTCOME_COLOURS", "cell_label", "render_html", "write_html"]
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 1.5em; color: #222; }
@@ -39,6 +41,9 @@ table.grid th { background: #f4f4f4; font-weight: 600; }
 td.cell { cursor: pointer; font-family: ui-monospace, monospace; white-space: nowrap; }
 td.mismatch::after { content: " !"; font-weight: 700; }
 td.cell small { display: block; font-size: 11px; opacity: .75; }
+td.unstable { outline: 3px dashed #444; outline-offset: -3px; }
+table.scorecard td.score { vertical-align: top; font-size: 12px; }
+table.scorecard a.evidence { display: block; color: inherit; }
 #details { position: fixed; top: 0; right: 0; width: 42%; height: 100%; overflow: auto;
            background: #fff; border-left: 2px solid #888; padding: 1em; display: none; box-sizing: border-box; }
 #details pre { white-space: pre-wrap; word-break: break-all; background: #f6f6f6; padding: .5em; max-height: 22em; overflow: auto; }
@@ -104,6 +109,17 @@ function show(id) {
   if (s.expected.http_error) out += '<p>The worker answers HTTP ' + esc(s.expected.http_error) + ' before streaming.</p>';
   if (s.expected.tool_calls && s.expected.tool_calls.length) out += '<h3>worker\\'s tool calls</h3><pre>' + esc(JSON.stringify(s.expected.tool_calls, null, 1)) + '</pre>';
   if (c.hub && c.hub.length) out += '<h3>what the hub did</h3><pre>' + esc(c.hub.join('\\n')) + '</pre>';
+  if (c.attempts && c.attempts.length) {
+    const t0 = c.attempts[0].arrived_at, secs = v => v == null ? '' : v.toFixed(2) + ' s';
+    out += '<h3>attempts (' + (c.tries ?? c.attempts.length) + ' tries; first token ' + secs(c.first_token_s) + ', total ' + secs(c.total_s) + ')</h3><table class="grid"><tr><th>at</th><th>arrived</th><th>head</th><th>first token</th><th>ended</th><th>status</th></tr>';
+    for (const a of c.attempts) out += '<tr><td>' + esc(a.at) + '</td><td>+' + esc((a.arrived_at - t0).toFixed(2)) + ' s</td><td>' + esc(secs(a.head_s)) + '</td><td>' + esc(secs(a.first_token_s)) + '</td><td>' + esc(a.ended) + '</td><td>' + esc(a.status) + '</td></tr>';
+    out += '</table>';
+  }
+  if (c.repeats && c.repeats.length) {
+    out += '<h3>repeats' + (c.unstable ? ' (unstable)' : '') + '</h3><table class="grid"><tr><th>#</th><th>cell</th><th>outcome</th><th>books</th><th>tries</th></tr>';
+    for (const r of c.repeats) out += '<tr><td>' + esc(r.repeat) + '</td><td>' + esc(r.cell_id) + '</td><td>' + esc(r.outcome) + '</td><td>' + esc((r.books ?? '') + (r.books_mismatch ? ' !' : '')) + '</td><td>' + esc(r.tries) + '</td></tr>';
+    out += '</table>';
+  }
   if (c.books_entry) out += '<h3>books entry</h3><pre>' + esc(JSON.stringify(c.books_entry, null, 1)) + '</pre>';
   if (c.finish_fix_stream != null) out += '<h3>stream as finish_fix sent it on' + (c.gateway === 'finish_fix' ? ' (to the client)' : ' (to ' + esc(c.gateway.split('+')[0]) + ')') + '</h3><pre>' + esc(c.finish_fix_stream) + '</pre>';
   out += '<h3>worker\\'s stream</h3><p>fault: ' + esc(s.fault_summary || 'none') + '</p><pre>' + esc(s.worker_stream) + '</pre>';
@@ -112,6 +128,8 @@ function show(id) {
 }
 function hide() { document.getElementById('details').style.display = 'none'; }
 document.querySelectorAll('td.cell').forEach(td => td.addEventListener('click', () => show(td.dataset.id)));
+// The scorecard's evidence: each link opens the cell it names (the cell shown for its position).
+document.querySelectorAll('a.evidence').forEach(a => a.addEventListener('click', e => { e.preventDefault(); show(a.dataset.id); }));
 """
 
 
@@ -138,7 +156,7 @@ def _grid(result: dict[str, Any], gateway: str, dialect: str = Dialect.CHAT.valu
                 parts.append("<td></td>")
                 continue
             books = f"<small>books: {html.escape(cell['books'])}</small>" if cell.get("books") else ""
-            parts.append(_cell_td(cell, html.escape(cell["outcome"]) + _spare(cell) + books))
+            parts.append(_cell_td(cell, cell_label(cell) + _spare(cell) + books + _split(cell)))
         parts.append("</tr>")
     parts.append("</table>")
     return "".join(parts)
@@ -161,13 +179,32 @@ def _versions(versions: dict[str, Any]) -> str:
     return '<table class="versions"><tr><th>runtime</th><th>package</th><th>version</th></tr>' + "".join(rows) + "</table>"
 
 
+def cell_label(cell: dict[str, Any]) -> str:
+    """A grid cell's text: the outcome, the tries the upstream saw and the seconds to the
+    client's end, e.g. `error · 3 tries · 41 s` (escaped HTML); `~` when its repeats differ."""
+    parts = [html.escape(cell["outcome"]) + ("~" if cell.get("unstable") else "")]
+    tries = cell.get("tries")
+    if tries is not None:
+        parts.append(f"{tries} {'try' if tries == 1 else 'tries'}")
+    if cell.get("total_s") is not None:
+        parts.append(f"{cell['total_s']:.0f} s")
+    return " &middot; ".join(parts)
+
+
+def _split(cell: dict[str, Any]) -> str:
+    """How a repeated cell's repeats split (labs.repeat.split_text), under its word."""
+    text = split_text(cell)
+    return f'<small class="split">{html.escape(text)}</small>' if text else ""
+
+
 def _spare(cell: dict[str, Any]) -> str:
     """A note on a cell the spare worker answered (rule 1: a retry before the first token)."""
     return "<small>answered by the spare</small>" if cell.get("answered_by") == "spare" else ""
 
 
 def _cell_td(cell: dict[str, Any], text: str, extra: tuple[str, ...] = ()) -> str:
-    classes = ["cell", cell["outcome"], *extra] + (["mismatch"] if cell.get("books_mismatch") else [])
+    classes = (["cell", cell["outcome"], *extra] + (["mismatch"] if cell.get("books_mismatch") else [])
+               + (["unstable"] if cell.get("unstable") else []))
     return (
         f'<td class="{" ".join(classes)}" data-id="{html.escape(cell["cell_id"])}" '
         f'title="{html.escape(cell["why"])}">{text}</td>'
@@ -236,6 +273,49 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
     )
 
 
+#: A scorecard word's background (the outcome colours: pass as ok, safe as error, fail as the worst).
+_SCORE_COLOURS = {"pass": OUTCOME_COLOURS[Outcome.OK], "safe": OUTCOME_COLOURS[Outcome.ERROR],
+                  "fail": OUTCOME_COLOURS[Outcome.SILENT_TRUNCATION], "n/a": ("#eee", "#666")}
+#: How many evidence cells a scorecard cell lists (result.json and SCORECARD.md keep them all).
+_EVIDENCE_SHOWN = 3
+
+
+def _scorecard(card: dict[str, Any] | None) -> str:
+    """The scorecard (labs.scorecard) on top: a row per gateway, a column per rule, each cell its
+    word and the first cells of its evidence, each a link that opens that cell; then the gateways'
+    versions."""
+    if not card:
+        return ""
+    header = "<tr><th>gateway</th>" + "".join(
+        f'<th title="{html.escape(card["questions"][name])}">{html.escape(name)}</th>' for name in card["columns"]
+    ) + "</tr>"
+    rows = []
+    for gateway, scores in card["gateways"].items():
+        row = [f"<tr><th>{html.escape(gateway)}</th>"]
+        for name in card["columns"]:
+            entry = scores[name]
+            background, colour = _SCORE_COLOURS[entry["score"]]
+            links = "".join(
+                f'<a href="#" class="evidence" data-id="{html.escape(e["cell_id"])}" title="{html.escape(e["why"])}">'
+                f'{html.escape(e["scenario"])}/{html.escape(e["dialect"])}/{html.escape(e["client"])}</a>'
+                for e in entry["evidence"][:_EVIDENCE_SHOWN]
+            )
+            more = len(entry["evidence"]) - _EVIDENCE_SHOWN
+            links += f"<small>+{more} more</small>" if more > 0 else ""
+            row.append(
+                f'<td class="score" style="background:{background};color:{colour}" title="{html.escape(entry["why"])}">'
+                f'<b>{html.escape(entry["score"])}</b>{links}</td>'
+            )
+        rows.append("".join(row) + "</tr>")
+    versions = ", ".join(f"{html.escape(k)} {html.escape(str(v))}" for k, v in card.get("versions", {}).items())
+    return (
+        "<h2>scorecard</h2><p>Per gateway: pass, safe (no rescue, but a bounded clean error), fail, or n/a (nothing in "
+        "the run to judge by). Each cell lists its evidence; click one to open that cell.</p>"
+        f'<table class="grid scorecard">{header}{"".join(rows)}</table>'
+        + (f"<p>gateway versions: {versions}</p>" if versions else "")
+    )
+
+
 def _scenario_time(timing: dict[str, Any] | None) -> str:
     if not timing or not timing.get("cells"):
         return ""
@@ -287,7 +367,9 @@ def render_html(result: dict[str, Any]) -> str:
     )
     body = [
         "<h1>finishline lab: what each client saw</h1>",
-        f"<p>{len(result['cells'])} cells in {result['duration_s']:.0f} s.</p>",
+        f"<p>{len(result['cells'])} cells in {result['duration_s']:.0f} s"
+        + (f", each run {result['repeat']} times" if result.get("repeat", 1) > 1 else "") + ".</p>",
+        _scorecard(result.get("scorecard")),
         f'<p class="legend">{legend}',
         " a trailing ! marks books that disagree with the client. Click a cell for its details.</p>",
         "<h2>versions</h2>",

@@ -53,19 +53,22 @@ from finishline import Dialect
 from labs.clients import CLIENTS_BY_DIALECT, EVERY_CLIENT, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
+from labs.gateway_versions import gateway_versions
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.gateways.registry import unserved_reason
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
-from labs.hub import open_hub
+from labs.hub import Hub, open_hub
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
+from labs.repeat import merge_repeats
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
-from labs.topology import PRIMARY, SPARE, attach_workers, open_gateway_sets, topology_groups, topology_line
-from labs.worker.server import open_worker
+from labs.topology import HUB, PRIMARY, SPARE, attach_workers, open_gateway_sets, topology_groups, topology_line
+from labs.worker.server import RunningWorker, open_worker
 from labs.worker.wire import response_plan
 
 __all__ = [
     "PRIMARY",
     "SPARE",
+    "GATEWAYS_RUNTIME",
     "TUNNEL",
     "CellResult",
     "LabConfig",
@@ -75,6 +78,8 @@ __all__ = [
     "PlannedCell",
     "plan_cells",
     "plan_not_applicable",
+    "repeat_label",
+    "run_labels",
     "run_lab",
 ]
 
@@ -87,6 +92,8 @@ TUNNEL = "worker"
 BOOKS_DEADLINE_S = 15.0
 #: The books word for a cell whose gateway keeps books but wrote nothing for it.
 BOOKS_NO_ENTRY = "no entry"
+#: The `versions` key of the gateways' versions (beside the driver hosts' runtimes).
+GATEWAYS_RUNTIME = "gateways"
 
 
 class LabError(ValueError):
@@ -107,6 +114,9 @@ class LabConfig:
     external_api_key: str | None = None
     #: Fixed port for the tunnel (so an external gateway can be pointed at it); 0: any free port.
     tunnel_port: int = 0
+    #: How many times every cell runs (`--repeat`); each repeat is a cell of its own (its own id)
+    #: until `labs.repeat.merge_repeats` folds them into one, marked unstable where they differ.
+    repeat: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +165,22 @@ class CellResult:
     worker_requests: dict[str, int] = field(default_factory=dict)
     #: What the hub did, one line per request it relayed for this cell (labs.hub.HubExchange).
     hub: list[str] = field(default_factory=list)
+    #: Every request the hub and the workers saw for this cell, oldest first
+    #: (`labs.worker.attempts.Attempt` as JSON; labs.topology.attach_workers).
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    #: How many times the gateway (or the client) asked: the requests at the first server behind
+    #: the gateway (the hub, else the primary) plus the spare's; None when nothing recorded them.
+    tries: int | None = None
+    #: Seconds from the client's request to its first token (the client's report), None if none came.
+    first_token_s: float | None = None
+    #: Seconds from the client's request to its end (the client's report, else the runner's clock).
+    total_s: float | None = None
+    #: Which repeat of the cell this is (`--repeat`), 1 for the first.
+    repeat: int = 1
+    #: Every repeat's outcome and books, when the run repeated cells (labs.repeat); else empty.
+    repeats: list[dict[str, Any]] = field(default_factory=list)
+    #: Whether the repeats differ in outcome or books (labs.repeat.merge_repeats).
+    unstable: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -174,6 +200,11 @@ class LabResult:
     clients_by_dialect: dict[str, list[str]] = field(default_factory=dict)
     #: The gateways of the run that the lab does not send a dialect through (`n/a`, not run).
     not_applicable: list[NotApplicable] = field(default_factory=list)
+    #: How many times every cell ran (`--repeat`).
+    repeat: int = 1
+    #: Per server (`primary`, `spare`, `hub`), how many late requests of a finished scenario run
+    #: it refused (409) instead of serving them under another run's policy and fault.
+    stale_refused: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -262,7 +293,9 @@ async def _run_cell(
     }
     request["api_key"] = gateway.api_key or LAB_API_KEY
     async with limiter:
+        began = trio.current_time()
         raw = await hosts[client].run(request)
+        took = trio.current_time() - began
     report = ClientReport.from_json({"client": client, "completed": False, **raw})
     judgement = judge(report, scenario.expected(dialect))
     return CellResult(
@@ -276,6 +309,8 @@ async def _run_cell(
         why=judgement.reason,
         report=report.to_json(),
         request_model=model,
+        first_token_s=report.ttft_s,
+        total_s=report.duration_s if report.duration_s is not None else round(took, 3),
     )
 
 
@@ -293,11 +328,13 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     started = time.time()
     clock = time.monotonic()
     planned = plan_cells(config)
-    total = len(planned)
+    total = len(planned) * config.repeat
     if total > MAX_CELLS:
         # Cell ids are fixed-width (labs.scenario.CELL_ID_TEMPLATE): a wider id would change every
         # model name's length and with it the byte offsets of the exact cuts.
-        raise LabError(f"{total} cells planned, at most {MAX_CELLS} fit in one run; run fewer scenarios, clients or gateways")
+        raise LabError(
+            f"{total} cells planned, at most {MAX_CELLS} fit in one run; run fewer scenarios, clients, gateways or repeats"
+        )
     run_dir = (config.results_dir / time.strftime("%Y%m%d-%H%M%S", time.localtime(started))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
 
@@ -310,7 +347,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     groups = topology_groups(config.scenarios, planned)
 
     async with AsyncExitStack() as stack:
-        worker = await stack.enter_async_context(open_worker())
+        worker = await stack.enter_async_context(open_worker(name=PRIMARY))
         toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
         tunnel = await trio.to_thread.run_sync(
             lambda: toxiproxy.client.create_proxy(
@@ -320,7 +357,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         tunnel_url = f"http://127.0.0.1:{tunnel.listen_port}"
         workers = {PRIMARY: worker}
         if any(topology.workers == 2 for topology in groups):
-            workers[SPARE] = await stack.enter_async_context(open_worker())
+            workers[SPARE] = await stack.enter_async_context(open_worker(name=SPARE))
         hub = None
         if any(topology.hub for topology in groups):
             hub = await stack.enter_async_context(open_hub(upstream_port=tunnel.listen_port))
@@ -336,9 +373,12 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         # The dialects the run speaks: the Python host imports their libraries before its hello.
         run_dialects = tuple(d for d in Dialect if any(d in _dialects(config, s) for s in config.scenarios))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
+        # Read while the first gateways start (a few short child runs; labs.gateway_versions).
+        gateways_versions = await trio.to_thread.run_sync(gateway_versions)
         if groups:
             await gateway_sets.get(next(iter(groups)))
         versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
+        versions[GATEWAYS_RUNTIME] = gateways_versions
         limiter = trio.CapacityLimiter(max(1, config.jobs))
         done = 0
         #: When each cell ended (trio's clock), for the books' deadline.
@@ -350,8 +390,10 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             ended[result.cell_id] = trio.current_time()
             report(f"{label}: {result.client} via {result.gateway}: {result.outcome}", done, total)
 
-        # Cell ids in matrix order, whatever order the topology groups run in.
+        # Cell ids in matrix order, whatever order the topology groups run in; repeat r of the
+        # matrix is numbered after repeat r - 1 (each repeat is a cell of its own until merged).
         numbered = list(enumerate(planned, start=1))
+        servers = _servers(workers, hub)
         by_topology: dict[Topology, list[CellResult]] = {}
         for topology, scenarios in groups.items():
             if not gateway_sets.is_ready(topology):
@@ -359,23 +401,38 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             gateways = await gateway_sets.get(topology)
             group_results = by_topology.setdefault(topology, [])
             for scenario in scenarios:
-                for dialect in _dialects(config, scenario):
-                    cells = [(n, c.client, c.gateway) for n, c in numbered if c.scenario is scenario and c.dialect == dialect]
+                for dialect, repeat in ((d, r) for d in _dialects(config, scenario) for r in range(1, config.repeat + 1)):
+                    cells = [
+                        (n + (repeat - 1) * len(planned), c.client, c.gateway)
+                        for n, c in numbered if c.scenario is scenario and c.dialect == dialect
+                    ]
                     if not cells:
                         continue
-                    label = scenario.label(dialect)
+                    label = repeat_label(scenario.label(dialect), repeat, config.repeat)
+                    if hub is not None and scenario.hub_policy is not None:
+                        hub.on_tunnel_drop = scenario.hub_policy
+                    # Isolation (issue 14): from here on the hub and the workers serve this run's
+                    # cells only; a gateway's late retry of an earlier cell is refused (409) and
+                    # counted, never served under this run's policy and fault. Set before SMG's
+                    # registration, whose probes name this run's cells.
+                    _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _ in cells))
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)
-                    if hub is not None and scenario.hub_policy is not None:
-                        hub.on_tunnel_drop = scenario.hub_policy
                     # Before the fault and the drop: SMG registers each model's workers (probes).
                     await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n)) for n, _, g in cells])
                     await _drop_pooled_connections(toxiproxy, TUNNEL)
-                    group_results += await _run_scenario(
-                        scenario, dialect, cells, faults[(scenario.name, dialect)],
+                    run_results = await _run_scenario(
+                        scenario, dialect, cells, faults[(scenario.name, dialect)], label=label,
                         gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
                     )
+                    for result in run_results:
+                        result.repeat = repeat
+                    group_results += run_results
+                    # Between runs nothing is current: whatever still arrives for a finished cell
+                    # is refused.
+                    _serve_only(servers, frozenset())
+        _serve_only(servers, None)
         # Every topology's books at once: one deadline for the run, not one per gateway set.
         async with trio.open_nursery() as nursery:
             for topology, group_results in by_topology.items():
@@ -384,7 +441,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             _attach_books(group_results, gateway_sets.opened[topology])
             results += group_results
         attach_workers(results, workers, hub)
-    results.sort(key=lambda r: r.cell_id)
+        stale = {name: server.stale_refused for name, server in servers.items()}
+    results = merge_repeats(sorted(results, key=lambda r: r.cell_id), config.repeat)
     return LabResult(
         started=started,
         duration_s=time.monotonic() - clock,
@@ -407,6 +465,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             for d in Dialect if any(p.dialect == d for p in planned)
         },
         not_applicable=plan_not_applicable(config),
+        repeat=config.repeat,
+        stale_refused={name: count for name, count in stale.items() if count},
     )
 
 
@@ -421,21 +481,48 @@ async def _run_scenario(
     limiter: trio.CapacityLimiter,
     toxiproxy,
     on_cell: Callable[[str, CellResult], None],
+    label: str | None = None,
 ) -> list[CellResult]:
     """All cells of one scenario in one dialect at once, with its fault on the tunnel for as long
-    as any runs; `on_cell(label, result)` as each ends."""
+    as any runs; `on_cell(label, result)` as each ends (`label`: the run's, by default the
+    scenario's in `dialect`)."""
     results: list[CellResult] = []
+    label = label or scenario.label(dialect)
 
     async def one(cell_id: str, client: str, gateway: str) -> None:
         result = await _run_cell(scenario, dialect, client, gateways[gateway], cell_id, hosts, limiter)
         results.append(result)
-        on_cell(scenario.label(dialect), result)
+        on_cell(label, result)
 
     async with fault.applied(toxiproxy.client, TUNNEL) if fault is not None else contextlib.nullcontext():
         async with trio.open_nursery() as nursery:
             for number, client, gateway in cells:
                 nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway)
     return sorted(results, key=lambda r: r.cell_id)
+
+
+def _servers(workers: dict[str, RunningWorker], hub: Hub | None) -> dict[str, RunningWorker | Hub]:
+    """The servers that see a cell's requests, by the name `stale_refused` counts them under."""
+    return {**workers, **({HUB: hub} if hub is not None else {})}
+
+
+def _serve_only(servers: dict[str, RunningWorker | Hub], cells: frozenset[str] | None) -> None:
+    """Tell every server which cells are current (labs.worker.attempts: a request of any other
+    cell is refused 409 and counted); None: every request is served (the lab is done)."""
+    for server in servers.values():
+        server.current_cells = cells
+
+
+def repeat_label(label: str, repeat: int, repeats: int) -> str:
+    """A scenario run as progress lines and timings name it: `label` alone when cells run once,
+    `label #2` for the second of several repeats."""
+    return label if repeats == 1 else f"{label} #{repeat}"
+
+
+def run_labels(config: LabConfig) -> list[str]:
+    """Every scenario run's label (`repeat_label`), in the order the cells plan them."""
+    labels = dict.fromkeys(cell.scenario.label(cell.dialect) for cell in plan_cells(config))
+    return [repeat_label(label, r, config.repeat) for label in labels for r in range(1, config.repeat + 1)]
 
 
 def _worker_stream(scenario: Scenario, dialect: Dialect) -> str:

@@ -5,7 +5,8 @@ under it, the gateways the lab does not send that dialect through get one `n/a` 
 why. A Chat-only run is laid out as before there were dialects.
 
 Cells show the outcome words themselves (`ok`, `error`, `flagged`, `hang`, `silent-truncation`),
-coloured on a terminal; a trailing `!` marks a cell whose gateway books disagree with what the client saw. For a
+coloured on a terminal; a trailing `!` marks a cell whose gateway books disagree with what the client saw,
+`(3)` that the upstream saw 3 tries for it, `~` that its repeats differ (`--repeat`, labs.repeat). For a
 gateway that keeps books, a last column counts what the books recorded for the row.
 """
 
@@ -16,8 +17,9 @@ from typing import Any
 
 from finishline import Dialect
 from labs.outcome import Outcome, change
+from labs.repeat import split_text
 
-__all__ = ["dialect_of", "dialects_of", "render_table", "with_headings"]
+__all__ = ["cell_text", "dialect_of", "dialects_of", "render_table", "with_headings"]
 
 _COLOURS = {
     Outcome.OK.value: "\033[32m",
@@ -71,6 +73,12 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
             lines += [f"n/a  {n['why']}" for n in unserved] + [""]
     if any(c.get("books_mismatch") for c in result["cells"]):
         lines.append("! the gateway's books disagree with what the client saw, or have no entry for the request")
+    if any((c.get("tries") or 0) > 1 for c in result["cells"]):
+        lines.append("(N) the upstream saw N tries for the cell (the gateway's and the client's retries)")
+    unstable = [c for c in result["cells"] if c.get("unstable")]
+    if unstable:
+        lines.append(f"~ unstable: the cell's {result.get('repeat', '')} repeats differ in outcome or books:")
+        lines += [f"    {c['gateway']} / {c['scenario']} ({dialect_of(c)}) / {c['client']}: {split_text(c)}" for c in unstable]
     lines += _compared_with_direct(result, cells, headings)
     counts = Counter(c["outcome"] for c in result["cells"])
     lines.append(
@@ -78,6 +86,17 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
         + f"; {len(result['cells'])} in {result['duration_s']:.0f} s"
     )
     return "\n".join(lines)
+
+
+def cell_text(cell: dict[str, Any]) -> str:
+    """A cell as the terminal shows it: the outcome word, the try count in brackets when the
+    upstream saw more than one (`error(3)`), `!` when the books disagree, `~` when its repeats
+    differ (labs.repeat)."""
+    tries = cell.get("tries") or 0
+    return (
+        cell["outcome"] + (f"({tries})" if tries > 1 else "")
+        + ("!" if cell.get("books_mismatch") else "") + ("~" if cell.get("unstable") else "")
+    )
 
 
 def _dialect_blocks(
@@ -97,6 +116,9 @@ def _dialect_blocks(
             continue
         has_books = any(cells[k].get("books_entry") is not None or cells[k].get("books") for k in mine)
         widths = [max(len(client), len(Outcome.SILENT_TRUNCATION.value) + 1) for client in clients]
+        # Room for a try count and the unstable mark where a cell of the block has them.
+        extra = max((len(cell_text(cells[k])) - len(cells[k]["outcome"]) - 1 for k in mine), default=0)
+        widths = [max(width, len(Outcome.SILENT_TRUNCATION.value) + 1 + extra) for width in widths]
         header = "scenario".ljust(name_width) + "  " + "  ".join(c.ljust(w) for c, w in zip(clients, widths))
         if has_books:
             header += "  books"
@@ -111,8 +133,7 @@ def _dialect_blocks(
                 if cell is None:
                     row.append("".ljust(width))
                     continue
-                mark = "!" if cell.get("books_mismatch") else ""
-                row.append(_pad(cell["outcome"] + mark, width, colour, cell["outcome"]))
+                row.append(_pad(cell_text(cell), width, colour, cell["outcome"]))
                 books[cell.get("books") or "none"] += 1
             line = "  ".join(row)
             if has_books:

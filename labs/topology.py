@@ -10,10 +10,12 @@ workers' own records (`attach_workers`).
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -21,16 +23,19 @@ from labs.gateways.registry import RunServices, TopologyPlan
 from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
 from labs.scenario import Scenario, Topology, cell_id_of
+from labs.worker.attempts import Attempt, attempts_of
 from labs.worker.server import RunningWorker
 
 if TYPE_CHECKING:
     from labs.runner import CellResult, PlannedCell
 
 __all__ = [
+    "HUB",
     "PRIMARY",
     "SPARE",
     "GatewaySets",
     "attach_workers",
+    "attempt_json",
     "open_gateway_sets",
     "route_prefix",
     "topology_groups",
@@ -40,6 +45,15 @@ __all__ = [
 #: The two workers, as a cell's `answered_by` names them: the one behind the tunnel, the spare.
 PRIMARY = "primary"
 SPARE = "spare"
+#: The hub, as `LabResult.stale_refused` names it (and a topology's label starts with it).
+HUB = "hub"
+
+
+def attempt_json(attempt: Attempt, at: str) -> dict[str, Any]:
+    """One attempt as `result.json` keeps it: its fields (enums as their words), and `at`, the
+    server that recorded it as the lab names it (`hub`, `primary`, `spare`)."""
+    data = dataclasses.asdict(attempt)
+    return {"at": at, **{key: (value.value if isinstance(value, enum.Enum) else value) for key, value in data.items()}}
 
 
 def topology_groups(scenarios: tuple[Scenario, ...], planned: list[PlannedCell]) -> dict[Topology, list[Scenario]]:
@@ -144,7 +158,11 @@ async def open_gateway_sets(
 
 
 def attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
-    """Which worker answered each cell, how often each was asked, and what the hub did."""
+    """Which worker answered each cell, how often each was asked, what the hub did, and every
+    request the hub and the workers saw for it (`attempts`, oldest first) with the count of tries:
+    the requests at the first server behind the gateway (the hub when the cell's topology has
+    it, else the primary) plus the spare's, since through the hub each try also reaches the
+    primary (the tunnel), and counting both would count it twice."""
     asked: dict[str, dict[str, int]] = {}
     for name, worker in workers.items():
         for model in worker.arrivals:
@@ -161,3 +179,9 @@ def attach_workers(results: list[CellResult], workers: dict[str, RunningWorker],
         result.worker_requests = asked.get(result.cell_id, {})
         result.answered_by = SPARE if SPARE in result.worker_requests else PRIMARY if result.worker_requests else None
         result.hub = relayed.get(result.cell_id, [])
+        servers = {**({HUB: hub} if hub is not None else {}), **workers}
+        seen = [attempt_json(a, name) for name, server in servers.items() for a in attempts_of(result.cell_id, server)]
+        result.attempts = sorted(seen, key=lambda a: a["arrived_at"])
+        first_hop = hub if hub is not None and result.topology.startswith(HUB) else workers[PRIMARY]
+        asked_by_gateway = [first_hop, *([workers[SPARE]] if SPARE in workers else [])]
+        result.tries = len(attempts_of(result.cell_id, *asked_by_gateway))

@@ -48,6 +48,14 @@ DEFAULT_SET = {
     "stop-reason-null",
     "close-after-reasoning",
     "bare-error-frame",
+    # The conduct scenarios (issue 14); `no-response` and `slow-first-token` are `default = false`.
+    "http-429-retry-after",
+    "http-500-once",
+    "reset-before-head",
+    "no-response",
+    "slow-first-token",
+    "malformed-chunk",
+    "http-400-context-length",
 }
 
 
@@ -451,6 +459,8 @@ def test_the_default_run_takes_each_scenario_in_its_default_dialects_and_all_in_
     # The Chat part of the default run is the scenarios it had before there were dialects.
     assert {name for name, dialects in default.items() if Dialect.CHAT in dialects} == DEFAULT_SET - {
         "cut-after-tokens-reset", "sliced", "latency-jitter", "stop-reason-null", "close-after-reasoning", "bare-error-frame",
+        # The slow conduct scenarios (issue 14) are `default = false`.
+        "no-response", "slow-first-token",
     }
 
 

@@ -11,13 +11,17 @@ gateway gets.
 
 The policy is read once per request, when it arrives: the lab's runner sets `Hub.on_tunnel_drop`
 before each scenario, and a request already in flight keeps the policy it started with.
+
+For the lab (issue 14), as the worker does (`labs.worker.server`): every completion request is an
+`Attempt` in `Hub.attempts` (server `hub`); a request whose cell is not one of `Hub.current_cells`
+gets the worker's 409 (`stale_refusal`) and is never relayed. The hub reads no events, so it knows
+when the first token went through from the worker's own plan for the request: the body bytes up
+to the end of the first token event of the healthy stream (`_first_token_end`), counted on a 2xx.
 """
 
 from __future__ import annotations
 
 import json
-import socket
-import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -35,9 +39,26 @@ from labs.hub.policy import (
     after_tunnel_drop,
     parse_policy,
 )
-from labs.worker.server import send_quietly, serve_http_connection
-from labs.worker.settings import Framing
-from labs.worker.wire import ResponsePlan, json_plan
+from finishline import Dialect
+from labs.worker.attempts import (
+    ENDED_CLIENT_GONE,
+    ENDED_REFUSED_STALE,
+    Attempt,
+    AttemptInProgress,
+    request_cell_id,
+    response_ending,
+    tunnel_ending,
+)
+from labs.worker.server import (
+    completion_dialect,
+    reset_on_close,
+    send_quietly,
+    serve_http_connection,
+    settings_for_request,
+    stale_refusal,
+)
+from labs.worker.settings import Framing, SettingsError, WorkerSettings
+from labs.worker.wire import ResponsePlan, json_plan, response_plan
 
 __all__ = ["Hub", "HubExchange", "open_hub", "serve_hub"]
 
@@ -68,6 +89,8 @@ class HubExchange:
 
     def summary(self) -> str:
         """One line for a report, e.g. `tunnel fin after 0 body bytes; hub close: clean_end`."""
+        if self.upstream_ending == ENDED_REFUSED_STALE:
+            return "refused: not a current cell (409)"
         if self.upstream_ending == "complete":
             return f"complete ({self.body_bytes} body bytes)"
         return f"tunnel {self.upstream_ending} after {self.body_bytes} body bytes; hub {self.policy}: {self.action}"
@@ -83,6 +106,14 @@ class Hub:
     upstream_port: int
     _policy: TunnelDropPolicy
     exchanges: list[HubExchange] = field(default_factory=list)
+    #: Its name in `attempts`.
+    name: str = "hub"
+    #: Every completion request, stale ones included, in order of arrival (`labs.worker.attempts`).
+    attempts: list[Attempt] = field(default_factory=list)
+    #: The cell ids relayed; a request naming another cell gets 409 and is not relayed. None: all.
+    current_cells: frozenset[str] | None = None
+    #: How many requests were refused as stale.
+    stale_refused: int = 0
 
     @property
     def on_tunnel_drop(self) -> TunnelDropPolicy:
@@ -147,13 +178,36 @@ def _bad_request(message: str) -> ResponsePlan:
     return json_plan(400, {"error": error}, connection_close=True)
 
 
-def _model_of(body: bytes) -> str | None:
+def _payload_of(body: bytes) -> dict:
     try:
         value = json.loads(body)
     except ValueError:
-        return None
-    model = value.get("model") if isinstance(value, dict) else None
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _model_of(body: bytes) -> str | None:
+    model = _payload_of(body).get("model")
     return model if isinstance(model, str) else None
+
+
+def _first_token_end(request: h11.Request, payload: dict, dialect: Dialect) -> int | None:
+    """Body bytes (framing excluded) through the first token event of the worker's healthy stream
+    for this request, None when it is no stream, has no token, or its settings do not parse.
+    Resolved over the worker's default settings, as the lab's worker runs (`open_worker()`)."""
+    if payload.get("stream") is not True:
+        return None
+    headers = {name.decode().lower(): value.decode("latin-1") for name, value in request.headers}
+    try:
+        settings = settings_for_request(WorkerSettings(), headers, payload, dialect).after_first_attempt()
+    except SettingsError:
+        return None
+    offset = 0
+    for segment in response_plan(settings, stream=True, dialect=dialect).segments:
+        offset += len(segment.event)
+        if segment.kind == "token":
+            return offset
+    return None
 
 
 def _upstream_request(request: h11.Request, body: bytes) -> tuple[h11.Connection, bytes]:
@@ -195,24 +249,48 @@ def _failure(error: trio.BrokenResourceError) -> TunnelFailure:
     return TunnelFailure.RESET if isinstance(error.__cause__, ConnectionResetError) else TunnelFailure.FIN
 
 
-def _reset(stream: trio.SocketStream) -> None:
-    # SO_LINGER with a zero timeout: the close that follows sends a TCP reset, not a FIN.
-    stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-
-
 async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *, hub: Hub) -> bool:
     """Relay one request; True when the gateway's connection can take another."""
+    arrived_at = trio.current_time()
     policy = hub.on_tunnel_drop
     client_wants_close = request.http_version != b"1.1" or any(
         name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()
     )
+    path = request.target.decode("latin-1").split("?", 1)[0]
+    dialect = completion_dialect(path) if request.method == b"POST" else None
+    payload = _payload_of(body)
+    cell = request_cell_id(payload.get("model"))
+    attempt = AttemptInProgress.open(hub, cell, dialect, arrived_at) if dialect is not None else None
+    first_token_end = _first_token_end(request, payload, dialect) if dialect is not None else None
 
     def record(status: int | None, ending: str, action: str, body_bytes: int) -> None:
         hub.exchanges.append(HubExchange(
-            method=request.method.decode(), path=request.target.decode("latin-1").split("?", 1)[0],
-            model=_model_of(body), policy=policy, status=status, upstream_ending=ending, action=action,
-            body_bytes=body_bytes,
+            method=request.method.decode(), path=path, model=_model_of(body), policy=policy, status=status,
+            upstream_ending=ending, action=action, body_bytes=body_bytes,
         ))
+        if attempt is not None:
+            sent_status = status if attempt.head_at is not None else None
+            if ending == "complete":
+                ended = response_ending(status or 0)
+            elif ending == "gateway_gone":
+                ended = ENDED_CLIENT_GONE
+            elif ending == ENDED_REFUSED_STALE:
+                ended = ending
+            else:
+                ended = tunnel_ending(ending)
+                if action == "bad_gateway":  # the hub's own 502 goes out right after this record
+                    attempt.note_head(trio.current_time())
+                    sent_status = 502
+            attempt.close(hub, ended, sent_status)
+
+    if dialect is not None and cell is not None and hub.current_cells is not None and cell not in hub.current_cells:
+        # A late request of an earlier cell never reaches the worker (issue 14, item 1).
+        hub.stale_refused += 1
+        assert attempt is not None
+        attempt.note_head(trio.current_time())
+        record(409, ENDED_REFUSED_STALE, ENDED_REFUSED_STALE, 0)
+        await stream.send_all(stale_refusal(cell, dialect).to_bytes())
+        return not client_wants_close
 
     try:
         upstream = await trio.open_tcp_stream(hub.upstream_host, hub.upstream_port)
@@ -251,6 +329,8 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
                 elif isinstance(event, h11.Response):
                     response, framing = event, _framing(event)
                     await stream.send_all(_head(event))
+                    if attempt is not None:
+                        attempt.note_head(trio.current_time())
                 elif isinstance(event, h11.Data):
                     relayed += len(event.data)
                     if framing is Framing.CHUNKED:
@@ -262,10 +342,16 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
                             chunk.clear()
                     else:
                         await stream.send_all(event.data)
+                    assert response is not None
+                    if (attempt is not None and first_token_end is not None and response.status_code < 300
+                            and relayed - len(chunk) >= first_token_end):
+                        attempt.note_first_token(trio.current_time())
                 elif isinstance(event, h11.EndOfMessage):
                     if framing is Framing.CHUNKED:
                         await stream.send_all(TERMINATOR)
                     assert response is not None
+                    if attempt is not None and payload.get("stream") is not True and response.status_code < 300 and relayed:
+                        attempt.note_first_token(trio.current_time())  # a whole body carries the tokens
                     record(response.status_code, "complete", "passed", relayed)
                     return not client_wants_close and not _closes(response, framing)
                 else:  # h11.ConnectionClosed before a response: the tunnel closed at once
@@ -294,5 +380,5 @@ async def _dropped(
     if answer.send:
         await stream.send_all(answer.send)
     if answer.end is ConnectionEnd.RESET:
-        _reset(stream)
+        reset_on_close(stream)
     return answer.end is ConnectionEnd.KEEP and not closes

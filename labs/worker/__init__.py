@@ -10,9 +10,12 @@ Completions, Anthropic Messages and OpenAI Responses, all from the same settings
   builders (the tests' scripted upstream uses them too); `labs.worker.dialect_wire`: what each knob
   does in those dialects.
 - `labs.worker.server`: the trio server, `serve_worker` (for `nursery.start`) and `open_worker`.
+- `labs.worker.attempts`: `Attempt`, the record of every completion request a worker, the spare or
+  the hub saw, by cell id, and `attempts_of`.
 - `python -m labs.worker --help`: run it standalone.
 """
 
+from labs.worker.attempts import Attempt, attempts_of
 from labs.worker.server import HandledRequest, RunningWorker, open_worker, serve_worker, settings_for_request
 from labs.worker.settings import (
     DEFAULT_MODEL_NAME,
@@ -30,6 +33,7 @@ from labs.worker.settings import (
 from labs.worker.wire import ResponsePlan, Segment, response_plan
 
 __all__ = [
+    "Attempt",
     "DEFAULT_MODEL_NAME",
     "SETTINGS_HEADER",
     "ExpectedAnswer",
@@ -43,6 +47,7 @@ __all__ = [
     "Segment",
     "SettingsError",
     "WorkerSettings",
+    "attempts_of",
     "expected_answer",
     "open_worker",
     "parse_settings",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # annotations only: labs.worker.settings re-exports this modu
     from labs.worker.settings import WorkerSettings
 
 __all__ = [
+    "CONTEXT_LENGTH_MESSAGE",
     "CONTENT_WORDS",
     "REASONING_WORDS",
     "TOOL_ARGUMENT_PIECES",
@@ -34,6 +35,8 @@ __all__ = [
     "anthropic_error",
     "blocks_of",
     "choice_pieces",
+    "context_length_body",
+    "context_length_object",
     "dialect_reason",
     "error_object",
     "expected_answer",
@@ -152,6 +155,30 @@ def error_object(status: int, model: str) -> dict[str, Any]:
     }
 
 
+#: `http_400_context_length`'s message: what OpenAI says (its code `context_length_exceeded` is the
+#: word clients and gateways match on, e.g. LiteLLM's `ContextWindowExceededError`).
+CONTEXT_LENGTH_MESSAGE = (
+    "This model's maximum context length is 128 tokens. However, your messages resulted in more tokens "
+    "(simulated by finishline)."
+)
+
+
+def context_length_object() -> dict[str, Any]:
+    """OpenAI's `error` object for a prompt over the context window (a 400 not to retry)."""
+    return {"message": CONTEXT_LENGTH_MESSAGE, "type": "invalid_request_error", "param": "messages",
+            "code": "context_length_exceeded"}
+
+
+def context_length_body(dialect: Dialect) -> dict[str, Any]:
+    """The 400 body of `http_400_context_length` in `dialect`'s error shape. Anthropic's errors have
+    no code: its type is `invalid_request_error` and the message says the prompt is too long (as the
+    real API's `prompt is too long: N tokens > M maximum`)."""
+    if dialect is Dialect.MESSAGES:
+        message = "prompt is too long: 129 tokens > 128 maximum (simulated by finishline)."
+        return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    return {"error": context_length_object()}
+
+
 #: Anthropic's error `type` per HTTP status (anthropic-sdk-python `types/shared/error_type.py`, and
 #: the status each is documented with); other 5xx are `api_error`, other 4xx `invalid_request_error`.
 _ANTHROPIC_ERROR_TYPES = {
@@ -265,7 +292,9 @@ def expected_answer(settings: WorkerSettings) -> ExpectedAnswer:
     Pure: no clock, no randomness. Streaming and non-streaming responses carry the same answer.
     """
     if settings.http_error is not None:
-        return ExpectedAnswer(choices=(), error=error_object(settings.http_error, settings.model_name), token_events=0)
+        error = context_length_object() if settings.http_400_context_length else error_object(
+            settings.http_error, settings.model_name)
+        return ExpectedAnswer(choices=(), error=error, token_events=0)
     order = interleaved_pieces(settings)
     if settings.close_after_reasoning:
         # Ollama's defect: the stream closes after the last reasoning piece (every choice's reasoning

@@ -8,11 +8,20 @@ h11 parses requests; responses are written as the exact bytes of `labs.worker.wi
 choose the framing itself, and the point here is to choose it: chunked, Content-Length or
 close-delimited). One connection serves requests one after another (keep-alive) until the client
 closes, the settings say `Connection: close`, or the framing is close-delimited.
+
+For the lab (issue 14): every completion request is an `Attempt` in `RunningWorker.attempts`
+(`labs.worker.attempts`); a request for a cell that is not one of `RunningWorker.current_cells`
+is refused with 409 and never served (`stale_refusal`); and the conduct faults that hold "once"
+(`http_429_retry_after`, `http_500_once`, `reset_before_head`) fail only a cell's first attempt
+at this worker. `reset_before_head` and `no_response` are done here, on the socket; every other
+knob is bytes (`labs.worker.wire`).
 """
 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -24,6 +33,16 @@ import h11
 import trio
 
 from finishline import Dialect
+from labs.worker.attempts import (
+    ENDED_CLIENT_GONE,
+    ENDED_NO_RESPONSE,
+    ENDED_REFUSED_STALE,
+    ENDED_RESET,
+    Attempt,
+    AttemptInProgress,
+    request_cell_id,
+    response_ending,
+)
 from labs.worker.settings import (
     DEFAULT_MODEL_NAME,
     SETTINGS_HEADER,
@@ -34,20 +53,30 @@ from labs.worker.settings import (
 from labs.worker.wire import ResponsePlan, json_plan, response_plan
 
 __all__ = [
+    "STALE_STATUS",
     "HandledRequest",
     "RequestHandler",
     "RunningWorker",
+    "completion_dialect",
     "maybe_read_request",
     "open_worker",
+    "refusal_plan",
+    "reset_on_close",
     "run_server_cli",
     "send_quietly",
     "serve_http_connection",
     "serve_worker",
     "settings_for_request",
+    "stale_refusal",
 ]
 
 #: Requests larger than this are refused (a lab request is a few KB).
 MAX_REQUEST_BYTES = 1 << 20
+#: The status of a request for a cell that is not current (409 Conflict: the request is valid, the
+#: lab's state is not its cell's any more). A 4xx, so no gateway retries it as a server failure.
+STALE_STATUS = 409
+#: The worker's name in its attempt records when the lab gives none.
+DEFAULT_WORKER_NAME = "worker"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,15 +101,31 @@ class HandledRequest:
 
 @dataclass(slots=True, kw_only=True)
 class RunningWorker:
-    """A worker serving on `host:port`; `handled` grows as requests finish, `arrivals` as they come."""
+    """A worker serving on `host:port`; `handled` grows as requests finish, `arrivals` as they come.
+
+    `attempts`, `current_cells` and `stale_refused` are the lab's (issue 14); `current_cells` may
+    be set at any time and holds from the next request on.
+    """
 
     host: str
     port: int
     defaults: WorkerSettings
+    #: Requests that got a response (a reset or held `no_response` request is in `attempts` only).
     handled: list[HandledRequest]
-    #: The `model` of each completion request (any dialect), as it arrived (a request in a long
-    #: prefill is here before it is in `handled`): which worker a gateway sent a request to.
+    #: The `model` of each served completion request (any dialect), as it arrived (a request in a
+    #: long prefill is here before it is in `handled`): which worker a gateway sent a request to.
     arrivals: list[str] = field(default_factory=list)
+    #: Its name in `attempts` (`primary`, `spare`).
+    name: str = DEFAULT_WORKER_NAME
+    #: Every completion request, stale ones included, in order of arrival (`labs.worker.attempts`).
+    attempts: list[Attempt] = field(default_factory=list)
+    #: The cell ids served; a request naming another cell gets 409 (`stale_refusal`). None: all.
+    current_cells: frozenset[str] | None = None
+    #: How many requests were refused as stale.
+    stale_refused: int = 0
+    #: The cell ids (None: requests without one) that had their first attempt here: a "once"
+    #: conduct fault fails only that one.
+    attempted_cells: set[str | None] = field(default_factory=set)
 
     @property
     def base_url(self) -> str:
@@ -114,17 +159,25 @@ async def serve_worker(
     port: int = 0,
     handled: list[HandledRequest] | None = None,
     arrivals: list[str] | None = None,
+    worker: RunningWorker | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled. `await nursery.start(serve_worker, ...)` returns the bound port."""
-    defaults = defaults if defaults is not None else WorkerSettings()
-    handled = handled if handled is not None else []
-    arrivals = arrivals if arrivals is not None else []
+    """Serve until cancelled. `await nursery.start(serve_worker, ...)` returns the bound port.
+
+    `worker`: the record to keep (its defaults, lists and lab controls win over the other
+    arguments; `open_worker` passes one); without it, one is made from the arguments.
+    """
+    if worker is None:
+        worker = RunningWorker(
+            host=host, port=port, defaults=defaults if defaults is not None else WorkerSettings(),
+            handled=handled if handled is not None else [], arrivals=arrivals if arrivals is not None else [],
+        )
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound_port = listeners[0].socket.getsockname()[1]
+    worker.port = bound_port
 
     async def handler(stream: trio.SocketStream) -> None:
-        await _serve_connection(stream, defaults, handled, arrivals)
+        await serve_http_connection(stream, partial(_answer, worker=worker), partial(_bad_request, worker.defaults))
 
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, handler, listeners)
@@ -133,17 +186,16 @@ async def serve_worker(
 
 @asynccontextmanager
 async def open_worker(
-    defaults: WorkerSettings | None = None, *, host: str = "127.0.0.1", port: int = 0
+    defaults: WorkerSettings | None = None, *, host: str = "127.0.0.1", port: int = 0,
+    name: str = DEFAULT_WORKER_NAME, current_cells: frozenset[str] | None = None,
 ) -> AsyncIterator[RunningWorker]:
-    """Run a worker for the duration of the block (port 0 = a free port, see `.port`)."""
-    defaults = defaults if defaults is not None else WorkerSettings()
-    handled: list[HandledRequest] = []
-    arrivals: list[str] = []
+    """Run a worker for the duration of the block (port 0 = a free port, see `.port`), named `name`
+    in its attempt records, serving `current_cells` (None: every request)."""
+    worker = RunningWorker(host=host, port=port, defaults=defaults if defaults is not None else WorkerSettings(),
+                           handled=[], name=name, current_cells=current_cells)
     async with trio.open_nursery() as nursery:
-        bound_port = await nursery.start(
-            partial(serve_worker, defaults, host=host, port=port, handled=handled, arrivals=arrivals)
-        )
-        yield RunningWorker(host=host, port=bound_port, defaults=defaults, handled=handled, arrivals=arrivals)
+        await nursery.start(partial(serve_worker, host=host, port=port, worker=worker))
+        yield worker
         nursery.cancel_scope.cancel()
 
 
@@ -188,14 +240,6 @@ async def serve_http_connection(
             await stream.aclose()
 
 
-async def _serve_connection(
-    stream: trio.SocketStream, defaults: WorkerSettings, handled: list[HandledRequest], arrivals: list[str]
-) -> None:
-    await serve_http_connection(
-        stream, partial(_answer, defaults=defaults, handled=handled, arrivals=arrivals), partial(_bad_request, defaults)
-    )
-
-
 async def maybe_read_request(
     stream: trio.SocketStream, parser: h11.Connection
 ) -> tuple[h11.Request, bytes] | None:
@@ -224,16 +268,10 @@ async def maybe_read_request(
             return None
 
 
-async def _answer(
-    stream: trio.SocketStream,
-    request: h11.Request,
-    body: bytes,
-    *,
-    defaults: WorkerSettings,
-    handled: list[HandledRequest],
-    arrivals: list[str],
-) -> bool:
+async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, *, worker: RunningWorker) -> bool:
     """Send the response to one request; True when the connection can take another request."""
+    arrived_at = trio.current_time()
+    defaults = worker.defaults
     method = request.method.decode()
     path = request.target.decode("latin-1").split("?", 1)[0]
     headers = {name.decode().lower(): value.decode("latin-1") for name, value in request.headers}
@@ -242,35 +280,64 @@ async def _answer(
     settings: WorkerSettings | None = None
     stream_requested = False
     dialect: Dialect | None = None
+    attempt: AttemptInProgress | None = None
+    #: An ending decided before the send (`refused_stale`).
+    decided: str | None = None
     if method == "GET" and path.endswith("/models"):
         plan = _json_plan(defaults, 200, {"object": "list", "data": [_model_entry()]})
     elif method == "GET" and (probe := _probe(path)) is not None:
         # What routers (SMG, vllm-router) probe before they route to a worker (labs/gateways).
         plan = _json_plan(defaults, 200, _PROBES[probe])
-    elif method == "POST" and (dialect := _completion_dialect(path)) is not None:
+    elif method == "POST" and (dialect := completion_dialect(path)) is not None:
+        payload: Any = None
         try:
             payload = json.loads(body or b"{}")
             if not isinstance(payload, dict):
                 raise ValueError("the body must be a JSON object")
-            settings = settings_for_request(defaults, headers, payload, dialect)
-        except (ValueError, SettingsError) as exc:
-            # SettingsError is a ValueError too; json.JSONDecodeError as well.
+        except ValueError as exc:
+            payload = None
             plan = _bad_request(defaults, str(exc), dialect)
+        cell = request_cell_id(payload.get("model") if payload is not None else None)
+        attempt = AttemptInProgress.open(worker, cell, dialect, arrived_at)
+        if payload is None:
+            pass
+        elif worker.current_cells is not None and cell is not None and cell not in worker.current_cells:
+            # A late request of an earlier cell (a gateway still retrying): it must never meet the
+            # current cell's settings or fault (issue 14, item 1).
+            worker.stale_refused += 1
+            plan = stale_refusal(cell, dialect, connection_close=defaults.connection_close)
+            decided = ENDED_REFUSED_STALE
         else:
-            arrivals.append(str(payload.get("model")))
-            stream_requested = payload.get("stream") is True
-            plan = response_plan(settings, stream=stream_requested, dialect=dialect)
+            try:
+                settings = settings_for_request(defaults, headers, payload, dialect)
+            except SettingsError as exc:
+                plan = _bad_request(defaults, str(exc), dialect)
+            else:
+                if cell in worker.attempted_cells:
+                    settings = settings.after_first_attempt()
+                worker.attempted_cells.add(cell)
+                worker.arrivals.append(str(payload.get("model")))
+                stream_requested = payload.get("stream") is True
+                plan = response_plan(settings, stream=stream_requested, dialect=dialect)
+                if not settings.answers_at_all:
+                    return await _fail_on_socket(stream, settings, attempt, worker)
     else:
         plan = _json_plan(defaults, 404, _error_body(f"no route for {method} {path}", "not_found"))
 
-    outcome, bytes_sent = await _send_plan(stream, plan, settings, stream_requested)
-    handled.append(
+    outcome, bytes_sent = await _send_plan(stream, plan, settings, stream_requested, attempt)
+    status = int(plan.head.split(b" ", 2)[1])
+    if attempt is not None:
+        if outcome != "complete":
+            attempt.close(worker, ENDED_CLIENT_GONE, status if attempt.head_at is not None else None)
+        else:
+            attempt.close(worker, decided or response_ending(status), status)
+    worker.handled.append(
         HandledRequest(
             method=method,
             path=path,
             settings=settings,
             stream=stream_requested,
-            status=int(plan.head.split(b" ", 2)[1]),
+            status=status,
             connection_close=b"\r\nconnection: close\r\n" in plan.head,
             outcome=outcome,
             bytes_sent=bytes_sent,
@@ -280,13 +347,35 @@ async def _answer(
     return outcome == "complete" and not plan.closes and not client_wants_close
 
 
+async def _fail_on_socket(
+    stream: trio.SocketStream, settings: WorkerSettings, attempt: AttemptInProgress, worker: RunningWorker
+) -> bool:
+    """`reset_before_head` (reset now, no byte sent) or `no_response` (hold the request, answer
+    nothing, until the client goes). Returns False: the connection ends here."""
+    if settings.reset_before_head:
+        reset_on_close(stream)  # serve_http_connection closes it: a RST, not a FIN
+        ended = ENDED_RESET
+    else:
+        try:
+            while await stream.receive_some(65536):
+                pass  # the client may send more; nothing is answered
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        ended = ENDED_NO_RESPONSE
+    attempt.close(worker, ended, None)
+    return False
+
+
 async def _send_plan(
-    stream: trio.SocketStream, plan: ResponsePlan, settings: WorkerSettings | None, streaming: bool
+    stream: trio.SocketStream, plan: ResponsePlan, settings: WorkerSettings | None, streaming: bool,
+    attempt: AttemptInProgress | None = None,
 ) -> tuple[str, int]:
     sent = 0
     try:
         await stream.send_all(plan.head)
         sent += len(plan.head)
+        if attempt is not None:
+            attempt.note_head(trio.current_time())
         if streaming and settings is not None:
             # The model is in prefill: the head is out (like vLLM), no event yet.
             await trio.sleep(settings.prefill_delay)
@@ -299,6 +388,8 @@ async def _send_plan(
                 tokens_sent += 1
             await stream.send_all(segment.framed)
             sent += len(segment.framed)
+            if attempt is not None and segment.kind == "token":
+                attempt.note_first_token(trio.current_time())
         # What follows the last token (finish, usage, an error event, `[DONE]`) and the chunked
         # terminator go out in one write. No setting asks for a gap there, and a gap would let a
         # race decide a gateway's books: a client that stops reading at `[DONE]` or at an error
@@ -309,9 +400,16 @@ async def _send_plan(
         if tail:
             await stream.send_all(tail)
             sent += len(tail)
+            if attempt is not None and not streaming and plan.answer.token_events and plan.answer.error is None:
+                attempt.note_first_token(trio.current_time())  # a whole body carries the tokens
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return "client_gone", sent
     return "complete", sent
+
+
+def reset_on_close(stream: trio.SocketStream) -> None:
+    """Make the coming close of `stream` a TCP reset (SO_LINGER with a zero timeout), not a FIN."""
+    stream.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 async def send_quietly(stream: trio.SocketStream, plan: ResponsePlan) -> None:
@@ -330,7 +428,7 @@ _COMPLETION_ROUTES: tuple[tuple[str, Dialect], ...] = (
 )
 
 
-def _completion_dialect(path: str) -> Dialect | None:
+def completion_dialect(path: str) -> Dialect | None:
     """The dialect of a completion route's path (a trailing `/` allowed), None for other paths."""
     trimmed = path.rstrip("/")
     return next((dialect for end, dialect in _COMPLETION_ROUTES if trimmed.endswith(end)), None)
@@ -363,12 +461,29 @@ def _error_body(message: str, code: str | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}}
 
 
-def _bad_request(defaults: WorkerSettings, message: str, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
+def refusal_plan(
+    status: int, message: str, code: str, dialect: Dialect | None, *, connection_close: bool = False
+) -> ResponsePlan:
+    """A 4xx the server itself gives (a bad request, a stale cell), its JSON body in `dialect`'s
+    error shape: OpenAI's `{"error": {message, type, param, code}}` (Chat, Responses, no dialect),
+    Anthropic's `{"type": "error", "error": {type, message}}` (Messages; it has no codes), so every
+    SDK shows the message."""
     if dialect is Dialect.MESSAGES:
-        # Anthropic's error body, so the Anthropic SDKs show the message.
         body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
-        return _json_plan(defaults, 400, body)
-    return _json_plan(defaults, 400, _error_body(message, "invalid_worker_request"))
+    else:
+        body = _error_body(message, code)
+    return json_plan(status, body, connection_close=connection_close)
+
+
+def stale_refusal(cell_id: str, dialect: Dialect | None, *, connection_close: bool = False) -> ResponsePlan:
+    """The 409 for a request of a cell that is not current (code `stale_cell`), naming the cell."""
+    message = (f"cell {cell_id} is not one of the lab's current cells: a late request from an earlier "
+               "cell is refused, not served (finishline lab)")
+    return refusal_plan(STALE_STATUS, message, "stale_cell", dialect, connection_close=connection_close)
+
+
+def _bad_request(defaults: WorkerSettings, message: str, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
+    return refusal_plan(400, message, "invalid_worker_request", dialect, connection_close=defaults.connection_close)
 
 
 def _json_plan(defaults: WorkerSettings, status: int, value: dict[str, Any]) -> ResponsePlan:

@@ -298,6 +298,65 @@ class WorkerSettings:
         },
     )
 
+    # -- conduct faults (issue 14): HTTP-level failures that failover suites use. "Once" means the
+    # first attempt of a cell at this worker (the cell id in the model name, `labs.worker.attempts`;
+    # a request without one: the first such request ever); later attempts are healthy. The server
+    # decides "first" (`labs.worker.server`); `after_first_attempt()` is what later attempts get.
+    http_429_retry_after: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Once: answer 429 with `Retry-After: <this many seconds>` and the dialect's rate-limit "
+                "body, then healthy (failoverbench S01). Every dialect."
+            )
+        },
+    )
+    http_500_once: bool = field(
+        default=False,
+        metadata={"help": "Once: answer 500 with the dialect's server-error body, then healthy (S03). Every dialect."},
+    )
+    reset_before_head: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Once: read the request, then reset the connection (SO_LINGER 0) before any response "
+                "byte; then healthy (S05). Every dialect."
+            )
+        },
+    )
+    no_response: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Every attempt: read the request and never answer; the connection stays open until "
+                "the client goes (S06). Every dialect. (Head at once and the first token late is "
+                "`prefill_delay`.)"
+            )
+        },
+    )
+    malformed_chunk: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Every attempt: one SSE event whose data is invalid JSON after half the token events, "
+                "then the rest of the stream as usual (S10). Chat: a bare `data:` line; Messages and "
+                "Responses: with the `event:` line of a token event (`content_block_delta`, "
+                "`response.output_text.delta`). Streams only."
+            )
+        },
+    )
+    http_400_context_length: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Every attempt: 400 with code `context_length_exceeded` (S12), which a client or "
+                "gateway must not retry; implies `http_error=400`. Chat and Responses: OpenAI's error object with that code; "
+                "Messages: Anthropic's `invalid_request_error` (it has no codes) saying the prompt "
+                "is too long."
+            )
+        },
+    )
+
     def __post_init__(self) -> None:
         # Values may arrive from the command line or a header as strings already converted; check
         # ranges here so every entry point refuses the same things with the same words.
@@ -313,10 +372,18 @@ class WorkerSettings:
         for name in ("prefill_delay", "token_delay"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name} must be >= 0 seconds, got {getattr(self, name)}")
+        if self.http_429_retry_after is not None and self.http_429_retry_after < 0:
+            raise SettingsError(f"http_429_retry_after must be >= 0 seconds or none, got {self.http_429_retry_after}")
         for name in ("error_status", "http_error"):
             value = getattr(self, name)
             if value is not None and not 400 <= value <= 599:
                 raise SettingsError(f"{name} must be an HTTP error status 400-599, got {value}")
+        if self.http_400_context_length:
+            # It is an `http_error` of 400 with its own body: the lab's expected answer, the plan and
+            # every reader of `http_error` then treat it as the error it is.
+            if self.http_error not in (None, 400):
+                raise SettingsError(f"http_400_context_length is a 400; it cannot go with http_error={self.http_error}")
+            object.__setattr__(self, "http_error", 400)
         if self.model is not None and not self.model.strip():
             raise SettingsError("model must be a non-empty name or none")
         # Normalise types: `prefill_delay=30` and `30.0` are equal but would be echoed (and so
@@ -324,7 +391,8 @@ class WorkerSettings:
         for name in ("prefill_delay", "token_delay"):
             object.__setattr__(self, name, float(getattr(self, name)))
         for name in ("include_usage", "connection_close", "done", "null_reason", "bare_error",
-                     "close_after_reasoning"):
+                     "close_after_reasoning", "http_500_once", "reset_before_head", "no_response",
+                     "malformed_chunk", "http_400_context_length"):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, bool(getattr(self, name)))
         # Coerce plain strings (e.g. from dataclasses.replace(framing="close")) to the enums.
@@ -367,6 +435,17 @@ class WorkerSettings:
             ),
             model=self.model if self.model is not None else _model_or_default(model),
         )
+
+    def after_first_attempt(self) -> WorkerSettings:
+        """These settings for a later attempt of the same cell: the once-only conduct faults
+        (`http_429_retry_after`, `http_500_once`, `reset_before_head`) cleared."""
+        return dataclasses.replace(self, http_429_retry_after=None, http_500_once=False, reset_before_head=False)
+
+    @property
+    def answers_at_all(self) -> bool:
+        """False when the server itself fails this attempt before any byte (`reset_before_head`,
+        `no_response`): the plan's bytes are then never sent."""
+        return not (self.reset_before_head or self.no_response)
 
     @property
     def choices(self) -> int:

@@ -22,12 +22,20 @@ is `role`), `token`, `finish` for what closes a block or item or carries the rea
 
 from __future__ import annotations
 
+import dataclasses
 import http
 from dataclasses import dataclass
 from typing import Any
 
 from finishline import Dialect
-from labs.worker.answer import TOOL_NAME, ExpectedAnswer, Piece, expected_answer, interleaved_pieces
+from labs.worker.answer import (
+    TOOL_NAME,
+    ExpectedAnswer,
+    Piece,
+    context_length_body,
+    expected_answer,
+    interleaved_pieces,
+)
 from labs.worker.dialect_wire import DIALECT_WIRES, single_choice
 from labs.worker.frames import DONE_MARKER, compact_json, sse_frame
 from labs.worker.settings import SETTINGS_HEADER, Finish, Framing, WorkerSettings
@@ -35,6 +43,7 @@ from labs.worker.settings import SETTINGS_HEADER, Finish, Framing, WorkerSetting
 __all__ = [
     "CHUNK_ID",
     "CREATED",
+    "MALFORMED_DATA",
     "ResponsePlan",
     "Segment",
     "completion_plan",
@@ -127,6 +136,12 @@ def response_plan(settings: WorkerSettings, *, stream: bool = True, dialect: Dia
     """
     if dialect is not Dialect.CHAT:
         settings = single_choice(settings)
+    # The once-only conduct faults come first: the server clears them for later attempts
+    # (`WorkerSettings.after_first_attempt`), so a plan with them set is a first attempt's.
+    if settings.http_429_retry_after is not None:
+        return error_plan(settings, dialect=dialect, status=429, retry_after=settings.http_429_retry_after)
+    if settings.http_500_once:
+        return error_plan(settings, dialect=dialect, status=500)
     if settings.http_error is not None:
         return error_plan(settings, dialect=dialect)
     return stream_plan(settings, dialect=dialect) if stream else completion_plan(settings, dialect=dialect)
@@ -142,6 +157,8 @@ def stream_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) ->
             (frame.kind, 0 if frame.kind == "token" else None, frame.event)
             for frame in DIALECT_WIRES[dialect].stream_frames(settings)
         ]
+    if settings.malformed_chunk:
+        events = _with_malformed_event(events, dialect)
     segments = tuple(
         Segment(kind=kind, choice=c, event=event, framed=_frame(settings.framing, event))
         for kind, c, event in events
@@ -155,6 +172,28 @@ def stream_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) ->
         closes=_closes(settings),
         answer=expected_answer(settings),
     )
+
+
+#: `malformed_chunk`: the event's `event:` line per dialect (a token event's name, so a reader that
+#: dispatches on it reaches its JSON parser) and data that is not JSON: a chunk cut in half, as a
+#: broken upstream or a proxy that split a line sends it (failoverbench S10).
+_MALFORMED_EVENT_NAMES: dict[Dialect, str | None] = {
+    Dialect.CHAT: None,
+    Dialect.MESSAGES: "content_block_delta",
+    Dialect.RESPONSES: "response.output_text.delta",
+}
+MALFORMED_DATA = b'{"id":"chatcmpl-finishline","choices":[{"delta":{"content":'
+
+
+def _with_malformed_event(
+    events: list[tuple[str, int | None, bytes]], dialect: Dialect
+) -> list[tuple[str, int | None, bytes]]:
+    """`events` with one `malformed` event after half the token events (after the first when there
+    is one token, before the end when there are none)."""
+    tokens = [i for i, (kind, _, _) in enumerate(events) if kind == "token"]
+    at = tokens[(len(tokens) - 1) // 2] + 1 if tokens else len(events) - 1 if events else 0
+    event = sse_frame(MALFORMED_DATA, event=_MALFORMED_EVENT_NAMES[dialect])
+    return [*events[:at], ("malformed", None, event), *events[at:]]
 
 
 def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]]:
@@ -247,16 +286,25 @@ def completion_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT
     return _single_body_plan(settings, 200, body, answer)
 
 
-def error_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
-    """The HTTP error response (`http_error`): that status and the dialect's JSON error body
-    (OpenAI's `{"error": {...}}`; Messages: `{"type": "error", "error": {...}}`)."""
-    assert settings.http_error is not None
-    answer = expected_answer(settings)
-    if dialect is Dialect.CHAT:
+def error_plan(
+    settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT, status: int | None = None,
+    retry_after: int | None = None,
+) -> ResponsePlan:
+    """The HTTP error response: `status` (default `http_error`) and the dialect's JSON error body
+    (OpenAI's `{"error": {...}}`; Messages: `{"type": "error", "error": {...}}`); with
+    `http_400_context_length` the body says `context_length_exceeded` (`context_length_body`).
+    `retry_after` adds a `retry-after` header (seconds)."""
+    status = status if status is not None else settings.http_error
+    assert status is not None
+    answer = expected_answer(dataclasses.replace(settings, http_error=status))
+    if settings.http_400_context_length and status == 400:
+        body = context_length_body(dialect)
+    elif dialect is Dialect.CHAT:
         body = {"error": answer.error}
     else:
-        body = DIALECT_WIRES[dialect].error_body(settings.http_error, settings.model_name)
-    return _single_body_plan(settings, settings.http_error, _json(body), answer)
+        body = DIALECT_WIRES[dialect].error_body(status, settings.model_name)
+    extra = (f"retry-after: {retry_after}",) if retry_after is not None else ()
+    return _single_body_plan(settings, status, _json(body), answer, extra_headers=extra)
 
 
 def json_plan(status: int, value: Any, *, connection_close: bool = False) -> ResponsePlan:
@@ -267,12 +315,14 @@ def json_plan(status: int, value: Any, *, connection_close: bool = False) -> Res
 
 
 def _single_body_plan(
-    settings: WorkerSettings, status: int, body: bytes, answer: ExpectedAnswer, *, echo_settings: bool = True
+    settings: WorkerSettings, status: int, body: bytes, answer: ExpectedAnswer, *, echo_settings: bool = True,
+    extra_headers: tuple[str, ...] = (),
 ) -> ResponsePlan:
     framed = _frame(settings.framing, body)
     segment = Segment(kind="body", choice=None, event=body, framed=framed)
     return ResponsePlan(
-        head=_head(settings, status, "application/json", len(framed), echo_settings=echo_settings),
+        head=_head(settings, status, "application/json", len(framed), echo_settings=echo_settings,
+                   extra_headers=extra_headers),
         segments=(segment,),
         end=_end(settings.framing),
         closes=_closes(settings),
@@ -333,12 +383,14 @@ def _reason_phrase(status: int) -> str:
 
 
 def _head(
-    settings: WorkerSettings, status: int, content_type: str, body_length: int, *, echo_settings: bool = True
+    settings: WorkerSettings, status: int, content_type: str, body_length: int, *, echo_settings: bool = True,
+    extra_headers: tuple[str, ...] = (),
 ) -> bytes:
     lines = [
         f"HTTP/1.1 {status} {_reason_phrase(status)}",
         f"content-type: {content_type}",
         "cache-control: no-cache",
+        *extra_headers,
     ]
     if echo_settings:
         # The effective knobs, so a capture (or mitmweb) shows which scenario produced it.

@@ -1,0 +1,341 @@
+"""The scorecard: per gateway, whether it follows the post-mortem's rules, read from the matrix.
+
+Theory of operation
+-------------------
+Each column is a rule and the scenarios that test it (`COLUMNS`, data): the cells of a gateway in
+those scenarios (every dialect, every client) are judged one by one by the column's cell rule,
+which gives `pass`, `safe` or `fail` and a few words why; the column's word for the gateway is the
+worst of its cells (`fail` > `safe` > `pass`), and its evidence the cells that gave that word. A
+gateway with no cell in the column's scenarios (the run did not include them, or the gateway does
+not serve their dialect) is `n/a`. Under `--repeat`, a cell whose repeats differ
+(labs.repeat) is `fail` in every column it counts in, whatever its words: a rule a gateway follows
+only sometimes is not followed.
+
+The words:
+
+- `pass`: every cell shows the rule followed (the client got the answer, or was told why not);
+- `safe`: no rescue where one was possible, but every client got a bounded, visible failure (an
+  exception, or a finish reason that says the answer is incomplete);
+- `fail`: some client carried on with a broken answer, hung, or saw the rule broken (a retried 400,
+  a retry before the Retry-After);
+- `n/a`: the run has no cell to judge it by.
+
+The cell rules read the outcome words (labs.outcome.Outcome), the books, and the attempts the
+servers recorded (labs.worker.attempts; `tries` on a cell). `/work/readme-parts/scorecard.md`
+says the same per column for the README.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from labs.outcome import BOOKS_ERROR, BOOKS_NONE, BOOKS_OK, Outcome
+from labs.repeat import split_text
+from labs.table import dialect_of
+from labs.topology import HUB
+
+__all__ = [
+    "COLUMNS",
+    "Column",
+    "Score",
+    "build_scorecard",
+    "render_scorecard_markdown",
+    "render_scorecard_text",
+]
+
+
+class Score(enum.StrEnum):
+    """A scorecard cell's word, best first."""
+
+    PASS = "pass"
+    #: No rescue, but a bounded, visible failure where a rescue was possible.
+    SAFE = "safe"
+    FAIL = "fail"
+    #: Nothing in the run to judge by.
+    NOT_APPLICABLE = "n/a"
+
+
+_WORST_FIRST = (Score.FAIL, Score.SAFE, Score.PASS)
+
+#: A cell rule: a cell of the column's scenarios (result.json's form) and its scenario entry ->
+#: its score and a few words why.
+CellRule = Callable[[dict[str, Any], dict[str, Any]], "tuple[Score, str]"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Column:
+    #: The column's name, exactly as the card shows it.
+    name: str
+    #: What it asks, one line (the card's legend).
+    question: str
+    #: Which cells it judges: a scenario name -> whether it counts (None: every cell of the gateway).
+    scenarios: Callable[[str], bool] | None
+    rule: CellRule
+    #: Whether a gateway that keeps no per-request books is `n/a` here (the books column).
+    needs_books: bool = False
+
+
+def _by_outcome(words: dict[Outcome, Score]) -> CellRule:
+    """A rule that reads the outcome word alone."""
+
+    def rule(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
+        outcome = Outcome(cell["outcome"])
+        return words[outcome], outcome.value
+
+    return rule
+
+
+# Rule 1: a cut during prefill with a healthy spare behind the gateway, passed on by the hub as a
+# FIN (the failure is visible before the first token). `ok` is the spare's full answer; an error
+# is no rescue but a clean end; anything quieter is a failure a retry could have avoided.
+_RULE_1 = _by_outcome({
+    Outcome.OK: Score.PASS, Outcome.ERROR: Score.SAFE, Outcome.FLAGGED: Score.SAFE,
+    Outcome.HANG: Score.FAIL, Outcome.SILENT_TRUNCATION: Score.FAIL,
+})
+# Rule 2: after the first token nothing can be retried; every client must be told (raise). A
+# finish reason that says "incomplete" is seen only by an application that checks it: `safe`.
+_SAY_WHY = _by_outcome({
+    Outcome.OK: Score.PASS, Outcome.ERROR: Score.PASS, Outcome.FLAGGED: Score.SAFE,
+    Outcome.HANG: Score.FAIL, Outcome.SILENT_TRUNCATION: Score.FAIL,
+})
+# A stall after tokens: a deadline that counts events must end it with an error.
+_STALL = _SAY_WHY
+
+#: Client errors that are the library's own answer to a correct `length`, by design:
+#: openai-python's `.stream()` helper raises `LengthFinishReasonError` on any `length` finish
+#: (openai/lib/streaming/chat/_completions.py), so a gateway that hands `length` on correctly
+#: gets an error there; that is the reason delivered, not lost.
+_RAISES_ON_LENGTH_BY_DESIGN = frozenset({"LengthFinishReasonError"})
+#: The dialects' words for "the answer was cut by the token limit" (labs.worker.answer.dialect_reason).
+_LENGTH_REASONS = frozenset({"length", "max_tokens", "incomplete"})
+
+
+def _natural_end(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
+    """The worker ended the stream itself (whole answer), with its reason missing, empty or
+    right: the client must get the true reason (`ok`). A raise loses the answer but hides
+    nothing (`safe`); a made-up or lost reason is a silent truncation (`fail`)."""
+    outcome = Outcome(cell["outcome"])
+    if outcome is Outcome.OK:
+        return Score.PASS, "ok"
+    if (outcome is Outcome.ERROR and cell["report"].get("error_class") in _RAISES_ON_LENGTH_BY_DESIGN
+            and scenario["expected"].get("finish_reason") in _LENGTH_REASONS):
+        return Score.PASS, f"error: {cell['report']['error_class']} is the client's answer to `length`"
+    if outcome in (Outcome.ERROR, Outcome.FLAGGED):
+        return Score.SAFE, outcome.value
+    return Score.FAIL, outcome.value
+
+
+def _books(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
+    """Rule 3: the books say `error` for every request whose client did not get the answer. Books
+    that say `error` for an `ok` cell over-report (`safe`); a failure booked `ok`, or a request the
+    books do not know (`no entry`), hides it from an operator (`fail`)."""
+    books = cell.get("books")
+    failed = Outcome(cell["outcome"]) is not Outcome.OK
+    if books == BOOKS_ERROR:
+        return (Score.PASS, f"{cell['outcome']}, books error") if failed else (Score.SAFE, "ok, books error")
+    if books == BOOKS_OK:
+        return (Score.FAIL, f"{cell['outcome']}, books ok") if failed else (Score.PASS, "ok, books ok")
+    return Score.FAIL, f"{cell['outcome']}, books {books or 'no entry'}"
+
+
+def _retry_after_seconds(scenario: dict[str, Any]) -> float:
+    """The Retry-After the worker sends in the scenario: its `http_429_retry_after` setting
+    (labs.worker.settings), as the scenario entry's worker header names it; 0 when it has none."""
+    found = re.search(r"(?:^|;)\s*http_429_retry_after=([0-9.]+)", scenario.get("worker") or "")
+    return float(found.group(1)) if found else 0.0
+
+
+def _first_hop(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cell's attempts as the gateway made them: the hub's when it has any, else the workers'."""
+    attempts = cell.get("attempts") or []
+    at_hub = [a for a in attempts if a.get("at") == HUB]
+    return at_hub or attempts
+
+
+def _retry_after(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
+    """A 429 with `Retry-After` once, then healthy: the answer must come (`ok`), from a retry made
+    no sooner than the Retry-After after the 429 went out. No retry but the 429 passed on as an
+    error is `safe`; a retry sooner than asked is `fail`."""
+    outcome = Outcome(cell["outcome"])
+    if outcome is not Outcome.OK:
+        score = Score.SAFE if outcome in (Outcome.ERROR, Outcome.FLAGGED) else Score.FAIL
+        return score, f"{outcome.value} after {cell.get('tries') or '?'} tries"
+    attempts = _first_hop(cell)
+    if len(attempts) < 2:
+        return Score.PASS, "ok (no attempts recorded to time the retry)"
+    first, retry = attempts[0], attempts[1]
+    waited = retry["arrived_at"] - (first["arrived_at"] + (first.get("head_s") or 0.0))
+    wanted = _retry_after_seconds(scenario)
+    # A tenth of a second for the clocks of two processes and a sleep's granularity.
+    if waited + 0.1 < wanted:
+        return Score.FAIL, f"ok, but retried {waited:.1f} s after the 429, before its Retry-After of {wanted:g} s"
+    return Score.PASS, f"ok, retried {waited:.1f} s after the 429 (Retry-After {wanted:g} s)"
+
+
+def _no_retry_of_400(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
+    """A 400 `context_length_exceeded` on every attempt: asking again cannot help. One try and an
+    error is `pass`; a retry, or the 400 hidden from the client, is `fail`."""
+    outcome = Outcome(cell["outcome"])
+    tries = cell.get("tries")
+    if outcome in (Outcome.OK, Outcome.SILENT_TRUNCATION, Outcome.HANG):
+        return Score.FAIL, f"{outcome.value} after {tries if tries is not None else '?'} tries"
+    if tries is not None and tries > 1:
+        return Score.FAIL, f"{outcome.value}, but the 400 was sent {tries} times"
+    score = Score.PASS if outcome is Outcome.ERROR else Score.SAFE
+    return score, f"{outcome.value}, {tries if tries is not None else '?'} try"
+
+
+def _named(*names: str, prefix: str | None = None) -> Callable[[str], bool]:
+    return lambda name: name in names or (prefix is not None and name.startswith(prefix))
+
+
+#: The card's columns, in order; the names are the issue's, exactly.
+COLUMNS: tuple[Column, ...] = (
+    Column(
+        name="retry-before-first-token",
+        question="rule 1: a prefill cut with a spare behind the gateway ends with the spare's answer",
+        scenarios=_named("rule1-prefill-cut-hub-abort-spare"),
+        rule=_RULE_1,
+    ),
+    Column(
+        name="say-why-after-first-token",
+        question="rule 2: a stream cut or failed after tokens makes every client raise, none truncates silently",
+        scenarios=_named("error-event-429", "bare-error-frame", "close-after-reasoning", prefix="cut-after-tokens"),
+        rule=_SAY_WHY,
+    ),
+    Column(
+        name="books-say-error",
+        question="rule 3: the books say error for every request whose client did not get the answer",
+        scenarios=None,
+        rule=_books,
+        needs_books=True,
+    ),
+    Column(
+        name="finish-reason-on-natural-end",
+        question="a stream the worker ended itself reaches the client with its true finish reason",
+        scenarios=_named("healthy", "reason-omitted", "reason-empty", "length-omitted", "tool-calls-omitted", "stop-reason-null"),
+        rule=_natural_end,
+    ),
+    Column(
+        name="stall-ends-in-error",
+        question="a stream that stalls after tokens ends in an error before the client's deadline",
+        scenarios=_named("stall-after-tokens"),
+        rule=_STALL,
+    ),
+    Column(
+        name="retry-after-honoured",
+        question="a 429 with Retry-After is retried, no sooner than it asks",
+        scenarios=_named("http-429-retry-after"),
+        rule=_retry_after,
+    ),
+    Column(
+        name="no-retry-of-a-400",
+        question="a 400 context_length_exceeded is not retried and reaches the client as an error",
+        scenarios=_named("http-400-context-length"),
+        rule=_no_retry_of_400,
+    ),
+)
+
+
+def _evidence(cell: dict[str, Any], why: str) -> dict[str, Any]:
+    return {
+        "cell_id": cell["cell_id"], "scenario": cell["scenario"], "dialect": dialect_of(cell),
+        "client": cell["client"], "outcome": cell["outcome"], "why": why,
+    }
+
+
+def _score_column(column: Column, cells: list[dict[str, Any]], scenarios: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    judged = [c for c in cells if column.scenarios is None or column.scenarios(c["scenario"])]
+    if column.needs_books and not any(c.get("books") not in (None, BOOKS_NONE) for c in judged):
+        return {"score": Score.NOT_APPLICABLE.value, "why": "the gateway keeps no per-request books", "evidence": []}
+    if not judged:
+        return {"score": Score.NOT_APPLICABLE.value, "why": "the run has no cell of this gateway in the column's scenarios",
+                "evidence": []}
+    by_score: dict[Score, list[dict[str, Any]]] = {score: [] for score in _WORST_FIRST}
+    for cell in judged:
+        if cell.get("unstable"):
+            by_score[Score.FAIL].append(_evidence(cell, f"unstable under --repeat: {split_text(cell)}"))
+            continue
+        score, why = column.rule(cell, scenarios[(cell["scenario"], dialect_of(cell))])
+        by_score[score].append(_evidence(cell, why))
+    score = next(s for s in _WORST_FIRST if by_score[s])
+    evidence = by_score[score]
+    return {"score": score.value, "why": f"{len(evidence)} of {len(judged)} cells: {evidence[0]['why']}", "evidence": evidence}
+
+
+def build_scorecard(result: dict[str, Any]) -> dict[str, Any]:
+    """The card for a lab result (result.json's form): `columns` (names, in order), `questions`
+    (name -> what it asks), `gateways` (gateway -> column -> `score`, `why`, `evidence`: the
+    cells that gave the score, each with its `cell_id`), and the gateways' `versions`."""
+    scenarios = {(s["name"], dialect_of(s)): s for s in result["scenarios"]}
+    gateways = {}
+    for gateway in result["gateways"]:
+        cells = [c for c in result["cells"] if c["gateway"] == gateway]
+        gateways[gateway] = {column.name: _score_column(column, cells, scenarios) for column in COLUMNS}
+    return {
+        "columns": [column.name for column in COLUMNS],
+        "questions": {column.name: column.question for column in COLUMNS},
+        "gateways": gateways,
+        "versions": dict(result.get("versions", {}).get("gateways", {})),
+    }
+
+
+def _evidence_line(item: dict[str, Any]) -> str:
+    return f"{item['scenario']}/{item['dialect']}/{item['client']}"
+
+
+def _first_words(card: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    header = ["gateway", *card["columns"]]
+    rows = [[gateway, *(scores[name]["score"] for name in card["columns"])] for gateway, scores in card["gateways"].items()]
+    return header, rows
+
+
+def _not_passed(card: dict[str, Any]) -> list[str]:
+    """One line per gateway and column that is neither `pass` nor `n/a`: the first cell of its evidence."""
+    lines = []
+    for gateway, scores in card["gateways"].items():
+        for name in card["columns"]:
+            entry = scores[name]
+            if entry["score"] in (Score.FAIL.value, Score.SAFE.value):
+                first = entry["evidence"][0]
+                more = f" (+{len(entry['evidence']) - 1} more)" if len(entry["evidence"]) > 1 else ""
+                lines.append(f"{gateway} {name} {entry['score']}: {_evidence_line(first)}: {first['why']}{more}")
+    return lines
+
+
+def _versions_line(card: dict[str, Any]) -> str:
+    return "gateway versions: " + ", ".join(f"{name} {version}" for name, version in card["versions"].items())
+
+
+def render_scorecard_text(card: dict[str, Any]) -> str:
+    """The card for the terminal: a row per gateway, a column per rule, then why each `fail`
+    and `safe` (its first evidence cell), then the gateways' versions."""
+    header, rows = _first_words(card)
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    lines = ["scorecard (pass / safe / fail / n/a; README: the scorecard)"]
+    lines += ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in [header, *rows]]
+    lines.insert(2, "-" * len(lines[1]))
+    lines += ["", *_not_passed(card)]
+    if card["versions"]:
+        lines.append(_versions_line(card))
+    return "\n".join(lines) + "\n"
+
+
+def render_scorecard_markdown(card: dict[str, Any]) -> str:
+    """SCORECARD.md: the same cells as `result.json["scorecard"]`, a Markdown table, then each
+    column's question, the evidence of every `fail` and `safe`, and the gateways' versions."""
+    header, rows = _first_words(card)
+    lines = ["# Scorecard", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    lines += ["", "## Columns", ""]
+    lines += [f"- `{name}`: {card['questions'][name]}" for name in card["columns"]]
+    lines += ["", "## Why not pass", ""]
+    lines += [f"- {line}" for line in _not_passed(card)] or ["- every judged cell passed"]
+    if card["versions"]:
+        lines += ["", "## Gateway versions", ""]
+        lines += [f"- {name}: {version}" for name, version in card["versions"].items()]
+    return "\n".join(lines) + "\n"
