@@ -262,17 +262,19 @@ def blocks_of(pieces: tuple[Piece, ...] | list[Piece]) -> list[Block]:
     Raises:
         ValueError: a `tool_arguments` piece comes before any tool call was opened.
     """
-    blocks: list[Block] = []
+    # Each block's pieces are collected in a list and frozen at the end: a 100k-piece answer (the
+    # bench's) would be quadratic if each piece rebuilt its block's tuple.
+    runs: list[tuple[str, list[Piece]]] = []
     for piece in pieces:
         if piece.kind == "tool_arguments":
-            if not blocks or blocks[-1].kind != "tool_call":
+            if not runs or runs[-1][0] != "tool_call":
                 raise ValueError(f"tool arguments {piece.text!r} before any tool call was opened")
-            blocks[-1] = Block(kind="tool_call", pieces=(*blocks[-1].pieces, piece))
-        elif blocks and piece.kind != "tool_call" and blocks[-1].kind == piece.kind:
-            blocks[-1] = Block(kind=piece.kind, pieces=(*blocks[-1].pieces, piece))
+            runs[-1][1].append(piece)
+        elif runs and piece.kind != "tool_call" and runs[-1][0] == piece.kind:
+            runs[-1][1].append(piece)
         else:
-            blocks.append(Block(kind=piece.kind, pieces=(piece,)))
-    return blocks
+            runs.append((piece.kind, [piece]))
+    return [Block(kind=kind, pieces=tuple(run)) for kind, run in runs]
 
 
 def interleaved_pieces(settings: WorkerSettings) -> list[tuple[int, Piece]]:
