@@ -114,6 +114,15 @@ _RAISES_ON_LENGTH_BY_DESIGN = frozenset({"LengthFinishReasonError"})
 _LENGTH_REASONS = frozenset({"length", "max_tokens", "incomplete"})
 
 
+def _raised_on_length_by_design(cell: dict[str, Any], scenario: dict[str, Any]) -> bool:
+    """The client raised the way it answers a correct `length` (the reason was delivered)."""
+    return (
+        Outcome(cell["outcome"]) is Outcome.ERROR
+        and cell["report"].get("error_class") in _RAISES_ON_LENGTH_BY_DESIGN
+        and scenario["expected"].get("finish_reason") in _LENGTH_REASONS
+    )
+
+
 def _natural_end(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
     """The worker ended the stream itself (whole answer), with its reason missing, empty or
     right: the client must get the true reason (`ok`). A raise loses the answer but hides
@@ -121,8 +130,7 @@ def _natural_end(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score,
     outcome = Outcome(cell["outcome"])
     if outcome is Outcome.OK:
         return Score.PASS, "ok"
-    if (outcome is Outcome.ERROR and cell["report"].get("error_class") in _RAISES_ON_LENGTH_BY_DESIGN
-            and scenario["expected"].get("finish_reason") in _LENGTH_REASONS):
+    if _raised_on_length_by_design(cell, scenario):
         return Score.PASS, f"error: {cell['report']['error_class']} is the client's answer to `length`"
     if outcome in (Outcome.ERROR, Outcome.FLAGGED):
         return Score.SAFE, outcome.value
@@ -134,7 +142,8 @@ def _books(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
     that say `error` for an `ok` cell over-report (`safe`); a failure booked `ok`, or a request the
     books do not know (`no entry`), hides it from an operator (`fail`)."""
     books = cell.get("books")
-    failed = Outcome(cell["outcome"]) is not Outcome.OK
+    # A client that raises on a correct `length` by design got the answer the books say it got.
+    failed = Outcome(cell["outcome"]) is not Outcome.OK and not _raised_on_length_by_design(cell, scenario)
     if books == BOOKS_ERROR:
         return (Score.PASS, f"{cell['outcome']}, books error") if failed else (Score.SAFE, "ok, books error")
     if books == BOOKS_OK:

@@ -110,6 +110,16 @@ def test_books_say_error_for_every_request_whose_client_did_not_get_the_answer(b
     assert _score(card, "g", "books-say-error") == score
 
 
+@pytest.mark.parametrize("scenario, error_class, score", [
+    ("length-omitted", "LengthFinishReasonError", "pass"),  # the client's answer to a delivered `length`
+    ("length-omitted", "APIError", "fail"),
+    ("healthy", "LengthFinishReasonError", "fail"),
+])
+def test_books_ok_for_a_client_that_raises_on_a_delivered_length_by_design(scenario, error_class, score):
+    card = _card(_cell(scenario, "g", "error", books="ok", error_class=error_class, client="openai-python-helper"))
+    assert _score(card, "g", "books-say-error") == score
+
+
 def test_a_gateway_without_books_is_n_a_in_the_books_column():
     card = _card(_cell("healthy", "vllm-router", "ok", books="none"), _cell("healthy", "direct", "ok"))
     assert _score(card, "vllm-router", "books-say-error") == "n/a"
