@@ -15,7 +15,7 @@ import argparse
 import dataclasses
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from faults.cli_parser import OneLineParser
@@ -38,26 +38,24 @@ class SelectionError(ValueError):
     dialects asked for); the message says what each speaks."""
 
 
-def _jobs(text: str) -> int:
-    # 0 in flight would leave every cell queued and the lab at 0/N forever.
-    try:
-        jobs = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of cells (1 or more)") from None
-    if jobs < 1:
-        raise argparse.ArgumentTypeError(f"{jobs} cells in flight would run nothing: give 1 or more")
-    return jobs
+def _at_least_one(whole_number_of: str, that_many: str) -> Callable[[str], int]:
+    """An argparse type for a count of 1 or more: 0 cells in flight would leave every cell queued
+    and the lab at 0/N forever, 0 repeats would run no cell. The words name what is counted."""
+
+    def parse(text: str) -> int:
+        try:
+            count = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {whole_number_of} (1 or more)") from None
+        if count < 1:
+            raise argparse.ArgumentTypeError(f"{count} {that_many} would run nothing: give 1 or more")
+        return count
+
+    return parse
 
 
-def _repeat(text: str) -> int:
-    # 0 repeats would run no cell; the message says what a repeat is.
-    try:
-        repeat = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of runs per cell (1 or more)") from None
-    if repeat < 1:
-        raise argparse.ArgumentTypeError(f"{repeat} runs per cell would run nothing: give 1 or more")
-    return repeat
+_jobs = _at_least_one("cells", "cells in flight")
+_repeat = _at_least_one("runs per cell", "runs per cell")
 
 
 def build_parser() -> argparse.ArgumentParser:
