@@ -24,6 +24,9 @@ GATEWAY_ENV_NAMES := smg vllm-router
 GATEWAY_ENV_STAMPS := $(foreach name,$(GATEWAY_ENV_NAMES),$(GATEWAY_ENVS)/$(name)/.installed)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# The venv's packages are compiled once, at install: the tests start Python (pytest's workers,
+# mitmdump, the lab's clients and gateways) over a hundred times, each importing hundreds of modules.
+export UV_COMPILE_BYTECODE := 1
 export FINISHLINE_TOXIPROXY_SERVER := $(TOXIPROXY_SERVER)
 
 # mitmproxy 12 needs Python >= 3.12, and `python3` on a machine is often older: look for one,
@@ -33,10 +36,12 @@ PYTHON ?= $(shell for p in python3.12 python3.13 python3.14 \
   p=$$(command -v $$p 2>/dev/null) || continue; \
   $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { echo $$p; break; }; done)
 
-.PHONY: help setup test bench lab ui clean
+.PHONY: help setup test check lint bench lab ui clean
 
 help:
-	@echo "make test    install what is missing, then run every test"
+	@echo "make test    install what is missing, then the linters and every test (over $(TEST_WORKERS) processes)"
+	@echo "make check   the linters, then the tests that start no process"
+	@echo "make lint    ruff (lint and format check) and mypy"
 	@echo "make bench   finish_fix's cost next to plain mitmdump (ratios, one run)"
 	@echo "make lab     run the chaos lab (clients x gateways x faults) and print the matrix"
 	@echo "make ui      worker + toxiproxy + mitmweb with finish_fix, to watch and break streams live"
@@ -53,6 +58,8 @@ $(UV):
 	$(PYTHON) -m venv $(TOOLS)/uv
 	$(TOOLS)/uv/bin/pip install --quiet uv==$(UV_VERSION)
 
+# The package and the groups pyproject.toml's `default-groups` names: `dev` (the tests) and `lab`
+# (the lab's clients and gateways, which the package itself does not depend on).
 $(VENV)/.synced: pyproject.toml uv.lock | $(UV)
 	$(UV) sync --frozen --python $(PYTHON)
 	@touch $@
@@ -87,8 +94,32 @@ $(GATEWAY_ENVS)/%/.installed: labs/gateways/requirements/%.txt | $(UV)
 	$(UV) pip install --quiet --python $(GATEWAY_ENVS)/$*/bin/python --require-hashes -r $<
 	@touch $@
 
-test: setup
-	$(PY) -m pytest
+# Both run pytest over TEST_WORKERS processes (pytest-xdist); each starts its own services (the
+# session's toxiproxy, a module's mitmdump) on ports of its own. A test file stays on one worker, and
+# the files that share a lab run share a worker (--dist loadfile, tests/worker_groups.py), so a
+# module's services and the lab run start once. `make test TEST_WORKERS=1` runs in this process.
+# Python may write its bytecode caches (__pycache__, ignored by git) even where the environment says
+# not to: without them every one of those starts compiles its modules again, and pytest rewrites
+# every test module's asserts again in each worker.
+TEST_WORKERS ?= 2
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+
+# The whole suite, after the linters (their findings fail it too).
+test: setup lint
+	$(PYTEST)
+
+# The fast tier: the linters, then every test that starts no process (tests/e2e_guard.py fails a test
+# that does without the `e2e` mark, so none slips in).
+check: setup lint
+	$(PYTEST) -m "not e2e"
+
+# All three run, so one `make lint` shows every finding; it fails if any of them does.
+lint: setup
+	@status=0; \
+	$(PY) -m ruff check || status=1; \
+	$(PY) -m ruff format --check || status=1; \
+	$(PY) -m mypy || status=1; \
+	exit $$status
 
 bench: setup
 	$(PY) -m tests.bench

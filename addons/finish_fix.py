@@ -11,7 +11,7 @@ stopping, and so does one that goes silent past a deadline
 (`finish_fix_idle_timeout`, `finish_fix_first_token_timeout`). A cut is never turned into a success
 unless `finish_fix_on_cut=stop`.
 Each flow in scope gets a verdict (flow.metadata["finish_fix"], a mark and comment in mitmweb, and a
-line in the optional ledger). The rules are in README.md; this module only adapts them to mitmproxy.
+line in the optional ledger). The rules are in docs/repair-rules.md; this module only adapts them to mitmproxy.
 
 Only this file hot-reloads; its sibling modules (the core, the stream callable, the cut hook, books,
 view) are imported once, so editing those needs a restart.
@@ -23,6 +23,8 @@ import logging
 import re
 import time
 from collections import Counter
+from dataclasses import replace
+from typing import Any
 
 from mitmproxy import contentviews, ctx, exceptions, http
 
@@ -31,13 +33,16 @@ from finish_fix_books import BodyCopy, Ledger, parse_size
 from finish_fix_stream import ClientStream, stream_of
 from finish_fix_view import SseChatView
 from finishline import (
+    Booking,
     Dialect,
+    NumberRefused,
     OnCut,
     RepairPolicy,
     RequestFacts,
     StreamRepair,
     Verdict,
     book_missing_response,
+    read_number,
     repair_completion,
 )
 
@@ -55,7 +60,7 @@ PATH_OPTIONS = {
 }
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:"}
 BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
-# Stall deadlines, in seconds (README "Options" says why these values).
+# Stall deadlines, in seconds (docs/options.md "Why the deadlines' defaults" says why these values).
 DEFAULT_IDLE_TIMEOUT = "120"
 DEFAULT_FIRST_TOKEN_TIMEOUT = "600"
 POLICY_OPTIONS = {"finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_idle_timeout", "finish_fix_first_token_timeout"}
@@ -67,7 +72,9 @@ class FinishFix:
         self.paths: dict[Dialect, re.Pattern[str] | None] = {
             dialect: re.compile(default) for dialect, (_, default) in PATH_OPTIONS.items()
         }
-        self.policy = RepairPolicy(idle_timeout=float(DEFAULT_IDLE_TIMEOUT), first_token_timeout=float(DEFAULT_FIRST_TOKEN_TIMEOUT))
+        self.policy = RepairPolicy(
+            idle_timeout=float(DEFAULT_IDLE_TIMEOUT), first_token_timeout=float(DEFAULT_FIRST_TOKEN_TIMEOUT)
+        )
         self.copy_limit = 4 * 1024 * 1024
         self.ledger: Ledger | None = None
         self.verdicts: Counter[str] = Counter()
@@ -76,25 +83,33 @@ class FinishFix:
 
     def load(self, loader) -> None:
         loader.add_option(
-            "finish_fix_paths", str, DEFAULT_PATHS,
+            "finish_fix_paths",
+            str,
+            DEFAULT_PATHS,
             "Regex (Python syntax, searched in the request path without the query) selecting the "
             "requests whose responses finish_fix repairs as Chat Completions. The default matches any "
             "path ending in chat/completions, e.g. /v1/chat/completions. Empty: Chat is off.",
         )
         loader.add_option(
-            "finish_fix_messages_paths", str, DEFAULT_MESSAGES_PATHS,
+            "finish_fix_messages_paths",
+            str,
+            DEFAULT_MESSAGES_PATHS,
             "Regex searched in the request path selecting the requests repaired as Anthropic "
             "Messages. The default matches any path ending in messages, e.g. /v1/messages or "
             "/anthropic/v1/messages, but not /v1/messages/count_tokens. Empty: Messages is off.",
         )
         loader.add_option(
-            "finish_fix_responses_paths", str, DEFAULT_RESPONSES_PATHS,
+            "finish_fix_responses_paths",
+            str,
+            DEFAULT_RESPONSES_PATHS,
             "Regex searched in the request path selecting the requests repaired as OpenAI "
             "Responses. The default matches any path ending in responses, e.g. /v1/responses. "
             "Empty: Responses is off.",
         )
         loader.add_option(
-            "finish_fix_on_cut", str, "error",
+            "finish_fix_on_cut",
+            str,
+            "error",
             "What the client gets when the upstream stops before the stream finished. "
             "'error': an SSE error event (code stream_interrupted), then the end of the response; "
             "the client raises. 'stop': finishing events and [DONE]; the client sees a success, "
@@ -105,27 +120,35 @@ class FinishFix:
         loader.add_option(
             # A str, not a bool: mitmproxy silently ignores a --set value that does not parse for a
             # script's bool option, so a typo would go unnoticed. Validated in `configure`.
-            "finish_fix_empty_to_null", str, "true",
+            "finish_fix_empty_to_null",
+            str,
+            "true",
             'Rewrite "finish_reason": "" to null in stream chunks (true or false; clients that test '
-            "the value, not its truthiness, take \"\" as a real finish reason).",
+            'the value, not its truthiness, take "" as a real finish reason).',
             choices=sorted(BOOLEANS),
         )
         loader.add_option(
-            "finish_fix_ledger", str, "",
+            "finish_fix_ledger",
+            str,
+            "",
             "Append one JSON line per flow in scope to this file: time, method, URL without query, "
             "status, model, dialect (chat, messages or responses), verdict, events, bytes, time to "
             "first event, duration, injections. "
             "Never headers, keys or message content. Empty: no ledger.",
         )
         loader.add_option(
-            "finish_fix_body_copy", str, "4MB",
+            "finish_fix_body_copy",
+            str,
+            "4MB",
             "Keep up to this much of each repaired stream, as sent to the client, so mitmweb can "
             "show it (streamed bodies are otherwise 'content missing'); longer streams keep their "
             "start and end. A size like 4MB, 512KB or 1048576; 0 keeps nothing.",
         )
         loader.add_option(
             # Seconds as a str: mitmproxy's --set cannot parse a float option.
-            "finish_fix_idle_timeout", str, DEFAULT_IDLE_TIMEOUT,
+            "finish_fix_idle_timeout",
+            str,
+            DEFAULT_IDLE_TIMEOUT,
             "Seconds allowed between two SSE events once the first token arrived (once the first "
             "event arrived when finish_fix_first_token_timeout is 0, since until the first token "
             "that deadline governs); comments and keep-alive lines do not count, so they cannot "
@@ -136,7 +159,9 @@ class FinishFix:
             "tokens of a live stream.",
         )
         loader.add_option(
-            "finish_fix_first_token_timeout", str, DEFAULT_FIRST_TOKEN_TIMEOUT,
+            "finish_fix_first_token_timeout",
+            str,
+            DEFAULT_FIRST_TOKEN_TIMEOUT,
             "Seconds allowed from the response head to the first token (content, reasoning, a "
             "refusal or a tool call); past it the stream ends as for finish_fix_idle_timeout. 0 = no "
             "limit. The default, 600, is the OpenAI SDKs' own request timeout: a reasoning model "
@@ -211,7 +236,7 @@ class FinishFix:
         response = flow.response
         assert response is not None
         if not _is_event_stream(response):
-            return  # buffered by mitmproxy; rule 9 runs in `response`
+            return  # buffered by mitmproxy; rule C9 runs in `response`
         dialect = self._dialect_of(flow)
         if dialect is None:
             response.stream = True
@@ -233,7 +258,7 @@ class FinishFix:
     def response(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
         if stream is not None:
-            if not stream.called:
+            if not stream.called and flow.response is not None:  # (it is: the stream is on it)
                 # mitmproxy never streamed this body (it was empty): what the repair adds is sent
                 # as the body, since for such a response the `response` hook runs before sending.
                 flow.response.content = stream.finish_unstreamed()
@@ -247,13 +272,14 @@ class FinishFix:
             dialect = self._dialect_of(flow)
             if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")
-                self._book(flow, *book_missing_response(flow.error.msg, client_gone=client_gone), {"dialect": str(dialect)})
+                model = RequestFacts.from_body(flow.request.raw_content).model
+                self._book(flow, book_missing_response(flow.error.msg, client_gone=client_gone, model=model, dialect=dialect))
             return
         # An upstream cut or a stall came through the hook first; anything else ended on the client's side.
         stream.on_client_gone(flow.error.msg if flow.error else "unknown error")
         self._close_books(flow, stream)
 
-    # -- non-streaming (rule 9) ----------------------------------------------------------------
+    # -- non-streaming (rule C9) ----------------------------------------------------------------
 
     def _on_whole_response(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
         response = flow.response
@@ -267,11 +293,19 @@ class FinishFix:
             content_encoding=_content_encoding(response),
             dialect=dialect,
         )
-        record: dict = {"client_bytes": len(result.body), "model": request.model, "dialect": str(dialect)}
         if result.verdict is Verdict.REPAIRED:
             response.content = result.body
-            record["repairs"] = result.repairs
-        self._book(flow, result.verdict, result.detail, record)
+        self._book(
+            flow,
+            Booking(
+                verdict=result.verdict,
+                detail=result.detail,
+                model=request.model,
+                dialect=dialect,
+                client_bytes=len(result.body),
+                repairs=tuple(result.repairs),
+            ),
+        )
 
     # -- books --------------------------------------------------------------------------------
 
@@ -282,23 +316,25 @@ class FinishFix:
         comment = report.detail
         if report.upstream_error_message:
             comment += f": {report.upstream_error_message}"
-        self._book(flow, report.verdict, report.detail, report.as_json(), comment=comment)
+        self._book(flow, report.booking(), account=report.as_json(), comment=comment)
 
-    def _book(self, flow: http.HTTPFlow, verdict: Verdict, detail: str, record: dict, *, comment: str | None = None) -> None:
+    def _book(
+        self, flow: http.HTTPFlow, booking: Booking, *, account: dict[str, Any] | None = None, comment: str | None = None
+    ) -> None:
+        """Books one flow: its metadata (the booking, over a stream's fuller `account`), mark,
+        comment and ledger line."""
         request = flow.request
-        record = {**record, "verdict": str(verdict), "detail": detail}
-        if "model" not in record:  # a stream's report has it (from the facts its repair was given)
-            record["model"] = RequestFacts.from_body(request.raw_content).model
-        if record.get("duration") is None and flow.response is not None and flow.response.timestamp_end:
-            record["duration"] = flow.response.timestamp_end - request.timestamp_start
-        flow.metadata[METADATA_KEY] = record
+        if booking.duration is None and flow.response is not None and flow.response.timestamp_end:
+            booking = replace(booking, duration=flow.response.timestamp_end - request.timestamp_start)
+        flow.metadata[METADATA_KEY] = {**(account or {}), **booking.to_json()}
+        verdict = booking.verdict
         if verdict in MARKS:
             flow.marked = MARKS[verdict]
         if verdict is not Verdict.CLEAN:
-            flow.comment = f"finish_fix: {comment or detail}"
+            flow.comment = f"finish_fix: {comment or booking.detail}"
         self.verdicts[str(verdict)] += 1
         if self.ledger is not None:
-            self.ledger.write(flow, record)
+            self.ledger.write(flow, booking)
 
     def _dialect_of(self, flow: http.HTTPFlow) -> Dialect | None:
         """The dialect whose path option matches the request's path (without the query), tried in
@@ -322,12 +358,11 @@ def _path_regex(option: str, text: str) -> re.Pattern[str] | None:
 
 def _seconds(option: str, text: str) -> float:
     try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value < float("inf"):
-        raise exceptions.OptionsError(f"{option}: {text!r} is not a number of seconds >= 0 (0 = no limit), e.g. 120 or 2.5")
-    return value
+        return read_number(text, at_least=0)
+    except NumberRefused:
+        raise exceptions.OptionsError(
+            f"{option}: {text!r} is not a number of seconds >= 0 (0 = no limit), e.g. 120 or 2.5"
+        ) from None
 
 
 def _is_event_stream(response: http.Response) -> bool:
@@ -345,11 +380,13 @@ def _let_the_body_length_change(flow: http.HTTPFlow) -> None:
     before the finish or the error event. mitmproxy sends the headers as the addon leaves them:
     drop the length and, between HTTP/1.1 peers, chunk the body (HTTP/2 ends streams by itself; an
     HTTP/1.0 response is read to the close)."""
-    headers = flow.response.headers
+    response = flow.response
+    assert response is not None  # called from `responseheaders`
+    headers = response.headers
     if "content-length" not in headers:
         return
     del headers["content-length"]
-    if flow.request.http_version == "HTTP/1.1" and flow.response.http_version == "HTTP/1.1":
+    if flow.request.http_version == "HTTP/1.1" and response.http_version == "HTTP/1.1":
         headers["transfer-encoding"] = "chunked"
 
 

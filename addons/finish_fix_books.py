@@ -9,7 +9,10 @@ import logging
 import re
 import time
 from collections import deque
-from typing import IO
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from finishline import Booking
 
 __all__ = ["BodyCopy", "Ledger", "parse_size", "url_without_query"]
 
@@ -110,34 +113,26 @@ class Ledger:
         self._file: IO[str] = open(path, "a", encoding="utf-8")
         self._failed = False
 
-    def write(self, flow, record: dict) -> None:
+    def write(self, flow, booking: Booking) -> None:
         """Appends the flow's line. A failing disk is logged once and never breaks the flow."""
         try:
-            self._file.write(json.dumps(self._line(flow, record)) + "\n")
+            self._file.write(json.dumps(self._line(flow, booking)) + "\n")
             self._file.flush()
         except (OSError, ValueError) as error:
             if not self._failed:
                 self._failed = True
                 logger.error(f"finish_fix: cannot write the ledger {self.path!r} ({error}); flows go unbooked")
 
-    def _line(self, flow, record: dict) -> dict:
+    def _line(self, flow, booking: Booking) -> dict[str, Any]:
+        # The request line and status are the flow's; every other key is the booking's own
+        # (`Booking.to_json`), whichever path booked it.
         request = flow.request
         return {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(request.timestamp_start)),
             "method": request.method,
             "url": url_without_query(flow),
             "status": flow.response.status_code if flow.response is not None else None,
-            "model": record.get("model"),
-            "dialect": record.get("dialect"),
-            "verdict": record["verdict"],
-            "detail": record["detail"],
-            "events": record.get("events"),
-            "upstream_bytes": record.get("upstream_bytes"),
-            "client_bytes": record.get("client_bytes", record.get("bytes")),
-            "time_to_first_event": _seconds(record.get("time_to_first_event")),
-            "duration": _seconds(record.get("duration")),
-            "injected": record.get("injected", []),
-            "repairs": record.get("repairs", []),
+            **booking.to_json(),
         }
 
     def close(self) -> None:
@@ -146,7 +141,3 @@ class Ledger:
 
 def url_without_query(flow) -> str:
     return flow.request.pretty_url.partition("?")[0]
-
-
-def _seconds(value: float | None) -> float | None:
-    return None if value is None else round(value, 4)

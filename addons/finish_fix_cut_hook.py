@@ -6,7 +6,7 @@ Why it is needed, for a response body that is being streamed:
 * When the upstream dies mid-body (incomplete chunked body, short Content-Length, TCP reset, HTTP/2
   stream reset), mitmproxy never calls the stream callable again; it runs the `error` hook and closes
   the client connection. No public API can write to the client then, so a cut stream would reach the
-  client as a bare transport error, and finish_fix could not append its error event (rule 6).
+  client as a bare transport error, and finish_fix could not append its error event (rule C6).
   Here a `ResponseProtocolError` goes to the flow's handler first, which returns the bytes to send
   and whether to then end the client's response normally (a `finishline.ClientEnding`).
 * When the upstream goes silent, nothing happens at all: no event reaches any hook. Here the stream
@@ -49,13 +49,24 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Iterable
 
 from mitmproxy import flow as mitm_flow
 from mitmproxy import http
 from mitmproxy.proxy.commands import RequestWakeup
-from mitmproxy.proxy.events import Wakeup
-from mitmproxy.proxy.layers.http import DropStream, ErrorCode, HttpErrorHook, HttpStream, RequestProtocolError
-from mitmproxy.proxy.layers.http import ResponseData, ResponseEndOfMessage, ResponseProtocolError, SendHttp
+from mitmproxy.proxy.events import Event, Wakeup
+from mitmproxy.proxy.layer import CommandGenerator
+from mitmproxy.proxy.layers.http import (
+    DropStream,
+    ErrorCode,
+    HttpErrorHook,
+    HttpStream,
+    RequestProtocolError,
+    ResponseData,
+    ResponseEndOfMessage,
+    ResponseProtocolError,
+    SendHttp,
+)
 
 from finishline import ClientEnding
 
@@ -74,8 +85,9 @@ _MIN_DELAY_S = 0.01
 _timers_pending = 0
 _draining = False
 # mitmproxy's own method while the wrapper is installed (also kept on the class, see `install`): read
-# from here for every piece, a module global being the cheapest lookup.
-_original_handle_event = None
+# from here for every piece, a module global being the cheapest lookup. Until `install` sets it (the
+# wrapper never runs before that), it is the class's method as imported.
+_original_handle_event: Callable[[HttpStream, Event], CommandGenerator[None]] = HttpStream._handle_event
 
 
 class CutHandler:
@@ -95,6 +107,11 @@ class CutHandler:
 
     def __init__(self) -> None:
         self.sent_by_hook = False
+
+    def __call__(self, data: bytes) -> bytes | Iterable[bytes]:
+        """The stream callable itself (`flow.response.stream`): what to send for a piece of the body.
+        The default passes it unchanged, as `stream = True` does."""
+        return data
 
     def on_upstream_failure(self, message: str) -> ClientEnding | None:
         """The upstream died mid-body (`message`: mitmproxy's words). None: leave it to mitmproxy."""
@@ -117,7 +134,8 @@ def install() -> None:
     _draining = False
     if _ORIGINAL not in HttpStream.__dict__:
         setattr(HttpStream, _ORIGINAL, HttpStream.__dict__["_handle_event"])
-        HttpStream._handle_event = _handle_event
+        # setattr, not assignment: it replaces a method, which mypy refuses as an assignment.
+        setattr(HttpStream, "_handle_event", _handle_event)  # noqa: B010
     _original_handle_event = HttpStream.__dict__[_ORIGINAL]
 
 
@@ -141,7 +159,7 @@ def _restore() -> None:
     _draining = False
     original = HttpStream.__dict__.get(_ORIGINAL)
     if original is not None:
-        HttpStream._handle_event = original
+        setattr(HttpStream, "_handle_event", original)  # noqa: B010 (as in `install`)
         delattr(HttpStream, _ORIGINAL)
 
 
@@ -154,7 +172,7 @@ def _handle_event(self: HttpStream, event):
         handler = getattr(self.flow.response, "stream", None)
         # `server_state` is checked too: after a cut or a stall ended the client's response, later
         # pieces go to mitmproxy's state_errored, which drops them.
-        if getattr(handler, "sent_by_hook", False) and self.server_state.__func__ is _STREAM_RESPONSE_BODY:
+        if isinstance(handler, CutHandler) and handler.sent_by_hook and self.server_state.__func__ is _STREAM_RESPONSE_BODY:
             return _send_pieces(self, handler, event.data)
         return _original_handle_event(self, event)
     return _handle_other_event(self, event)

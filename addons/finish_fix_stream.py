@@ -75,7 +75,7 @@ class ClientStream(CutHandler):
 
     def finish_unstreamed(self) -> bytes:
         """For a response mitmproxy never streamed (an empty body: Content-Length 0, or HTTP/2
-        headers that end the stream): the bytes the repair adds at the end (rule 7)."""
+        headers that end the stream): the bytes the repair adds at the end (rule C7)."""
         if self.repair.ended:
             return b""
         out = self.repair.receive_end(now=time.time())

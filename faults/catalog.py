@@ -90,7 +90,7 @@ def cut_during_prefill(layout: ResponseLayout, *, reset: bool = False, after_sec
     name = "cut_during_prefill"
     toxics = (_reset_arm(name),) if reset else ()
     how = "reset" if reset else "FIN"
-    hold = ()
+    hold: tuple[Toxic, ...] = ()
     if after_seconds:
         delay = round(after_seconds * 1000)
         hold = (Toxic(name=f"{name}_slow_close", type="slow_close", stream="downstream", attributes={"delay": delay}),)

@@ -42,6 +42,7 @@ import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import TracebackType
 from typing import IO, Any
 
 import trio
@@ -122,9 +123,9 @@ class ChildProcess(subprocess.Popen):
             if log is not None:
                 log.close()  # the child has its own copy
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None) -> None:
         self.stop()
-        super().__exit__(*exc_info)
+        super().__exit__(exc_type, exc, traceback)
 
     def stop(self, grace: float = STOP_GRACE_S) -> int:
         """SIGTERM, then SIGKILL after `grace` seconds; returns the exit status once it has exited."""
@@ -150,7 +151,7 @@ class ChildProcess(subprocess.Popen):
             return ""
 
     def describe_log(self, lines: int = 15) -> str:
-        """"its log (PATH):" and its last lines, for an error message."""
+        """ "its log (PATH):" and its last lines, for an error message."""
         if self.log_path is None:
             return "it has no log file"
         tail = "\n".join(self.log_text().splitlines()[-lines:])
@@ -287,7 +288,8 @@ class TrioChildProcess:
                 with trio.move_on_after(grace):
                     return await self.wait()
                 self.kill()
-            return await self.wait()
+            status = await self.wait()
+        return status  # (after the shielded scope, which never swallows anything: it is never cancelled)
 
     async def aclose(self, grace: float = STOP_GRACE_S) -> int:
         """`stop()`, then close the pipes; returns the exit status."""
@@ -341,8 +343,13 @@ def run_child(
         subprocess.TimeoutExpired: it ran longer than `timeout` seconds (it is killed first).
     """
     with start_child(
-        argv, stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, cwd=cwd, env=env,
+        argv,
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env=env,
     ) as child:
         try:
             stdout, stderr = child.communicate(input, timeout=timeout)
@@ -396,7 +403,7 @@ def _process_tree(pid: int) -> list[int]:
 
 
 def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
+    inodes: set[str] = set()
     try:
         descriptors = os.listdir(f"/proc/{pid}/fd")
     except (FileNotFoundError, ProcessLookupError, PermissionError):

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faults import catalog
-from faults.cli_parser import EXIT_USAGE, OneLineParser
+from faults.cli_parser import EXIT_USAGE, OneLineParser, number_type
 from faults.layout import LayoutError, ResponseLayout
 from faults.probe import UnstableUpstream, probe_layout
 from faults.toxiproxy_client import (
@@ -62,14 +62,12 @@ class _Parser(OneLineParser):
         return message
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"n must be a whole number of token events, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"n must be >= 0 token events, got {value}")
-    return value
+_count = number_type(
+    whole=True,
+    at_least=0,
+    not_a_number=lambda text: f"n must be a whole number of token events, got {text!r}",
+    out_of_range=lambda text, value: f"n must be >= 0 token events, got {value}",
+)
 
 
 def _address(text: str) -> str:
@@ -199,7 +197,9 @@ def _run(arguments: argparse.Namespace) -> int:
             f"toxiproxy is not running at {client.url}: start it with `python -m faults server` or pass --toxiproxy URL"
         ) from None
     except ProxyExists:
-        raise UsageError(f"a proxy named {arguments.proxy!r} exists already: pick another --proxy or run `python -m faults reset`") from None
+        raise UsageError(
+            f"a proxy named {arguments.proxy!r} exists already: pick another --proxy or run `python -m faults reset`"
+        ) from None
     except NotFound:
         raise UsageError(
             f"no proxy named {arguments.proxy!r} at {client.url}: create it with `python -m faults proxy --proxy "

@@ -15,20 +15,43 @@ n-th token event. Two ways to know that count, behind one small protocol (`Respo
 A token event is an SSE event whose JSON data has a choice whose `delta` carries a non-empty
 `content`, `reasoning_content`, `reasoning`, `refusal`, `tool_calls` or `function_call`; the first
 chunk's `{"role": "assistant", "content": ""}` is not one. Pure: no sockets, no clock.
+
+Reading a capture
+-----------------
+Two parsers the project already has do the reading; this module adds only the offsets.
+
+- **h11** reads the HTTP response: the head, then the body by its framing (chunked, Content-Length,
+  or until the connection closes), and refuses anything that is not one complete HTTP/1.1 response.
+  Its events carry the body's bytes but not where they lay on the wire, and a cut is a count of
+  wire bytes. `Connection.trailing_data` (the bytes h11 holds unread) gives that: after each event,
+  the bytes fed minus the bytes unread is where the event ended in the capture. h11 returns a
+  chunk's data as soon as it has it and reads the chunk's closing CRLF with its next event; RFC 9112
+  section 7.1 puts that CRLF, 2 bytes, right after the data (h11 checks it), so a piece that ends
+  its chunk (`chunk_end`) ends, framing included, 2 bytes later. The capture goes to h11 in slices
+  of `_FEED_SIZE` bytes because `trailing_data` copies what h11 holds: with small slices the copy
+  stays small and a long capture reads in linear time.
+- **The core's `EventFramer`** splits the decoded body into SSE events by the same WHATWG rules the
+  repair reads with, and hands back each event's exact bytes, so an event's end in the body is the
+  sum of their lengths; the pieces h11 returned map it back to the wire.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from bisect import bisect_left
 from dataclasses import dataclass
+from itertools import accumulate
 from typing import Protocol
+
+import h11
+
+from finishline import EventFramer
 
 __all__ = ["CapturedLayout", "LayoutError", "ResponseLayout", "is_token_event", "layout_from_capture"]
 
 _DELTA_TOKEN_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call")
-# An SSE event ends at a blank line; lines end in CRLF, LF or CR (WHATWG event-stream rules).
-_EVENT_END = re.compile(rb"(?:\r\n|\n|\r)(?:\r\n|\n|\r)")
+#: Bytes handed to h11 at a time (the module docstring says why: it keeps `trailing_data` cheap).
+_FEED_SIZE = 4096
 
 
 class LayoutError(ValueError):
@@ -94,43 +117,39 @@ def layout_from_capture(raw: bytes) -> CapturedLayout:
     """Find the head and the token events in one complete raw HTTP/1.1 response.
 
     Raises:
-        LayoutError: no complete head, or a malformed chunked body.
+        LayoutError: no complete head, or a body that is malformed or incomplete for its framing.
     """
-    head_end = raw.find(b"\r\n\r\n")
-    if head_end < 0:
-        raise LayoutError("the capture has no complete response head")
-    head_length = head_end + 4
-    pieces = _body_pieces(raw, head_length)  # (raw offset of piece, piece bytes, raw end incl. framing)
-    body = b"".join(piece for _, piece, _ in pieces)
+    head_length, pieces = _read_response(raw)
+    body_ends = list(accumulate(len(piece.data) for piece in pieces))
 
-    def raw_offset(body_offset: int) -> int:
+    def wire_offset(body_offset: int) -> int:
         # Map an offset in the decoded body back to the wire. An event that ends exactly at a
         # chunk's end is counted with that chunk's trailing CRLF, so the cut keeps chunks whole.
-        position = 0
-        for raw_start, piece, raw_end in pieces:
-            if body_offset <= position + len(piece):
-                if body_offset == position + len(piece):
-                    return raw_end
-                return raw_start + (body_offset - position)
-            position += len(piece)
-        return len(raw)
+        index = bisect_left(body_ends, body_offset)
+        piece = pieces[index]
+        if body_ends[index] == body_offset:
+            return piece.framed_end
+        return piece.data_end - (body_ends[index] - body_offset)
 
     # Before the first token: the head and the leading role-only chunks ("preamble"). A cut after
     # 0 tokens keeps those, and stops before the first token or whatever else comes first.
     preamble_end = head_length
     in_preamble = True
     ends = []
-    start = 0
-    for match in _EVENT_END.finditer(body):
-        data = _event_data(body[start : match.end()])
+    body_offset = 0
+    # The whole body at once, not piece by piece: the framer decides a CR that ends its input at
+    # once, so a CRLF split across two pieces would end an event between the CR and the LF. What
+    # follows the last blank line (an event cut short) stays in the framer: it is no event.
+    for event in EventFramer().receive_data(b"".join(piece.data for piece in pieces)):
+        body_offset += len(event.raw)
+        data = (event.data or b"").decode("utf-8", "replace")
         if is_token_event(data):
             in_preamble = False
-            ends.append(raw_offset(match.end()))
+            ends.append(wire_offset(body_offset))
         elif in_preamble and _is_role_chunk(data):
-            preamble_end = raw_offset(match.end())
+            preamble_end = wire_offset(body_offset)
         else:
             in_preamble = False
-        start = match.end()
     return CapturedLayout(
         head_length=head_length,
         preamble_end=preamble_end,
@@ -150,35 +169,49 @@ def _is_role_chunk(data: str) -> bool:
     return all(isinstance(c, dict) and not c.get("finish_reason") for c in choices)
 
 
-def _event_data(event: bytes) -> str:
-    lines = re.split(rb"\r\n|\n|\r", event)
-    data = [line[5:].removeprefix(b" ") for line in lines if line.startswith(b"data:")]
-    return b"\n".join(data).decode("utf-8", "replace")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _BodyPiece:
+    """The bytes of one h11 `Data` event and where they lay in the capture."""
+
+    data: bytes
+    #: Where the piece's last byte ends in the capture.
+    data_end: int
+    #: Where it ends with its framing: after the chunk's CRLF if it ends a chunk, else `data_end`.
+    framed_end: int
 
 
-def _body_pieces(raw: bytes, head_length: int) -> list[tuple[int, bytes, int]]:
-    head = raw[:head_length].decode("latin-1").lower()
-    if re.search(r"^transfer-encoding:.*chunked", head, re.MULTILINE):
-        return _chunks(raw, head_length)
-    return [(head_length, raw[head_length:], len(raw))]
-
-
-def _chunks(raw: bytes, position: int) -> list[tuple[int, bytes, int]]:
-    pieces = []
+def _read_response(raw: bytes) -> tuple[int, list[_BodyPiece]]:
+    """The head's length and the body's pieces, as h11 reads `raw` for a client that sent a request."""
+    connection = h11.Connection(our_role=h11.CLIENT)
+    # h11 reads a response only to a request it has seen sent, and the method says whether that
+    # response may have a body (a HEAD's has none): POST, as the probe sends.
+    connection.send(h11.Request(method="POST", target="/", headers=[("host", "capture")]))
+    fed = 0
+    read = 0  # where the last event h11 returned ends in the capture
+    head_length: int | None = None
+    pieces: list[_BodyPiece] = []
     while True:
-        line_end = raw.find(b"\r\n", position)
-        if line_end < 0:
-            raise LayoutError(f"chunked body: no chunk-size line at byte {position}")
-        size_text = raw[position:line_end].split(b";", 1)[0].strip()
         try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise LayoutError(f"chunked body: bad chunk size {size_text!r} at byte {position}") from None
-        data_start = line_end + 2
-        if size == 0:
-            return pieces
-        data_end = data_start + size
-        if raw[data_end : data_end + 2] != b"\r\n":
-            raise LayoutError(f"chunked body: chunk at byte {position} is not followed by CRLF")
-        pieces.append((data_start, raw[data_start:data_end], data_end + 2))
-        position = data_end + 2
+            event = connection.next_event()
+        except h11.RemoteProtocolError as exc:
+            if head_length is None:
+                raise LayoutError(f"the capture has no complete response head: {exc}") from None
+            raise LayoutError(
+                f"the capture's body is not a complete HTTP/1.1 body: h11 read {read} of its {len(raw)} bytes, then: {exc}"
+            ) from None
+        if event is h11.NEED_DATA:
+            data = raw[fed : fed + _FEED_SIZE]
+            fed += len(data)
+            connection.receive_data(data)  # b"" once all is fed: the capture ends as the connection did
+            continue
+        read = fed - len(connection.trailing_data[0])
+        if isinstance(event, h11.Response):
+            head_length = read
+        elif isinstance(event, h11.Data):
+            framed_end = read + 2 if event.chunk_end else read
+            pieces.append(_BodyPiece(data=event.data, data_end=read, framed_end=framed_end))
+        elif isinstance(event, h11.EndOfMessage):
+            assert head_length is not None  # h11 ends a message only after its head
+            return head_length, pieces
+        # An InformationalResponse (a 1xx before the response) is kept by any cut: the head that
+        # counts is the final response's, which h11 returns next.

@@ -49,9 +49,7 @@ class ScopedFault:
             raise
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._undo()
 
     def _undo(self) -> None:
@@ -78,9 +76,7 @@ class ScopedFault:
         await trio.to_thread.run_sync(self.__enter__)
         return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         # Shielded: a cancelled lab run must still take its toxics away.
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(self._undo)

@@ -194,6 +194,4 @@ def _bound_consumer(host: str, port: int, timeout: float) -> type[APIConsumer]:
 
 
 def _proxy_info(values: Mapping[str, Any]) -> ProxyInfo:
-    return ProxyInfo(
-        name=values["name"], listen=values["listen"], upstream=values["upstream"], enabled=values["enabled"]
-    )
+    return ProxyInfo(name=values["name"], listen=values["listen"], upstream=values["upstream"], enabled=values["enabled"])

@@ -145,7 +145,11 @@ def _wait_until_serving(process: ChildProcess, host: str, port: int, timeout: fl
             )
         failure = _maybe_start_failure(process)
         if failure is not None:
-            hint = ": is another toxiproxy running there? stop it or pick another port" if "address already in use" in failure else ""
+            hint = (
+                ": is another toxiproxy running there? stop it or pick another port"
+                if "address already in use" in failure
+                else ""
+            )
             raise ToxiproxyServerError(f"toxiproxy-server cannot serve on {host}:{port} ({failure}){hint}")
         if client is None:
             try:

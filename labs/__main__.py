@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from faults.cli_parser import OneLineParser
+from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
 from labs.clients import CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, DEFAULT_CLIENTS_BY_DIALECT, EVERY_CLIENT
 from labs.entry import EXIT_ERROR, run_command
@@ -27,9 +27,9 @@ from labs.gateways import EXTERNAL, GATEWAYS
 from labs.outcome import Outcome
 from labs.progress import Progress
 from labs.report_html import write_html
-from labs.runner import LabConfig, run_labels, run_lab
-from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text
+from labs.runner import LabConfig, run_lab, run_labels
 from labs.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
+from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text
 from labs.table import render_table
 
 
@@ -38,20 +38,15 @@ class SelectionError(ValueError):
     dialects asked for); the message says what each speaks."""
 
 
-def _at_least_one(whole_number_of: str, that_many: str) -> Callable[[str], int]:
+def _at_least_one(whole_number_of: str, that_many: str) -> Callable[[str], float]:
     """An argparse type for a count of 1 or more: 0 cells in flight would leave every cell queued
     and the lab at 0/N forever, 0 repeats would run no cell. The words name what is counted."""
-
-    def parse(text: str) -> int:
-        try:
-            count = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {whole_number_of} (1 or more)") from None
-        if count < 1:
-            raise argparse.ArgumentTypeError(f"{count} {that_many} would run nothing: give 1 or more")
-        return count
-
-    return parse
+    return number_type(
+        whole=True,
+        at_least=1,
+        not_a_number=lambda text: f"{text!r} is not a whole number of {whole_number_of} (1 or more)",
+        out_of_range=lambda text, value: f"{value} {that_many} would run nothing: give 1 or more",
+    )
 
 
 _jobs = _at_least_one("cells", "cells in flight")
@@ -64,39 +59,75 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run real clients through real gateways against a worker whose tunnel fails on "
         f"purpose, and print what each client saw ({', '.join(o.value for o in Outcome)}).",
     )
-    parser.add_argument("--scenario", action="append", metavar="NAME",
-                        help=f"a scenario name from {SCENARIO_DIR} or a path to a .toml file (repeatable; default: "
-                        "every scenario not marked `default = false`)")
-    parser.add_argument("--client", action="append", choices=EVERY_CLIENT, metavar="CLIENT",
-                        help=f"repeatable; one of {', '.join(EVERY_CLIENT)} (a name is that library in each dialect it "
-                        f"speaks); default: Chat's {', '.join(DEFAULT_CLIENTS)}, and every client of the other dialects")
-    parser.add_argument("--dialect", action="append", choices=[d.value for d in Dialect], metavar="DIALECT",
-                        help=f"repeatable; one of {', '.join(d.value for d in Dialect)}; default: all three, each scenario "
-                        "in the dialects it lists (the default run: those of its `default_dialects`)")
-    parser.add_argument("--all", action="store_true",
-                        help="lift the default run's limits: every scenario in every dialect it lists, and every client "
-                        "(a --scenario or --client given still picks)")
-    parser.add_argument("--gateway", action="append", choices=(*GATEWAYS, EXTERNAL), metavar="GATEWAY",
-                        help=f"repeatable; default: {', '.join(GATEWAYS)}; `{EXTERNAL}` needs --gateway-url")
-    parser.add_argument("--gateway-url", help="base URL of your own gateway (e.g. http://127.0.0.1:4000/v1), run as the `external` gateway")
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        metavar="NAME",
+        help=f"a scenario name from {SCENARIO_DIR} or a path to a .toml file (repeatable; default: "
+        "every scenario not marked `default = false`)",
+    )
+    parser.add_argument(
+        "--client",
+        action="append",
+        choices=EVERY_CLIENT,
+        metavar="CLIENT",
+        help=f"repeatable; one of {', '.join(EVERY_CLIENT)} (a name is that library in each dialect it "
+        f"speaks); default: Chat's {', '.join(DEFAULT_CLIENTS)}, and every client of the other dialects",
+    )
+    parser.add_argument(
+        "--dialect",
+        action="append",
+        choices=[d.value for d in Dialect],
+        metavar="DIALECT",
+        help=f"repeatable; one of {', '.join(d.value for d in Dialect)}; default: all three, each scenario "
+        "in the dialects it lists (the default run: those of its `default_dialects`)",
+    )
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="lift the default run's limits: every scenario in every dialect it lists, and every client "
+        "(a --scenario or --client given still picks)",
+    )
+    parser.add_argument(
+        "--gateway",
+        action="append",
+        choices=(*GATEWAYS, EXTERNAL),
+        metavar="GATEWAY",
+        help=f"repeatable; default: {', '.join(GATEWAYS)}; `{EXTERNAL}` needs --gateway-url",
+    )
+    parser.add_argument(
+        "--gateway-url", help="base URL of your own gateway (e.g. http://127.0.0.1:4000/v1), run as the `external` gateway"
+    )
     parser.add_argument("--gateway-api-key", help="API key the clients send to the external gateway (default: a dummy key)")
-    parser.add_argument("--tunnel-port", type=int, default=0,
-                        help="fixed 127.0.0.1 port for the worker's tunnel, so your gateway can be pointed at it (default: any free port)")
+    parser.add_argument(
+        "--tunnel-port",
+        type=int,
+        default=0,
+        help="fixed 127.0.0.1 port for the worker's tunnel, so your gateway can be pointed at it (default: any free port)",
+    )
     # Most of a cell's time is spent waiting (a prefill, a client's retry backoff, a stall until the
     # deadline), not computing: 64 in flight ran the incident and the stall in 46 s and 10 s where 12
     # took 116 s and 26 s, with the same outcome in every cell (measured on 2 cores when the lab had
     # 8 clients and 8 gateways; a run's cells are queued, so more of either only adds to the queue).
     parser.add_argument("--jobs", type=_jobs, default=64, help="cells in flight at once, 1 or more (default 64)")
-    parser.add_argument("--repeat", type=_repeat, default=1, metavar="N",
-                        help="run every cell N times, one repeat after another per scenario; a cell whose outcome or "
-                        "books differ between repeats is unstable (`~`), and its scorecard column fails (default 1)")
+    parser.add_argument(
+        "--repeat",
+        type=_repeat,
+        default=1,
+        metavar="N",
+        help="run every cell N times, one repeat after another per scenario; a cell whose outcome or "
+        "books differ between repeats is unstable (`~`), and its scorecard column fails (default 1)",
+    )
     parser.add_argument("--results", type=Path, default=Path("lab-results"), help="where runs are written (default lab-results/)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return parser
 
 
 def select_scenarios(
-    names: list[str] | None, everything: bool, directory: Path = SCENARIO_DIR, dialects: Sequence[Dialect] = tuple(Dialect),
+    names: list[str] | None,
+    everything: bool,
+    directory: Path = SCENARIO_DIR,
+    dialects: Sequence[Dialect] = tuple(Dialect),
 ) -> list[Scenario]:
     """The scenarios asked for by name (default or not), else every one (`--all`), else the
     default run's: those whose file does not say `default = false`; each narrowed to the
@@ -106,6 +137,7 @@ def select_scenarios(
         ScenarioError: an unknown name or a bad file.
         SelectionError: a scenario asked for by name runs in none of `dialects`.
     """
+
     def narrowed(scenario: Scenario, among: tuple[Dialect, ...]) -> Scenario:
         return dataclasses.replace(scenario, dialects=tuple(d for d in among if d in dialects))
 
@@ -175,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{scenario.name:{width}}  {scenario.title}{_dialect_note(scenario)}")
         return 0
     gateways = tuple(g for g in (*GATEWAYS, EXTERNAL) if g in (arguments.gateway or ()))
-    gateways = gateways or tuple( (GATEWAYS + ((EXTERNAL,) if arguments.gateway_url else ())))
+    gateways = gateways or tuple(GATEWAYS + ((EXTERNAL,) if arguments.gateway_url else ()))
     if EXTERNAL in gateways and not arguments.gateway_url:
         print("error: the external gateway needs --gateway-url URL", file=sys.stderr)
         return EXIT_ERROR
@@ -197,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if status:
         return status
     data = result.to_json()
-    # Where the time went, for choosing what the default run covers (README: "the default run").
+    # Where the time went, for choosing what the default run covers (docs/lab.md "The default run").
     data["timings"] = progress.timings()
     # The verdict per gateway: first in the terminal, on top of the report, and its own file.
     data["scorecard"] = build_scorecard(data)
@@ -211,8 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{runtime}: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
     print(progress.summary())
     if data["stale_refused"]:
-        print("late requests of finished cells refused (409): "
-              + ", ".join(f"{server} {count}" for server, count in data["stale_refused"].items()))
+        print(
+            "late requests of finished cells refused (409): "
+            + ", ".join(f"{server} {count}" for server, count in data["stale_refused"].items())
+        )
     print(f"\nresults: {run_dir / 'result.json'}\nreport:  {run_dir / 'report.html'}\nscorecard: {run_dir / 'SCORECARD.md'}")
     return 0
 

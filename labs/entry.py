@@ -68,8 +68,8 @@ def leaf_errors(error: BaseException) -> list[BaseException]:
 def error_line(error: BaseException) -> str:
     """One line for a user: the first line of each distinct error's message (a ChildStartError's
     message goes on with its log's tail, which the log file keeps)."""
-    from faults.toxiproxy_client import ToxiproxyError
     from faults.child_processes import ChildStartError
+    from faults.toxiproxy_client import ToxiproxyError
 
     parts = []
     for leaf in leaf_errors(error):

@@ -47,6 +47,7 @@ __all__ = [
     "BOOKS_ERROR",
     "BOOKS_NONE",
     "BOOKS_OK",
+    "Change",
     "ClientReport",
     "DIALECT_WORDS",
     "DialectWords",
@@ -119,8 +120,14 @@ DIALECT_WORDS: dict[Dialect, DialectWords] = {
     # `stop_reason` (anthropic-python and -node, LangChain's response_metadata); the AI SDK and
     # pi-ai give their unified words (`stop`, `length`, `tool-calls` / `toolUse`).
     Dialect.MESSAGES: DialectWords(
-        spellings={"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use", "tool-calls": "tool_use",
-                   "toolUse": "tool_use", "content-filter": "refusal"},
+        spellings={
+            "stop": "end_turn",
+            "length": "max_tokens",
+            "tool_calls": "tool_use",
+            "tool-calls": "tool_use",
+            "toolUse": "tool_use",
+            "content-filter": "refusal",
+        },
         failures=_FAILURE_REASONS,
         # anthropic-python's `get_final_message()` keeps `stop_reason=None` when no message_delta
         # set one; an application reads that as a normal end, as Chat's missing finish_reason.
@@ -130,8 +137,14 @@ DIALECT_WORDS: dict[Dialect, DialectWords] = {
     # call ends a `completed` response. `failed` passed on without raising is a failure seen;
     # `in_progress` (openai-node's `finalResponse()` after a cut) is no reason at all.
     Dialect.RESPONSES: DialectWords(
-        spellings={"stop": "completed", "length": "incomplete", "max_output_tokens": "incomplete",
-                   "tool_calls": "completed", "tool-calls": "completed", "toolUse": "completed"},
+        spellings={
+            "stop": "completed",
+            "length": "incomplete",
+            "max_output_tokens": "incomplete",
+            "tool_calls": "completed",
+            "tool-calls": "completed",
+            "toolUse": "completed",
+        },
         failures=_FAILURE_REASONS | {"failed"},
         assumed_without_reason=None,
     ),
@@ -273,12 +286,20 @@ def same_arguments(got: object, want: str) -> bool:
         return got == want
 
 
-def change(baseline: str, outcome: str) -> str:
-    """`better`, `worse` or `same`: how one gateway's outcome for a scenario and client compares
-    with the baseline's (`direct`) for the same, by `Outcome.severity`: `ok` beats every failure,
-    and a louder failure beats a quieter one (`error` > `flagged` > `hang` > `silent-truncation`)."""
-    before, after = Outcome(baseline).severity, Outcome(outcome).severity
-    return "same" if before == after else ("better" if after < before else "worse")
+class Change(enum.StrEnum):
+    """How one gateway's outcome for a scenario and client compares with the baseline's (`direct`)
+    for the same: the words the terminal's tally and the report's classes show."""
+
+    BETTER = "better"
+    WORSE = "worse"
+    SAME = "same"
+
+
+def change(baseline: Outcome, outcome: Outcome) -> Change:
+    """By `Outcome.severity`: `ok` beats every failure, and a louder failure beats a quieter one
+    (`error` > `flagged` > `hang` > `silent-truncation`)."""
+    before, after = baseline.severity, outcome.severity
+    return Change.SAME if before == after else (Change.BETTER if after < before else Change.WORSE)
 
 
 def books_mismatch(outcome: Outcome, books: str | None) -> bool:

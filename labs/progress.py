@@ -78,8 +78,8 @@ class Progress:
     def __call__(self, message: str, done: int, total: int) -> None:
         now = self._clock()
         name = self._scenario_of(message)
-        starting = name is not None and message[len(name) + 2:].startswith("starting, ")
-        if starting:
+        starting = name is not None and message[len(name) + 2 :].startswith("starting, ")
+        if starting and name is not None:
             self._scenarios.append(_ScenarioTime(name=name, started=now))
         elif name is not None and self._scenarios and self._scenarios[-1].name == name:
             self._scenarios[-1].cells += 1
@@ -98,7 +98,7 @@ class Progress:
             return f"{head}  {message}"
         # How many have started: the runner may run them out of file order (grouped by topology).
         number = len(self._scenarios)
-        detail = message[len(name) + 2:]
+        detail = message[len(name) + 2 :]
         return f"{head}  scenario {number}/{len(self._names)} {name}  {detail}"
 
     def finish(self) -> None:
@@ -117,12 +117,14 @@ class Progress:
         scenarios = []
         for scenario in self._scenarios:
             seconds = (scenario.last_cell or scenario.started) - scenario.started
-            scenarios.append({
-                "name": scenario.name,
-                "seconds": round(seconds, 2),
-                "cells": scenario.cells,
-                "seconds_per_cell": round(seconds / scenario.cells, 3) if scenario.cells else None,
-            })
+            scenarios.append(
+                {
+                    "name": scenario.name,
+                    "seconds": round(seconds, 2),
+                    "cells": scenario.cells,
+                    "seconds_per_cell": round(seconds / scenario.cells, 3) if scenario.cells else None,
+                }
+            )
         first = self._scenarios[0].started if self._scenarios else end
         last = max((s.last_cell or s.started for s in self._scenarios), default=end)
         # From one scenario's last cell to the next one's start: dropping pooled connections, and
@@ -148,6 +150,10 @@ class Progress:
             f"time: {format_elapsed(timings['total_s'])} in all: {timings['startup_s']:.0f} s to start, "
             f"{in_scenarios:.0f} s in {len(timings['scenarios'])} scenario{'' if len(timings['scenarios']) == 1 else 's'}"
             + (" (slowest: " + ", ".join(f"{s['name']} {s['seconds']:.0f} s" for s in slowest) + ")" if slowest else "")
-            + (f", {timings['between_s']:.0f} s between scenarios (gateways of the next topology)" if timings["between_s"] >= 1 else "")
+            + (
+                f", {timings['between_s']:.0f} s between scenarios (gateways of the next topology)"
+                if timings["between_s"] >= 1
+                else ""
+            )
             + f", {timings['books_s']:.0f} s for books and shutdown"
         )

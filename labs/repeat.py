@@ -22,8 +22,6 @@ import dataclasses
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from labs.outcome import Outcome
-
 if TYPE_CHECKING:
     from labs.runner import CellResult
 
@@ -61,7 +59,7 @@ def merge_repeats(results: list[CellResult], repeats: int) -> list[CellResult]:
         records = [repeat_record(r) for r in runs]
         counts = Counter(r.outcome for r in runs)
         # Most repeats first; on a tie the louder word (a flip between ok and error shows error).
-        shown = max(runs, key=lambda r: (counts[r.outcome], Outcome(r.outcome).severity, -r.repeat))
+        shown = max(runs, key=lambda r: (counts[r.outcome], r.outcome.severity, -r.repeat))
         merged.append(dataclasses.replace(shown, repeats=records, unstable=_differ(records)))
     return merged
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Dialect
-from labs.outcome import Outcome, change
+from labs.outcome import Change, Outcome, change
 from labs.repeat import split_text
 from labs.table import dialect_of, dialects_of, with_headings
 
@@ -173,8 +173,7 @@ def _versions(versions: dict[str, Any]) -> str:
         for number, (package, version) in enumerate(items):
             runtime_cell = f'<th rowspan="{len(items)}">{html.escape(runtime)}</th>' if number == 0 else ""
             rows.append(
-                f"<tr>{runtime_cell}<td>{html.escape(str(package))}</td>"
-                f'<td class="version">{html.escape(str(version))}</td></tr>'
+                f'<tr>{runtime_cell}<td>{html.escape(str(package))}</td><td class="version">{html.escape(str(version))}</td></tr>'
             )
     return '<table class="versions"><tr><th>runtime</th><th>package</th><th>version</th></tr>' + "".join(rows) + "</table>"
 
@@ -203,11 +202,13 @@ def _spare(cell: dict[str, Any]) -> str:
 
 
 def _cell_td(cell: dict[str, Any], text: str, extra: tuple[str, ...] = ()) -> str:
-    classes = (["cell", cell["outcome"], *extra] + (["mismatch"] if cell.get("books_mismatch") else [])
-               + (["unstable"] if cell.get("unstable") else []))
+    classes = (
+        ["cell", cell["outcome"], *extra]
+        + (["mismatch"] if cell.get("books_mismatch") else [])
+        + (["unstable"] if cell.get("unstable") else [])
+    )
     return (
-        f'<td class="{" ".join(classes)}" data-id="{html.escape(cell["cell_id"])}" '
-        f'title="{html.escape(cell["why"])}">{text}</td>'
+        f'<td class="{" ".join(classes)}" data-id="{html.escape(cell["cell_id"])}" title="{html.escape(cell["why"])}">{text}</td>'
     )
 
 
@@ -220,7 +221,7 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
     if BASELINE not in result["gateways"] or not others:
         return ""
     clients = [c for c in _clients(result, dialect) if any(k[1] == c for k in cells)]
-    tally = {g: {"better": 0, "worse": 0, "same": 0} for g in others}
+    tally = {g: dict.fromkeys(Change, 0) for g in others}
     rows = []
     for scenario in result["scenarios"]:
         if dialect_of(scenario) != dialect:
@@ -236,7 +237,7 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
                     f'<th class="scenario" rowspan="{len(gateways)}">{html.escape(name)}'
                     f"<small>{html.escape(scenario['title'])}</small></th>"
                 )
-            row.append(f'<th{" class=baseline" if gateway == BASELINE else ""}>{html.escape(gateway)}</th>')
+            row.append(f"<th{' class=baseline' if gateway == BASELINE else ''}>{html.escape(gateway)}</th>")
             for client in clients:
                 cell = cells.get((name, client, gateway))
                 baseline = cells.get((name, client, BASELINE))
@@ -249,8 +250,10 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
                 else:
                     how = change(baseline["outcome"], cell["outcome"])
                     tally[gateway][how] += 1
-                    text = html.escape(cell["outcome"]) if how == "same" else (
-                        f"{html.escape(baseline['outcome'])} &rarr; {html.escape(cell['outcome'])}"
+                    text = (
+                        html.escape(cell["outcome"])
+                        if how is Change.SAME
+                        else (f"{html.escape(baseline['outcome'])} &rarr; {html.escape(cell['outcome'])}")
                     )
                     row.append(_cell_td(cell, text + _spare(cell), (how,)))
             row.append("</tr>")
@@ -259,8 +262,9 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
         return ""
     header = "<tr><th>scenario</th><th>gateway</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in clients) + "</tr>"
     tally_rows = "".join(
-        f"<tr><th>{html.escape(g)}</th><td>{t['better']}</td><td>{t['worse']}</td><td>{t['same']}</td></tr>"
-        for g, t in tally.items() if sum(t.values())
+        f"<tr><th>{html.escape(g)}</th><td>{t[Change.BETTER]}</td><td>{t[Change.WORSE]}</td><td>{t[Change.SAME]}</td></tr>"
+        for g, t in tally.items()
+        if sum(t.values())
     )
     return (
         f"<h2>compared with {BASELINE}: what each gateway changed for the clients</h2>"
@@ -274,8 +278,12 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
 
 
 #: A scorecard word's background (the outcome colours: pass as ok, safe as error, fail as the worst).
-_SCORE_COLOURS = {"pass": OUTCOME_COLOURS[Outcome.OK], "safe": OUTCOME_COLOURS[Outcome.ERROR],
-                  "fail": OUTCOME_COLOURS[Outcome.SILENT_TRUNCATION], "n/a": ("#eee", "#666")}
+_SCORE_COLOURS = {
+    "pass": OUTCOME_COLOURS[Outcome.OK],
+    "safe": OUTCOME_COLOURS[Outcome.ERROR],
+    "fail": OUTCOME_COLOURS[Outcome.SILENT_TRUNCATION],
+    "n/a": ("#eee", "#666"),
+}
 #: How many evidence cells a scorecard cell lists (result.json and SCORECARD.md keep them all).
 _EVIDENCE_SHOWN = 3
 
@@ -286,9 +294,11 @@ def _scorecard(card: dict[str, Any] | None) -> str:
     versions."""
     if not card:
         return ""
-    header = "<tr><th>gateway</th>" + "".join(
-        f'<th title="{html.escape(card["questions"][name])}">{html.escape(name)}</th>' for name in card["columns"]
-    ) + "</tr>"
+    header = (
+        "<tr><th>gateway</th>"
+        + "".join(f'<th title="{html.escape(card["questions"][name])}">{html.escape(name)}</th>' for name in card["columns"])
+        + "</tr>"
+    )
     rows = []
     for gateway, scores in card["gateways"].items():
         row = [f"<tr><th>{html.escape(gateway)}</th>"]
@@ -297,14 +307,14 @@ def _scorecard(card: dict[str, Any] | None) -> str:
             background, colour = _SCORE_COLOURS[entry["score"]]
             links = "".join(
                 f'<a href="#" class="evidence" data-id="{html.escape(e["cell_id"])}" title="{html.escape(e["why"])}">'
-                f'{html.escape(e["scenario"])}/{html.escape(e["dialect"])}/{html.escape(e["client"])}</a>'
+                f"{html.escape(e['scenario'])}/{html.escape(e['dialect'])}/{html.escape(e['client'])}</a>"
                 for e in entry["evidence"][:_EVIDENCE_SHOWN]
             )
             more = len(entry["evidence"]) - _EVIDENCE_SHOWN
             links += f"<small>+{more} more</small>" if more > 0 else ""
             row.append(
                 f'<td class="score" style="background:{background};color:{colour}" title="{html.escape(entry["why"])}">'
-                f'<b>{html.escape(entry["score"])}</b>{links}</td>'
+                f"<b>{html.escape(entry['score'])}</b>{links}</td>"
             )
         rows.append("".join(row) + "</tr>")
     versions = ", ".join(f"{html.escape(k)} {html.escape(str(v))}" for k, v in card.get("versions", {}).items())
@@ -339,9 +349,7 @@ def _not_applicable(result: dict[str, Any], dialect: str) -> str:
     unserved = [n for n in result.get("not_applicable", []) if n["dialect"] == dialect]
     if not unserved:
         return ""
-    rows = "".join(
-        f"<tr><th>{html.escape(n['gateway'])}</th><td>n/a</td><td>{html.escape(n['why'])}</td></tr>" for n in unserved
-    )
+    rows = "".join(f"<tr><th>{html.escape(n['gateway'])}</th><td>n/a</td><td>{html.escape(n['why'])}</td></tr>" for n in unserved)
     return f'<h2>not run in {html.escape(dialect)}</h2><table class="grid"><tr><th>gateway</th><th></th><th>why</th></tr>{rows}</table>'
 
 
@@ -368,7 +376,8 @@ def render_html(result: dict[str, Any]) -> str:
     body = [
         "<h1>finishline lab: what each client saw</h1>",
         f"<p>{len(result['cells'])} cells in {result['duration_s']:.0f} s"
-        + (f", each run {result['repeat']} times" if result.get("repeat", 1) > 1 else "") + ".</p>",
+        + (f", each run {result['repeat']} times" if result.get("repeat", 1) > 1 else "")
+        + ".</p>",
         _scorecard(result.get("scorecard")),
         f'<p class="legend">{legend}',
         " a trailing ! marks books that disagree with the client. Click a cell for its details.</p>",

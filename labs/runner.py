@@ -147,7 +147,7 @@ class CellResult:
     client: str
     gateway: str
     cell_id: str
-    outcome: str
+    outcome: Outcome
     why: str
     report: dict[str, Any]
     request_model: str
@@ -224,7 +224,8 @@ def _gateways(config: LabConfig, scenario: Scenario) -> list[str]:
     (`--tunnel-port`), so a scenario with the hub or the spare worker would not reach it.
     """
     return [
-        gateway for gateway in config.gateways
+        gateway
+        for gateway in config.gateways
         if (scenario.gateways is None or gateway in scenario.gateways or gateway == EXTERNAL)
         and not (gateway == EXTERNAL and scenario.topology != Topology())
     ]
@@ -234,7 +235,8 @@ def _clients(config: LabConfig, scenario: Scenario, dialect: Dialect) -> list[st
     """The run's clients that speak `dialect`, in the run's order (the matrix's columns follow
     the dialect's own order: `LabResult.clients_by_dialect`)."""
     return [
-        client for client in config.clients
+        client
+        for client in config.clients
         if client in CLIENTS_BY_DIALECT[dialect] and (scenario.clients is None or client in scenario.clients)
     ]
 
@@ -277,7 +279,12 @@ def _request_model(scenario: Scenario, gateway: Gateway, cell: str | int) -> str
 
 
 async def _run_cell(
-    scenario: Scenario, dialect: Dialect, client: str, gateway: Gateway, cell_id: str, hosts: dict,
+    scenario: Scenario,
+    dialect: Dialect,
+    client: str,
+    gateway: Gateway,
+    cell_id: str,
+    hosts: dict,
     limiter: trio.CapacityLimiter,
 ) -> CellResult:
     model = _request_model(scenario, gateway, cell_id)
@@ -305,7 +312,7 @@ async def _run_cell(
         gateway=gateway.name,
         topology=scenario.topology.label,
         cell_id=cell_id,
-        outcome=judgement.outcome.value,
+        outcome=judgement.outcome,
         why=judgement.reason,
         report=report.to_json(),
         request_model=model,
@@ -363,13 +370,24 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             hub = await stack.enter_async_context(open_hub(upstream_port=tunnel.listen_port))
         report(topology_line(worker, tunnel.listen_port, workers.get(SPARE), hub) + "; starting gateways", 0, total)
         upstreams = {
-            topology: (hub.url if topology.hub else tunnel_url, workers[SPARE].base_url.removesuffix("/v1") if topology.workers == 2 else None)
+            topology: (
+                hub.url if topology.hub and hub is not None else tunnel_url,
+                workers[SPARE].base_url.removesuffix("/v1") if topology.workers == 2 else None,
+            )
             for topology in groups
         }
-        gateway_sets = await stack.enter_async_context(open_gateway_sets(
-            {topology: tuple(dict.fromkeys(c.gateway for c in planned if c.scenario.topology == topology)) for topology in groups},
-            upstreams, run_dir, external_url=config.external_url, external_api_key=config.external_api_key,
-        ))
+        gateway_sets = await stack.enter_async_context(
+            open_gateway_sets(
+                {
+                    topology: tuple(dict.fromkeys(c.gateway for c in planned if c.scenario.topology == topology))
+                    for topology in groups
+                },
+                upstreams,
+                run_dir,
+                external_url=config.external_url,
+                external_api_key=config.external_api_key,
+            )
+        )
         # The dialects the run speaks: the Python host imports their libraries before its hello.
         run_dialects = tuple(d for d in Dialect if any(d in _dialects(config, s) for s in config.scenarios))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
@@ -404,7 +422,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 for dialect, repeat in ((d, r) for d in _dialects(config, scenario) for r in range(1, config.repeat + 1)):
                     cells = [
                         (n + (repeat - 1) * len(planned), c.client, c.gateway)
-                        for n, c in numbered if c.scenario is scenario and c.dialect == dialect
+                        for n, c in numbered
+                        if c.scenario is scenario and c.dialect == dialect
                     ]
                     if not cells:
                         continue
@@ -423,8 +442,16 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n)) for n, _, g in cells])
                     await _drop_pooled_connections(toxiproxy, TUNNEL)
                     run_results = await _run_scenario(
-                        scenario, dialect, cells, faults[(scenario.name, dialect)], label=label,
-                        gateways=gateways, hosts=hosts, limiter=limiter, toxiproxy=toxiproxy, on_cell=on_cell,
+                        scenario,
+                        dialect,
+                        cells,
+                        faults[(scenario.name, dialect)],
+                        label=label,
+                        gateways=gateways,
+                        hosts=hosts,
+                        limiter=limiter,
+                        toxiproxy=toxiproxy,
+                        on_cell=on_cell,
                     )
                     for result in run_results:
                         result.repeat = repeat
@@ -448,12 +475,24 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         duration_s=time.monotonic() - clock,
         # One entry per scenario and dialect, the dialect's in `Dialect` order.
         scenarios=[
-            {"name": s.name, "dialect": d, "label": s.label(d), "title": s.title, "deadline_s": s.deadline_s,
-             "fault": s.fault, "fault_summary": faults[(s.name, d)].summary if faults[(s.name, d)] else None,
-             "worker": s.worker.to_header(), "expected": dataclasses.asdict(s.expected(d)),
-             "worker_stream": _worker_stream(s, d), "topology": s.topology.label,
-             "hub": s.hub_policy.value if s.hub_policy else None, "workers": s.pool_workers}
-            for d in Dialect for s in config.scenarios if d in _dialects(config, s)
+            {
+                "name": s.name,
+                "dialect": d,
+                "label": s.label(d),
+                "title": s.title,
+                "deadline_s": s.deadline_s,
+                "fault": s.fault,
+                "fault_summary": fault.summary if (fault := faults[(s.name, d)]) else None,
+                "worker": s.worker.to_header(),
+                "expected": dataclasses.asdict(s.expected(d)),
+                "worker_stream": _worker_stream(s, d),
+                "topology": s.topology.label,
+                "hub": s.hub_policy.value if s.hub_policy else None,
+                "workers": s.pool_workers,
+            }
+            for d in Dialect
+            for s in config.scenarios
+            if d in _dialects(config, s)
         ],
         clients=list(client_names),
         gateways=list(dict.fromkeys(c.gateway for c in planned)),
@@ -462,7 +501,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         cells=results,
         clients_by_dialect={
             d.value: [c for c in CLIENTS_BY_DIALECT[d] if any(p.dialect == d and p.client == c for p in planned)]
-            for d in Dialect if any(p.dialect == d for p in planned)
+            for d in Dialect
+            if any(p.dialect == d for p in planned)
         },
         not_applicable=plan_not_applicable(config),
         repeat=config.repeat,
@@ -534,7 +574,8 @@ def _worker_stream(scenario: Scenario, dialect: Dialect) -> str:
 def _missing_books(results: list[CellResult], gateways: dict[str, Gateway]) -> list[CellResult]:
     entries = {name: read_books(g.books_path) for name, g in gateways.items() if g.books_path is not None}
     return [
-        r for r in results
+        r
+        for r in results
         if gateways[r.gateway].books_path is not None
         and books_entry(gateways[r.gateway], entries[r.gateway], r.cell_id) == (None, None)
     ]
@@ -575,4 +616,4 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
             result.books, result.books_entry, result.books_mismatch = BOOKS_NO_ENTRY, None, True
             continue
         result.books, result.books_entry = word, entry
-        result.books_mismatch = books_mismatch(Outcome(result.outcome), word)
+        result.books_mismatch = books_mismatch(result.outcome, word)

@@ -85,7 +85,7 @@ CELL_ID_TEMPLATE = "c{:04d}"
 MAX_CELLS = 9999
 
 #: The one tool the worker calls (labs.worker.settings.TOOL_NAME), declared OpenAI-style.
-WORKER_TOOL = {
+WORKER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": TOOL_NAME,
@@ -114,8 +114,6 @@ class Topology:
     def label(self) -> str:
         """`tunnel`, `hub`, `tunnel+spare` or `hub+spare`: for reports and run folders."""
         return ("hub" if self.hub else "tunnel") + ("+spare" if self.workers == 2 else "")
-
-
 
 
 class ScenarioError(ValueError):
@@ -208,8 +206,22 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(f"{path}: not valid TOML: {error}") from None
     except OSError as error:
         raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
-    known = {"title", "deadline_s", "clients", "gateways", "dialects", "default_dialects", "order", "worker", "request",
-             "fault", "prompt", "hub", "pool", "default"}
+    known = {
+        "title",
+        "deadline_s",
+        "clients",
+        "gateways",
+        "dialects",
+        "default_dialects",
+        "order",
+        "worker",
+        "request",
+        "fault",
+        "prompt",
+        "hub",
+        "pool",
+        "default",
+    }
     unknown = set(data) - known
     if unknown:
         raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
@@ -260,7 +272,7 @@ def load_scenario(path: Path) -> Scenario:
     )
     fault = data.get("fault")
     if fault is not None and not isinstance(fault.get("kind"), str):
-        raise ScenarioError(f"{path}: [fault] needs a `kind` (a fault name, e.g. \"cut_after_tokens\")")
+        raise ScenarioError(f'{path}: [fault] needs a `kind` (a fault name, e.g. "cut_after_tokens")')
     hub_policy = _hub_policy(path, data.get("hub"))
     pool_workers = _pool_workers(path, data.get("pool", {}))
     return Scenario(

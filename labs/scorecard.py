@@ -21,8 +21,8 @@ The words:
 - `n/a`: the run has no cell to judge it by.
 
 The cell rules read the outcome words (labs.outcome.Outcome), the books, and the attempts the
-servers recorded (labs.worker.attempts; `tries` on a cell). `/work/readme-parts/scorecard.md`
-says the same per column for the README.
+servers recorded (labs.worker.attempts; `tries` on a cell). docs/lab.md
+("The scorecard") says the same per column.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def _by_outcome(words: dict[Outcome, Score]) -> CellRule:
     """A rule that reads the outcome word alone."""
 
     def rule(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-        outcome = Outcome(cell["outcome"])
+        outcome = cell["outcome"]
         return words[outcome], outcome.value
 
     return rule
@@ -92,16 +92,26 @@ def _by_outcome(words: dict[Outcome, Score]) -> CellRule:
 # Rule 1: a cut during prefill with a healthy spare behind the gateway, passed on by the hub as a
 # FIN (the failure is visible before the first token). `ok` is the spare's full answer; an error
 # is no rescue but a clean end; anything quieter is a failure a retry could have avoided.
-_RULE_1 = _by_outcome({
-    Outcome.OK: Score.PASS, Outcome.ERROR: Score.SAFE, Outcome.FLAGGED: Score.SAFE,
-    Outcome.HANG: Score.FAIL, Outcome.SILENT_TRUNCATION: Score.FAIL,
-})
+_RULE_1 = _by_outcome(
+    {
+        Outcome.OK: Score.PASS,
+        Outcome.ERROR: Score.SAFE,
+        Outcome.FLAGGED: Score.SAFE,
+        Outcome.HANG: Score.FAIL,
+        Outcome.SILENT_TRUNCATION: Score.FAIL,
+    }
+)
 # Rule 2: after the first token nothing can be retried; every client must be told (raise). A
 # finish reason that says "incomplete" is seen only by an application that checks it: `safe`.
-_SAY_WHY = _by_outcome({
-    Outcome.OK: Score.PASS, Outcome.ERROR: Score.PASS, Outcome.FLAGGED: Score.SAFE,
-    Outcome.HANG: Score.FAIL, Outcome.SILENT_TRUNCATION: Score.FAIL,
-})
+_SAY_WHY = _by_outcome(
+    {
+        Outcome.OK: Score.PASS,
+        Outcome.ERROR: Score.PASS,
+        Outcome.FLAGGED: Score.SAFE,
+        Outcome.HANG: Score.FAIL,
+        Outcome.SILENT_TRUNCATION: Score.FAIL,
+    }
+)
 # A stall after tokens: a deadline that counts events must end it with an error.
 _STALL = _SAY_WHY
 
@@ -117,7 +127,7 @@ _LENGTH_REASONS = frozenset({"length", "max_tokens", "incomplete"})
 def _raised_on_length_by_design(cell: dict[str, Any], scenario: dict[str, Any]) -> bool:
     """The client raised the way it answers a correct `length` (the reason was delivered)."""
     return (
-        Outcome(cell["outcome"]) is Outcome.ERROR
+        cell["outcome"] is Outcome.ERROR
         and cell["report"].get("error_class") in _RAISES_ON_LENGTH_BY_DESIGN
         and scenario["expected"].get("finish_reason") in _LENGTH_REASONS
     )
@@ -127,7 +137,7 @@ def _natural_end(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score,
     """The worker ended the stream itself (whole answer), with its reason missing, empty or
     right: the client must get the true reason (`ok`). A raise loses the answer but hides
     nothing (`safe`); a made-up or lost reason is a silent truncation (`fail`)."""
-    outcome = Outcome(cell["outcome"])
+    outcome = cell["outcome"]
     if outcome is Outcome.OK:
         return Score.PASS, "ok"
     if _raised_on_length_by_design(cell, scenario):
@@ -143,7 +153,7 @@ def _books(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
     books do not know (`no entry`), hides it from an operator (`fail`)."""
     books = cell.get("books")
     # A client that raises on a correct `length` by design got the answer the books say it got.
-    failed = Outcome(cell["outcome"]) is not Outcome.OK and not _raised_on_length_by_design(cell, scenario)
+    failed = cell["outcome"] is not Outcome.OK and not _raised_on_length_by_design(cell, scenario)
     if books == BOOKS_ERROR:
         return (Score.PASS, f"{cell['outcome']}, books error") if failed else (Score.SAFE, "ok, books error")
     if books == BOOKS_OK:
@@ -169,7 +179,7 @@ def _retry_after(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score,
     """A 429 with `Retry-After` once, then healthy: the answer must come (`ok`), from a retry made
     no sooner than the Retry-After after the 429 went out. No retry but the 429 passed on as an
     error is `safe`; a retry sooner than asked is `fail`."""
-    outcome = Outcome(cell["outcome"])
+    outcome = cell["outcome"]
     if outcome is not Outcome.OK:
         score = Score.SAFE if outcome in (Outcome.ERROR, Outcome.FLAGGED) else Score.FAIL
         return score, f"{outcome.value} after {cell.get('tries') or '?'} tries"
@@ -188,7 +198,7 @@ def _retry_after(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score,
 def _no_retry_of_400(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
     """A 400 `context_length_exceeded` on every attempt: asking again cannot help. One try and an
     error is `pass`; a retry, or the 400 hidden from the client, is `fail`."""
-    outcome = Outcome(cell["outcome"])
+    outcome = cell["outcome"]
     tries = cell.get("tries")
     if outcome in (Outcome.OK, Outcome.SILENT_TRUNCATION, Outcome.HANG):
         return Score.FAIL, f"{outcome.value} after {tries if tries is not None else '?'} tries"
@@ -252,18 +262,27 @@ COLUMNS: tuple[Column, ...] = (
 
 def _evidence(cell: dict[str, Any], why: str) -> dict[str, Any]:
     return {
-        "cell_id": cell["cell_id"], "scenario": cell["scenario"], "dialect": dialect_of(cell),
-        "client": cell["client"], "outcome": cell["outcome"], "why": why,
+        "cell_id": cell["cell_id"],
+        "scenario": cell["scenario"],
+        "dialect": dialect_of(cell),
+        "client": cell["client"],
+        "outcome": cell["outcome"],
+        "why": why,
     }
 
 
-def _score_column(column: Column, cells: list[dict[str, Any]], scenarios: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+def _score_column(
+    column: Column, cells: list[dict[str, Any]], scenarios: dict[tuple[str, str], dict[str, Any]]
+) -> dict[str, Any]:
     judged = [c for c in cells if column.scenarios is None or column.scenarios(c["scenario"])]
     if column.needs_books and not any(c.get("books") not in (None, BOOKS_NONE) for c in judged):
         return {"score": Score.NOT_APPLICABLE.value, "why": "the gateway keeps no per-request books", "evidence": []}
     if not judged:
-        return {"score": Score.NOT_APPLICABLE.value, "why": "the run has no cell of this gateway in the column's scenarios",
-                "evidence": []}
+        return {
+            "score": Score.NOT_APPLICABLE.value,
+            "why": "the run has no cell of this gateway in the column's scenarios",
+            "evidence": [],
+        }
     by_score: dict[Score, list[dict[str, Any]]] = {score: [] for score in _WORST_FIRST}
     for cell in judged:
         if cell.get("unstable"):
@@ -325,7 +344,7 @@ def render_scorecard_text(card: dict[str, Any]) -> str:
     and `safe` (its first evidence cell), then the gateways' versions."""
     header, rows = _first_words(card)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["scorecard (pass / safe / fail / n/a; README: the scorecard)"]
+    lines = ["scorecard (pass / safe / fail / n/a; docs/lab.md: the scorecard)"]
     lines += ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in [header, *rows]]
     lines.insert(2, "-" * len(lines[1]))
     lines += ["", *_not_passed(card)]

@@ -16,7 +16,7 @@ from collections import Counter
 from typing import Any
 
 from finishline import Dialect
-from labs.outcome import Outcome, change
+from labs.outcome import Change, Outcome, change
 from labs.repeat import split_text
 
 __all__ = ["cell_text", "dialect_of", "dialects_of", "render_table", "with_headings"]
@@ -82,7 +82,8 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
     lines += _compared_with_direct(result, cells, headings)
     counts = Counter(c["outcome"] for c in result["cells"])
     lines.append(
-        "cells: " + ", ".join(f"{word} {counts.get(word, 0)}" for word in (o.value for o in Outcome))
+        "cells: "
+        + ", ".join(f"{word} {counts.get(word, 0)}" for word in (o.value for o in Outcome))
         + f"; {len(result['cells'])} in {result['duration_s']:.0f} s"
     )
     return "\n".join(lines)
@@ -94,8 +95,10 @@ def cell_text(cell: dict[str, Any]) -> str:
     differ (labs.repeat)."""
     tries = cell.get("tries") or 0
     return (
-        cell["outcome"] + (f"({tries})" if tries > 1 else "")
-        + ("!" if cell.get("books_mismatch") else "") + ("~" if cell.get("unstable") else "")
+        cell["outcome"]
+        + (f"({tries})" if tries > 1 else "")
+        + ("!" if cell.get("books_mismatch") else "")
+        + ("~" if cell.get("unstable") else "")
     )
 
 
@@ -105,8 +108,7 @@ def _dialect_blocks(
     """One dialect's blocks: one per gateway, scenario rows, client columns (the dialect's)."""
     lines: list[str] = []
     scenarios = [
-        s for s in result["scenarios"]
-        if dialect_of(s) == dialect and any(k[0] == s["name"] and k[1] == dialect for k in cells)
+        s for s in result["scenarios"] if dialect_of(s) == dialect and any(k[0] == s["name"] and k[1] == dialect for k in cells)
     ]
     order = result.get("clients_by_dialect", {}).get(dialect, result["clients"])
     for gateway in result["gateways"]:
@@ -127,7 +129,7 @@ def _dialect_blocks(
         lines.append("-" * len(header))
         for scenario in scenarios:
             row = [scenario["name"].ljust(name_width)]
-            books = Counter()
+            books: Counter[str] = Counter()
             for client, width in zip(clients, widths):
                 cell = cells.get((scenario["name"], dialect, client, gateway))
                 if cell is None:
@@ -170,6 +172,12 @@ def _compared_with_direct(
     if not rows:
         return []
     width = max(len(label) for label, _ in rows) if headings else max(len(g) for g in result["gateways"])
-    lines = [f"  {label:<{width}}  better {t['better']}, worse {t['worse']}, same {t['same']}" for label, t in rows]
-    title = "compared with direct (same scenario, dialect and client):" if headings else "compared with direct (same scenario and client):"
+    lines = [
+        f"  {label:<{width}}  better {t[Change.BETTER]}, worse {t[Change.WORSE]}, same {t[Change.SAME]}" for label, t in rows
+    ]
+    title = (
+        "compared with direct (same scenario, dialect and client):"
+        if headings
+        else "compared with direct (same scenario and client):"
+    )
     return [title, *lines, ""]

@@ -23,7 +23,7 @@ from labs.gateways.registry import RunServices, TopologyPlan
 from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
 from labs.scenario import Scenario, Topology, cell_id_of
-from labs.worker.attempts import Attempt, attempts_of
+from labs.worker.attempts import Attempt, HasAttempts, attempts_of
 from labs.worker.server import RunningWorker
 
 if TYPE_CHECKING:
@@ -133,7 +133,10 @@ async def open_gateway_sets(
         directory = run_dir if topology == Topology() else run_dir / topology.label
         directory.mkdir(parents=True, exist_ok=True)
         plans[topology.label] = TopologyPlan(
-            primary_url=primary_url, spare_url=spare_url, run_dir=directory, names=gateway_names,
+            primary_url=primary_url,
+            spare_url=spare_url,
+            run_dir=directory,
+            names=gateway_names,
             route_prefix=route_prefix(topology),
         )
     run = RunServices(run_dir=run_dir)
@@ -142,11 +145,22 @@ async def open_gateway_sets(
         async with run.stack, AsyncExitStack() as stack:
             for topology, gateway_names in names.items():
                 plan = plans[topology.label]
-                sets._set(topology, await stack.enter_async_context(open_gateways(
-                    gateway_names, primary_url=plan.primary_url, spare_url=plan.spare_url, run_dir=plan.run_dir,
-                    external_url=external_url, external_api_key=external_api_key,
-                    topology=topology.label, topologies=plans, run=run,
-                )))
+                sets._set(
+                    topology,
+                    await stack.enter_async_context(
+                        open_gateways(
+                            gateway_names,
+                            primary_url=plan.primary_url,
+                            spare_url=plan.spare_url,
+                            run_dir=plan.run_dir,
+                            external_url=external_url,
+                            external_api_key=external_api_key,
+                            topology=topology.label,
+                            topologies=plans,
+                            run=run,
+                        )
+                    ),
+                )
             await release.wait()
 
     async with trio.open_nursery() as nursery:
@@ -179,7 +193,7 @@ def attach_workers(results: list[CellResult], workers: dict[str, RunningWorker],
         result.worker_requests = asked.get(result.cell_id, {})
         result.answered_by = SPARE if SPARE in result.worker_requests else PRIMARY if result.worker_requests else None
         result.hub = relayed.get(result.cell_id, [])
-        servers = {**({HUB: hub} if hub is not None else {}), **workers}
+        servers: dict[str, HasAttempts] = {**({HUB: hub} if hub is not None else {}), **workers}
         seen = [attempt_json(a, name) for name, server in servers.items() for a in attempts_of(result.cell_id, server)]
         result.attempts = sorted(seen, key=lambda a: a["arrived_at"])
         first_hop = hub if hub is not None and result.topology.startswith(HUB) else workers[PRIMARY]

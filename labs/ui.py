@@ -28,7 +28,7 @@ EXAMPLE_MODEL = "finishline-worker;tokens=40;token_delay=0.15;finish=omitted"
 
 
 def _instructions(proxy_port: int, web_port: int, password: str, toxiproxy_url: str, ledger: Path) -> str:
-    body = '{"model": "%s", "stream": true, "messages": [{"role": "user", "content": "hi"}]}' % EXAMPLE_MODEL
+    body = f'{{"model": "{EXAMPLE_MODEL}", "stream": true, "messages": [{{"role": "user", "content": "hi"}}]}}'
     python = shlex.quote(sys.executable)
     return f"""
 finishline ui is running (Ctrl-C stops everything)
@@ -65,9 +65,7 @@ async def main(results_dir: Path = RESULTS_DIR) -> None:
     async with AsyncExitStack() as stack:
         worker = await stack.enter_async_context(open_worker())
         toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
-        tunnel = await trio.to_thread.run_sync(
-            lambda: toxiproxy.client.create_proxy(TUNNEL, upstream=f"127.0.0.1:{worker.port}")
-        )
+        tunnel = await trio.to_thread.run_sync(lambda: toxiproxy.client.create_proxy(TUNNEL, upstream=f"127.0.0.1:{worker.port}"))
         password = secrets.token_urlsafe(9)
         ledger = run_dir / "finish_fix-ledger.jsonl"
         log_path = run_dir / "mitmweb.log"
@@ -76,19 +74,34 @@ async def main(results_dir: Path = RESULTS_DIR) -> None:
         # (mitmproxy's WebMaster.running), is the other one.
         argv = [
             str(BIN / "mitmweb"),
-            "--mode", f"reverse:http://127.0.0.1:{tunnel.listen_port}",
-            "--listen-host", "127.0.0.1", "--listen-port", "0",
-            "--web-host", "127.0.0.1", "--web-port", "0",
-            "-s", str(FINISH_FIX_SCRIPT),
-            "--set", f"confdir={run_dir / 'mitmproxy-conf'}",
-            "--set", f"finish_fix_ledger={ledger}",
-            "--set", "web_open_browser=false",
-            "--set", f"web_password={password}",
+            "--mode",
+            f"reverse:http://127.0.0.1:{tunnel.listen_port}",
+            "--listen-host",
+            "127.0.0.1",
+            "--listen-port",
+            "0",
+            "--web-host",
+            "127.0.0.1",
+            "--web-port",
+            "0",
+            "-s",
+            str(FINISH_FIX_SCRIPT),
+            "--set",
+            f"confdir={run_dir / 'mitmproxy-conf'}",
+            "--set",
+            f"finish_fix_ledger={ledger}",
+            "--set",
+            "web_open_browser=false",
+            "--set",
+            f"web_password={password}",
         ]
         mitmweb, proxy_port = await stack.enter_async_context(
             open_service("mitmweb (finish_fix)", argv, port=0, port_in_log=MITM_LISTENING, log_path=log_path, start_timeout=30)
         )
-        (web_port,) = mitmweb.listening_ports() - {proxy_port}
+        ports = mitmweb.listening_ports()
+        if ports is None:
+            raise RuntimeError("the web UI's port is read from Linux's /proc, which this system does not have")
+        (web_port,) = ports - {proxy_port}
         print(_instructions(proxy_port, web_port, password, toxiproxy.client.url, ledger), flush=True)
         await trio.sleep_forever()
 

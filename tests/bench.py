@@ -62,7 +62,9 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import h11
 
@@ -85,11 +87,12 @@ _WRITE_BATCH = 64 * 1024  # one stream; the whole bench has no other limit than 
 #: finish_fix's default path option for that dialect matches (`tests/test_bench_streams.py`), and the
 #: body of the streaming request the client sends there.
 API: dict[Dialect, tuple[str, dict]] = {
-    Dialect.CHAT: ("/v1/chat/completions",
-                   {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "go"}]}),
+    Dialect.CHAT: ("/v1/chat/completions", {"model": "bench", "stream": True, "messages": [{"role": "user", "content": "go"}]}),
     # max_tokens above any stream's output tokens: nothing here is cut by it.
-    Dialect.MESSAGES: ("/v1/messages", {"model": "bench", "max_tokens": 1 << 30, "stream": True,
-                                         "messages": [{"role": "user", "content": "go"}]}),
+    Dialect.MESSAGES: (
+        "/v1/messages",
+        {"model": "bench", "max_tokens": 1 << 30, "stream": True, "messages": [{"role": "user", "content": "go"}]},
+    ),
     Dialect.RESPONSES: ("/v1/responses", {"model": "bench", "stream": True, "input": "go"}),
 }
 
@@ -150,7 +153,8 @@ class UpstreamBody:
         if marks.events != self.events or marks.received != self.size or marks.sha256() != self.sha256:
             raise RuntimeError(
                 f"the body from {source} is not the upstream's: {marks.events} events, {marks.received} bytes "
-                f"(upstream: {self.events} events, {self.size} bytes{', same size, other bytes' if marks.received == self.size else ''})")
+                f"(upstream: {self.events} events, {self.size} bytes{', same size, other bytes' if marks.received == self.size else ''})"
+            )
 
 
 @dataclass(frozen=True)
@@ -167,12 +171,23 @@ def _request_bytes(port: int, route: Route) -> tuple[h11.Connection, bytes]:
     """A new h11 client and the bytes of a streaming request of the route's dialect (Connection: close)."""
     body = json.dumps(API[route.dialect][1]).encode()
     client = h11.Connection(h11.CLIENT)
-    request = client.send(h11.Request(
-        method="POST", target=route.path,
-        headers=[("Host", f"127.0.0.1:{port}"), ("Content-Type", "application/json"),
-                 ("Accept", "text/event-stream"), ("Content-Length", str(len(body))),
-                 ("Connection", "close")],
-    )) + client.send(h11.Data(data=body)) + client.send(h11.EndOfMessage())
+    request = (
+        client.send(
+            h11.Request(
+                method="POST",
+                target=route.path,
+                headers=[
+                    ("Host", f"127.0.0.1:{port}"),
+                    ("Content-Type", "application/json"),
+                    ("Accept", "text/event-stream"),
+                    ("Content-Length", str(len(body))),
+                    ("Connection", "close"),
+                ],
+            )
+        )
+        + client.send(h11.Data(data=body))
+        + client.send(h11.EndOfMessage())
+    )
     return client, request
 
 
@@ -282,15 +297,16 @@ def _read_at_once(ports: list[int], route: Route) -> tuple[list[_MarkCounter], f
             client, request = _request_bytes(port, route)
             connection.sendall(request)
             connection.setblocking(False)
-            selector.register(connection, selectors.EVENT_READ, (client, marks, port))
+            selector.register(connection, selectors.EVENT_READ, (connection, client, marks, port))
         while True:
             if time.perf_counter() - started > _DEADLINE_S:
-                raise TimeoutError(f"{open_streams.total()} of {len(ports)} streams from ports {sorted(open_streams)} "
-                                   f"took over {_DEADLINE_S} s")
+                raise TimeoutError(
+                    f"{open_streams.total()} of {len(ports)} streams from ports {sorted(open_streams)} took over {_DEADLINE_S} s"
+                )
             for key, _ in selector.select(timeout=1.0):
-                client, marks, port = key.data
+                connection, client, marks, port = key.data  # (`key.fileobj` is typed as any file-like)
                 try:
-                    client.receive_data(key.fileobj.recv(_RECV_SIZE))
+                    client.receive_data(connection.recv(_RECV_SIZE))
                 except BlockingIOError:
                     continue
                 while (event := client.next_event()) is not h11.NEED_DATA:
@@ -299,7 +315,7 @@ def _read_at_once(ports: list[int], route: Route) -> tuple[list[_MarkCounter], f
                     if isinstance(event, h11.Data):
                         marks.add(bytes(event.data))
                     elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                        selector.unregister(key.fileobj)
+                        selector.unregister(connection)
                         route.body.check(marks, f"port {port}{path}")
                         open_streams[port] -= 1
                         if not open_streams[port]:
@@ -346,8 +362,7 @@ def pin_processes(load_pid: int, proxy_pids: list[int]) -> str | None:
     return f"client and upstream pinned to CPU {load_cpu}, every mitmdump to CPU {proxy_cpu}"
 
 
-def core_events_per_second(pieces: list[bytes], *, fast_path: bool, dialect: Dialect = Dialect.CHAT,
-                           runs: int = 3) -> float:
+def core_events_per_second(pieces: list[bytes], *, fast_path: bool, dialect: Dialect = Dialect.CHAT, runs: int = 3) -> float:
     """The repair core alone, fed `pieces` (a healthy stream of `dialect`) one per call with a clock
     value, as finish_fix feeds it: the median events (pieces) per second of `runs` streams. Raises
     RuntimeError unless the core passed the stream on byte for byte with the verdict `clean`."""
@@ -363,8 +378,9 @@ def core_events_per_second(pieces: list[bytes], *, fast_path: bool, dialect: Dia
         out.append(repair.receive_end(now=2.0))
         seconds = time.perf_counter() - started
         if repair.report.verdict != "clean" or b"".join(out) != expected:
-            raise RuntimeError(f"the core read the bench's {dialect} stream as {repair.report.verdict} "
-                               f"({repair.report.detail!r})")
+            raise RuntimeError(
+                f"the core read the bench's {dialect} stream as {repair.report.verdict} ({repair.report.detail!r})"
+            )
         rates.append(len(pieces) / seconds)
     return statistics.median(rates)
 
@@ -409,6 +425,9 @@ def peak_rss_kib(mitmdump: Mitmdump) -> int:
     return int(match.group(1))
 
 
+_Run = TypeVar("_Run", StreamRun, ConcurrentRun)
+
+
 @dataclass
 class Target:
     """One path through which streams are read: a port, and the mitmdump behind it if any."""
@@ -426,12 +445,13 @@ class Target:
     concurrent_runs: list[ConcurrentRun] = field(default_factory=list)
     concurrent_cpu_us: list[float] = field(default_factory=list)
 
-    def measured(self, run: Callable[[], StreamRun | ConcurrentRun], cpu_us: list[float]) -> StreamRun | ConcurrentRun:
+    def measured(self, run: Callable[[], _Run], cpu_us: list[float]) -> _Run:
         """`run()`, noting mitmdump's CPU per event in `cpu_us`."""
-        before = cpu_seconds(self.mitmdump.pid) if self.mitmdump is not None else None
+        mitmdump = self.mitmdump
+        before = cpu_seconds(mitmdump.pid) if mitmdump is not None else None
         result = run()
-        if before is not None:
-            cpu_us.append((cpu_seconds(self.mitmdump.pid) - before) / result.events * 1e6)
+        if mitmdump is not None and before is not None:
+            cpu_us.append((cpu_seconds(mitmdump.pid) - before) / result.events * 1e6)
         return result
 
     def row(self, baseline: Target) -> Row:
@@ -506,9 +526,12 @@ def measure(
     for round_number in range(concurrent_runs):
         for target in targets if round_number % 2 == 0 else targets[::-1]:
             if target.concurrent:
-                target.concurrent_runs.append(target.measured(lambda: read_concurrent_streams(
-                    target.port, routes["concurrent"], streams=concurrent_streams,
-                ), target.concurrent_cpu_us))
+                target.concurrent_runs.append(
+                    target.measured(
+                        partial(read_concurrent_streams, target.port, routes["concurrent"], streams=concurrent_streams),
+                        target.concurrent_cpu_us,
+                    )
+                )
 
 
 def long_rounds(targets: list[Target], route: Route, *, rounds: int, sample_memory: bool = False) -> None:
@@ -522,15 +545,21 @@ def long_rounds(targets: list[Target], route: Route, *, rounds: int, sample_memo
         target.long_cpu_us[route.dialect] = []
     for round_number in range(rounds):
         for target in targets if round_number % 2 == 0 else targets[::-1]:
-            sampled = sample_memory and round_number == 0 and target.mitmdump is not None
-            target.long_runs[route.dialect].append(target.measured(lambda: read_stream(
-                target.port,
-                route,
-                sample_at=marks if sampled else None,
-                sample_rss=target.mitmdump.rss_kib if sampled else None,
-            ), target.long_cpu_us[route.dialect]))
-            if sampled:
-                target.peak_after_long_kib = peak_rss_kib(target.mitmdump)
+            sampled = target.mitmdump if sample_memory and round_number == 0 else None  # the mitmdump sampled
+            target.long_runs[route.dialect].append(
+                target.measured(
+                    partial(
+                        read_stream,
+                        target.port,
+                        route,
+                        sample_at=marks if sampled is not None else None,
+                        sample_rss=sampled.rss_kib if sampled is not None else None,
+                    ),
+                    target.long_cpu_us[route.dialect],
+                )
+            )
+            if sampled is not None:
+                target.peak_after_long_kib = peak_rss_kib(sampled)
 
 
 def _mib(kib: int | None) -> str:
@@ -541,20 +570,35 @@ def _cpu(us: float | None) -> str:
     return "-" if us is None else f"{us:.1f}"
 
 
-def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_events: int,
-                long_bytes: int, ttfe_runs: int, long_runs: int, pinned: str | None) -> None:
+def print_table(
+    rows: list[Row],
+    baseline: Row,
+    *,
+    long_events: int,
+    short_events: int,
+    long_bytes: int,
+    ttfe_runs: int,
+    long_runs: int,
+    pinned: str | None,
+) -> None:
     import mitmproxy.version
 
     print()
-    print(f"finish_fix benchmark: a healthy {long_events:,}-event chat stream "
-          f"({long_bytes / 1e6:.1f} MB, one event per HTTP chunk) over 127.0.0.1")
-    print(f"mitmproxy {mitmproxy.version.VERSION}, Python {platform.python_version()}, "
-          f"{platform.machine()}, {platform.system()} {platform.release()}; "
-          f"{pinned or 'processes not pinned'}")
+    print(
+        f"finish_fix benchmark: a healthy {long_events:,}-event chat stream "
+        f"({long_bytes / 1e6:.1f} MB, one event per HTTP chunk) over 127.0.0.1"
+    )
+    print(
+        f"mitmproxy {mitmproxy.version.VERSION}, Python {platform.python_version()}, "
+        f"{platform.machine()}, {platform.system()} {platform.release()}; "
+        f"{pinned or 'processes not pinned'}"
+    )
     print()
-    header = (f"{'path':<44} {'events/s':>10} {'x plain':>8} {'TTFE ms':>8} {'+TTFE ms':>9} "
-              f"{'1st of long':>11} {'CPU us/ev':>9} {'RSS@10%':>8} {'RSS@50%':>8} {'RSS@90%':>8} {'peak ' + format(short_events // 1000) + 'k':>9} "
-              f"{'peak ' + format(long_events // 1000) + 'k':>10}")
+    header = (
+        f"{'path':<44} {'events/s':>10} {'x plain':>8} {'TTFE ms':>8} {'+TTFE ms':>9} "
+        f"{'1st of long':>11} {'CPU us/ev':>9} {'RSS@10%':>8} {'RSS@50%':>8} {'RSS@90%':>8} {'peak ' + format(short_events // 1000) + 'k':>9} "
+        f"{'peak ' + format(long_events // 1000) + 'k':>10}"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
@@ -569,47 +613,63 @@ def print_table(rows: list[Row], baseline: Row, *, long_events: int, short_event
             f"{_mib(row.peak_after_long_kib):>10}"
         )
     print()
-    print(f"events/s: median of {long_runs} long streams, taken round-robin over the paths. "
-          f"x plain: events/s over that of '{baseline.name}' in the same round, median over rounds (paired, so "
-          f"load from elsewhere falls on both alike). TTFE: time to first event, median of "
-          f"{ttfe_runs} three-event streams,")
-    print("each on a new connection (so it includes mitmdump's upstream connect); +TTFE is against "
-          "the same baseline.")
-    print("1st of long: time to the first event of the long stream (a buffering proxy sends nothing "
-          "until the upstream is done).")
-    print("CPU us/ev: mitmdump's own CPU time (user + system, /proc/PID/stat) per event over the long "
-          "streams, median; it barely moves with other load,")
-    print("so the difference between two rows is what the addon costs per event even when events/s "
-          "is noisy.")
-    print("direct: the client reads the upstream itself, one HTTP chunk per event; mitmdump "
-          "re-chunks per read, so the client parses fewer")
-    print(f"chunks behind it and 'direct' is a reference, not a ceiling. Upstream, mitmdump and "
-          f"client share {os.cpu_count()} CPUs" + (" (pinned as above)." if pinned else "."))
-    print("RSS in MiB, mitmdump's resident set from /proc/PID/status while the long stream flows "
-          "(VmRSS at 10/50/90% of its events);")
-    print(f"peak = VmHWM after a {short_events:,}-event stream, then after the {long_events:,}-event "
-          "stream, in the same process.")
-    print("finish_fix keeps a bounded copy of each stream for mitmweb (finish_fix_body_copy, "
-          "default 4MB): expect RSS to rise by up to that much, then stay flat.")
+    print(
+        f"events/s: median of {long_runs} long streams, taken round-robin over the paths. "
+        f"x plain: events/s over that of '{baseline.name}' in the same round, median over rounds (paired, so "
+        f"load from elsewhere falls on both alike). TTFE: time to first event, median of "
+        f"{ttfe_runs} three-event streams,"
+    )
+    print("each on a new connection (so it includes mitmdump's upstream connect); +TTFE is against the same baseline.")
+    print("1st of long: time to the first event of the long stream (a buffering proxy sends nothing until the upstream is done).")
+    print(
+        "CPU us/ev: mitmdump's own CPU time (user + system, /proc/PID/stat) per event over the long "
+        "streams, median; it barely moves with other load,"
+    )
+    print("so the difference between two rows is what the addon costs per event even when events/s is noisy.")
+    print(
+        "direct: the client reads the upstream itself, one HTTP chunk per event; mitmdump "
+        "re-chunks per read, so the client parses fewer"
+    )
+    print(
+        f"chunks behind it and 'direct' is a reference, not a ceiling. Upstream, mitmdump and "
+        f"client share {os.cpu_count()} CPUs" + (" (pinned as above)." if pinned else ".")
+    )
+    print(
+        "RSS in MiB, mitmdump's resident set from /proc/PID/status while the long stream flows "
+        "(VmRSS at 10/50/90% of its events);"
+    )
+    print(
+        f"peak = VmHWM after a {short_events:,}-event stream, then after the {long_events:,}-event stream, in the same process."
+    )
+    print(
+        "finish_fix keeps a bounded copy of each stream for mitmweb (finish_fix_body_copy, "
+        "default 4MB): expect RSS to rise by up to that much, then stay flat."
+    )
 
 
 def print_concurrent_table(rows: list[Row], *, streams: int, events: int, runs: int) -> None:
     print()
-    print(f"{streams} concurrent streams of {events} events each (+ finish chunk and [DONE]) through one "
-          f"process, all read at once from one client thread")
+    print(
+        f"{streams} concurrent streams of {events} events each (+ finish chunk and [DONE]) through one "
+        f"process, all read at once from one client thread"
+    )
     header = f"{'path':<44} {'streams/s':>10} {'x plain':>8} {'events/s':>10} {'x plain':>8} {'CPU us/ev':>9}"
     print(header)
     print("-" * len(header))
     for row in rows:
         if row.streams_per_second is None:
             continue
-        print(f"{row.name:<44} {row.streams_per_second:>10,.1f} "
-              f"{row.concurrent_ratio:>8.2f} "
-              f"{row.concurrent_events_per_second:>10,.0f} "
-              f"{row.concurrent_ratio:>8.2f} "
-              f"{_cpu(row.concurrent_cpu_us_per_event):>9}")
-    print(f"median of {runs} rounds, taken round-robin over the paths (x plain paired per round as above; "
-          "every stream has the same events, so streams/s and events/s have the same ratio);")
+        print(
+            f"{row.name:<44} {row.streams_per_second:>10,.1f} "
+            f"{row.concurrent_ratio:>8.2f} "
+            f"{row.concurrent_events_per_second:>10,.0f} "
+            f"{row.concurrent_ratio:>8.2f} "
+            f"{_cpu(row.concurrent_cpu_us_per_event):>9}"
+        )
+    print(
+        f"median of {runs} rounds, taken round-robin over the paths (x plain paired per round as above; "
+        "every stream has the same events, so streams/s and events/s have the same ratio);"
+    )
     print("the time runs from the first request sent to the end of the last stream.")
 
 
@@ -634,9 +694,16 @@ def _rounds(ratios: list[float]) -> str:
     return "per round " + " ".join(f"{ratio:.2f}" for ratio in ratios)
 
 
-def print_targets(*, long_events: int, chat: tuple[Row, Row] | None, concurrent_streams: int,
-                  concurrent_events: int, dialects: dict[Dialect, tuple[Paired, Paired]],
-                  core: dict[Dialect, tuple[float, float]], race_ratios: dict[str, list[float]]) -> None:
+def print_targets(
+    *,
+    long_events: int,
+    chat: tuple[Row, Row] | None,
+    concurrent_streams: int,
+    concurrent_events: int,
+    dialects: dict[Dialect, tuple[Paired, Paired]],
+    core: dict[Dialect, tuple[float, float]],
+    race_ratios: dict[str, list[float]],
+) -> None:
     """The speed figures of issues 9 and 13, each next to its target (figures from this one run).
 
     Args:
@@ -647,23 +714,29 @@ def print_targets(*, long_events: int, chat: tuple[Row, Row] | None, concurrent_
     """
 
     def print_long(letter: str, dialect: Dialect, plain: Row | Paired, finish_fix: Row | Paired) -> None:
-        print(f"  ({letter}) one {long_events // 1000}k-event {_DIALECT_NAMES[dialect]} stream:  "
-              f"{finish_fix.events_per_second:,.0f} vs {plain.events_per_second:,.0f} events/s (medians); "
-              f"paired {finish_fix.ratio:.2f}x ({_rounds(finish_fix.round_ratios)}; "
-              f"target >= {_RATIO_TARGET:.2f}x: {_verdict(finish_fix.ratio >= _RATIO_TARGET)}); "
-              f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event")
+        print(
+            f"  ({letter}) one {long_events // 1000}k-event {_DIALECT_NAMES[dialect]} stream:  "
+            f"{finish_fix.events_per_second:,.0f} vs {plain.events_per_second:,.0f} events/s (medians); "
+            f"paired {finish_fix.ratio:.2f}x ({_rounds(finish_fix.round_ratios)}; "
+            f"target >= {_RATIO_TARGET:.2f}x: {_verdict(finish_fix.ratio >= _RATIO_TARGET)}); "
+            f"mitmdump CPU {finish_fix.cpu_us_per_event:.1f} vs {plain.cpu_us_per_event:.1f} us/event"
+        )
 
     def print_race(shape: str, what: str) -> None:
         if race_ratios.get(shape):
             raced = statistics.median(race_ratios[shape])
-            print(f"      raced, {what} {raced:.2f}x ({_rounds(race_ratios[shape])}; "
-                  f"target >= {_RATIO_TARGET:.2f}x: {_verdict(raced >= _RATIO_TARGET)})")
+            print(
+                f"      raced, {what} {raced:.2f}x ({_rounds(race_ratios[shape])}; "
+                f"target >= {_RATIO_TARGET:.2f}x: {_verdict(raced >= _RATIO_TARGET)})"
+            )
 
     def print_core(lead: str, dialect: Dialect) -> None:
         fast, full = core[dialect]
-        print(f"{lead}{_ROUTINE_EVENTS[dialect]} one per call: {fast:,.0f} events/s "
-              f"(target >= {_CORE_TARGET:,}: {_verdict(fast >= _CORE_TARGET)}); "
-              f"with every event fully parsed (fast_path=False): {full:,.0f} events/s")
+        print(
+            f"{lead}{_ROUTINE_EVENTS[dialect]} one per call: {fast:,.0f} events/s "
+            f"(target >= {_CORE_TARGET:,}: {_verdict(fast >= _CORE_TARGET)}); "
+            f"with every event fully parsed (fast_path=False): {full:,.0f} events/s"
+        )
 
     print()
     print("finish_fix (defaults, body copy on) next to plain streaming mitmdump, this run:")
@@ -671,13 +744,17 @@ def print_targets(*, long_events: int, chat: tuple[Row, Row] | None, concurrent_
         plain, finish_fix = chat
         print_long("a", Dialect.CHAT, plain, finish_fix)
         print_race("long", "both streaming it at once on one CPU:")
-        streams_ratio = events_ratio = finish_fix.concurrent_ratio
-        print(f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
-              f"{plain.streams_per_second:,.1f} streams/s, "
-              f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
-              f"events/s (medians); paired {events_ratio:.2f}x ({_rounds(finish_fix.concurrent_round_ratios)}; "
-              f"target >= {_RATIO_TARGET:.2f}x: {_verdict(min(streams_ratio, events_ratio) >= _RATIO_TARGET)}); "
-              f"mitmdump CPU {finish_fix.concurrent_cpu_us_per_event:.1f} vs {plain.concurrent_cpu_us_per_event:.1f} us/event")
+        # Every stream has the same events: the streams/s and events/s ratios are one ratio.
+        events_ratio = finish_fix.concurrent_ratio
+        assert events_ratio is not None  # finish_fix streams, so the concurrent shape ran through it
+        print(
+            f"  (b) {concurrent_streams} x {concurrent_events} concurrent: {finish_fix.streams_per_second:,.1f} vs "
+            f"{plain.streams_per_second:,.1f} streams/s, "
+            f"{finish_fix.concurrent_events_per_second:,.0f} vs {plain.concurrent_events_per_second:,.0f} "
+            f"events/s (medians); paired {events_ratio:.2f}x ({_rounds(finish_fix.concurrent_round_ratios)}; "
+            f"target >= {_RATIO_TARGET:.2f}x: {_verdict(events_ratio >= _RATIO_TARGET)}); "
+            f"mitmdump CPU {finish_fix.concurrent_cpu_us_per_event:.1f} vs {plain.concurrent_cpu_us_per_event:.1f} us/event"
+        )
         print_race("concurrent", f"{concurrent_streams} streams through each at once on one CPU: events")
         print_core("  (c) the repair core alone, ", Dialect.CHAT)
     for letter, dialect in (("d", Dialect.MESSAGES), ("e", Dialect.RESPONSES)):
@@ -692,29 +769,38 @@ def print_targets(*, long_events: int, chat: tuple[Row, Row] | None, concurrent_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dialect", action="append", choices=[str(dialect) for dialect in Dialect],
-                        help="a dialect to measure (repeatable; default all three): chat runs every Chat "
-                             "shape, messages and responses their long stream and the core")
+    parser.add_argument(
+        "--dialect",
+        action="append",
+        choices=[str(dialect) for dialect in Dialect],
+        help="a dialect to measure (repeatable; default all three): chat runs every Chat "
+        "shape, messages and responses their long stream and the core",
+    )
     parser.add_argument("--events", type=int, default=100_000, help="events in the long stream (each dialect)")
-    parser.add_argument("--short-events", type=int, default=10_000,
-                        help="events in the short stream whose peak RSS is compared")
+    parser.add_argument("--short-events", type=int, default=10_000, help="events in the short stream whose peak RSS is compared")
     parser.add_argument("--ttfe-runs", type=int, default=9, help="short streams per TTFE median")
-    parser.add_argument("--long-runs", type=int, default=5,
-                        help="long streams per configuration and dialect (events/s is their median)")
-    parser.add_argument("--concurrent-streams", type=int, default=200,
-                        help="streams at once in the concurrent shape")
-    parser.add_argument("--concurrent-events", type=int, default=200,
-                        help="events per stream in the concurrent shape")
-    parser.add_argument("--concurrent-runs", type=int, default=5,
-                        help="rounds of the concurrent shape (its figures are their median)")
-    parser.add_argument("--race-runs", type=int, default=5,
-                        help="rounds of each race (every dialect's long stream, Chat's concurrent shape) "
-                             "through plain mitmdump and finish_fix at once")
-    parser.add_argument("--skip-buffering", action="store_true",
-                        help="leave out plain mitmdump with default (buffering) options")
-    parser.add_argument("--no-pin", action="store_true",
-                        help="leave the processes where the scheduler puts them (default: the client "
-                             "and upstream on one CPU, every mitmdump on another)")
+    parser.add_argument(
+        "--long-runs", type=int, default=5, help="long streams per configuration and dialect (events/s is their median)"
+    )
+    parser.add_argument("--concurrent-streams", type=int, default=200, help="streams at once in the concurrent shape")
+    parser.add_argument("--concurrent-events", type=int, default=200, help="events per stream in the concurrent shape")
+    parser.add_argument(
+        "--concurrent-runs", type=int, default=5, help="rounds of the concurrent shape (its figures are their median)"
+    )
+    parser.add_argument(
+        "--race-runs",
+        type=int,
+        default=5,
+        help="rounds of each race (every dialect's long stream, Chat's concurrent shape) "
+        "through plain mitmdump and finish_fix at once",
+    )
+    parser.add_argument("--skip-buffering", action="store_true", help="leave out plain mitmdump with default (buffering) options")
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="leave the processes where the scheduler puts them (default: the client "
+        "and upstream on one CPU, every mitmdump on another)",
+    )
     args = parser.parse_args(argv)
     dialects = [dialect for dialect in Dialect if args.dialect is None or str(dialect) in args.dialect]
     chat = Dialect.CHAT in dialects
@@ -733,23 +819,31 @@ def main(argv: list[str] | None = None) -> int:
         # Built once, so generating events costs the upstream nothing while it sends.
         building = time.perf_counter()
         long_pieces = {dialect: dialect_stream(dialect, args.events) for dialect in dialects}
-        print(f"built the {', '.join(map(str, dialects))} streams of {args.events:,} events in "
-              f"{time.perf_counter() - building:.1f} s", file=sys.stderr)
+        print(
+            f"built the {', '.join(map(str, dialects))} streams of {args.events:,} events in "
+            f"{time.perf_counter() - building:.1f} s",
+            file=sys.stderr,
+        )
         long_routes = {dialect: served(dialect, long_pieces[dialect]) for dialect in dialects}
-        chat_routes = {
-            "long": long_routes[Dialect.CHAT],
-            "short": served(Dialect.CHAT, list(healthy_stream(args.short_events)())),
-            "tiny": served(Dialect.CHAT, list(healthy_stream(1)()), batched=False),
-            "concurrent": served(Dialect.CHAT, list(healthy_stream(args.concurrent_events)())),
-        } if chat else {}
+        chat_routes = (
+            {
+                "long": long_routes[Dialect.CHAT],
+                "short": served(Dialect.CHAT, list(healthy_stream(args.short_events)())),
+                "tiny": served(Dialect.CHAT, list(healthy_stream(1)()), batched=False),
+                "concurrent": served(Dialect.CHAT, list(healthy_stream(args.concurrent_events)())),
+            }
+            if chat
+            else {}
+        )
 
         configurations: list[tuple[str, list[Path], dict[str, str]]] = [
             ("mitmdump (reverse, stream_large_bodies=1)", [], {"stream_large_bodies": "1"}),
             ("mitmdump -s addons/finish_fix.py (reverse)", [FINISH_FIX_SCRIPT], {}),
         ]
         if chat:  # the rows only Chat's table has
-            configurations.append(("  same, finish_fix_body_copy=0 (no copy)", [FINISH_FIX_SCRIPT],
-                                   {"finish_fix_body_copy": "0"}))
+            configurations.append(
+                ("  same, finish_fix_body_copy=0 (no copy)", [FINISH_FIX_SCRIPT], {"finish_fix_body_copy": "0"})
+            )
             if not args.skip_buffering:
                 configurations.append(("mitmdump (reverse, defaults: buffers body)", [], {}))
 
@@ -757,29 +851,42 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for name, scripts, options in configurations:
                 mitmdump = mitmdump_process.start(
-                    confdir=confdir, mode=f"reverse:{upstream.origin}", scripts=scripts,
+                    confdir=confdir,
+                    mode=f"reverse:{upstream.origin}",
+                    scripts=scripts,
                     options={"flow_detail": "0", **options},
                 )
                 # The buffering mitmdump is not a streaming proxy: it has no place in that shape.
                 streaming = bool(scripts) or "stream_large_bodies" in options
+                assert mitmdump.port is not None  # `start` waited until it listened
                 targets.append(Target(name, mitmdump.port, mitmdump, concurrent=streaming))
             # Plain streaming mitmdump and finish_fix, the two every ratio compares.
             plain, finish_fix = targets[1], targets[2]
-            pinned = None if args.no_pin else pin_processes(
-                os.getpid(), [target.mitmdump.pid for target in targets if target.mitmdump is not None])
-            print(f"streaming {args.events:,} events ({', '.join(map(str, dialects))}) through "
-                  f"{len(targets) if chat else 2} paths, {args.long_runs} rounds ({pinned or 'not pinned'}) ...",
-                  file=sys.stderr)
+            pinned = (
+                None
+                if args.no_pin
+                else pin_processes(os.getpid(), [target.mitmdump.pid for target in targets if target.mitmdump is not None])
+            )
+            print(
+                f"streaming {args.events:,} events ({', '.join(map(str, dialects))}) through "
+                f"{len(targets) if chat else 2} paths, {args.long_runs} rounds ({pinned or 'not pinned'}) ...",
+                file=sys.stderr,
+            )
             if chat:
-                measure(targets, chat_routes, ttfe_runs=args.ttfe_runs, long_runs=args.long_runs,
-                        concurrent_streams=args.concurrent_streams, concurrent_runs=args.concurrent_runs)
+                measure(
+                    targets,
+                    chat_routes,
+                    ttfe_runs=args.ttfe_runs,
+                    long_runs=args.long_runs,
+                    concurrent_streams=args.concurrent_streams,
+                    concurrent_runs=args.concurrent_runs,
+                )
             for dialect in others:
                 long_rounds([plain, finish_fix], long_routes[dialect], rounds=args.long_runs)
             # The races: plain streaming mitmdump and finish_fix at once, every shape in every round.
             races = [(str(dialect), long_routes[dialect], 1) for dialect in others]
             if chat:
-                races[:0] = [("long", chat_routes["long"], 1),
-                             ("concurrent", chat_routes["concurrent"], args.concurrent_streams)]
+                races[:0] = [("long", chat_routes["long"], 1), ("concurrent", chat_routes["concurrent"], args.concurrent_streams)]
             race_ratios: dict[str, list[float]] = {shape: [] for shape, _, _ in races}
             for round_number in range(args.race_runs):
                 for shape, route, streams_each in races:
@@ -800,20 +907,36 @@ def main(argv: list[str] | None = None) -> int:
         rows = None
         if chat:
             rows = [target.row(targets[1]) for target in targets]
-            print_table(rows, rows[1], long_events=args.events, short_events=args.short_events,
-                        long_bytes=long_routes[Dialect.CHAT].body.size, ttfe_runs=args.ttfe_runs,
-                        long_runs=args.long_runs, pinned=pinned)
-            print_concurrent_table(rows, streams=args.concurrent_streams,
-                                   events=args.concurrent_events, runs=args.concurrent_runs)
+            print_table(
+                rows,
+                rows[1],
+                long_events=args.events,
+                short_events=args.short_events,
+                long_bytes=long_routes[Dialect.CHAT].body.size,
+                ttfe_runs=args.ttfe_runs,
+                long_runs=args.long_runs,
+                pinned=pinned,
+            )
+            print_concurrent_table(
+                rows, streams=args.concurrent_streams, events=args.concurrent_events, runs=args.concurrent_runs
+            )
         # The core last, with the proxies stopped, so nothing else of this bench runs meanwhile.
-        core = {dialect: (core_events_per_second(long_pieces[dialect], fast_path=True, dialect=dialect),
-                          core_events_per_second(long_pieces[dialect], fast_path=False, dialect=dialect))
-                for dialect in dialects}
-        print_targets(long_events=args.events, chat=(rows[1], rows[2]) if rows else None,
-                      concurrent_streams=args.concurrent_streams, concurrent_events=args.concurrent_events,
-                      dialects={dialect: (plain.paired(plain, dialect), finish_fix.paired(plain, dialect))
-                                for dialect in others},
-                      core=core, race_ratios=race_ratios)
+        core = {
+            dialect: (
+                core_events_per_second(long_pieces[dialect], fast_path=True, dialect=dialect),
+                core_events_per_second(long_pieces[dialect], fast_path=False, dialect=dialect),
+            )
+            for dialect in dialects
+        }
+        print_targets(
+            long_events=args.events,
+            chat=(rows[1], rows[2]) if rows else None,
+            concurrent_streams=args.concurrent_streams,
+            concurrent_events=args.concurrent_events,
+            dialects={dialect: (plain.paired(plain, dialect), finish_fix.paired(plain, dialect)) for dialect in others},
+            core=core,
+            race_ratios=race_ratios,
+        )
     return 0
 
 

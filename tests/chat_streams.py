@@ -1,27 +1,18 @@
 """Chat-completion SSE bodies for the scripted upstream: `chat.completion.chunk` events as an
-OpenAI-compatible server sends them, with the knobs the bad servers of issue 2 turn (no final
+OpenAI-compatible server sends them, with the knobs the bad servers turn (no final
 `finish_reason`, `"finish_reason": ""` on every chunk, no `[DONE]`, CRLF or CR line endings)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
+from finishline import sse_event
 from tests.feeding import OMITTED, chunk
 
 __all__ = ["UNSET", "chat_chunk", "chat_stream", "sse_event"]
 
 #: No `finish_reason` key at all (`tests.feeding.OMITTED`).
 _UNSET = OMITTED
-
-
-def sse_event(data: str | bytes | dict, *, line_ending: bytes = b"\n") -> bytes:
-    """One `data:` event (data JSON-encoded if a dict), terminated by a blank line."""
-    if isinstance(data, dict):
-        data = json.dumps(data, separators=(",", ":"))
-    if isinstance(data, str):
-        data = data.encode()
-    return b"data: " + data + line_ending + line_ending
 
 
 def chat_chunk(
@@ -37,8 +28,9 @@ def chat_chunk(
 ) -> dict:
     """`tests.feeding.chunk` as the scripted upstream sends it: its own id and model, and
     `finish_reason` left out entirely unless given."""
-    return chunk(content, index=index, finish_reason=finish_reason, usage=usage, choices=choices,
-                 id=chunk_id, model=model, created=created)
+    return chunk(
+        content, index=index, finish_reason=finish_reason, usage=usage, choices=choices, id=chunk_id, model=model, created=created
+    )
 
 
 def chat_stream(
@@ -59,10 +51,7 @@ def chat_stream(
     """
     events = [
         sse_event(
-            chat_chunk(
-                content=text,
-                **({} if every_chunk_reason is _UNSET else {"finish_reason": every_chunk_reason}),
-            ),
+            chat_chunk(content=text, finish_reason=every_chunk_reason),  # _UNSET is chat_chunk's default
             line_ending=line_ending,
         )
         for text in texts

@@ -203,13 +203,19 @@ async def _run_phase(phase: Phase, result: RunResult, origins: dict[Route, str],
             body = request_body(request.dialect, model)
             result.raw[request.key] = await trio.to_thread.run_sync(partial(raw_post, url, body=body))
             return
-        result.reports[request.key] = await hosts[request.client].run({
-            "id": request.key, "client": request.client, "dialect": request.dialect.value,
-            "base_url": f"{origin}/v1", "model": model,
-            "messages": [{"role": "user", "content": PROMPT}],
-            "deadline_s": CLIENT_DEADLINE_S, "api_key": LAB_API_KEY,
-            **({"tools": [WORKER_TOOL]} if request.tools else {}),
-        })
+        result.reports[request.key] = await hosts[request.client].run(
+            {
+                "id": request.key,
+                "client": request.client,
+                "dialect": request.dialect.value,
+                "base_url": f"{origin}/v1",
+                "model": model,
+                "messages": [{"role": "user", "content": PROMPT}],
+                "deadline_s": CLIENT_DEADLINE_S,
+                "api_key": LAB_API_KEY,
+                **({"tools": [WORKER_TOOL]} if request.tools else {}),
+            }
+        )
 
     async with trio.open_nursery() as nursery:
         for request in phase.requests:
@@ -246,12 +252,24 @@ async def _open_finish_fix(upstream: str, confdir: Path, run_dir: Path, route: R
     parent-death signal when that thread idles out (faults/child_processes.py)."""
     ledger, log = run_dir / f"ledger-{route}.jsonl", _log_path(run_dir, route)
     argv = [
-        str(mitmdump_executable()), "--set", f"confdir={confdir}",
-        "--listen-host", "127.0.0.1", "--listen-port", "0", "--mode", f"reverse:{upstream}",
-        "-s", str(FINISH_FIX_SCRIPT), "--set", f"finish_fix_ledger={ledger}",
+        str(mitmdump_executable()),
+        "--set",
+        f"confdir={confdir}",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        "0",
+        "--mode",
+        f"reverse:{upstream}",
+        "-s",
+        str(FINISH_FIX_SCRIPT),
+        "--set",
+        f"finish_fix_ledger={ledger}",
     ]
-    async with open_service(f"mitmdump ({route})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log,
-                            start_timeout=60) as (_, port):
+    async with open_service(f"mitmdump ({route})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log, start_timeout=60) as (
+        _,
+        port,
+    ):
         yield _FinishFix(url=f"http://127.0.0.1:{port}", ledger=ledger)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import random
 
-from finishline import Dialect, EventFramer, RepairPolicy, RequestFacts, StreamRepair
+from finishline import Dialect, EventFramer, RepairPolicy, RequestFacts, StreamRepair, sse_event
 
 CHUNKINGS = ("whole", "bytewise", "random")
 
@@ -65,11 +65,10 @@ def chunk(content=None, *, index=0, finish_reason=None, delta=None, usage=None, 
 
 def sse(*events, ending: bytes = b"\n", space: bool = True) -> bytes:
     """Frames dicts (as JSON) and bytes (as is) as `data:` events."""
-    out = []
-    for event in events:
-        data = event if isinstance(event, bytes) else json.dumps(event).encode()
-        out.append(b"data:" + (b" " if space else b"") + data + ending + ending)
-    return b"".join(out)
+    # The core's one writer; JSON as `json.dumps` spaces it (not compact: an upstream's own style),
+    # and `data:` without the space when asked (legal SSE that some servers send).
+    out = [sse_event(event if isinstance(event, bytes) else json.dumps(event).encode(), ending) for event in events]
+    return b"".join(out if space else [frame.replace(b"data: ", b"data:", 1) for frame in out])
 
 
 def complete_events(body: bytes) -> list[str]:

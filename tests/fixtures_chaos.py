@@ -59,16 +59,28 @@ def hub_scenarios() -> list:
     """The hub's rows in the small matrix: the incident through direct and finish_fix, the fixed
     hub's error event through direct, and the rule-1 rows (a spare worker) through direct and LiteLLM."""
     incident = load_scenario(SCENARIO_DIR / "incident-prefill-cut-hub-close.toml")
-    rows = [dataclasses.replace(
-        incident, fault={**incident.fault, "after_seconds": INCIDENT_DROP_S}, deadline_s=20.0,
-        gateways=("direct", "finish_fix"), clients=INCIDENT_CLIENTS,
-    )]
+    assert incident.fault is not None
+    rows = [
+        dataclasses.replace(
+            incident,
+            fault={**incident.fault, "after_seconds": INCIDENT_DROP_S},
+            deadline_s=20.0,
+            gateways=("direct", "finish_fix"),
+            clients=INCIDENT_CLIENTS,
+        )
+    ]
     # The incident through LiteLLM, for its books: run with the spare worker present, so that it
     # shares the rule-1 rows' LiteLLM (the hub ends the body cleanly: nothing for LiteLLM to retry,
     # so the spare changes nothing here, and `answered_by` shows it).
-    rows.append(dataclasses.replace(
-        rows[0], name=f"{incident.name}-litellm", pool_workers=2, gateways=("litellm",), clients=("httpx-sse",),
-    ))
+    rows.append(
+        dataclasses.replace(
+            rows[0],
+            name=f"{incident.name}-litellm",
+            pool_workers=2,
+            gateways=("litellm",),
+            clients=("httpx-sse",),
+        )
+    )
     error_event = load_scenario(SCENARIO_DIR / "cut-after-tokens-hub-error-event.toml")
     rows.append(dataclasses.replace(error_event, gateways=("direct",), clients=("openai-python", "pi-ai")))
     rows += [
@@ -91,15 +103,23 @@ def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
     # finish_fix behind LiteLLM, for a few clients (the proxy is already started for the books row).
     scenarios += [
         dataclasses.replace(
-            load_scenario(SCENARIO_DIR / f"{name}.toml"), name=f"{name}-litellm+finish_fix",
-            gateways=("litellm+finish_fix",), clients=LITELLM_FINISH_FIX_CLIENTS,
+            load_scenario(SCENARIO_DIR / f"{name}.toml"),
+            name=f"{name}-litellm+finish_fix",
+            gateways=("litellm+finish_fix",),
+            clients=LITELLM_FINISH_FIX_CLIENTS,
         )
         for name in ("reason-omitted", "cut-after-tokens-fin")
     ]
     # The `Connection: close` trap through direct, for openai-node's plain stream and its helper.
     conn_close = load_scenario(SCENARIO_DIR / "cut-after-tokens-conn-close.toml")
-    scenarios.append(dataclasses.replace(conn_close, name="cut-after-tokens-conn-close-direct", gateways=("direct",),
-                                         clients=("openai-node", "openai-node-helper")))
+    scenarios.append(
+        dataclasses.replace(
+            conn_close,
+            name="cut-after-tokens-conn-close-direct",
+            gateways=("direct",),
+            clients=("openai-node", "openai-node-helper"),
+        )
+    )
     # A short stall: every client through direct must hang (the lab's deadline ends it).
     stall = load_scenario(SCENARIO_DIR / "stall-after-tokens.toml")
     scenarios.append(dataclasses.replace(stall, deadline_s=3.0, gateways=("direct",), clients=("httpx-sse", "openai-node")))

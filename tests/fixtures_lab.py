@@ -44,14 +44,18 @@ def toxiproxy(toxiproxy_server: ToxiproxyServer) -> Iterator[ToxiproxyClient]:
         client.delete_proxy(name)
 
 
-def run_trio(function: Callable[..., Awaitable[Any]], *args: Any, deadline: float = 30.0) -> Any:
-    """Run an async test body under trio with a deadline (raises trio.TooSlowError past it)."""
+def run_trio(
+    function: Callable[..., Awaitable[Any]], *args: Any, deadline: float = 30.0, clock: trio.abc.Clock | None = None
+) -> Any:
+    """Run an async test body under trio with a deadline (raises trio.TooSlowError past it), on
+    `clock` if given: `trio.testing.MockClock(autojump_threshold=0)` for a body whose waits are all
+    trio's own (no socket, thread or process to wait for), so its sleeps and deadlines take no time."""
 
     async def bounded() -> Any:
         with trio.fail_after(deadline):
             return await function(*args)
 
-    return trio.run(bounded)
+    return trio.run(bounded, clock=clock)
 
 
 @asynccontextmanager
@@ -76,7 +80,7 @@ def chat_request(body: dict[str, Any], *, headers: dict[str, str] | None = None,
 
 def request_for(settings: WorkerSettings) -> tuple[dict[str, Any], Any]:
     """A request that selects `settings` by model name, and the worker's plan (`ResponsePlan`) for it."""
-    body = {"model": settings.to_model_name(), "stream": True}
+    body: dict[str, Any] = {"model": settings.to_model_name(), "stream": True}
     return body, response_plan(parse_settings(body["model"]).for_request(body))
 
 

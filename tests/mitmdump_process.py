@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults.child_processes import ChildProcess, ChildStartError, start_child
+from finish_fix_command import addon_path
 from labs.gateways.services import MITM_LISTENING
 
-__all__ = ["MitmdumpError", "Mitmdump", "REPO_ROOT", "FINISH_FIX_SCRIPT", "mitmdump_executable",
-           "running_mitmdump"]
+__all__ = ["MitmdumpError", "Mitmdump", "REPO_ROOT", "FINISH_FIX_SCRIPT", "mitmdump_executable", "running_mitmdump"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-FINISH_FIX_SCRIPT = REPO_ROOT / "addons" / "finish_fix.py"
+FINISH_FIX_SCRIPT = addon_path()
 
 # What mitmdump prints when a `-s` script fails to import, load or configure.
 _SCRIPT_FAILED = re.compile(r"error in script|Error logged during startup|Traceback", re.I)
@@ -82,9 +82,7 @@ class Mitmdump:
                     f"matched {regex.pattern!r}{self._describe()}"
                 )
             if time.monotonic() > deadline:
-                raise MitmdumpError(
-                    f"mitmdump output did not match {regex.pattern!r} within {timeout} s{self._describe()}"
-                )
+                raise MitmdumpError(f"mitmdump output did not match {regex.pattern!r} within {timeout} s{self._describe()}")
             time.sleep(0.05)
 
     def wait_exit(self, timeout: float) -> int:
@@ -92,7 +90,7 @@ class Mitmdump:
         try:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise MitmdumpError(f"mitmdump still running after {timeout} s{self._describe()}")
+            raise MitmdumpError(f"mitmdump still running after {timeout} s{self._describe()}") from None
 
     def stop(self, timeout: float = 10) -> int:
         """SIGTERM (mitmdump's clean shutdown: addons get `done`), then SIGKILL if it hangs."""
@@ -136,10 +134,14 @@ def start(
     """
     args = [
         str(mitmdump_executable(program)),
-        "--set", f"confdir={confdir}",
-        "--listen-host", "127.0.0.1",
-        "--listen-port", "0",
-        "--mode", mode,
+        "--set",
+        f"confdir={confdir}",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        "0",
+        "--mode",
+        mode,
     ]
     for script in scripts:
         args += ["-s", str(script)]
@@ -166,9 +168,7 @@ def start(
         # loaded, so a failed script has said so by then.
         mitmdump.port = process.wait_until_listening(0, timeout=ready_timeout, port_in_log=MITM_LISTENING)
         if scripts and (failure := _SCRIPT_FAILED.search(mitmdump.output)):
-            raise MitmdumpError(
-                f"a mitmdump script failed to load ({failure.group(0)!r}){mitmdump._describe()}"
-            )
+            raise MitmdumpError(f"a mitmdump script failed to load ({failure.group(0)!r}){mitmdump._describe()}")
     except ChildStartError as error:
         mitmdump.stop()
         raise MitmdumpError(f"{str(error).split(';', 1)[0]}{mitmdump._describe()}") from None

@@ -30,8 +30,14 @@ def addon():
     finish_fix_cut_hook.uninstall()
 
 
-def make_flow(path="/v1/chat/completions", *, body=b'{"model": "m1", "stream": true}', content_type="text/event-stream",
-              status=200, headers=()):
+def make_flow(
+    path="/v1/chat/completions",
+    *,
+    body=b'{"model": "m1", "stream": true}',
+    content_type="text/event-stream",
+    status=200,
+    headers=(),
+):
     flow = tflow.tflow(req=tutils.treq(method=b"POST", path=path.encode(), content=body))
     flow.response = tutils.tresp(status_code=status, content=None)
     flow.response.headers["content-type"] = content_type
@@ -83,8 +89,17 @@ def test_bad_option_is_refused_naming_the_option(addon, option, value, message):
 def test_every_option_has_help_and_the_prefix(addon):
     ours = [name for name in addon.tctx.options.keys() if name.startswith("finish_fix")]
     assert sorted(ours) == sorted(
-        ["finish_fix_paths", "finish_fix_messages_paths", "finish_fix_responses_paths", "finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_ledger", "finish_fix_body_copy",
-         "finish_fix_idle_timeout", "finish_fix_first_token_timeout"]
+        [
+            "finish_fix_paths",
+            "finish_fix_messages_paths",
+            "finish_fix_responses_paths",
+            "finish_fix_on_cut",
+            "finish_fix_empty_to_null",
+            "finish_fix_ledger",
+            "finish_fix_body_copy",
+            "finish_fix_idle_timeout",
+            "finish_fix_first_token_timeout",
+        ]
     )
     for name in ours:
         assert len(dict(addon.tctx.options.items())[name].help) > 40
@@ -151,7 +166,8 @@ def test_cut_through_the_hook_sends_an_error_event_and_books_it(addon):
     record = flow.metadata["finish_fix"]
     assert record["verdict"] == "interrupted"
     assert record["interruption"] == {
-        "before_first_token": False, "cause": "transport_error",
+        "before_first_token": False,
+        "cause": "transport_error",
         "reason": "peer closed connection without sending complete message body",
         "how": "transport error: peer closed connection without sending complete message body",
     }
@@ -334,12 +350,17 @@ def test_body_copy_keeps_start_and_end(addon):
     assert b"bytes of this stream are not kept here" in copy
 
 
-# -- rule 9: non-streaming --------------------------------------------------------------------
+# -- rule C9: non-streaming --------------------------------------------------------------------
 
 
 def test_rule_9_non_streaming_completion_gets_a_reason(addon):
-    body = json.dumps({"object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
-                       "usage": {"completion_tokens": 4}}).encode()
+    body = json.dumps(
+        {
+            "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}],
+            "usage": {"completion_tokens": 4},
+        }
+    ).encode()
     flow = make_flow(body=b'{"max_tokens": 4}', content_type="application/json")
     flow.response.content = body
     addon.requestheaders(flow)
@@ -362,7 +383,7 @@ def test_rule_9_finished_completion_is_left_as_sent(addon):
 @pytest.mark.parametrize("content_type", ["text/event-stream", "application/json"])
 def test_the_request_body_is_parsed_once_per_flow(addon, monkeypatch, content_type):
     # The body of a long prompt is large: the facts are read once and travel with the flow's
-    # state (the stream's repair, or rule 9's record) into the books.
+    # state (the stream's repair, or rule C9's record) into the books.
     parsed = []
     from_body = finishline.RequestFacts.from_body.__func__
 

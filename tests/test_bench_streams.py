@@ -42,7 +42,7 @@ def test_a_dialect_stream_is_its_builders_healthy_stream_of_n_text_deltas(dialec
 
 
 @pytest.mark.parametrize("dialect", list(Dialect))
-def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch):
+def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch) -> None:
     framed: list[bytes] = []
 
     class _NotingFramer(EventFramer):

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -39,8 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(300)"]
 # Ignores SIGTERM, says so once it does, then sleeps: only SIGKILL ends it.
-STUBBORN = [sys.executable, "-c",
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True); time.sleep(300)"]
+STUBBORN = [
+    sys.executable,
+    "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ignoring', flush=True); time.sleep(300)",
+]
 
 
 def listener_code(count: int = 1, named: int | None = None, port: int = 0) -> str:
@@ -63,7 +65,6 @@ def listener_code(count: int = 1, named: int | None = None, port: int = 0) -> st
     )
 
 
-
 def children_of_thread(native_id: int) -> set[int]:
     """The processes that the thread `native_id` of this process forked (the kernel keeps it per thread)."""
     return {int(pid) for pid in Path(f"/proc/self/task/{native_id}/children").read_text().split()}
@@ -72,6 +73,7 @@ def children_of_thread(native_id: int) -> set[int]:
 # -- dying with the parent ----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("face", ["sync", "trio"])
 def test_a_child_dies_with_its_parent_when_the_parent_is_killed(face):
     # SIGKILL runs no cleanup at all: only the parent-death signal can end the child.
@@ -98,6 +100,7 @@ def test_a_child_dies_with_its_parent_when_the_parent_is_killed(face):
         wait_until(lambda: is_dead(child_pid), f"child {child_pid} ended after its parent was killed")
 
 
+@pytest.mark.e2e
 def test_the_parent_death_signal_follows_the_thread_that_started_the_child():
     # Why the launcher forks on the caller's own thread: a child started from a thread that ends is
     # sent SIGTERM by the kernel, however long the process lives on.
@@ -109,6 +112,7 @@ def test_the_parent_death_signal_follows_the_thread_that_started_the_child():
     assert child.wait(DEADLINE) == -signal.SIGTERM
 
 
+@pytest.mark.e2e
 def test_a_trio_child_is_forked_on_the_trio_thread_not_a_worker_thread():
     # trio's worker threads exit when idle, which would end a child forked in one of them.
     async def scenario():
@@ -125,17 +129,20 @@ def test_a_trio_child_is_forked_on_the_trio_thread_not_a_worker_thread():
 # -- stopping -----------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_stop_sends_sigterm_and_waits():
     child = start_child(SLEEPER)
     assert child.stop() == -signal.SIGTERM
 
 
+@pytest.mark.e2e
 def test_stop_kills_a_child_that_ignores_sigterm_after_the_grace():
     child = start_child(STUBBORN, stdout=subprocess.PIPE, text=True)
     assert child.stdout.readline() == "ignoring\n"
     assert child.stop(grace=0.5) == -signal.SIGKILL
 
 
+@pytest.mark.e2e
 def test_trio_stop_sends_sigterm_then_sigkill_after_the_grace():
     async def scenario():
         polite = await start_trio_child(SLEEPER)
@@ -149,6 +156,7 @@ def test_trio_stop_sends_sigterm_then_sigkill_after_the_grace():
     assert run_trio(scenario) == (-signal.SIGTERM, -signal.SIGKILL)
 
 
+@pytest.mark.e2e
 def test_a_trio_stop_still_stops_the_child_when_the_task_is_cancelled():
     async def scenario():
         child = await start_trio_child(SLEEPER)
@@ -160,6 +168,7 @@ def test_a_trio_stop_still_stops_the_child_when_the_task_is_cancelled():
     assert run_trio(scenario) == -signal.SIGTERM
 
 
+@pytest.mark.e2e
 def test_two_tasks_can_wait_for_one_child():
     async def scenario():
         child = await start_trio_child([sys.executable, "-c", "import sys; sys.exit(7)"])
@@ -176,6 +185,7 @@ def test_two_tasks_can_wait_for_one_child():
     assert run_trio(scenario) == [7, 7]
 
 
+@pytest.mark.e2e
 def test_leaving_the_with_block_stops_the_child():
     with start_child(SLEEPER) as child:
         pass
@@ -185,6 +195,7 @@ def test_leaving_the_with_block_stops_the_child():
 # -- reading the port ---------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_port_0_is_the_one_the_childs_own_socket_listens_on(tmp_path):
     log = tmp_path / "listener.log"
     with start_child([sys.executable, "-c", listener_code(named=0)], log_path=log) as child:
@@ -194,6 +205,7 @@ def test_port_0_is_the_one_the_childs_own_socket_listens_on(tmp_path):
             pass
 
 
+@pytest.mark.e2e
 def test_a_stranger_on_the_asked_port_is_not_taken_for_the_child(tmp_path):
     # The child was told a port someone else holds, failed to bind, and lives on (toxiproxy does).
     with socket.socket() as stranger:
@@ -206,6 +218,7 @@ def test_a_stranger_on_the_asked_port_is_not_taken_for_the_child(tmp_path):
             assert "bind failed" in child.log_text()
 
 
+@pytest.mark.e2e
 def test_a_child_with_several_ports_names_the_wanted_one_in_its_log(tmp_path):
     said = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
     with start_child([sys.executable, "-c", listener_code(count=2, named=1)], log_path=tmp_path / "c.log") as child:
@@ -217,9 +230,10 @@ def test_a_child_with_several_ports_names_the_wanted_one_in_its_log(tmp_path):
             child.maybe_listening_port()
 
 
+@pytest.mark.e2e
 def test_a_port_held_by_a_process_the_child_started_counts():
     # A wrapper (a shell here) whose server is its own child.
-    script = f"{sys.executable} -c \"{listener_code()}\" & echo $! && wait"
+    script = f'{sys.executable} -c "{listener_code()}" & echo $! && wait'
     with start_child(["sh", "-c", script], stdout=subprocess.PIPE, text=True) as child:
         grandchild = int(child.stdout.readline())
         try:
@@ -232,6 +246,7 @@ def test_a_port_held_by_a_process_the_child_started_counts():
 # -- failing at start ---------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_child_that_exits_at_start_quotes_its_log(tmp_path):
     log = tmp_path / "broken.log"
     broken = [sys.executable, "-c", "import sys; print('config.yaml: no such model', file=sys.stderr); sys.exit(3)"]
@@ -243,6 +258,7 @@ def test_a_child_that_exits_at_start_quotes_its_log(tmp_path):
     assert message.endswith("config.yaml: no such model")
 
 
+@pytest.mark.e2e
 def test_a_lab_service_that_exits_at_start_is_a_service_error_quoting_its_log(tmp_path):
     broken = [sys.executable, "-c", "import sys; print('bind: address already in use', file=sys.stderr); sys.exit(1)"]
 
@@ -254,24 +270,29 @@ def test_a_lab_service_that_exits_at_start_is_a_service_error_quoting_its_log(tm
         run_trio(scenario)
 
 
+@pytest.mark.e2e
 def test_a_lab_service_yields_the_port_it_listens_on_and_is_stopped_after(tmp_path):
     async def scenario():
-        async with open_service("listener", [sys.executable, "-c", listener_code()], port=0,
-                                log_path=tmp_path / "l.log", start_timeout=DEADLINE) as (process, port):
+        async with open_service(
+            "listener", [sys.executable, "-c", listener_code()], port=0, log_path=tmp_path / "l.log", start_timeout=DEADLINE
+        ) as (process, port):
             assert process.listening_ports() == {port}
         return process.returncode
 
     assert run_trio(scenario) == -signal.SIGTERM
 
 
+@pytest.mark.e2e
 def test_a_program_that_cannot_be_run_is_a_start_error():
     with pytest.raises(ChildStartError, match="cannot start no-such-program .*No such file or directory"):
         start_child([str(ROOT / "no-such-program")])
 
 
+@pytest.mark.e2e
 def test_run_child_captures_output_and_kills_at_its_timeout():
-    result = run_child([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(4)"],
-                       timeout=DEADLINE)
+    result = run_child(
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); sys.exit(4)"], timeout=DEADLINE
+    )
     assert (result.returncode, result.stdout, result.stderr) == (4, "out\n", "err\n")
     with pytest.raises(subprocess.TimeoutExpired):
         run_child(SLEEPER, timeout=0.5)
@@ -282,10 +303,22 @@ def test_run_child_captures_output_and_kills_at_its_timeout():
 LAUNCHER = ROOT / "faults" / "child_processes.py"
 #: Calls that start a process, by their dotted name.
 _STARTERS = {
-    "subprocess.Popen", "subprocess.run", "subprocess.call", "subprocess.check_call", "subprocess.check_output",
-    "subprocess.getoutput", "subprocess.getstatusoutput", "trio.run_process", "trio.lowlevel.open_process",
-    "asyncio.create_subprocess_exec", "asyncio.create_subprocess_shell", "pty.spawn", "os.popen", "os.system",
-    "os.fork", "os.forkpty",
+    "subprocess.Popen",
+    "subprocess.run",
+    "subprocess.call",
+    "subprocess.check_call",
+    "subprocess.check_output",
+    "subprocess.getoutput",
+    "subprocess.getstatusoutput",
+    "trio.run_process",
+    "trio.lowlevel.open_process",
+    "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell",
+    "pty.spawn",
+    "os.popen",
+    "os.system",
+    "os.fork",
+    "os.forkpty",
 }
 _STARTER_PREFIXES = ("os.spawn", "os.posix_spawn", "os.exec")
 _MODULES = {"multiprocessing", "concurrent.futures.process"}
@@ -318,7 +351,7 @@ def process_starts(source: str) -> list[str]:
                     name = dotted
         elif isinstance(node, ast.Import):
             name = next((alias.name for alias in node.names if alias.name in _MODULES), None)
-        if name:
+        if name and isinstance(node, (ast.expr, ast.stmt)):  # (always: the nodes above have lines)
             found.append(f"{name} at line {node.lineno}")
     return found
 
@@ -352,7 +385,12 @@ def trio_internals(source: str) -> list[str]:
         dotted = _dotted(node) if isinstance(node, ast.Attribute) else None
         if isinstance(node, ast.ImportFrom) and node.module:
             dotted = node.module
-        if dotted and dotted.split(".")[0] == "trio" and any(part.startswith("_") for part in dotted.split(".")):
+        if (
+            dotted
+            and dotted.split(".")[0] == "trio"
+            and any(part.startswith("_") for part in dotted.split("."))
+            and isinstance(node, (ast.expr, ast.stmt))
+        ):  # (always: the nodes above have lines)
             found.append(f"{dotted} at line {node.lineno}")
     return found
 

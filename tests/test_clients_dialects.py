@@ -141,14 +141,19 @@ def reports(tmp_path_factory) -> dict[tuple[str, Dialect, str], dict[str, Any]]:
             async def one(number: int, cell: tuple[str, Dialect, str]) -> None:
                 scenario, dialect, client = cell
                 cell_id = f"c{number:04d}"
-                results[cell] = await hosts[client].run({
-                    "id": cell_id, "client": client, "dialect": dialect.value,
-                    "base_url": f"http://127.0.0.1:{worker.port}/v1",
-                    # The cell id is a name item the worker ignores (labs.worker.settings).
-                    "model": f"{cell_id};{SCENARIOS[scenario][0]}",
-                    "messages": [{"role": "user", "content": "Say the sentence about the fox."}],
-                    "deadline_s": 30.0, "api_key": LAB_API_KEY,
-                })
+                results[cell] = await hosts[client].run(
+                    {
+                        "id": cell_id,
+                        "client": client,
+                        "dialect": dialect.value,
+                        "base_url": f"http://127.0.0.1:{worker.port}/v1",
+                        # The cell id is a name item the worker ignores (labs.worker.settings).
+                        "model": f"{cell_id};{SCENARIOS[scenario][0]}",
+                        "messages": [{"role": "user", "content": "Say the sentence about the fox."}],
+                        "deadline_s": 30.0,
+                        "api_key": LAB_API_KEY,
+                    }
+                )
 
             async with trio.open_nursery() as nursery:
                 for number, cell in enumerate(CELLS):

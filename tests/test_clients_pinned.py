@@ -94,6 +94,7 @@ def test_the_installed_library_versions_are_the_pinned_ones():
     for runtime, pinned in PINNED_VERSIONS.items():
         assert {name: installed[runtime][name] for name in pinned} == pinned
 
+
 # client: (outcome, surfaced finish_reason or error class, a fragment of the error message)
 REASON_OMITTED_DIRECT = {
     "openai-python": ("ok", None, None),

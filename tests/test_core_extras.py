@@ -1,4 +1,4 @@
-"""Rule 9 (non-streaming bodies), the transcript behind the mitmweb view, and the books helpers."""
+"""Rule C9 (non-streaming bodies), the transcript behind the mitmweb view, and the books helpers."""
 
 from __future__ import annotations
 
@@ -38,7 +38,11 @@ def test_rule_9_missing_key_is_added_and_nothing_else_moves():
 @pytest.mark.parametrize(
     ("message", "request_facts", "expected"),
     [
-        ({"content": None, "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}, RequestFacts(), "tool_calls"),
+        (
+            {"content": None, "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+            RequestFacts(),
+            "tool_calls",
+        ),
         ({"content": None, "function_call": {"name": "f", "arguments": "{}"}}, RequestFacts(), "function_call"),
         ({"content": "cut"}, RequestFacts(max_tokens=7), "length"),
         ({"content": "fine"}, RequestFacts(max_tokens=8), "stop"),
@@ -71,17 +75,21 @@ def test_inference_order():
 
 def test_transcript_reassembles_the_answer():
     stream = sse(chunk(delta={"reasoning_content": "hmm"}), chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]")
-    text = transcribe_chat_stream(stream + b"data: {\"cut")
+    text = transcribe_chat_stream(stream + b'data: {"cut')
     assert "reasoning: hmm" in text and "content: Hello" in text and "finish_reason='stop'" in text
     assert "(incomplete: the stream ended inside this event)" in text
     assert "ERROR" in transcribe_chat_stream(sse({"error": {"message": "x"}}))
     assert "not JSON" in transcribe_chat_stream(b"data: \xff\xfe\n\n")
-    odd = sse({"choices": [{"index": [0], "delta": {"tool_calls": [{"function": "f"}]}}, {"index": "a"}, 7]}, {"choices": {"a": 1}})
+    odd = sse(
+        {"choices": [{"index": [0], "delta": {"tool_calls": [{"function": "f"}]}}, {"index": "a"}, 7]}, {"choices": {"a": 1}}
+    )
     assert "(no deltas)" in transcribe_chat_stream(odd)
     assert "not JSON" in transcribe_chat_stream(b"data: " + b"[" * 100_000 + b"\n\n")
 
 
-@pytest.mark.parametrize(("text", "size"), [("0", 0), ("1048576", 1048576), ("4MB", 4 << 20), ("512 kb", 512 << 10), ("2g", 2 << 30)])
+@pytest.mark.parametrize(
+    ("text", "size"), [("0", 0), ("1048576", 1048576), ("4MB", 4 << 20), ("512 kb", 512 << 10), ("2g", 2 << 30)]
+)
 def test_sizes(text, size):
     assert parse_size(text) == size
 

@@ -7,6 +7,7 @@ kept the last one."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -33,20 +34,32 @@ def _messages_pieces(draw) -> list[bytes]:
     pieces = [frame({"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {"output_tokens": 1}}})]
     for block in range(draw(st.integers(1, 3))):
         kind = draw(st.sampled_from(["text", "thinking", "tool_use"]))
-        delta_type, key = {"text": ("text_delta", "text"), "thinking": ("thinking_delta", "thinking"), "tool_use": ("input_json_delta", "partial_json")}[kind]
+        delta_type, key = {
+            "text": ("text_delta", "text"),
+            "thinking": ("thinking_delta", "thinking"),
+            "tool_use": ("input_json_delta", "partial_json"),
+        }[kind]
         pieces.append(frame({"type": "content_block_start", "index": block, "content_block": {"type": kind}}))
         for text in draw(st.lists(_TEXTS, min_size=1, max_size=20)):
             pieces.append(frame({"type": "content_block_delta", "index": block, "delta": {"type": delta_type, key: text}}))
-        other = draw(st.sampled_from([
-            {"type": "ping"}, {"type": "content_block_stop", "index": block},
-            {"type": "content_block_delta", "index": block, "delta": {"type": "signature_delta", "signature": "s"}},
-            {"type": "error", "error": {"type": "overloaded_error", "message": "x"}},
-        ]))
+        other = draw(
+            st.sampled_from(
+                [
+                    {"type": "ping"},
+                    {"type": "content_block_stop", "index": block},
+                    {"type": "content_block_delta", "index": block, "delta": {"type": "signature_delta", "signature": "s"}},
+                    {"type": "error", "error": {"type": "overloaded_error", "message": "x"}},
+                ]
+            )
+        )
         pieces.append(frame(other))
     tail = draw(st.sampled_from(["stop", "null", "none", "cut"]))
     if tail != "cut":
         reason = {"stop": "end_turn", "null": None, "none": ""}[tail]
-        pieces += [frame({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 9}}), frame({"type": "message_stop"})]
+        pieces += [
+            frame({"type": "message_delta", "delta": {"stop_reason": reason}, "usage": {"output_tokens": 9}}),
+            frame({"type": "message_stop"}),
+        ]
     return _maybe_split(draw, pieces)
 
 
@@ -69,14 +82,23 @@ def _responses_pieces(draw) -> list[bytes]:
 
     pieces = [frame("response.created", response={"id": "resp_1", "status": "in_progress", "output": []})]
     for item in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"]))
+        kind = draw(
+            st.sampled_from(
+                ["response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"]
+            )
+        )
         pieces.append(frame("response.output_item.added", output_index=item, item={"id": f"it_{item}"}))
         for text in draw(st.lists(_TEXTS, min_size=1, max_size=20)):
             extra = {"obfuscation": draw(st.text(max_size=6))} if obfuscated else {}
             pieces.append(frame(kind, item_id=f"it_{item}", output_index=item, content_index=0, delta=text, **extra))
             if draw(st.integers(0, 30)) == 0:
                 number += draw(st.integers(1, 3))  # a gap in the numbering: the last one seen still counts
-        pieces.append(frame(draw(st.sampled_from(["response.output_text.done", "response.output_item.done", "response.some_future_event"])), output_index=item))
+        pieces.append(
+            frame(
+                draw(st.sampled_from(["response.output_text.done", "response.output_item.done", "response.some_future_event"])),
+                output_index=item,
+            )
+        )
     tail = draw(st.sampled_from(["response.completed", "response.incomplete", "response.failed", "cut"]))
     if tail != "cut":
         pieces.append(frame(tail, response={"id": "resp_1", "status": "x"}))
@@ -111,10 +133,18 @@ def test_fast_and_full_paths_agree_on_responses_streams(pieces, end, policy, req
 
 
 def _text_delta(dialect: Dialect, text: str, number: int) -> bytes:
+    data: dict[str, Any]
     if dialect is Dialect.MESSAGES:
         data = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
     else:
-        data = {"type": "response.output_text.delta", "sequence_number": number, "item_id": "m", "output_index": 0, "content_index": 0, "delta": text}
+        data = {
+            "type": "response.output_text.delta",
+            "sequence_number": number,
+            "item_id": "m",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": text,
+        }
     return sse_frame(data, event=data["type"])
 
 
@@ -140,9 +170,10 @@ def test_a_responses_cut_after_fast_path_deltas_continues_the_last_sequence_numb
         for piece in pieces:
             repair.receive_data(piece)
         ending = repair.receive_end()
-        numbers = [json.loads(line[len(b"data: "):])["sequence_number"] for line in ending.splitlines() if line.startswith(b"data: ")]
+        numbers = [
+            json.loads(line[len(b"data: ") :])["sequence_number"] for line in ending.splitlines() if line.startswith(b"data: ")
+        ]
         assert numbers == [200, 201]
-
 
 
 def test_the_worker_streams_take_the_fast_path_after_their_first_delta(framed):
@@ -162,8 +193,15 @@ def test_the_worker_streams_take_the_fast_path_after_their_first_delta(framed):
 def test_responses_deltas_with_their_keys_in_alphabetical_order_take_the_fast_path_too(framed):
     # vLLM and other servers that serialize their event models write the text before the number.
     def delta(number: int) -> bytes:
-        data = {"type": "response.output_text.delta", "sequence_number": number, "item_id": "m", "output_index": 0,
-                "content_index": 0, "delta": f" w{number % 7}", "logprobs": []}
+        data: dict[str, Any] = {
+            "type": "response.output_text.delta",
+            "sequence_number": number,
+            "item_id": "m",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": f" w{number % 7}",
+            "logprobs": [],
+        }
         return sse_frame(dict(sorted(data.items())), event=data["type"])
 
     pieces = [sse_frame({"type": "response.created", "sequence_number": 0, "response": {"id": "r"}}, event="response.created")]
@@ -173,5 +211,9 @@ def test_responses_deltas_with_their_keys_in_alphabetical_order_take_the_fast_pa
     # The created event and the first delta (it teaches the shape) are read in full; the other 299
     # are not.
     assert out == b"".join(pieces) and len(framed) == 2
-    numbers = [json.loads(line[len(b"data: "):])["sequence_number"] for line in repair.receive_end().splitlines() if line.startswith(b"data: ")]
+    numbers = [
+        json.loads(line[len(b"data: ") :])["sequence_number"]
+        for line in repair.receive_end().splitlines()
+        if line.startswith(b"data: ")
+    ]
     assert numbers == [301, 302]

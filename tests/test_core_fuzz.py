@@ -6,9 +6,9 @@ Contracts (what `StreamRepair` promises for every input; each test below checks 
    `receive_timer` return normally, and it never reports an internal error (that would be a bug of
    ours falling back to passthrough).
 2. Its output starts with every complete upstream event unchanged, in order. The only exceptions are
-   the documented rewrites: rule 2 (`"finish_reason": ""` becomes null, nothing else in the data
-   changes), rule 3 (finishing events inserted before `[DONE]` or a usage-only chunk), rule 4
-   (`[DONE]` appended, the blank line of a last readable event completed), rule 6 (one error event, or
+   the documented rewrites: rule C2 (`"finish_reason": ""` becomes null, nothing else in the data
+   changes), rule C3 (finishing events inserted before `[DONE]` or a usage-only chunk), rule C4
+   (`[DONE]` appended, the blank line of a last readable event completed), rule C6 (one error event, or
    with on_cut=stop finishing events and `[DONE]`); every inserted event is one the report lists in
    `injected`. An incomplete event left at a failure or a stall is dropped (no client would
    dispatch it), never changed.
@@ -36,19 +36,25 @@ ENDS = st.sampled_from(["clean", "failure", "stall"])
 TIMEOUT = 1.0  # both deadlines, in the test's clock; data arrives at t=0, the stall timer at t=1000
 
 # Pieces that mean something to the machine, mixed with arbitrary bytes.
-_MEANINGFUL = st.sampled_from([
-    frame(chunk("a"), b"\n"),
-    frame(chunk("b", index=1), b"\r\n"),
-    frame(chunk(finish_reason="stop"), b"\n"),
-    frame(chunk("c", finish_reason=""), b"\n"),
-    frame(chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}), b"\n"),
-    frame(chunk(choices=[], usage={"completion_tokens": 3}), b"\n"),
-    frame({"error": {"message": "boom"}}, b"\n"),
-    frame(b"[DONE]", b"\n"),
-    b": keep-alive\n\n",
-    b"event: error\ndata: x\n\n",
-    b"\n", b"\r", b"data: ", b"data:{", b"\xef\xbb\xbf",
-])
+_MEANINGFUL = st.sampled_from(
+    [
+        frame(chunk("a"), b"\n"),
+        frame(chunk("b", index=1), b"\r\n"),
+        frame(chunk(finish_reason="stop"), b"\n"),
+        frame(chunk("c", finish_reason=""), b"\n"),
+        frame(chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}), b"\n"),
+        frame(chunk(choices=[], usage={"completion_tokens": 3}), b"\n"),
+        frame({"error": {"message": "boom"}}, b"\n"),
+        frame(b"[DONE]", b"\n"),
+        b": keep-alive\n\n",
+        b"event: error\ndata: x\n\n",
+        b"\n",
+        b"\r",
+        b"data: ",
+        b"data:{",
+        b"\xef\xbb\xbf",
+    ]
+)
 UPSTREAM = st.lists(st.one_of(st.binary(max_size=40), _MEANINGFUL), max_size=12).map(b"".join)
 
 
@@ -67,7 +73,7 @@ def run(data, *, on_cut: OnCut, dialect: Dialect = Dialect.CHAT, upstream=UPSTRE
     if end == "clean":
         out.append(repair.receive_end(now=1.0))
     elif end == "failure":
-        ending = repair.receive_failure("reset", now=1.0)
+        ending: ClientEnding | None = repair.receive_failure("reset", now=1.0)
         assert isinstance(ending, ClientEnding)
         out.append(ending.client_bytes)
     else:
@@ -107,7 +113,7 @@ def client_view(stream: bytes) -> list:
 
 
 def _without_empty_reasons(value):
-    """Rule 2 applied to parsed JSON: what the rewritten data must parse to."""
+    """Rule C2 applied to parsed JSON: what the rewritten data must parse to."""
     if isinstance(value, dict):
         return {k: (None if k == "finish_reason" and v == "" else _without_empty_reasons(v)) for k, v in value.items()}
     if isinstance(value, list):
@@ -124,7 +130,11 @@ def _parsed(data: bytes | None):
 
 def _is_rule_2_rewrite(upstream_event, client_event) -> bool:
     before = _parsed(upstream_event.data)
-    return before is not None and before != _without_empty_reasons(before) and _parsed(client_event.data) == _without_empty_reasons(before)
+    return (
+        before is not None
+        and before != _without_empty_reasons(before)
+        and _parsed(client_event.data) == _without_empty_reasons(before)
+    )
 
 
 def _injected_kind(event) -> str | None:
@@ -146,7 +156,7 @@ def _injected_kind(event) -> str | None:
 
 def assert_upstream_events_lead_unchanged(upstream: bytes, repair: StreamRepair, out: bytes, injected_kind=None) -> None:
     """Contract 2: the client's events are the upstream's complete events, in order, unchanged or
-    rewritten by rule 2, with only the report's injections (and the completed last event) between.
+    rewritten by rule C2, with only the report's injections (and the completed last event) between.
     `injected_kind` says which injection an event looks like (Chat's `_injected_kind` by default;
     the other dialects' fuzz contracts pass their own)."""
     injected_kind = injected_kind or _injected_kind
@@ -215,7 +225,7 @@ def test_contract_3_ends_in_finish_and_done_or_exactly_one_error_event(data):
 
 
 def _choices_without_deltas(events: list) -> set:
-    """Choice indices that never carried a delta dict (rule 3 finishes only choices with deltas)."""
+    """Choice indices that never carried a delta dict (rule C3 finishes only choices with deltas)."""
     with_deltas = set()
     indices = set()
     for event in events:

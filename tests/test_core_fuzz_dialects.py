@@ -24,7 +24,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from finishline import Dialect, EventFramer, OnCut, StreamRepair, Verdict
+from finishline import Dialect, Event, EventFramer, OnCut, StreamRepair, Verdict
 from labs.worker.frames import sse_frame
 from tests.test_core_fuzz import SETTINGS, assert_upstream_events_lead_unchanged
 from tests.test_core_fuzz import run as fuzz_run
@@ -40,7 +40,9 @@ def _frames(kind: str, **fields) -> list[bytes]:
 
 
 _MESSAGES = [
-    *_frames("message_start", message={"id": "msg_1", "type": "message", "model": "m", "content": [], "usage": {"output_tokens": 1}}),
+    *_frames(
+        "message_start", message={"id": "msg_1", "type": "message", "model": "m", "content": [], "usage": {"output_tokens": 1}}
+    ),
     *_frames("content_block_start", index=0, content_block={"type": "text", "text": ""}),
     *_frames("content_block_start", index=1, content_block={"type": "tool_use", "id": "t", "name": "f", "input": {}}),
     *_frames("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi"}),
@@ -66,7 +68,9 @@ _RESPONSES = [
     *_frames("response.function_call_arguments.delta", sequence_number=8, delta="{"),
     *_frames("response.completed", sequence_number=9, response={**_RESPONSE, "status": "completed"}),
     *_frames("response.incomplete", sequence_number=9, response={**_RESPONSE, "status": "incomplete"}),
-    *_frames("response.failed", sequence_number=9, response={**_RESPONSE, "status": "failed", "error": {"code": "x", "message": "y"}}),
+    *_frames(
+        "response.failed", sequence_number=9, response={**_RESPONSE, "status": "failed", "error": {"code": "x", "message": "y"}}
+    ),
     *_frames("error", sequence_number=9, code="server_error", message="boom", param=None),
     sse_frame({"error": {"message": "boom", "type": "server_error"}}),
     sse_frame(b"[DONE]"),
@@ -123,7 +127,7 @@ def injected_kind(event) -> str | None:
     return None
 
 
-def _client_events(out: bytes) -> list:
+def _client_events(out: bytes) -> tuple[list[Event], Event | None]:
     framer = EventFramer()
     events = [event for event in framer.receive_data(out) if event.data is not None]
     return events, framer.receive_end()
@@ -169,6 +173,10 @@ def test_contract_3_ends_in_the_terminal_event_or_exactly_one_error_sequence(dat
         assert leftover is None, out
         return
     if _kind(events[position]) == "message_stop":
-        reasons = [(_parsed(event.data).get("delta") or {}).get("stop_reason") for event in events[:position] if _kind(event) == "message_delta"]
+        reasons = [
+            (_parsed(event.data).get("delta") or {}).get("stop_reason")
+            for event in events[:position]
+            if _kind(event) == "message_delta"
+        ]
         assert any(isinstance(reason, str) and reason for reason in reasons), out
     # The upstream's own terminal event ended it: what follows passes as sent (a client stops there).

@@ -1,13 +1,24 @@
-"""The Anthropic Messages rules M1-M7 (README "Messages"), one test per rule, every stream fed whole,
+"""The Anthropic Messages rules M1-M7 (docs/repair-rules.md, "Anthropic Messages"), one test per rule, every stream fed whole,
 byte by byte and at random splits. Frames are written by the worker's one SSE frame writer."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from finishline import Dialect, OnCut, RepairPolicy, RequestFacts, StreamRepair, Verdict, repair_completion, stream_dialect, transcribe_stream
+from finishline import (
+    Dialect,
+    OnCut,
+    RepairPolicy,
+    RequestFacts,
+    StreamRepair,
+    Verdict,
+    repair_completion,
+    stream_dialect,
+    transcribe_stream,
+)
 from labs.worker.frames import sse_frame
 from tests.feeding import CHUNKINGS, complete_events, run
 
@@ -20,8 +31,16 @@ def frame(kind: str, ending: bytes = b"\n", **fields) -> bytes:
 
 
 def start(ending: bytes = b"\n", output_tokens: int = 1) -> bytes:
-    message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-lab", "content": [],
-               "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": 5, "output_tokens": output_tokens}}
+    message: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-lab",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": output_tokens},
+    }
     return frame("message_start", ending, message=message)
 
 
@@ -33,14 +52,20 @@ def text_block(texts: list[str], index: int = 0, ending: bytes = b"\n", stop: bo
 
 
 def tool_block(index: int = 1, stop: bool = True) -> bytes:
-    out = frame("content_block_start", index=index, content_block={"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}})
+    out = frame(
+        "content_block_start",
+        index=index,
+        content_block={"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+    )
     for piece in ('{"city', '": "Paris"}'):
         out += frame("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": piece})
     return out + (frame("content_block_stop", index=index) if stop else b"")
 
 
 def delta(reason, output_tokens: int = 3, ending: bytes = b"\n") -> bytes:
-    return frame("message_delta", ending, delta={"stop_reason": reason, "stop_sequence": None}, usage={"output_tokens": output_tokens})
+    return frame(
+        "message_delta", ending, delta={"stop_reason": reason, "stop_sequence": None}, usage={"output_tokens": output_tokens}
+    )
 
 
 def stop(ending: bytes = b"\n") -> bytes:
@@ -59,7 +84,8 @@ def feed(upstream: bytes, chunking: str, **kwargs) -> tuple[bytes, StreamRepair]
 @pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])
 def test_m1_a_well_formed_stream_is_byte_identical(chunking, ending):
     upstream = (
-        start(ending) + frame("ping", ending)
+        start(ending)
+        + frame("ping", ending)
         + frame("content_block_start", ending, index=0, content_block={"type": "thinking", "thinking": ""})
         + frame("content_block_delta", ending, index=0, delta={"type": "thinking_delta", "thinking": "Let me think"})
         + frame("content_block_delta", ending, index=0, delta={"type": "signature_delta", "signature": "c2ln"})
@@ -67,7 +93,8 @@ def test_m1_a_well_formed_stream_is_byte_identical(chunking, ending):
         + text_block(["Hello", " world"], index=1, ending=ending)
         + frame("content_block_delta", ending, index=1, delta={"type": "citations_delta", "citation": {"type": "char_location"}})
         + frame("some_future_event", ending, detail="unknown types pass")
-        + delta("end_turn", ending=ending) + stop(ending)
+        + delta("end_turn", ending=ending)
+        + stop(ending)
     )
     out, repair = feed(upstream, chunking)
     assert out == upstream
@@ -88,10 +115,14 @@ def test_m2_message_stop_without_a_stop_reason_gets_end_turn_before_it(chunking,
     upstream = start() + text_block(["Hi"]) + delta(reason, output_tokens=4) + stop()
     out, repair = feed(upstream, chunking)
     events = events_of(out)
-    assert events[-2] == {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None}, "usage": {"output_tokens": 4}}
+    assert events[-2] == {
+        "type": "message_delta",
+        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "usage": {"output_tokens": 4},
+    }
     assert events[-1] == {"type": "message_stop"}
     assert out.startswith(upstream[: -len(stop())])
-    assert b"event: message_delta\ndata: " in out[len(upstream) - len(stop()):]
+    assert b"event: message_delta\ndata: " in out[len(upstream) - len(stop()) :]
     assert repair.report.verdict is Verdict.REPAIRED
     assert repair.report.detail == "repaired: injected stop_reason 'end_turn' before message_stop"
 
@@ -104,7 +135,10 @@ def test_m2_no_message_delta_at_all_and_an_open_block_is_closed_first(chunking):
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert events_of(out)[-3] == {"type": "content_block_stop", "index": 0}
     assert events_of(out)[-2]["usage"] == {"output_tokens": 2}
-    assert repair.report.injected[:2] == [{"kind": "content_block_stop", "index": 0}, {"kind": "finish", "stop_reason": "end_turn"}]
+    assert repair.report.injected[:2] == [
+        {"kind": "content_block_stop", "index": 0},
+        {"kind": "finish", "stop_reason": "end_turn"},
+    ]
 
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
@@ -201,7 +235,9 @@ def test_m5_an_upstream_error_passes_and_nothing_follows(chunking, end):
 
 
 def test_m6_ping_is_a_keepalive_and_the_first_token_is_a_delta():
-    repair = StreamRepair(dialect=MESSAGES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, head_at=0.0)
+    repair = StreamRepair(
+        dialect=MESSAGES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, head_at=0.0
+    )
     repair.receive_data(start() + frame("content_block_start", index=0, content_block={"type": "text", "text": ""}), now=1.0)
     assert repair.report.events == 2
     for second in range(2, 10):
@@ -212,9 +248,14 @@ def test_m6_ping_is_a_keepalive_and_the_first_token_is_a_delta():
     assert ending is not None and b"no token within 10 s" in ending.client_bytes
 
 
-@pytest.mark.parametrize("delta_value", [
-    {"type": "text_delta", "text": "a"}, {"type": "thinking_delta", "thinking": "b"}, {"type": "input_json_delta", "partial_json": "{"},
-])
+@pytest.mark.parametrize(
+    "delta_value",
+    [
+        {"type": "text_delta", "text": "a"},
+        {"type": "thinking_delta", "thinking": "b"},
+        {"type": "input_json_delta", "partial_json": "{"},
+    ],
+)
 def test_m6_text_thinking_and_tool_input_deltas_are_tokens(delta_value):
     upstream = start() + frame("content_block_delta", index=0, delta=delta_value)
     _, repair = feed(upstream, "whole")
@@ -227,11 +268,20 @@ def test_m6_a_signature_delta_is_no_token():
     assert repair.report.interruption.before_first_token is True
 
 
-@pytest.mark.parametrize(("message", "reason"), [
-    ({"type": "message", "content": [{"type": "text", "text": "Hi"}], "stop_reason": None, "usage": {"output_tokens": 2}}, "end_turn"),
-    ({"type": "message", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}], "stop_reason": None}, "tool_use"),
-    ({"type": "message", "content": [], "usage": {"output_tokens": 8}}, "max_tokens"),
-])
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        (
+            {"type": "message", "content": [{"type": "text", "text": "Hi"}], "stop_reason": None, "usage": {"output_tokens": 2}},
+            "end_turn",
+        ),
+        (
+            {"type": "message", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}], "stop_reason": None},
+            "tool_use",
+        ),
+        ({"type": "message", "content": [], "usage": {"output_tokens": 8}}, "max_tokens"),
+    ],
+)
 def test_m7_a_whole_message_without_a_stop_reason_gets_the_inferred_one(message, reason):
     body = json.dumps(message).encode()
     result = repair_completion(body, RequestFacts(max_tokens=8), dialect=MESSAGES)
@@ -244,6 +294,25 @@ def test_m7_a_whole_message_without_a_stop_reason_gets_the_inferred_one(message,
 def test_m7_a_whole_message_with_its_reason_is_clean():
     body = b'{"type": "message", "content": [], "stop_reason": "end_turn"}'
     assert repair_completion(body, dialect=MESSAGES).verdict is Verdict.CLEAN
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("odd_type", [["tool_use"], {"type": "text_delta"}])
+def test_a_block_or_delta_type_that_is_a_list_or_an_object_is_data(chunking, odd_type):
+    # Unhashable: looked up in a table of types it raised TypeError, and the stream was passed
+    # through as an internal error instead of being repaired.
+    upstream = (
+        start()
+        + frame("content_block_start", index=0, content_block={"type": odd_type})
+        + frame("content_block_delta", index=0, delta={"type": odd_type, "text": "Hi"})
+        + delta(None)
+        + stop()
+    )
+    out, repair = feed(upstream, chunking)
+    assert repair.report.internal_error is None
+    assert events_of(out)[-2]["delta"]["stop_reason"] == "end_turn"
+    body = json.dumps({"type": "message", "content": [{"type": odd_type}], "stop_reason": None}).encode()
+    assert json.loads(repair_completion(body, dialect=MESSAGES).body)["stop_reason"] == "end_turn"
 
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
@@ -266,7 +335,14 @@ def test_the_report_and_the_ledger_record_carry_the_dialect():
 
 
 def test_the_transcript_numbers_the_events_and_reassembles_each_block():
-    stream = start() + text_block(["Hel", "lo"]) + tool_block() + delta("tool_use") + stop() + b'event: content_block_delta\ndata: {"ty'
+    stream = (
+        start()
+        + text_block(["Hel", "lo"])
+        + tool_block()
+        + delta("tool_use")
+        + stop()
+        + b'event: content_block_delta\ndata: {"ty'
+    )
     assert stream_dialect(stream) is MESSAGES
     text = transcribe_stream(stream, MESSAGES)
     assert "    3 [content_block_delta] #0 text='Hel'" in text

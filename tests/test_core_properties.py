@@ -71,20 +71,24 @@ def any_stream(draw):
     pieces = []
     for _ in range(draw(st.integers(min_value=0, max_value=10))):
         index = draw(st.integers(min_value=0, max_value=2))
-        kind = draw(st.sampled_from(["content", "finish", "empty", "tool", "usage", "comment", "junk", "error", "done", "reasoning"]))
+        kind = draw(
+            st.sampled_from(["content", "finish", "empty", "tool", "usage", "comment", "junk", "error", "done", "reasoning"])
+        )
         pieces.append(
             {
-                "content": lambda: frame(chunk(draw(TEXT), index=index), ending),
-                "reasoning": lambda: frame(chunk(delta={"reasoning_content": draw(TEXT)}, index=index), ending),
-                "finish": lambda: frame(chunk(index=index, finish_reason="stop"), ending),
-                "empty": lambda: frame(chunk(draw(TEXT), index=index, finish_reason=""), ending),
-                "tool": lambda: frame(chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}, index=index), ending),
-                "usage": lambda: frame(chunk(choices=[], usage={"completion_tokens": draw(st.integers(0, 9))}), ending),
-                "comment": lambda: b": ping" + ending + ending,
-                "junk": lambda: frame(draw(st.binary(max_size=10)).replace(b"\n", b"").replace(b"\r", b""), ending),
-                "error": lambda: frame({"error": {"message": "boom"}}, ending),
-                "done": lambda: frame(b"[DONE]", ending),
-            }[kind]()
+                "content": lambda i: frame(chunk(draw(TEXT), index=i), ending),
+                "reasoning": lambda i: frame(chunk(delta={"reasoning_content": draw(TEXT)}, index=i), ending),
+                "finish": lambda i: frame(chunk(index=i, finish_reason="stop"), ending),
+                "empty": lambda i: frame(chunk(draw(TEXT), index=i, finish_reason=""), ending),
+                "tool": lambda i: frame(
+                    chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}, index=i), ending
+                ),
+                "usage": lambda i: frame(chunk(choices=[], usage={"completion_tokens": draw(st.integers(0, 9))}), ending),
+                "comment": lambda i: b": ping" + ending + ending,
+                "junk": lambda i: frame(draw(st.binary(max_size=10)).replace(b"\n", b"").replace(b"\r", b""), ending),
+                "error": lambda i: frame({"error": {"message": "boom"}}, ending),
+                "done": lambda i: frame(b"[DONE]", ending),
+            }[kind](index)
         )
     stream = b"".join(pieces)
     if draw(st.booleans()):  # cut anywhere

@@ -1,4 +1,4 @@
-"""The OpenAI Responses rules R1-R5 (README "Responses"), one test per rule, every stream fed whole,
+"""The OpenAI Responses rules R1-R5 (docs/repair-rules.md, "OpenAI Responses"), one test per rule, every stream fed whole,
 byte by byte and at random splits. Frames are written by the worker's one SSE frame writer."""
 
 from __future__ import annotations
@@ -30,7 +30,11 @@ class Stream:
 
     def opening(self) -> Stream:
         self.add("response.created", response=RESPONSE).add("response.in_progress", response=RESPONSE)
-        return self.add("response.output_item.added", output_index=0, item={"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []})
+        return self.add(
+            "response.output_item.added",
+            output_index=0,
+            item={"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []},
+        )
 
     def text(self, *deltas: str) -> Stream:
         for delta in deltas:
@@ -52,9 +56,14 @@ def feed(upstream: bytes, chunking: str, **kwargs) -> tuple[bytes, StreamRepair]
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
 @pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
-@pytest.mark.parametrize(("terminal", "status"), [
-    ("response.completed", "completed"), ("response.incomplete", "incomplete"), ("response.failed", "failed"),
-])
+@pytest.mark.parametrize(
+    ("terminal", "status"),
+    [
+        ("response.completed", "completed"),
+        ("response.incomplete", "incomplete"),
+        ("response.failed", "failed"),
+    ],
+)
 def test_r1_a_well_formed_stream_is_byte_identical(chunking, ending, terminal, status):
     stream = Stream(ending).opening()
     stream.add("response.output_item.added", output_index=1, item={"id": "rs_1", "type": "reasoning", "summary": []})
@@ -92,7 +101,10 @@ def test_r3_a_cut_ends_in_an_error_then_response_failed(chunking, end):
     message = error["message"]
     assert message.startswith("stream was interrupted: ") and "without a terminal event" in message
     assert error == {
-        "type": "error", "code": "stream_interrupted", "message": message, "param": None,
+        "type": "error",
+        "code": "stream_interrupted",
+        "message": message,
+        "param": None,
         "sequence_number": stream.number,
         "error": {"type": "server_error", "code": "stream_interrupted", "message": message, "param": None},
     }
@@ -122,12 +134,27 @@ def test_r3_ollamas_clean_close_after_a_reasoning_delta_is_a_cut(chunking):
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
 @pytest.mark.parametrize("end", ["clean", "failure"])
-@pytest.mark.parametrize("error", [
-    sse_frame({"type": "error", "code": "server_error", "message": "boom", "param": None, "sequence_number": 5}, event="error"),
-    sse_frame({"type": "error", "sequence_number": 5, "error": {"type": "server_error", "code": "server_error", "message": "boom"}}, event="error"),
-    sse_frame({"type": "response.failed", "sequence_number": 5, "response": {**RESPONSE, "status": "failed", "error": {"code": "server_error", "message": "boom"}}}, event="response.failed"),
-    sse_frame({"error": {"message": "boom", "type": "server_error", "code": "server_error"}}),  # vLLM's bare frame
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        sse_frame(
+            {"type": "error", "code": "server_error", "message": "boom", "param": None, "sequence_number": 5}, event="error"
+        ),
+        sse_frame(
+            {"type": "error", "sequence_number": 5, "error": {"type": "server_error", "code": "server_error", "message": "boom"}},
+            event="error",
+        ),
+        sse_frame(
+            {
+                "type": "response.failed",
+                "sequence_number": 5,
+                "response": {**RESPONSE, "status": "failed", "error": {"code": "server_error", "message": "boom"}},
+            },
+            event="response.failed",
+        ),
+        sse_frame({"error": {"message": "boom", "type": "server_error", "code": "server_error"}}),  # vLLM's bare frame
+    ],
+)
 def test_r4_an_upstream_error_passes_and_nothing_is_injected(chunking, end, error):
     upstream = Stream().opening().text("Hi").bytes + error
     out, repair = feed(upstream, chunking, end=end)
@@ -137,10 +164,16 @@ def test_r4_an_upstream_error_passes_and_nothing_is_injected(chunking, end, erro
     assert repair.report.upstream_error_message == "boom"
 
 
-@pytest.mark.parametrize("kind", [
-    "response.output_text.delta", "response.reasoning_text.delta", "response.reasoning_summary_text.delta",
-    "response.function_call_arguments.delta", "response.refusal.delta",
-])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.refusal.delta",
+    ],
+)
 def test_r5_the_first_token_is_the_first_text_reasoning_or_arguments_delta(kind):
     stream = Stream().opening().add(kind, item_id="x", output_index=0, delta="t")
     _, repair = feed(stream.bytes, "whole")
@@ -148,7 +181,9 @@ def test_r5_the_first_token_is_the_first_text_reasoning_or_arguments_delta(kind)
 
 
 def test_r5_the_lifecycle_events_are_no_token_and_the_deadline_runs():
-    repair = StreamRepair(dialect=RESPONSES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, head_at=0.0)
+    repair = StreamRepair(
+        dialect=RESPONSES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, head_at=0.0
+    )
     repair.receive_data(Stream().opening().bytes, now=1.0)
     ending = repair.receive_timer(10.0)
     assert ending is not None and b"no token within 10 s" in ending.client_bytes
@@ -161,6 +196,17 @@ def test_a_messages_stream_on_a_responses_path_passes_untouched(chunking):
     out, repair = feed(upstream, chunking)
     assert out == upstream and repair.report.verdict is Verdict.SKIPPED
     assert "the first event is Anthropic Messages, not OpenAI Responses" in repair.report.detail
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("odd_type", [["response.output_text.delta"], {"type": "response.output_text.delta"}])
+def test_a_type_that_is_a_list_or_an_object_is_data(chunking, odd_type):
+    # Unhashable: the fast path's check of the type against its table raised TypeError, and the
+    # stream was passed through as an internal error. The `event:` line still names the delta.
+    stream = Stream().opening().add("response.output_text.delta", type=odd_type, item_id="msg_1", output_index=0, delta="Hi")
+    out, repair = feed(stream.completed().bytes, chunking)
+    assert repair.report.internal_error is None
+    assert out == stream.bytes and repair.report.verdict is Verdict.CLEAN
 
 
 def test_the_transcript_numbers_the_events_and_reassembles_each_item():

@@ -12,7 +12,9 @@ from tests.feeding import CHUNKINGS, chunk, data_events, run, sse
 
 pytestmark = pytest.mark.parametrize("chunking", CHUNKINGS)
 
-HEALTHY = sse(chunk(delta={"role": "assistant", "content": ""}), chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]")
+HEALTHY = sse(
+    chunk(delta={"role": "assistant", "content": ""}), chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]"
+)
 
 
 def finishes(stream: bytes) -> list[tuple[int, str]]:
@@ -25,7 +27,7 @@ def finishes(stream: bytes) -> list[tuple[int, str]]:
     ]
 
 
-# -- rule 1: passthrough -----------------------------------------------------------------------
+# -- rule C1: passthrough -----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("ending", [b"\n", b"\r\n", b"\r"])
@@ -39,11 +41,11 @@ def test_rule_1_well_formed_stream_is_byte_identical(chunking, ending):
 def test_rule_1_each_complete_event_leaves_at_once(chunking):
     repair = StreamRepair()
     first = sse(chunk("Hel"))
-    assert repair.receive_data(first + b"data: {\"partial") == first
+    assert repair.receive_data(first + b'data: {"partial') == first
     assert repair.receive_data(b'": 1}\n\n') == b'data: {"partial": 1}\n\n'
 
 
-# -- rule 2: empty reasons ---------------------------------------------------------------------
+# -- rule C2: empty reasons ---------------------------------------------------------------------
 
 
 def test_rule_2_empty_finish_reason_becomes_null(chunking):
@@ -73,7 +75,7 @@ def test_rule_2_does_not_touch_the_words_in_content(chunking):
     assert data_events(out)[0]["choices"][0]["delta"]["content"] == 'say "finish_reason": "" please'
 
 
-# -- rule 3: missing terminal reason -----------------------------------------------------------
+# -- rule C3: missing terminal reason -----------------------------------------------------------
 
 
 def test_rule_3_missing_reason_gets_stop_before_done(chunking):
@@ -83,8 +85,12 @@ def test_rule_3_missing_reason_gets_stop_before_done(chunking):
     assert events[-1] == "[DONE]"
     injected = events[-2]
     assert injected == {
-        "id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1700000000, "model": "m1",
-        "system_fingerprint": "fp1", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "m1",
+        "system_fingerprint": "fp1",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
     }
     assert out.startswith(sse(chunk("Hel", system_fingerprint="fp1"), chunk("lo")))
     assert repair.report.verdict is Verdict.REPAIRED
@@ -139,7 +145,7 @@ def test_rule_3_reasoning_model_without_reason(chunking):
     assert finishes(out) == [(0, "stop")]
 
 
-# -- rule 4: finished but no [DONE] ------------------------------------------------------------
+# -- rule C4: finished but no [DONE] ------------------------------------------------------------
 
 
 def test_rule_4_done_appended_after_a_clean_end(chunking):
@@ -157,7 +163,7 @@ def test_rule_4_last_event_without_its_blank_line_is_completed(chunking):
     assert repair.report.verdict is Verdict.REPAIRED
 
 
-# -- rule 5: error events pass through ---------------------------------------------------------
+# -- rule C5: error events pass through ---------------------------------------------------------
 
 
 def test_rule_5_error_event_passes_and_nothing_is_injected(chunking):
@@ -201,7 +207,7 @@ def test_rule_5_error_null_is_not_an_error(chunking):
     assert repair.report.verdict is Verdict.REPAIRED
 
 
-# -- rules 6 and 7: cut streams are errors, never successes ------------------------------------
+# -- rules C6 and C7: cut streams are errors, never successes ------------------------------------
 
 
 def error_event(stream: bytes) -> dict:
@@ -242,7 +248,7 @@ def test_rule_6_on_cut_stop_lies_only_when_asked(chunking):
 
 
 def test_rule_6_on_cut_pass_changes_nothing(chunking):
-    upstream = sse(chunk("Hel")) + b"data: {\"trunc"
+    upstream = sse(chunk("Hel")) + b'data: {"trunc'
     out, repair = run(upstream, chunking, end="failure", policy=RepairPolicy(on_cut=OnCut.PASS))
     assert out == upstream
     assert repair.report.verdict is Verdict.INTERRUPTED
@@ -259,7 +265,7 @@ def test_rule_6_failure_output_says_how_to_end(chunking):
 
 
 def test_rule_6_usage_chunk_mid_stream_never_makes_a_cut_a_success(chunking):
-    # A usage-only chunk is taken as the end (rule 3), but content after it proves otherwise: a
+    # A usage-only chunk is taken as the end (rule C3), but content after it proves otherwise: a
     # stream that then stops is a cut, not a stream that only lacked [DONE].
     upstream = sse(chunk("Hel"), chunk(choices=[], usage={"completion_tokens": 1}), chunk("lo, wor"))
     for end in ("clean", "failure"):
@@ -301,17 +307,17 @@ def test_rule_7_role_only_chunk_is_not_a_token(chunking):
     assert repair.report.interruption.before_first_token
 
 
-# -- rule 8: malformed input is data -----------------------------------------------------------
+# -- rule C8: malformed input is data -----------------------------------------------------------
 
 MALFORMED = [
     b"data: not json\n\n",
-    b"data: {\"choices\": [\xff\xfe]}\n\n",
+    b'data: {"choices": [\xff\xfe]}\n\n',
     b": ping\n\n",
-    b"event: message\nid: 7\nretry: 1000\ndata: {\"unknown\": true}\n\n",
-    b"data:{\"choices\":[]}\n\n",
-    b"data: {\"a\":\ndata: 1}\n\n",
+    b'event: message\nid: 7\nretry: 1000\ndata: {"unknown": true}\n\n',
+    b'data:{"choices":[]}\n\n',
+    b'data: {"a":\ndata: 1}\n\n',
     b"data: [1, 2]\n\n",
-    b"data: {\"choices\": [{\"index\": \"zero\"}]}\n\n",
+    b'data: {"choices": [{"index": "zero"}]}\n\n',
     b"data\n\n",
     b"\n\n\n",
 ]
@@ -365,7 +371,9 @@ def test_rule_8_an_event_that_never_ends_is_passed_through_not_held(chunking):
     assert repair.report.verdict is Verdict.SKIPPED
 
 
-@pytest.mark.parametrize("data", [b"[" * 100_000, b'{"choices": ' + b"[" * 100_000, b'{"error": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"])
+@pytest.mark.parametrize(
+    "data", [b"[" * 100_000, b'{"choices": ' + b"[" * 100_000, b'{"error": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"]
+)
 def test_rule_8_deeply_nested_json_is_data(chunking, data):
     if chunking == "bytewise":
         chunking = "random"

@@ -54,7 +54,7 @@ def test_event_type_is_read(chunking):
 
 @pytest.mark.parametrize("chunking", CHUNKINGS)
 def test_leftover_at_the_end_is_an_incomplete_event(chunking):
-    events, leftover, _ = frame(b"data: a\n\ndata: {\"b", chunking)
+    events, leftover, _ = frame(b'data: a\n\ndata: {"b', chunking)
     assert [event.data for event in events] == [b"a"]
     assert leftover is not None and not leftover.complete and leftover.raw == b'data: {"b'
 

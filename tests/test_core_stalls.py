@@ -28,12 +28,16 @@ def test_idle_deadline_passes_one_idle_timeout_after_the_last_event():
     error = data_events(ending.client_bytes)[0]["error"]
     assert error == {
         "message": "stream was interrupted: no event for 2 s after 3 events; the upstream stalled (finish_fix)",
-        "type": "server_error", "code": "stream_interrupted",
+        "type": "server_error",
+        "code": "stream_interrupted",
     }
     report = repair.report
     assert report.verdict is Verdict.INTERRUPTED
     assert report.interruption.cause is CutCause.STALLED and report.interruption.how == "stalled: no event for 2 s after 3 events"
-    assert report.detail == "interrupted after the first token (stalled: no event for 2 s after 3 events) after 3 events and 3.0 s; sent an error event"
+    assert (
+        report.detail
+        == "interrupted after the first token (stalled: no event for 2 s after 3 events) after 3 events and 3.0 s; sent an error event"
+    )
 
 
 def test_comments_and_keep_alive_lines_do_not_move_the_idle_deadline():
@@ -169,7 +173,7 @@ def test_an_incomplete_event_held_at_a_stall_is_dropped():
     repair = machine(idle=2)
     repair.receive_data(sse(chunk("a")) + b'data: {"hal', now=0.0)
     ending = repair.receive_timer(2.0)
-    assert ending.client_bytes.startswith(b"data: {\"error\"")
+    assert ending.client_bytes.startswith(b'data: {"error"')
     assert repair.report.dropped_incomplete_bytes == len(b'data: {"hal')
 
 

@@ -65,8 +65,16 @@ def test_every_wakeup_a_stream_gets_is_finish_fixs():
 
 
 def test_the_names_the_hook_uses_still_exist():
-    for name in ("DropStream", "ErrorCode", "HttpErrorHook", "RequestProtocolError", "ResponseData",
-                 "ResponseEndOfMessage", "ResponseProtocolError", "SendHttp"):
+    for name in (
+        "DropStream",
+        "ErrorCode",
+        "HttpErrorHook",
+        "RequestProtocolError",
+        "ResponseData",
+        "ResponseEndOfMessage",
+        "ResponseProtocolError",
+        "SendHttp",
+    ):
         assert hasattr(http_layer, name), f"mitmproxy.proxy.layers.http.{name} is gone"
     assert hasattr(commands, "RequestWakeup") and hasattr(events, "Wakeup")
     assert list(inspect.signature(commands.RequestWakeup).parameters) == ["delay"]

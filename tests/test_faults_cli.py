@@ -20,6 +20,9 @@ from tests.fixtures_lab import chat_request, client_exchange, open_proxy, run_tr
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Every test runs `python -m faults` or the toxiproxy server it drives.
+pytestmark = pytest.mark.e2e
+
 
 def faults_cli(*arguments: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
     return run_child([sys.executable, "-m", "faults", *arguments], cwd=ROOT, timeout=timeout)
@@ -85,10 +88,12 @@ async def run_live_fault(client: ToxiproxyClient, arguments: list[str], body: di
             cwd=ROOT,
             stdout=subprocess.PIPE,
         )
+        stdout = process.stdout
+        assert stdout is not None  # asked for above
         try:
             output = b""
             while b"\n" not in output:
-                chunk = await process.stdout.receive_some()
+                chunk = await stdout.receive_some()
                 assert chunk, f"the CLI exited early: {output!r}"
                 output += chunk
             toxics_while_applied = await trio.to_thread.run_sync(client.toxics, proxy.name)
@@ -96,7 +101,7 @@ async def run_live_fault(client: ToxiproxyClient, arguments: list[str], body: di
         finally:
             process.send_signal(signal.SIGTERM)
             await process.wait()
-        while chunk := await process.stdout.receive_some():
+        while chunk := await stdout.receive_some():
             output += chunk
         toxics_after = await trio.to_thread.run_sync(client.toxics, proxy.name)
         return output.decode(), process.returncode, toxics_while_applied, toxics_after, received
@@ -114,7 +119,7 @@ def test_live_cut_after_tokens_then_removed_on_sigterm(toxiproxy, method):
 
     plan = response_plan(parse_settings(model).for_request(body))
     assert code == 0
-    assert output.splitlines()[0].startswith(f"cut_after_tokens on proxy test_")
+    assert output.splitlines()[0].startswith("cut_after_tokens on proxy test_")
     assert f"the client gets 5 token events ({plan.offset_after_tokens(5)} bytes), then a FIN" in output
     assert output.splitlines()[-1] == "cut_after_tokens removed (SIGTERM)"
     assert [t.type for t in during] == ["limit_data"]
@@ -136,7 +141,9 @@ def test_live_down_then_removed(toxiproxy):
                 await trio.open_tcp_stream("127.0.0.1", proxy.listen_port)
             process.send_signal(signal.SIGTERM)
             await process.wait()
-            received = await client_exchange(proxy.listen_port, chat_request({"model": "m", "stream": True}, headers={"connection": "close"}))
+            received = await client_exchange(
+                proxy.listen_port, chat_request({"model": "m", "stream": True}, headers={"connection": "close"})
+            )
             return line.decode(), received
 
     line, received = run_trio(scenario)
@@ -155,7 +162,9 @@ def test_server_command_runs_toxiproxy_with_a_proxy_and_stops_it():
     )  # fmt: skip
     try:
         line = process.stdout.readline()
-        assert line.startswith(f"toxiproxy 2.12.0 API on http://127.0.0.1:{port}; proxy worker: 127.0.0.1:{listen} -> 127.0.0.1:9")
+        assert line.startswith(
+            f"toxiproxy 2.12.0 API on http://127.0.0.1:{port}; proxy worker: 127.0.0.1:{listen} -> 127.0.0.1:9"
+        )
         client = ToxiproxyClient(port=port, timeout=2)
         assert client.proxies()["worker"].listen_port == listen
     finally:

@@ -15,7 +15,7 @@ import trio
 from faults import catalog
 from faults.probe import probe_layout
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
-from labs.worker.settings import CONTENT_WORDS
+from labs.worker.settings import CONTENT_WORDS, Finish, Framing
 from tests.feeding import complete_events
 from tests.fixtures_lab import (
     chat_request,
@@ -41,6 +41,7 @@ async def cut_exchange(toxiproxy, fault_for, body, *, headers=None):
             return await client_exchange(proxy.listen_port, chat_request(body, headers=headers))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("framing", ["chunked", "close"])
 @pytest.mark.parametrize("include_usage", [False, True], ids=["no_usage", "usage"])
 @pytest.mark.parametrize("n", N_VALUES)
@@ -61,6 +62,7 @@ def test_cut_after_tokens_delivers_exactly_n_token_events(toxiproxy, n, include_
     assert received.data.endswith(b"\n\n\r\n" if framing == "chunked" else b"\n\n")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("n", [0, 1, 7, 100, 1000])
 def test_cut_after_tokens_reset_variant_ends_with_a_tcp_reset(toxiproxy, n):
     settings = WorkerSettings(tokens=1000, include_usage=True)
@@ -73,12 +75,13 @@ def test_cut_after_tokens_reset_variant_ends_with_a_tcp_reset(toxiproxy, n):
     assert len(token_texts(complete_events(split_response(received.data)[1]))) == n
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "settings",
     [
         WorkerSettings(tokens=5, reasoning_tokens=4, n=2),
-        WorkerSettings(tokens=3, tool_calls=2, include_usage=True, framing="content-length"),
-        WorkerSettings(tokens=9, max_tokens=6, finish="empty", done=False),
+        WorkerSettings(tokens=3, tool_calls=2, include_usage=True, framing=Framing.CONTENT_LENGTH),
+        WorkerSettings(tokens=9, max_tokens=6, finish=Finish.EMPTY, done=False),
         WorkerSettings(tokens=9, error_after=5, connection_close=True),
     ],
     ids=["reasoning_n2", "tool_calls_content_length", "max_tokens_empty_reason", "error_event"],
@@ -94,6 +97,7 @@ def test_cut_after_tokens_is_exact_at_other_settings(toxiproxy, settings, n):
     assert len(token_texts(complete_events(split_response(received.data)[1]))) == n
 
 
+@pytest.mark.e2e
 def test_cut_after_tokens_by_header_settings(toxiproxy):
     """The scenario picked with the x-finishline-worker header instead of the model name."""
     settings = WorkerSettings(tokens=20, framing="close", include_usage=True)
@@ -107,6 +111,7 @@ def test_cut_after_tokens_by_header_settings(toxiproxy):
     assert token_texts(complete_events(split_response(received.data)[1])) == [content_word(i) for i in range(7)]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("framing", ["chunked", "close"])
 @pytest.mark.parametrize("n", [0, 1, 7, 100])
 def test_cut_after_tokens_with_a_probed_layout_is_exact(toxiproxy, framing, n):
@@ -131,6 +136,7 @@ def test_cut_after_tokens_with_a_probed_layout_is_exact(toxiproxy, framing, n):
     assert token_texts(complete_events(split_response(received.data)[1])) == [content_word(i) for i in range(n)]
 
 
+@pytest.mark.e2e
 def test_cut_during_prefill_delivers_only_the_head(toxiproxy):
     # A long prefill: the worker is still "thinking" when the tunnel drops.
     settings = WorkerSettings(tokens=5, prefill_delay=30.0)
@@ -143,6 +149,7 @@ def test_cut_during_prefill_delivers_only_the_head(toxiproxy):
     assert received.data.startswith(b"HTTP/1.1 200 OK\r\n") and received.data.endswith(b"\r\n\r\n")
 
 
+@pytest.mark.e2e
 def test_cut_during_prefill_reset_variant(toxiproxy):
     settings = WorkerSettings(tokens=5, prefill_delay=30.0)
     body, plan = request_for(settings)

@@ -31,6 +31,9 @@ from tests.test_faults_cli import assert_one_line_error, faults_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Every test runs toxiproxy-server (a module-scoped fixture), the CLI or both.
+pytestmark = pytest.mark.e2e
+
 
 def start_cli(*arguments: str) -> ChildProcess:
     return start_child(
@@ -46,9 +49,9 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-
 def started_server(process: ChildProcess) -> tuple[int, int]:
     """Read the server command's first line; return its API port and toxiproxy-server's pid."""
+    assert process.stdout is not None and process.stderr is not None, "started with both piped"
     line = process.stdout.readline()
     match = re.match(r"toxiproxy 2\.12\.0 API on http://127\.0\.0\.1:(\d+)", line)
     assert match, (line, process.stderr.read() if process.poll() is not None else "")
@@ -202,7 +205,9 @@ def test_a_response_cut_short_is_a_connection_error_not_an_h11_error(toxiproxy):
             )
             body = {"model": "finishline-worker;tokens=50", "stream": True}
             try:
-                await trio.to_thread.run_sync(lambda: capture_response("127.0.0.1", proxy.listen_port, body=body, timeout=DEADLINE))
+                await trio.to_thread.run_sync(
+                    lambda: capture_response("127.0.0.1", proxy.listen_port, body=body, timeout=DEADLINE)
+                )
             except ConnectionError as exc:
                 return exc
             pytest.fail("a response cut after 300 bytes was taken for complete")
@@ -225,7 +230,9 @@ def test_sigterm_while_probing_applies_nothing(toxiproxy):
         while b"\r\n\r\n" not in request:
             request += await stream.receive_some(65536)
         head, _, body_so_far = request.partition(b"\r\n\r\n")
-        length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+        header = re.search(rb"(?i)content-length: *(\d+)", head)
+        assert header is not None, head
+        length = int(header.group(1))
         while len(body_so_far) < length:  # read the whole request, or answering early breaks its pipe
             body_so_far += await stream.receive_some(65536)
         probes += 1

@@ -24,6 +24,9 @@ from tests.fixtures_lab import (
     token_texts,
 )
 
+# Every test applies its fault through the real toxiproxy server (the session's `toxiproxy_server`).
+pytestmark = pytest.mark.e2e
+
 
 @pytest.mark.parametrize("n", [0, 3])
 def test_stall_after_tokens_goes_silent_on_an_open_connection_then_closes_when_removed(toxiproxy, n):

@@ -3,7 +3,7 @@ in reverse mode -> a scripted upstream on 127.0.0.1 (tests/upstream_server.py).
 
 One test per rule of issue 2 that a client can observe; raw bytes are compared with httpx where the
 rule is about bytes. Nothing of mitmproxy is mocked: if an upgrade changes how it streams or how the
-cut hook gets in (rule 6), these fail.
+cut hook gets in (rule C6), these fail.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from tests.upstream_server import Framing, Script, UpstreamServer
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
 
-# -- rule 3: missing terminal reason ------------------------------------------------------------------
+# -- rule C3: missing terminal reason ------------------------------------------------------------------
 
 
 def test_missing_finish_reason_comes_out_as_a_normal_completion_with_stop(
@@ -69,14 +69,17 @@ def test_injected_finish_event_copies_the_stream_identity_and_precedes_done(
     assert response.body.endswith(done)
     injected = complete_events(response.body[len(b"".join(content_events)) : -len(done)])
     assert [json.loads(data) for data in injected] == [
-        {"id": "chatcmpl-e2e", "object": "chat.completion.chunk", "created": 1_700_000_000,
-         "model": "e2e-model", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+        {
+            "id": "chatcmpl-e2e",
+            "object": "chat.completion.chunk",
+            "created": 1_700_000_000,
+            "model": "e2e-model",
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
     ]
 
 
-def test_injected_event_uses_the_streams_crlf_line_endings(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_injected_event_uses_the_streams_crlf_line_endings(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     upstream_events = chat_stream(ANSWER, finish_reason=None, line_ending=b"\r\n")
     prefix = upstream.route(Script(pieces=upstream_events))
 
@@ -87,11 +90,10 @@ def test_injected_event_uses_the_streams_crlf_line_endings(
     assert b"\n" not in injected.replace(b"\r\n", b""), injected
 
 
-def test_tool_call_stream_without_reason_finishes_with_tool_calls(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
-    tool_delta = {"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
-                                  "function": {"name": "get_weather", "arguments": "{}"}}]}
+def test_tool_call_stream_without_reason_finishes_with_tool_calls(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
+    tool_delta = {
+        "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]
+    }
     events = [
         sse_event(chat_chunk(choices=[{"index": 0, "delta": {"role": "assistant", **tool_delta}}])),
         sse_event("[DONE]"),
@@ -118,9 +120,7 @@ def test_length_is_inferred_and_the_finish_goes_before_the_usage_chunk(
     with openai_client(finish_fix.base_url(prefix)) as client:
         chunks = stream_completion(client, max_tokens=3, stream_options={"include_usage": True})
 
-    assert [c.choices[0].finish_reason if c.choices else "usage" for c in chunks][-2:] == [
-        "length", "usage"
-    ]
+    assert [c.choices[0].finish_reason if c.choices else "usage" for c in chunks][-2:] == ["length", "usage"]
     assert chunks[-1].usage.completion_tokens == 3
 
 
@@ -129,8 +129,7 @@ def test_missing_finish_reason_on_a_content_length_body_comes_out_as_stop(
 ) -> None:
     # The injected event makes the body longer than the upstream's Content-Length: unless finish_fix
     # drops the length, the client reads exactly the old length and never sees the finish.
-    prefix = upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None),
-                                   framing=Framing.CONTENT_LENGTH))
+    prefix = upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None), framing=Framing.CONTENT_LENGTH))
 
     with openai_client(finish_fix.base_url(prefix)) as client:
         chunks = stream_completion(client)
@@ -139,15 +138,13 @@ def test_missing_finish_reason_on_a_content_length_body_comes_out_as_stop(
     assert finish_reasons(chunks)[-1] == "stop"
 
 
-# -- rule 2: empty reasons ----------------------------------------------------------------------------
+# -- rule C2: empty reasons ----------------------------------------------------------------------------
 
 
 def test_empty_finish_reason_on_every_chunk_becomes_null_and_a_final_stop(
     finish_fix: FinishFixProxy, upstream: UpstreamServer
 ) -> None:
-    prefix = upstream.route(
-        Script(pieces=chat_stream(ANSWER, finish_reason=None, every_chunk_reason=""))
-    )
+    prefix = upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None, every_chunk_reason="")))
 
     with openai_client(finish_fix.base_url(prefix)) as client:
         chunks = stream_completion(client)
@@ -162,9 +159,7 @@ def test_empty_to_null_off_keeps_empty_reasons_but_still_finishes(
     start_finish_fix: Callable[..., FinishFixProxy], upstream: UpstreamServer
 ) -> None:
     proxy = start_finish_fix(finish_fix_empty_to_null="false")
-    prefix = upstream.route(
-        Script(pieces=chat_stream(ANSWER, finish_reason=None, every_chunk_reason=""))
-    )
+    prefix = upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None, every_chunk_reason="")))
 
     with openai_client(proxy.base_url(prefix)) as client:
         chunks = stream_completion(client)
@@ -172,7 +167,7 @@ def test_empty_to_null_off_keeps_empty_reasons_but_still_finishes(
     assert finish_reasons(chunks) == [""] * len(ANSWER) + ["stop"]
 
 
-# -- rule 1: passthrough ------------------------------------------------------------------------------
+# -- rule C1: passthrough ------------------------------------------------------------------------------
 
 
 def _split_every(data: bytes, size: int) -> list[bytes]:
@@ -184,7 +179,9 @@ _WELL_FORMED_CRLF = b"".join(chat_stream(ANSWER, line_ending=b"\r\n"))
 _WELL_FORMED_CR = b"".join(chat_stream(ANSWER, line_ending=b"\r"))
 _WITH_FIELDS = (
     b": ping\n\nretry: 3000\n\nevent: message\nid: 1\n"
-    + b"data:" + json.dumps(chat_chunk(content="a")).encode() + b"\n\n"
+    + b"data:"
+    + json.dumps(chat_chunk(content="a")).encode()
+    + b"\n\n"
     # multi-line data: the JSON is split over two data lines (joined with "\n", still valid JSON)
     + b'data: {"id": "chatcmpl-e2e", "object": "chat.completion.chunk",\n'
     + b'data: "created": 1700000000, "model": "e2e-model", "choices": [{"index": 0, '
@@ -203,20 +200,19 @@ HEALTHY_STREAMS = {
 
 _TEN_MB_EVENT = sse_event(chat_chunk(content="x" * (10 * 1024 * 1024)))
 _FINISH = chat_stream([], finish_reason="stop")
-# Rule 8: what no rule applies to passes through; the streams still end with a finish and [DONE].
+# Rule C8: what no rule applies to passes through; the streams still end with a finish and [DONE].
 MALFORMED_BUT_FINISHED_STREAMS = {
     "non-json-data": [b"data: not json at all\n\n", *chat_stream(ANSWER)],
     "invalid-utf8": [b"data: \xff\xfe\xfd {\n\n", *chat_stream(ANSWER)],
-    "unknown-fields": [b"weird: field\nevent: delta\nid: 7\nretry: 10\n"
-                       + sse_event({**chat_chunk(content="a"), "x_vendor": {"k": [1, 2]}}),
-                       *chat_stream(ANSWER)],
+    "unknown-fields": [
+        b"weird: field\nevent: delta\nid: 7\nretry: 10\n" + sse_event({**chat_chunk(content="a"), "x_vendor": {"k": [1, 2]}}),
+        *chat_stream(ANSWER),
+    ],
     "ten-megabyte-event": _split_every(_TEN_MB_EVENT, 1 << 20) + _FINISH,
 }
 
 
-@pytest.mark.parametrize(
-    "pieces", MALFORMED_BUT_FINISHED_STREAMS.values(), ids=MALFORMED_BUT_FINISHED_STREAMS.keys()
-)
+@pytest.mark.parametrize("pieces", MALFORMED_BUT_FINISHED_STREAMS.values(), ids=MALFORMED_BUT_FINISHED_STREAMS.keys())
 def test_malformed_input_passes_through_unchanged(
     finish_fix: FinishFixProxy, upstream: UpstreamServer, pieces: list[bytes]
 ) -> None:
@@ -246,9 +242,7 @@ def test_healthy_stream_is_byte_identical_through_the_proxy(
     assert record["verdict"] == "clean", record
 
 
-def test_healthy_stream_reads_the_same_through_openai_python(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_healthy_stream_reads_the_same_through_openai_python(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     prefix = upstream.route(Script(pieces=chat_stream(ANSWER)))
 
     with openai_client(finish_fix.base_url(prefix)) as client:
@@ -258,9 +252,7 @@ def test_healthy_stream_reads_the_same_through_openai_python(
     assert finish_reasons(chunks) == [None] * len(ANSWER) + ["stop"]
 
 
-def test_sse_outside_the_chat_completions_path_is_not_repaired(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_sse_outside_the_chat_completions_path_is_not_repaired(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     pieces = chat_stream(ANSWER, finish_reason=None, done=False)
     prefix = upstream.route(Script(pieces=pieces))
 
@@ -270,12 +262,10 @@ def test_sse_outside_the_chat_completions_path_is_not_repaired(
     assert proxied.body == b"".join(pieces)
 
 
-# -- rule 4: finished but no [DONE] -------------------------------------------------------------------
+# -- rule C4: finished but no [DONE] -------------------------------------------------------------------
 
 
-def test_finished_stream_without_done_gets_done_appended(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_finished_stream_without_done_gets_done_appended(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     pieces = chat_stream(ANSWER, finish_reason="stop", done=False)
     prefix = upstream.route(Script(pieces=pieces, framing=Framing.CLOSE_DELIMITED))
 
@@ -299,8 +289,7 @@ def test_finished_content_length_body_without_done_gets_done_appended(
     assert proxied.body == b"".join(pieces) + b"data: [DONE]\n\n"
 
 
-# -- rules 6 and 7: cut streams are errors --------------------------------------------------------------
-
+# -- rules C6 and C7: cut streams are errors --------------------------------------------------------------
 
 
 def cut_through(finish_fix: FinishFixProxy, upstream: UpstreamServer, script: Script) -> tuple[openai.APIError, list]:
@@ -334,9 +323,7 @@ def test_cut_before_the_first_token_raises_api_error_saying_so(
     assert received == []
 
 
-def test_cut_stream_gets_one_error_event_and_no_done(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_cut_stream_gets_one_error_event_and_no_done(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     prefix = upstream.route(CUTS["fin-mid-chunk"])
 
     proxied = raw_post(chat_url(finish_fix.mitmdump.url, prefix))
@@ -373,17 +360,15 @@ def test_on_cut_pass_leaves_the_transport_error_to_the_client(
     proxied = raw_post(chat_url(proxy.mitmdump.url, prefix))
 
     assert proxied.error is not None, "mitmproxy closes the client connection after a cut"
-    assert proxied.body == b"".join(PARTIAL) + CUTS["fin-mid-chunk"].cut_tail, "rule 1: every byte"
+    assert proxied.body == b"".join(PARTIAL) + CUTS["fin-mid-chunk"].cut_tail, "rule C1: every byte"
     [record] = proxy.wait_ledger_lines(prefix)
     assert record["verdict"] == "interrupted", record
 
 
-# -- rule 5: error events pass through ------------------------------------------------------------------
+# -- rule C5: error events pass through ------------------------------------------------------------------
 
 
-def test_upstream_error_event_passes_through_untouched(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_upstream_error_event_passes_through_untouched(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     pieces = [
         *PARTIAL,
         sse_event({"error": {"message": "worker lost", "type": "server_error", "code": "oops"}}),
@@ -401,28 +386,28 @@ def test_upstream_error_event_passes_through_untouched(
     assert [r["verdict"] for r in records] == ["upstream_error", "upstream_error"], records
 
 
-# -- rule 9: non-streaming responses -----------------------------------------------------------------
+# -- rule C9: non-streaming responses -----------------------------------------------------------------
 
 
 def _completion_body(finish_reason: object) -> bytes:
     choice: dict = {"index": 0, "message": {"role": "assistant", "content": "".join(ANSWER)}}
     if finish_reason != "absent":
         choice["finish_reason"] = finish_reason
-    return json.dumps({"id": "chatcmpl-json", "object": "chat.completion", "created": 1,
-                       "model": "e2e-model", "choices": [choice]}).encode()
+    return json.dumps(
+        {"id": "chatcmpl-json", "object": "chat.completion", "created": 1, "model": "e2e-model", "choices": [choice]}
+    ).encode()
 
 
 @pytest.mark.parametrize("finish_reason", ["absent", None, ""])
 def test_json_completion_without_finish_reason_gets_stop(
     finish_fix: FinishFixProxy, upstream: UpstreamServer, finish_reason: object
 ) -> None:
-    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH,
-                                   pieces=[_completion_body(finish_reason)]))
+    prefix = upstream.route(
+        Script(content_type="application/json", framing=Framing.CONTENT_LENGTH, pieces=[_completion_body(finish_reason)])
+    )
 
     with openai_client(finish_fix.base_url(prefix)) as client:
-        completion = client.chat.completions.create(
-            model="e2e-model", messages=[{"role": "user", "content": PROMPT}]
-        )
+        completion = client.chat.completions.create(model="e2e-model", messages=[{"role": "user", "content": PROMPT}])
 
     assert completion.choices[0].finish_reason == "stop"
     assert completion.choices[0].message.content == "".join(ANSWER)
@@ -430,12 +415,9 @@ def test_json_completion_without_finish_reason_gets_stop(
     assert record["verdict"] == "repaired", record
 
 
-def test_json_completion_with_finish_reason_is_byte_identical(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_json_completion_with_finish_reason_is_byte_identical(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     body = _completion_body("stop")
-    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH,
-                                   pieces=[body]))
+    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH, pieces=[body]))
 
     proxied = raw_post(chat_url(finish_fix.mitmdump.url, prefix), body={"model": "e2e-model"})
 
@@ -444,7 +426,7 @@ def test_json_completion_with_finish_reason_is_byte_identical(
     assert record["verdict"] == "clean", record
 
 
-# -- HTTP errors, rule 10, and the request side ----------------------------------------------------------
+# -- HTTP errors, rule C10, and the request side ----------------------------------------------------------
 
 
 @pytest.mark.parametrize("status", [429, 500])
@@ -452,8 +434,7 @@ def test_http_error_passes_through_and_is_booked_as_http_error(
     finish_fix: FinishFixProxy, upstream: UpstreamServer, status: int
 ) -> None:
     body = json.dumps({"error": {"message": f"status {status}", "type": "e2e"}}).encode()
-    prefix = upstream.route(Script(status=status, content_type="application/json",
-                                   framing=Framing.CONTENT_LENGTH, pieces=[body]))
+    prefix = upstream.route(Script(status=status, content_type="application/json", framing=Framing.CONTENT_LENGTH, pieces=[body]))
 
     with openai_client(finish_fix.base_url(prefix)) as client:
         with pytest.raises(openai.APIStatusError) as raised:
@@ -464,9 +445,7 @@ def test_http_error_passes_through_and_is_booked_as_http_error(
     assert record["verdict"] == "http_error", record
 
 
-def test_accept_encoding_identity_reaches_the_upstream(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_accept_encoding_identity_reaches_the_upstream(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     prefix = upstream.route(Script(pieces=chat_stream(ANSWER)))
 
     with openai_client(finish_fix.base_url(prefix)) as client:
@@ -476,11 +455,8 @@ def test_accept_encoding_identity_reaches_the_upstream(
     assert request.header("accept-encoding") == "identity", request.headers
 
 
-def test_requests_outside_the_paths_keep_their_accept_encoding(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
-    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH,
-                                   pieces=[b'{"data": []}']))
+def test_requests_outside_the_paths_keep_their_accept_encoding(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
+    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH, pieces=[b'{"data": []}']))
 
     with openai_client(finish_fix.base_url(prefix)) as client:
         client.models.list()

@@ -1,5 +1,5 @@
 """finish_fix end to end, the books and the knobs: the ledger, the flows mitmweb shows (read back
-from a `save_stream_file`), option validation at startup, and rule 6's hook across a hot reload."""
+from a `save_stream_file`), option validation at startup, and rule C6's hook across a hot reload."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Callable
 import httpx
 import openai
 import pytest
+from mitmproxy import http
 from mitmproxy import io as mitmproxy_io
 
 from tests.chat_streams import chat_stream
@@ -73,8 +74,16 @@ def test_ledger_has_one_line_per_flow_and_no_headers_keys_or_content(
     [repaired] = proxy.ledger_lines(prefixes["repaired"])
     assert repaired["injected"], f"a repaired line says what was injected: {repaired}"
     ledger_text = proxy.ledger.read_text()
-    for secret in (API_KEY, "Bearer", "PROMPT-MARKER", "ANSWER", "HEADER-MARKER", "x-custom-header",
-                   "authorization", "user-agent"):
+    for secret in (
+        API_KEY,
+        "Bearer",
+        "PROMPT-MARKER",
+        "ANSWER",
+        "HEADER-MARKER",
+        "x-custom-header",
+        "authorization",
+        "user-agent",
+    ):
         assert secret.lower() not in ledger_text.lower(), f"{secret!r} leaked into the ledger"
     proxy.mitmdump.stop()
     summary = re.search(r"finish_fix:.*\b1 repaired\b.*", proxy.mitmdump.output)
@@ -85,13 +94,10 @@ def test_ledger_has_one_line_per_flow_and_no_headers_keys_or_content(
 
 # Issue 2: "time, method, URL without query, status, model, verdict, events, bytes, time to first
 # event, duration, what was injected".
-LEDGER_FIELDS = {"time", "method", "url", "status", "model", "verdict", "events",
-                 "time_to_first_event", "duration", "injected"}
+LEDGER_FIELDS = {"time", "method", "url", "status", "model", "verdict", "events", "time_to_first_event", "duration", "injected"}
 
 
-def test_ledger_url_has_no_query(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_ledger_url_has_no_query(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     prefix = upstream.route(Script(pieces=chat_stream(ANSWER)))
 
     raw_post(chat_url(finish_fix.mitmdump.url, prefix) + "?api-key=QUERY-SECRET")
@@ -116,9 +122,7 @@ BAD_OPTIONS = {
 
 
 @pytest.mark.parametrize("name,value", BAD_OPTIONS.items(), ids=BAD_OPTIONS.keys())
-def test_bad_option_value_is_refused_loudly(
-    mitmproxy_confdir, upstream: UpstreamServer, name: str, value: str
-) -> None:
+def test_bad_option_value_is_refused_loudly(mitmproxy_confdir, upstream: UpstreamServer, name: str, value: str) -> None:
     _assert_refused(mitmproxy_confdir, upstream, name, value)
 
 
@@ -138,8 +142,9 @@ def _assert_refused(confdir, upstream: UpstreamServer, name: str, value: str) ->
         except MitmdumpError:
             pass  # judged below, from the process itself
         if mitmdump.process.poll() is None:
-            pytest.fail(f"mitmdump kept running with --set {name}={value} (5 s after it listened):\n"
-                        f"{mitmdump.output}", pytrace=False)
+            pytest.fail(
+                f"mitmdump kept running with --set {name}={value} (5 s after it listened):\n{mitmdump.output}", pytrace=False
+            )
         code = mitmdump.process.returncode
         assert code != 0, f"mitmdump exited 0 with --set {name}={value}:\n{mitmdump.output}"
         assert name in mitmdump.output, f"the error does not name {name}:\n{mitmdump.output}"
@@ -162,18 +167,21 @@ def test_saved_flows_carry_verdict_mark_comment_and_the_bytes_sent(
         "repaired": upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None))),
         "interrupted": upstream.route(CUTS["fin-mid-chunk"]),
     }
-    sent = {verdict: raw_post(chat_url(proxy.mitmdump.url, prefix)).body
-            for verdict, prefix in prefixes.items()}
+    sent = {verdict: raw_post(chat_url(proxy.mitmdump.url, prefix)).body for verdict, prefix in prefixes.items()}
     for prefix in prefixes.values():
         proxy.wait_ledger_lines(prefix)
     proxy.mitmdump.stop()
 
     with flows_file.open("rb") as saved:
-        flows = {flow.request.path.split("/")[1]: flow
-                 for flow in mitmproxy_io.FlowReader(saved).stream()}
+        flows = {
+            flow.request.path.split("/")[1]: flow
+            for flow in mitmproxy_io.FlowReader(saved).stream()
+            if isinstance(flow, http.HTTPFlow)
+        }
     assert sorted(flows) == sorted(prefix.strip("/") for prefix in prefixes.values())
     for verdict, prefix in prefixes.items():
         flow = flows[prefix.strip("/")]
+        assert flow.response is not None
         assert flow.metadata["finish_fix"]["verdict"] == verdict, flow.metadata
         assert flow.response.raw_content == sent[verdict], f"{verdict}: copy differs from what was sent"
         if verdict == "clean":
@@ -183,12 +191,10 @@ def test_saved_flows_carry_verdict_mark_comment_and_the_bytes_sent(
             assert flow.comment.startswith("finish_fix:"), flow.comment
 
 
-# -- rule 6's private hook across a hot reload ------------------------------------------------------
+# -- rule C6's private hook across a hot reload ------------------------------------------------------
 
 
-def test_cut_repair_still_works_once_after_a_hot_reload(
-    start_mitmdump, upstream: UpstreamServer, tmp_path
-) -> None:
+def test_cut_repair_still_works_once_after_a_hot_reload(start_mitmdump, upstream: UpstreamServer, tmp_path) -> None:
     # A copy of addons/ so the test can touch the script (mitmproxy reloads it when its mtime
     # changes) without touching the checkout. A hook wrapped twice would send two error events.
     addons = tmp_path / "addons"
@@ -222,8 +228,9 @@ def test_saved_copy_is_bounded_and_keeps_the_start_and_the_end(
 
     with flows_file.open("rb") as saved:
         [flow] = list(mitmproxy_io.FlowReader(saved).stream())
+    assert isinstance(flow, http.HTTPFlow) and flow.response is not None
     copy = flow.response.raw_content
-    assert len(sent) > 40_000
+    assert copy is not None and len(sent) > 40_000
     assert len(copy) <= 4096 + 512, f"copy of {len(copy)} bytes for a 4KB bound"
     assert copy[:1000] == sent[:1000] and copy[-1000:] == sent[-1000:]
 
@@ -250,8 +257,13 @@ def test_with_store_streamed_bodies_mitmproxy_stores_the_repaired_stream(
     assert repaired[-1] == "[DONE]" and json.loads(repaired[-2])["choices"][0]["finish_reason"] == "stop"
     assert json.loads(complete_events(sent["interrupted"])[-1])["error"]["code"] == "stream_interrupted"
     with flows_file.open("rb") as saved:
-        flows = {flow.request.path.split("/")[1]: flow for flow in mitmproxy_io.FlowReader(saved).stream()}
+        flows = {
+            flow.request.path.split("/")[1]: flow
+            for flow in mitmproxy_io.FlowReader(saved).stream()
+            if isinstance(flow, http.HTTPFlow)
+        }
     stored = flows[prefixes["repaired"].strip("/")]
+    assert stored.response is not None
     assert stored.metadata["finish_fix"]["verdict"] == "repaired"
     assert stored.response.raw_content == sent["repaired"]
 
@@ -260,8 +272,7 @@ def test_a_client_that_goes_away_is_booked_as_such_not_as_an_upstream_cut(
     finish_fix: FinishFixProxy, upstream: UpstreamServer
 ) -> None:
     texts = [f"token {index} " for index in range(30)]
-    prefix = upstream.route(Script(pieces=chat_stream(texts, finish_reason=None),
-                                   pause_between_s=0.1))
+    prefix = upstream.route(Script(pieces=chat_stream(texts, finish_reason=None), pause_between_s=0.1))
 
     with httpx.Client(trust_env=False, timeout=10) as client:
         with client.stream("POST", chat_url(finish_fix.mitmdump.url, prefix), json={}) as response:

@@ -50,8 +50,10 @@ RUN_DEADLINE_S = 300
 
 
 def _requests_for_every_client(case: str, dialect: Dialect, settings: str, route: Route) -> list[Request]:
-    return [Request(key=f"{case}/{dialect}/{route}/{client}", dialect=dialect, settings=settings, route=route,
-                    client=client) for client in CLIENTS_BY_DIALECT[dialect]]
+    return [
+        Request(key=f"{case}/{dialect}/{route}/{client}", dialect=dialect, settings=settings, route=route, client=client)
+        for client in CLIENTS_BY_DIALECT[dialect]
+    ]
 
 
 def _raw(case: str, dialect: Dialect, settings: str, route: Route) -> Request:
@@ -61,7 +63,8 @@ def _raw(case: str, dialect: Dialect, settings: str, route: Route) -> Request:
 def _phases() -> list[Phase]:
     untouched = [
         _raw(f"healthy-{name}", dialect, settings, route)
-        for name, settings in HEALTHY.items() for dialect in DIALECTS
+        for name, settings in HEALTHY.items()
+        for dialect in DIALECTS
         for route in (Route.WORKER, Route.FINISH_FIX_AT_WORKER)
     ]
     untouched += [_raw("null-reason", Dialect.MESSAGES, NULL_REASON, r) for r in (Route.WORKER, Route.FINISH_FIX_AT_WORKER)]
@@ -78,8 +81,11 @@ def _phases() -> list[Phase]:
 @pytest.fixture(scope="module")
 def run(toxiproxy_server, mitmproxy_confdir: Path, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     return run_topology(
-        _phases(), toxiproxy=toxiproxy_server.client, confdir=mitmproxy_confdir,
-        run_dir=tmp_path_factory.mktemp("e2e-dialects"), deadline_s=RUN_DEADLINE_S,
+        _phases(),
+        toxiproxy=toxiproxy_server.client,
+        confdir=mitmproxy_confdir,
+        run_dir=tmp_path_factory.mktemp("e2e-dialects"),
+        deadline_s=RUN_DEADLINE_S,
     )
 
 
@@ -162,12 +168,18 @@ def test_null_stop_reason_gets_end_turn_injected_right_before_message_stop(run):
 
     body = _body(run, key)
     # The upstream's bytes, with one frame more right before its own `message_stop` frame.
-    upstream_stop = upstream[upstream.rindex(b"event: message_stop"):]
+    upstream_stop = upstream[upstream.rindex(b"event: message_stop") :]
     before_stop = upstream[: -len(upstream_stop)]
     assert body.startswith(before_stop) and body.endswith(upstream_stop), body
-    assert _events(body[len(before_stop): -len(upstream_stop)]) == [
-        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                           "usage": {"output_tokens": output_tokens}}),
+    assert _events(body[len(before_stop) : -len(upstream_stop)]) == [
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": output_tokens},
+            },
+        ),
     ], body
     row = _one_ledger_row(run, key, Route.FINISH_FIX_AT_WORKER)
     assert (row["verdict"], row["dialect"]) == ("repaired", "messages"), row
@@ -216,7 +228,7 @@ def test_a_cut_messages_stream_ends_in_one_api_error_event_through_finish_fix(ru
     key = f"cut/{Dialect.MESSAGES}/{Route.FINISH_FIX_AT_HUB}/raw"
     body, before = _body(run, key), _bytes_before_cut(run, key)
     assert body.startswith(before), body
-    [(name, error)] = _events(body[len(before):])
+    [(name, error)] = _events(body[len(before) :])
     assert (name, error["type"], error["error"]["type"]) == ("error", "error", "api_error"), error
     assert INTERRUPTED in error["error"]["message"], error
     assert error["error"]["message"].endswith("(finish_fix)"), error
@@ -231,7 +243,7 @@ def test_a_cut_responses_stream_ends_in_error_then_response_failed_through_finis
     upstream_events = _events(before)
     last_number = upstream_events[-1][1]["sequence_number"]
     created = next(data["response"] for name, data in upstream_events if name == "response.created")
-    [(error_name, error), (failed_name, failed)] = _events(body[len(before):])
+    [(error_name, error), (failed_name, failed)] = _events(body[len(before) :])
     assert (error_name, error["type"], error["sequence_number"]) == ("error", "error", last_number + 1), error
     assert (error["error"]["type"], error["error"]["code"]) == ("server_error", "stream_interrupted"), error
     assert INTERRUPTED in error["message"] and error["message"] == error["error"]["message"], error

@@ -1,6 +1,6 @@
 """finish_fix end to end, the finer points of the contract: several choices, legacy function calls,
 copied identity fields, CR line endings, `event: error`, HTTP errors and compressed or foreign bodies
-in scope, queries, the `finish_fix_paths` option, rule 9's inference on JSON bodies, and rule 1's
+in scope, queries, the `finish_fix_paths` option, rule C9's inference on JSON bodies, and rule C1's
 "each complete event leaves as soon as it arrived"."""
 
 from __future__ import annotations
@@ -30,31 +30,30 @@ def injected_events(proxied: bytes, upstream_events: list[bytes]) -> list[dict]:
     return [json.loads(data) for data in complete_events(proxied[len(b"".join(content)) : -len(done)])]
 
 
-# -- rule 3 ------------------------------------------------------------------------------------------
+# -- rule C3 ------------------------------------------------------------------------------------------
 
 
-def test_each_unfinished_choice_gets_its_own_finishing_event(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
-    events = [sse_event(chat_chunk(content="a", index=0)), sse_event(chat_chunk(content="b", index=1)),
-              sse_event(chat_chunk(content="c", index=2)),
-              sse_event(chat_chunk(finish_reason="length", index=2)), sse_event("[DONE]")]
+def test_each_unfinished_choice_gets_its_own_finishing_event(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
+    events = [
+        sse_event(chat_chunk(content="a", index=0)),
+        sse_event(chat_chunk(content="b", index=1)),
+        sse_event(chat_chunk(content="c", index=2)),
+        sse_event(chat_chunk(finish_reason="length", index=2)),
+        sse_event("[DONE]"),
+    ]
     prefix = upstream.route(Script(pieces=events))
 
     injected = injected_events(raw_post(chat_url(finish_fix.mitmdump.url, prefix)).body, events)
 
-    assert [(e["choices"][0]["index"], e["choices"][0]["finish_reason"]) for e in injected] == [
-        (0, "stop"), (1, "stop")
-    ]
+    assert [(e["choices"][0]["index"], e["choices"][0]["finish_reason"]) for e in injected] == [(0, "stop"), (1, "stop")]
     assert all(len(e["choices"]) == 1 for e in injected), "one event per choice"
 
 
-def test_legacy_function_call_stream_finishes_with_function_call(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
-    events = [sse_event(chat_chunk(choices=[{"index": 0, "delta": {
-                  "function_call": {"name": "lookup", "arguments": "{}"}}}])),
-              sse_event("[DONE]")]
+def test_legacy_function_call_stream_finishes_with_function_call(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
+    events = [
+        sse_event(chat_chunk(choices=[{"index": 0, "delta": {"function_call": {"name": "lookup", "arguments": "{}"}}}])),
+        sse_event("[DONE]"),
+    ]
     prefix = upstream.route(Script(pieces=events))
 
     injected = injected_events(raw_post(chat_url(finish_fix.mitmdump.url, prefix)).body, events)
@@ -66,22 +65,22 @@ def test_injected_event_copies_system_fingerprint_from_the_last_chunk(
     finish_fix: FinishFixProxy, upstream: UpstreamServer
 ) -> None:
     first = chat_chunk(content="a", chunk_id="chatcmpl-first", model="model-a")
-    last = {**chat_chunk(content="b", chunk_id="chatcmpl-last", model="model-b", created=42),
-            "system_fingerprint": "fp_e2e"}
+    last = {**chat_chunk(content="b", chunk_id="chatcmpl-last", model="model-b", created=42), "system_fingerprint": "fp_e2e"}
     events = [sse_event(first), sse_event(last), sse_event("[DONE]")]
     prefix = upstream.route(Script(pieces=events))
 
     [injected] = injected_events(raw_post(chat_url(finish_fix.mitmdump.url, prefix)).body, events)
 
     assert {k: injected[k] for k in ("id", "object", "created", "model", "system_fingerprint")} == {
-        "id": "chatcmpl-last", "object": "chat.completion.chunk", "created": 42,
-        "model": "model-b", "system_fingerprint": "fp_e2e",
+        "id": "chatcmpl-last",
+        "object": "chat.completion.chunk",
+        "created": 42,
+        "model": "model-b",
+        "system_fingerprint": "fp_e2e",
     }
 
 
-def test_injected_event_uses_cr_line_endings_on_a_cr_stream(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_injected_event_uses_cr_line_endings_on_a_cr_stream(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     events = chat_stream(ANSWER, finish_reason=None, line_ending=b"\r")
     prefix = upstream.route(Script(pieces=events))
 
@@ -91,9 +90,7 @@ def test_injected_event_uses_cr_line_endings_on_a_cr_stream(
     assert injected.endswith(b"\r\r") and b"\n" not in injected, injected
 
 
-def test_stream_with_a_query_string_is_still_in_scope(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_stream_with_a_query_string_is_still_in_scope(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     events = chat_stream(ANSWER, finish_reason=None)
     prefix = upstream.route(Script(pieces=events))
 
@@ -116,12 +113,10 @@ def test_finish_fix_paths_option_sets_the_scope(
     assert default_path == b"".join(events), "outside the configured paths nothing is repaired"
 
 
-# -- rule 5 and HTTP errors ----------------------------------------------------------------------------
+# -- rule C5 and HTTP errors ----------------------------------------------------------------------------
 
 
-def test_event_error_field_marks_the_stream_failed(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_event_error_field_marks_the_stream_failed(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     pieces = [*PARTIAL, b'event: error\ndata: {"message": "worker lost"}\n\n']
     prefix = upstream.route(Script(pieces=pieces, framing=Framing.CLOSE_DELIMITED))
 
@@ -132,9 +127,7 @@ def test_event_error_field_marks_the_stream_failed(
     assert record["verdict"] == "upstream_error", record
 
 
-def test_event_stream_with_an_http_error_status_passes_untouched(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_event_stream_with_an_http_error_status_passes_untouched(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     pieces = chat_stream(ANSWER, finish_reason=None)
     prefix = upstream.route(Script(status=500, pieces=pieces))
 
@@ -145,12 +138,17 @@ def test_event_stream_with_an_http_error_status_passes_untouched(
     assert record["verdict"] == "http_error", record
 
 
-# -- rules 9 and 10 ------------------------------------------------------------------------------------
+# -- rules C9 and C10 ------------------------------------------------------------------------------------
 
 
 def _completion(message: dict, usage: dict | None = None) -> bytes:
-    body: dict = {"id": "chatcmpl-json", "object": "chat.completion", "created": 1,
-                  "model": "e2e-model", "choices": [{"index": 0, "message": message}]}
+    body: dict = {
+        "id": "chatcmpl-json",
+        "object": "chat.completion",
+        "created": 1,
+        "model": "e2e-model",
+        "choices": [{"index": 0, "message": message}],
+    }
     if usage is not None:
         body["usage"] = usage
     return json.dumps(body).encode()
@@ -158,28 +156,38 @@ def _completion(message: dict, usage: dict | None = None) -> bytes:
 
 JSON_INFERENCES = {
     "length-at-max-tokens": (
-        _completion({"role": "assistant", "content": "abc"},
-                    {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}),
-        {"max_tokens": 3}, "length"),
+        _completion({"role": "assistant", "content": "abc"}, {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}),
+        {"max_tokens": 3},
+        "length",
+    ),
     "stop-below-max-completion-tokens": (
-        _completion({"role": "assistant", "content": "abc"},
-                    {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}),
-        {"max_completion_tokens": 3}, "stop"),
+        _completion({"role": "assistant", "content": "abc"}, {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}),
+        {"max_completion_tokens": 3},
+        "stop",
+    ),
     "tool-calls": (
-        _completion({"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}),
-        {}, "tool_calls"),
+        _completion(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}],
+            }
+        ),
+        {},
+        "tool_calls",
+    ),
 }
 
 
-@pytest.mark.parametrize("body,request_extra,expected", JSON_INFERENCES.values(),
-                         ids=JSON_INFERENCES.keys())
+@pytest.mark.parametrize("body,request_extra,expected", JSON_INFERENCES.values(), ids=JSON_INFERENCES.keys())
 def test_json_completion_reason_is_inferred_like_a_stream(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer, body: bytes, request_extra: dict,
+    finish_fix: FinishFixProxy,
+    upstream: UpstreamServer,
+    body: bytes,
+    request_extra: dict,
     expected: str,
 ) -> None:
-    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH,
-                                   pieces=[body]))
+    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH, pieces=[body]))
 
     with openai_client(f"{finish_fix.mitmdump.url}{prefix}/v1") as client:
         completion = client.chat.completions.create(
@@ -193,8 +201,14 @@ def test_gzip_json_completion_passes_through_untouched_and_is_skipped(
     finish_fix: FinishFixProxy, upstream: UpstreamServer
 ) -> None:
     compressed = gzip.compress(_completion({"role": "assistant", "content": "abc"}))
-    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH,
-                                   headers=[("content-encoding", "gzip")], pieces=[compressed]))
+    prefix = upstream.route(
+        Script(
+            content_type="application/json",
+            framing=Framing.CONTENT_LENGTH,
+            headers=[("content-encoding", "gzip")],
+            pieces=[compressed],
+        )
+    )
 
     proxied = raw_post(chat_url(finish_fix.mitmdump.url, prefix), body={"model": "e2e-model"})
 
@@ -203,19 +217,16 @@ def test_gzip_json_completion_passes_through_untouched_and_is_skipped(
     assert record["verdict"] == "skipped", record
 
 
-def test_json_body_that_is_not_a_chat_completion_passes_untouched(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer
-) -> None:
+def test_json_body_that_is_not_a_chat_completion_passes_untouched(finish_fix: FinishFixProxy, upstream: UpstreamServer) -> None:
     body = b'{"error": {"message": "quota", "type": "insufficient_quota"}}'
-    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH,
-                                   pieces=[body]))
+    prefix = upstream.route(Script(content_type="application/json", framing=Framing.CONTENT_LENGTH, pieces=[body]))
 
     proxied = raw_post(chat_url(finish_fix.mitmdump.url, prefix), body={"model": "e2e-model"})
 
     assert proxied.body == body
 
 
-# -- rule 1: no buffering beyond the current event ------------------------------------------------------
+# -- rule C1: no buffering beyond the current event ------------------------------------------------------
 
 
 def test_each_complete_event_reaches_the_client_before_the_upstream_sends_the_next(
@@ -246,6 +257,5 @@ def test_each_complete_event_reaches_the_client_before_the_upstream_sends_the_ne
         for gate in gates.values():
             gate.set()  # never leave the upstream thread waiting
     if held_back:
-        pytest.fail(f"the proxy held back what the upstream had sent; the client had "
-                    f"{bytes(received)!r}", pytrace=False)
+        pytest.fail(f"the proxy held back what the upstream had sent; the client had {bytes(received)!r}", pytrace=False)
     assert bytes(received).endswith(b"data: [DONE]\n\n")

@@ -69,7 +69,9 @@ def stalling_proxy(
     """One mitmdump with both deadlines at 2 s for the module (each test has its own script)."""
     ledger = tmp_path_factory.mktemp("ledger") / "stalls.jsonl"
     with running_mitmdump(
-        confdir=mitmproxy_confdir, mode=f"reverse:{upstream.origin}", scripts=[FINISH_FIX_SCRIPT],
+        confdir=mitmproxy_confdir,
+        mode=f"reverse:{upstream.origin}",
+        scripts=[FINISH_FIX_SCRIPT],
         options={"finish_fix_ledger": str(ledger), **DEADLINES},
     ) as mitmdump:
         yield FinishFixProxy(mitmdump=mitmdump, upstream=upstream, ledger=ledger)
@@ -83,7 +85,7 @@ def test_events_then_only_comments_get_the_idle_error_after_the_deadline(stallin
     assert error is None, f"the client's response must end normally, got {error!r}"
     # The three events unchanged and first, then the comments that came meanwhile, then the error.
     assert body.startswith(b"".join(THREE_EVENTS)), body
-    between = body[len(b"".join(THREE_EVENTS)) : body.index(b"data: {\"error\"")]
+    between = body[len(b"".join(THREE_EVENTS)) : body.index(b'data: {"error"')]
     assert between and between == KEEP_ALIVE * (len(between) // len(KEEP_ALIVE)), between
     *tokens, last = complete_events(body)
     assert [json.loads(t)["choices"][0]["delta"]["content"] for t in tokens] == ANSWER
@@ -106,7 +108,9 @@ def test_the_idle_deadline_alone_fires_with_the_default_first_token_deadline(sta
     prefix = upstream.route(Script(pieces=THREE_EVENTS + COMMENTS, pause_between_s=0.5))
     pieces, error = read_with_times(chat_url(proxy.mitmdump.url, prefix))
     assert error is None
-    assert "no event for 2 s after 3 events" in json.loads(complete_events(b"".join(p for _, p in pieces))[-1])["error"]["message"]
+    assert (
+        "no event for 2 s after 3 events" in json.loads(complete_events(b"".join(p for _, p in pieces))[-1])["error"]["message"]
+    )
 
 
 def test_a_role_chunk_then_silence_is_judged_by_the_first_token_deadline(start_finish_fix, upstream: UpstreamServer):

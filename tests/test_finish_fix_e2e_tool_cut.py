@@ -63,6 +63,7 @@ def _plan() -> ResponsePlan:
 def _data(event: bytes) -> dict[str, Any]:
     """The parsed data of one SSE event, framed by the core's framer, as a client frames it."""
     [framed] = EventFramer().receive_data(event)
+    assert framed.data is not None, event
     return json.loads(framed.data)
 
 
@@ -103,11 +104,15 @@ CUT_TOKENS = {cut: _tokens_until_arguments(_plan(), arguments) for cut, argument
 def _phases() -> list[Phase]:
     phases = []
     for cut, tokens in CUT_TOKENS.items():
-        requests = [Request(key=f"{cut}/{route}/raw", dialect=MESSAGES, settings=SETTINGS, route=route)
-                    for route in (Route.HUB, Route.FINISH_FIX_AT_HUB)]
-        requests += [Request(key=f"{cut}/{route}/{client}", dialect=MESSAGES, settings=SETTINGS, route=route,
-                             client=client, tools=True)
-                     for route in (Route.HUB, Route.FINISH_FIX_AT_HUB) for client in CLIENTS]
+        requests = [
+            Request(key=f"{cut}/{route}/raw", dialect=MESSAGES, settings=SETTINGS, route=route)
+            for route in (Route.HUB, Route.FINISH_FIX_AT_HUB)
+        ]
+        requests += [
+            Request(key=f"{cut}/{route}/{client}", dialect=MESSAGES, settings=SETTINGS, route=route, client=client, tools=True)
+            for route in (Route.HUB, Route.FINISH_FIX_AT_HUB)
+            for client in CLIENTS
+        ]
         phases.append(cut_phase(MESSAGES, SETTINGS, tokens, requests))
     return phases
 
@@ -115,8 +120,11 @@ def _phases() -> list[Phase]:
 @pytest.fixture(scope="module")
 def run(toxiproxy_server, mitmproxy_confdir, tmp_path_factory: pytest.TempPathFactory) -> RunResult:
     return run_topology(
-        _phases(), toxiproxy=toxiproxy_server.client, confdir=mitmproxy_confdir,
-        run_dir=tmp_path_factory.mktemp("e2e-tool-cut"), deadline_s=RUN_DEADLINE_S,
+        _phases(),
+        toxiproxy=toxiproxy_server.client,
+        confdir=mitmproxy_confdir,
+        run_dir=tmp_path_factory.mktemp("e2e-tool-cut"),
+        deadline_s=RUN_DEADLINE_S,
     )
 
 
@@ -165,8 +173,11 @@ def test_the_cut_lands_inside_the_tool_call_and_the_hub_ends_it_cleanly(run, cut
     assert start["content_block"]["name"] == TOOL_NAME
     block = start["index"]
     assert not [e for e in events if e["type"] == "content_block_stop" and e["index"] == block]
-    arguments = "".join(e["delta"]["partial_json"] for e in events
-                        if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta")
+    arguments = "".join(
+        e["delta"]["partial_json"]
+        for e in events
+        if e["type"] == "content_block_delta" and e["delta"]["type"] == "input_json_delta"
+    )
     assert arguments == CUTS[cut]
     with pytest.raises(json.JSONDecodeError):
         json.loads(arguments)
@@ -262,9 +273,12 @@ def test_without_finish_fix_langchains_added_up_chunks_hold_a_finished_looking_c
     # AIMessageChunk over the tool-call chunk the driver saw (summing chunks concatenates their
     # `args` by index, which is what the driver's sink does).
     [call] = _report(run, f"{cut}/{Route.HUB}/langchain")["tool_calls"]
-    gathered = AIMessageChunk(content="", tool_call_chunks=[
-        {"name": call["name"], "args": call["arguments"], "id": None, "index": 1, "type": "tool_call_chunk"},
-    ])
+    gathered = AIMessageChunk(
+        content="",
+        tool_call_chunks=[
+            {"name": call["name"], "args": call["arguments"], "id": None, "index": 1, "type": "tool_call_chunk"},
+        ],
+    )
     assert [(c["name"], c["args"]) for c in gathered.tool_calls] == [(TOOL_NAME, LANGCHAIN_AGGREGATED_ARGS[cut])]
     assert gathered.invalid_tool_calls == []
 
@@ -279,7 +293,7 @@ def test_through_finish_fix_the_open_tool_block_is_followed_by_one_error_event_a
     assert body.startswith(before), body
     # M4: no content_block_stop closes the half call (a client would take it as finished), no
     # message_delta, no message_stop: one `event: error`.
-    events = EventFramer().receive_data(body[len(before):])
+    events = EventFramer().receive_data(body[len(before) :])
     assert [(e.event_type, json.loads(e.data)["type"]) for e in events] == [(b"error", "error")], body
     error = json.loads(events[0].data)["error"]
     assert error["type"] == "api_error" and INTERRUPTED in error["message"], error

@@ -3,7 +3,7 @@ proxy and trusts the mitmproxy CA from the temporary confdir; the upstream is HT
 a self-signed certificate (hence `ssl_insecure=true` on mitmdump's side).
 
 The upstream also speaks HTTP/2 when offered: mitmproxy offers it upstream only when the client
-offered it, so an HTTP/2 client gives HTTP/2 on both sides, and rule 6's HTTP/2 cuts (RST_STREAM,
+offered it, so an HTTP/2 client gives HTTP/2 on both sides, and rule C6's HTTP/2 cuts (RST_STREAM,
 connection loss, a short content-length) are checked end to end."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def write_self_signed_certificate(folder: Path) -> tuple[Path, Path]:
     """A certificate for IP 127.0.0.1 signed by its own key; returns (cert.pem, key.pem)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "finishline e2e upstream")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     certificate = (
         x509.CertificateBuilder()
         .subject_name(name)
@@ -82,7 +82,9 @@ def https_upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstrea
 @pytest.fixture(scope="module")
 def regular_mode_finish_fix(mitmproxy_confdir: Path) -> Iterator[Mitmdump]:
     with running_mitmdump(
-        confdir=mitmproxy_confdir, mode="regular", scripts=[FINISH_FIX_SCRIPT],
+        confdir=mitmproxy_confdir,
+        mode="regular",
+        scripts=[FINISH_FIX_SCRIPT],
         options={"ssl_insecure": "true"},
     ) as mitmdump:
         yield mitmdump
@@ -90,18 +92,14 @@ def regular_mode_finish_fix(mitmproxy_confdir: Path) -> Iterator[Mitmdump]:
 
 def stream_checking_http_version(client: openai.OpenAI, http2: bool) -> list:
     """Stream a completion after checking which HTTP version the client spoke to mitmdump."""
-    stream = client.chat.completions.create(
-        model="e2e-model", messages=[{"role": "user", "content": "hi"}], stream=True
-    )
+    stream = client.chat.completions.create(model="e2e-model", messages=[{"role": "user", "content": "hi"}], stream=True)
     assert stream.response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
     return list(stream)
 
 
 def client_through(proxy: Mitmdump, upstream: UpstreamServer, prefix: str, confdir: Path, *, http2: bool):
     """An openai client for `upstream` that uses mitmdump as its HTTPS proxy and trusts its CA."""
-    return openai_client(
-        f"{upstream.origin}{prefix}/v1", proxy=proxy.url, verify=trusting_mitmproxy_ca(confdir), http2=http2
-    )
+    return openai_client(f"{upstream.origin}{prefix}/v1", proxy=proxy.url, verify=trusting_mitmproxy_ca(confdir), http2=http2)
 
 
 def trusting_mitmproxy_ca(confdir: Path) -> ssl.SSLContext:
@@ -147,16 +145,13 @@ def test_regular_mode_https_empty_http2_data_frames_are_not_the_end(
 
 HTTP2_CUTS = {
     "stream-reset": Script(pieces=PARTIAL, ending=Ending.STREAM_RESET, pause_before_end_s=0.3),
-    "connection-dropped": Script(pieces=PARTIAL, ending=Ending.FIN_MID_CHUNK,
-                                 pause_before_end_s=0.3),
+    "connection-dropped": Script(pieces=PARTIAL, ending=Ending.FIN_MID_CHUNK, pause_before_end_s=0.3),
     "tcp-reset": Script(pieces=PARTIAL, ending=Ending.RST, pause_before_end_s=0.3),
     # The pause keeps END_STREAM out of the TCP read that carries HEADERS: h2 rejects a short body
     # for the whole read, and mitmproxy then answers 502 before any header reached the client.
-    "short-content-length": Script(pieces=PARTIAL, ending=Ending.SHORT_CONTENT_LENGTH,
-                                   pause_before_end_s=0.3),
+    "short-content-length": Script(pieces=PARTIAL, ending=Ending.SHORT_CONTENT_LENGTH, pause_before_end_s=0.3),
     "clean-end-without-done": Script(pieces=PARTIAL),
-    "headers-then-stream-reset": Script(pieces=[], ending=Ending.STREAM_RESET,
-                                        pause_before_end_s=0.3),
+    "headers-then-stream-reset": Script(pieces=[], ending=Ending.STREAM_RESET, pause_before_end_s=0.3),
 }
 CASES = [
     *[pytest.param(False, CUTS[name], id=f"http1-{name}") for name in ("fin-mid-chunk", "tcp-reset")],
@@ -186,7 +181,9 @@ def test_regular_mode_https_cut_raises_api_error_saying_it_was_interrupted(
 @pytest.fixture
 def regular_mode_with_deadlines(mitmproxy_confdir: Path) -> Iterator[Mitmdump]:
     with running_mitmdump(
-        confdir=mitmproxy_confdir, mode="regular", scripts=[FINISH_FIX_SCRIPT],
+        confdir=mitmproxy_confdir,
+        mode="regular",
+        scripts=[FINISH_FIX_SCRIPT],
         options={"ssl_insecure": "true", "finish_fix_idle_timeout": "2", "finish_fix_first_token_timeout": "2"},
     ) as mitmdump:
         yield mitmdump

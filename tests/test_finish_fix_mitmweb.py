@@ -30,8 +30,7 @@ class Mitmweb:
 
     def get(self, path: str) -> httpx.Response:
         with httpx.Client(trust_env=False, timeout=10) as client:
-            response = client.get(f"{self.web_url}{path}",
-                                  headers={"Authorization": f"Bearer {self.token}"})
+            response = client.get(f"{self.web_url}{path}", headers={"Authorization": f"Bearer {self.token}"})
         response.raise_for_status()
         return response
 
@@ -49,13 +48,15 @@ def mitmweb(mitmproxy_confdir: Path, upstream: UpstreamServer) -> Iterator[Mitmw
     for attempt in range(3):
         web_port = _free_port()
         process = mitmdump_process.start(
-            program="mitmweb", confdir=mitmproxy_confdir, mode=f"reverse:{upstream.origin}",
-            scripts=[FINISH_FIX_SCRIPT], options={"web_open_browser": "false"},
+            program="mitmweb",
+            confdir=mitmproxy_confdir,
+            mode=f"reverse:{upstream.origin}",
+            scripts=[FINISH_FIX_SCRIPT],
+            options={"web_open_browser": "false"},
             extra_args=["--web-host", "127.0.0.1", "--web-port", str(web_port)],
         )
         try:
-            match = process.wait_for_output(r"Web server listening at (http://\S+?)/\?token=(\w+)",
-                                            timeout=20)
+            match = process.wait_for_output(r"Web server listening at (http://\S+?)/\?token=(\w+)", timeout=20)
             break
         except MitmdumpError:
             process.stop()
@@ -75,8 +76,7 @@ def test_mitmweb_shows_marked_commented_flows_with_the_bytes_sent_and_the_answer
         "repaired": upstream.route(Script(pieces=chat_stream(ANSWER, finish_reason=None))),
         "interrupted": upstream.route(CUTS["fin-mid-chunk"]),
     }
-    sent = {verdict: raw_post(chat_url(mitmweb.process.url, prefix)).body
-            for verdict, prefix in prefixes.items()}
+    sent = {verdict: raw_post(chat_url(mitmweb.process.url, prefix)).body for verdict, prefix in prefixes.items()}
 
     flows = {flow["request"]["path"].split("/")[1]: flow for flow in mitmweb.get("/flows").json()}
     for verdict, prefix in prefixes.items():
@@ -87,5 +87,4 @@ def test_mitmweb_shows_marked_commented_flows_with_the_bytes_sent_and_the_answer
         assert content == sent[verdict], f"mitmweb's {verdict} body differs from what was sent"
         view = mitmweb.get(f"/flows/{flow['id']}/response/content/auto.json").json()
         assert view["view_name"] == "SSE chat", view
-        assert re.search(re.escape("".join(ANSWER if verdict == "repaired" else ANSWER[:2])),
-                         view["text"]), view["text"]
+        assert re.search(re.escape("".join(ANSWER if verdict == "repaired" else ANSWER[:2])), view["text"]), view["text"]

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import trio
 
-from labs.gateways.envoy import envoy_bootstrap, envoy_books, open_envoy, read_envoy_books
+from faults.child_processes import free_port
+from labs.gateways.envoy import envoy_books, envoy_bootstrap, open_envoy, read_envoy_books
 from labs.gateways.registry import lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from faults.child_processes import free_port
 from labs.worker import WorkerSettings
 from labs.worker.server import open_worker
 from tests.feeding import complete_events
@@ -56,7 +56,9 @@ def test_one_worker_means_one_endpoint_and_no_retry_policy(tmp_path):
 
 def test_the_spare_is_the_next_priority_and_the_retry_goes_there(tmp_path):
     config = envoy_bootstrap(primary_url=PRIMARY, spare_url=SPARE, access_log=tmp_path / "log")
-    ports = [(e["priority"], e["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["port_value"]) for e in _endpoints(config)]
+    ports = [
+        (e["priority"], e["lb_endpoints"][0]["endpoint"]["address"]["socket_address"]["port_value"]) for e in _endpoints(config)
+    ]
     assert ports == [(0, 18001), (1, 18002)]
     policy = _route(config)["retry_policy"]
     assert set(policy["retry_on"].split(",")) == {"5xx", "reset", "connect-failure", "refused-stream"}
@@ -127,6 +129,7 @@ async def _read_until_then_hang_up(port: int, request: bytes, marker: bytes) -> 
     return reads
 
 
+@pytest.mark.e2e
 def test_a_healthy_stream_passes_through_unchanged_and_is_booked(tmp_path):
     body, plan = request_for(WorkerSettings(tokens=4))
 
@@ -144,6 +147,7 @@ def test_a_healthy_stream_passes_through_unchanged_and_is_booked(tmp_path):
     assert entry["bytes_sent"] == len(streamed)
 
 
+@pytest.mark.e2e
 def test_without_a_spare_a_refused_connection_is_a_503_before_headers(tmp_path):
     body, _ = request_for(WorkerSettings(tokens=4))
     nobody = f"http://127.0.0.1:{free_port()}"
@@ -161,12 +165,16 @@ def test_without_a_spare_a_refused_connection_is_a_503_before_headers(tmp_path):
     assert (entry["response_flags"], envoy_books(entry)) == ("UF", BOOKS_ERROR)
 
 
+@pytest.mark.e2e
 def test_with_the_spare_a_refused_connection_is_retried_there_and_the_client_gets_everything(tmp_path):
     body, plan = request_for(WorkerSettings(tokens=4))
     nobody = f"http://127.0.0.1:{free_port()}"
 
     async def scenario():
-        async with open_worker() as spare, open_envoy(primary_url=nobody, spare_url=f"http://127.0.0.1:{spare.port}", run_dir=tmp_path) as envoy:
+        async with (
+            open_worker() as spare,
+            open_envoy(primary_url=nobody, spare_url=f"http://127.0.0.1:{spare.port}", run_dir=tmp_path) as envoy,
+        ):
             received = await client_exchange(envoy.port, chat_request(body, headers={"connection": "close"}))
             await _wait_for_access_log(envoy.access_log)
             return received, _read_access_log(envoy.access_log, body["model"]), spare.port
@@ -182,6 +190,7 @@ def test_with_the_spare_a_refused_connection_is_retried_there_and_the_client_get
 # -- `DC`: who closes first (labs/gateways/envoy.py, module docstring) ---------------------------
 
 
+@pytest.mark.e2e
 def test_a_client_that_hangs_up_at_done_is_booked_by_the_end_envoy_already_had(tmp_path):
     # The worker writes `[DONE]` and the chunked terminator at once, so Envoy reads the end with the
     # last event and forwards both in the same write: by the time a client can see `[DONE]` and
@@ -200,6 +209,7 @@ def test_a_client_that_hangs_up_at_done_is_booked_by_the_end_envoy_already_had(t
     assert envoy_books(entry) == BOOKS_OK
 
 
+@pytest.mark.e2e
 def test_a_client_that_hangs_up_before_the_end_is_booked_dc(tmp_path):
     # The head is out and the worker is in a 20 s prefill when the client leaves: the stream is
     # still open in Envoy, which resets it and flags it `DC` (downstream_remote_disconnect).
@@ -213,5 +223,9 @@ def test_a_client_that_hangs_up_before_the_end_is_booked_dc(tmp_path):
 
     reads, entry = run_trio(scenario)
     assert b"".join(reads).startswith(b"HTTP/1.1 200")
-    assert (entry["response_code"], entry["response_flags"], entry["response_code_details"]) == (200, "DC", "downstream_remote_disconnect")
+    assert (entry["response_code"], entry["response_flags"], entry["response_code_details"]) == (
+        200,
+        "DC",
+        "downstream_remote_disconnect",
+    )
     assert envoy_books(entry) == BOOKS_ERROR

@@ -47,7 +47,10 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
         for name in SCENARIOS
     )
     config = LabConfig(
-        scenarios=scenarios, clients=CLIENTS, gateways=GATEWAYS, jobs=12,
+        scenarios=scenarios,
+        clients=CLIENTS,
+        gateways=GATEWAYS,
+        jobs=12,
         results_dir=Path(tmp_path_factory.mktemp("gateway-matrix")),
     )
 
@@ -62,7 +65,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
 def row(matrix, scenario: str, gateway: str) -> dict[str, str]:
     """{client: outcome, with `!` when the books disagree} for one scenario and gateway."""
     return {
-        client: matrix[(scenario, client, gateway)]["outcome"] + ("!" if matrix[(scenario, client, gateway)]["books_mismatch"] else "")
+        client: matrix[(scenario, client, gateway)]["outcome"]
+        + ("!" if matrix[(scenario, client, gateway)]["books_mismatch"] else "")
         for client in CLIENTS
     }
 
@@ -98,17 +102,29 @@ def test_envoy_forwards_the_incidents_clean_end_and_books_it_as_a_success(matrix
     # The hub ends the response with the chunked terminator: a complete HTTP response to Envoy,
     # forwarded as such. The clients get a 200 with no event at all, as through `direct`.
     assert row(matrix, "incident-prefill-cut-hub-close", "envoy") == {
-        "openai-python": "silent-truncation!", "openai-node": "silent-truncation!", "pi-ai": "error!",
+        "openai-python": "silent-truncation!",
+        "openai-node": "silent-truncation!",
+        "pi-ai": "error!",
     }
-    assert matrix[("incident-prefill-cut-hub-close", "pi-ai", "envoy")]["report"]["error_message"] == "Stream ended without finish_reason"
-    assert all(entry["response_flags"] == "-" and entry["bytes_sent"] == 0 for entry in books(matrix, "incident-prefill-cut-hub-close", "envoy"))
+    assert (
+        matrix[("incident-prefill-cut-hub-close", "pi-ai", "envoy")]["report"]["error_message"]
+        == "Stream ended without finish_reason"
+    )
+    assert all(
+        entry["response_flags"] == "-" and entry["bytes_sent"] == 0
+        for entry in books(matrix, "incident-prefill-cut-hub-close", "envoy")
+    )
 
 
 def test_envoy_does_not_retry_a_prefill_cut_once_the_head_went_downstream(matrix):
     # Rule 1 fails here for a reason in Envoy's design, not its config: the worker sent its head at
     # once, so the retry policy (which would send a reset before the head to the spare) never
     # applies (`maybeRetryReset`: `downstream_response_started_`). One attempt, on the primary.
-    assert row(matrix, "rule1-prefill-cut-hub-abort-spare", "envoy") == {"openai-python": "error", "openai-node": "error", "pi-ai": "error"}
+    assert row(matrix, "rule1-prefill-cut-hub-abort-spare", "envoy") == {
+        "openai-python": "error",
+        "openai-node": "error",
+        "pi-ai": "error",
+    }
     for client in CLIENTS:
         cell = matrix[("rule1-prefill-cut-hub-abort-spare", client, "envoy")]
         assert cell["answered_by"] == "primary"
@@ -127,23 +143,32 @@ def test_portkey_hides_a_cut_as_a_clean_end_and_books_a_200(matrix):
     # handleStreamingMode catches the read error and closes the writer: the Python and Node SDKs
     # take the clean end for the end of the answer. Its request log has the head's 200.
     assert row(matrix, "cut-after-tokens-fin", "portkey") == {
-        "openai-python": "silent-truncation!", "openai-node": "silent-truncation!", "pi-ai": "error!",
+        "openai-python": "silent-truncation!",
+        "openai-node": "silent-truncation!",
+        "pi-ai": "error!",
     }
     assert [entry["status"] for entry in books(matrix, "cut-after-tokens-fin", "portkey")] == [200, 200, 200]
 
 
 def test_portkey_forwards_the_incidents_clean_end(matrix):
     assert row(matrix, "incident-prefill-cut-hub-close", "portkey") == {
-        "openai-python": "silent-truncation!", "openai-node": "silent-truncation!", "pi-ai": "error!",
+        "openai-python": "silent-truncation!",
+        "openai-node": "silent-truncation!",
+        "pi-ai": "error!",
     }
-    assert matrix[("incident-prefill-cut-hub-close", "pi-ai", "portkey")]["report"]["error_message"] == "Stream ended without finish_reason"
+    assert (
+        matrix[("incident-prefill-cut-hub-close", "pi-ai", "portkey")]["report"]["error_message"]
+        == "Stream ended without finish_reason"
+    )
 
 
 def test_portkey_neither_retries_nor_falls_back_after_a_200_head(matrix):
     # retryRequest and the fallback loop judge the response status only; the 200 head came before
     # the cut, so the primary's broken stream is what the client gets (hidden as a clean end).
     assert row(matrix, "rule1-prefill-cut-hub-abort-spare", "portkey") == {
-        "openai-python": "silent-truncation!", "openai-node": "silent-truncation!", "pi-ai": "error!",
+        "openai-python": "silent-truncation!",
+        "openai-node": "silent-truncation!",
+        "pi-ai": "error!",
     }
     for client in CLIENTS:
         cell = matrix[("rule1-prefill-cut-hub-abort-spare", client, "portkey")]
@@ -158,7 +183,9 @@ def test_finish_fix_behind_portkey_repairs_an_omitted_reason(matrix):
     assert row(matrix, "reason-omitted", "portkey+finish_fix") == {"openai-python": "ok", "openai-node": "ok", "pi-ai": "ok"}
 
 
-@pytest.mark.parametrize("scenario", ["cut-after-tokens-fin", "incident-prefill-cut-hub-close", "rule1-prefill-cut-hub-abort-spare"])
+@pytest.mark.parametrize(
+    "scenario", ["cut-after-tokens-fin", "incident-prefill-cut-hub-close", "rule1-prefill-cut-hub-abort-spare"]
+)
 def test_finish_fix_behind_portkey_turns_every_hidden_cut_into_an_error_but_portkeys_books_still_say_200(matrix, scenario):
     # finish_fix's error event is an event like any other to Portkey's readStream, so it reaches
     # the client; Portkey's own books were written at the head and still say 200 (flagged).

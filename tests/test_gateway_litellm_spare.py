@@ -44,7 +44,10 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
         for name in (CLOSE, ABORT)
     )
     config = LabConfig(
-        scenarios=scenarios, clients=CLIENTS, gateways=GATEWAYS, jobs=8,
+        scenarios=scenarios,
+        clients=CLIENTS,
+        gateways=GATEWAYS,
+        jobs=8,
         results_dir=Path(tmp_path_factory.mktemp("litellm-spare")),
     )
 

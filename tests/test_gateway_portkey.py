@@ -15,11 +15,11 @@ import pytest
 import trio
 
 from faults import catalog
+from faults.child_processes import free_port
 from labs.clients import LAB_API_KEY
 from labs.gateways.portkey import RETRY_ATTEMPTS, open_portkey, portkey_books, portkey_config, read_portkey_books
 from labs.gateways.registry import lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from faults.child_processes import free_port
 from labs.worker import WorkerSettings
 from labs.worker.server import open_worker
 from tests.feeding import complete_events
@@ -47,7 +47,9 @@ def _request(settings: WorkerSettings) -> tuple[dict, object]:
 
 def test_one_worker_is_one_openai_target_without_retries():
     assert portkey_config(primary_url=PRIMARY, spare_url=None) == {
-        "provider": "openai", "custom_host": f"{PRIMARY}/v1", "api_key": LAB_API_KEY,
+        "provider": "openai",
+        "custom_host": f"{PRIMARY}/v1",
+        "api_key": LAB_API_KEY,
     }
 
 
@@ -101,7 +103,10 @@ def test_the_launcher_binds_loopback_only_and_streams_the_worker_unchanged(tmp_p
     body, plan = _request(WorkerSettings(tokens=4))
 
     async def scenario():
-        async with open_worker() as worker, open_portkey(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as portkey:
+        async with (
+            open_worker() as worker,
+            open_portkey(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as portkey,
+        ):
             addresses = _listening_addresses(portkey.port)
             received = await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
             return addresses, received, await _entries(portkey.request_log, 1)
@@ -135,7 +140,8 @@ def test_a_request_without_portkey_headers_gets_the_lab_config_and_one_with_its_
                 )
                 own_config = json.dumps(portkey_config(primary_url=f"http://127.0.0.1:{other.port}", spare_url=None))
                 own = await client_exchange(
-                    portkey.port, chat_request(body, headers={"connection": "close", "x-portkey-config": own_config}),
+                    portkey.port,
+                    chat_request(body, headers={"connection": "close", "x-portkey-config": own_config}),
                 )
                 return plain, own, await _entries(portkey.request_log, 2), worker.port, other.port
 
@@ -143,7 +149,8 @@ def test_a_request_without_portkey_headers_gets_the_lab_config_and_one_with_its_
     assert split_response(plain.data)[1] == split_response(plan.to_bytes())[1]
     assert split_response(own.data)[0].startswith("HTTP/1.1 200"), own.data[:300]
     assert [[attempt["url"] for attempt in entry["attempts"]] for entry in entries] == [
-        [f"http://127.0.0.1:{worker_port}/v1/chat/completions"], [f"http://127.0.0.1:{other_port}/v1/chat/completions"],
+        [f"http://127.0.0.1:{worker_port}/v1/chat/completions"],
+        [f"http://127.0.0.1:{other_port}/v1/chat/completions"],
     ]
 
 
@@ -151,7 +158,10 @@ def test_the_books_keep_neither_keys_nor_message_content(tmp_path):
     body, _ = _request(WorkerSettings(tokens=2))
 
     async def scenario():
-        async with open_worker() as worker, open_portkey(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as portkey:
+        async with (
+            open_worker() as worker,
+            open_portkey(primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as portkey,
+        ):
             await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
             await _entries(portkey.request_log, 1)
             return portkey.request_log.read_text()
@@ -195,7 +205,10 @@ def test_with_the_spare_a_refused_connection_is_retried_then_falls_back(tmp_path
     nobody = f"http://127.0.0.1:{free_port()}"
 
     async def scenario():
-        async with open_worker() as spare, open_portkey(primary_url=nobody, spare_url=f"http://127.0.0.1:{spare.port}", run_dir=tmp_path) as portkey:
+        async with (
+            open_worker() as spare,
+            open_portkey(primary_url=nobody, spare_url=f"http://127.0.0.1:{spare.port}", run_dir=tmp_path) as portkey,
+        ):
             received = await client_exchange(portkey.port, chat_request(body, headers={"connection": "close"}))
             return received, await _entries(portkey.request_log, 1), spare.port
 
@@ -204,7 +217,8 @@ def test_with_the_spare_a_refused_connection_is_retried_then_falls_back(tmp_path
     assert head.startswith("HTTP/1.1 200")
     assert streamed == split_response(plan.to_bytes())[1]
     assert [attempt["url"] for attempt in entry["attempts"]] == [
-        f"{nobody}/v1/chat/completions", f"http://127.0.0.1:{spare_port}/v1/chat/completions",
+        f"{nobody}/v1/chat/completions",
+        f"http://127.0.0.1:{spare_port}/v1/chat/completions",
     ]
     assert entry["status"] == 200
 

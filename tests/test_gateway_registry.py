@@ -17,16 +17,23 @@ from labs.gateways import EXTERNAL, GATEWAYS, tool_envs
 from labs.gateways.registry import UnknownGateway, books_reader, entries, lookup, missing_installs
 from labs.gateways.services import BOOKS_NONE, Gateway, GatewayNotInstalled, books_entry, open_gateways, read_books
 from labs.gateways.smg import read_smg_books
-from labs.outcome import BOOKS_ERROR, BOOKS_OK
+from labs.outcome import BOOKS_ERROR, BOOKS_OK, Outcome
 from labs.runner import CellResult, _attach_books
-
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: The lab's gateways in matrix order, as the README and the issue name them.
+#: The lab's gateways in matrix order, as docs/lab.md names them.
 LAB_GATEWAYS = (
-    "direct", "finish_fix", "litellm", "litellm+finish_fix", "smg", "smg+finish_fix", "vllm-router", "envoy",
-    "portkey", "portkey+finish_fix",
+    "direct",
+    "finish_fix",
+    "litellm",
+    "litellm+finish_fix",
+    "smg",
+    "smg+finish_fix",
+    "vllm-router",
+    "envoy",
+    "portkey",
+    "portkey+finish_fix",
 )
 
 
@@ -48,6 +55,7 @@ def test_an_unknown_gateway_is_refused_in_one_line_listing_the_valid_ones():
     assert message == f"unknown gateway 'smgg'; gateways: {', '.join((*LAB_GATEWAYS, EXTERNAL))}"
 
 
+@pytest.mark.e2e
 def test_the_lab_cli_refuses_an_unknown_gateway_in_one_line_listing_every_gateway():
     result = run_child([sys.executable, "-m", "labs", "--gateway", "bogus"], cwd=ROOT, timeout=60)
     assert (result.returncode, result.stdout) == (2, "")
@@ -81,7 +89,10 @@ def test_a_router_environment_older_than_its_requirements_is_reinstalled(tmp_pat
     requirements = tool_envs.REQUIREMENTS / "smg.txt"
     old = requirements.stat().st_mtime - 10
     os.utime(stamp, (old, old))
-    assert tool_envs.missing_tool_env("smg", "smg", "smg==1.13.0") == f"smg==1.13.0 in {tmp_path / 'smg'} is older than smg.txt: run `make setup`"
+    assert (
+        tool_envs.missing_tool_env("smg", "smg", "smg==1.13.0")
+        == f"smg==1.13.0 in {tmp_path / 'smg'} is older than smg.txt: run `make setup`"
+    )
 
 
 def test_open_gateways_refuses_a_gateway_that_is_not_installed_before_starting_anything(tmp_path, monkeypatch):
@@ -121,13 +132,28 @@ def test_every_books_kind_has_a_reader_and_none_is_no_kind():
 
 
 def test_the_spare_goes_to_every_gateway_that_can_have_two_upstreams():
-    assert {n for n, e in entries().items() if e.uses_spare} >= {"litellm", "litellm+finish_fix", "smg", "smg+finish_fix", "vllm-router"}
+    assert {n for n, e in entries().items() if e.uses_spare} >= {
+        "litellm",
+        "litellm+finish_fix",
+        "smg",
+        "smg+finish_fix",
+        "vllm-router",
+    }
     # mitmproxy's reverse mode takes one upstream; direct and external are no gateway of ours.
     assert not {n for n, e in entries().items() if e.uses_spare} & {"direct", "finish_fix", EXTERNAL}
 
 
 def _cell(gateway: str, outcome: str = "error") -> CellResult:
-    return CellResult(scenario="s", client="c", gateway=gateway, cell_id="c0001", outcome=outcome, why="", report={}, request_model="c0001;x=1")
+    return CellResult(
+        scenario="s",
+        client="c",
+        gateway=gateway,
+        cell_id="c0001",
+        outcome=Outcome(outcome),
+        why="",
+        report={},
+        request_model="c0001;x=1",
+    )
 
 
 def test_a_gateway_without_per_request_records_says_none_never_a_blank():
@@ -144,10 +170,24 @@ def test_a_gateway_without_per_request_records_says_none_never_a_blank():
 # SMG 1.13.0's JSON log lines as it writes them (`--log-json`, tracing's JSON layer): the request's
 # span carries `request_id`, `path` and, once the head went out, `status_code`.
 def _smg_line(request_id: str, message: str, level: str = "DEBUG", status: int | None = None, **fields) -> dict:
-    span = {"method": "POST", "module": "smg", "path": "/v1/chat/completions", "request_id": request_id, "version": "HTTP/1.1", "name": "http_request"}
+    span: dict[str, object] = {
+        "method": "POST",
+        "module": "smg",
+        "path": "/v1/chat/completions",
+        "request_id": request_id,
+        "version": "HTTP/1.1",
+        "name": "http_request",
+    }
     if status is not None:
         span["status_code"] = status
-    return {"timestamp": "2026-12-01 06:45:19", "level": level, "message": message, **fields, "target": "smg::request", "span": span}
+    return {
+        "timestamp": "2026-12-01 06:45:19",
+        "level": level,
+        "message": message,
+        **fields,
+        "target": "smg::request",
+        "span": span,
+    }
 
 
 def test_smg_books_follow_a_cell_by_the_worker_url_it_was_sent_to():
@@ -159,7 +199,10 @@ def test_smg_books_follow_a_cell_by_the_worker_url_it_was_sent_to():
         _smg_line("chatcmpl-b", "finished processing request", "INFO", status=200),
         _smg_line("chatcmpl-b", "Stream ended by the worker before completion: error decoding response body", "WARN", status=200),
         # A probe of SMG's own health is no request of a cell.
-        {**_smg_line("req-c", "finished probe request", status=200), "span": {"path": "/health", "request_id": "req-c", "status_code": 200}},
+        {
+            **_smg_line("req-c", "finished probe request", status=200),
+            "span": {"path": "/health", "request_id": "req-c", "status_code": 200},
+        },
     ]
     word, entry = read_smg_books(lines, "c0001")
     assert (word, entry["status_code"], entry["problems"]) == (BOOKS_OK, 200, [])
@@ -192,9 +235,16 @@ def test_smg_books_know_a_request_it_refused_by_its_model():
 
 def test_smg_books_read_from_its_log_file_skip_what_is_not_json(tmp_path: Path):
     log = tmp_path / "smg.log"
-    log.write_text("Starting router...\n" + "\n".join(json.dumps(line) for line in [
-        _smg_line("chatcmpl-a", "Sending request", url="http://127.0.0.1:5/cells/c0009"),
-        _smg_line("chatcmpl-a", "finished processing request", "INFO", status=200),
-    ]) + "\n")
+    log.write_text(
+        "Starting router...\n"
+        + "\n".join(
+            json.dumps(line)
+            for line in [
+                _smg_line("chatcmpl-a", "Sending request", url="http://127.0.0.1:5/cells/c0009"),
+                _smg_line("chatcmpl-a", "finished processing request", "INFO", status=200),
+            ]
+        )
+        + "\n"
+    )
     gateway = Gateway(name="smg", base_url="http://x", books_path=log, books_kind="smg")
     assert books_entry(gateway, read_books(log), "c0009")[0] == BOOKS_OK

@@ -73,7 +73,10 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
         for path in (*(SCENARIO_DIR / f"{name}.toml" for name in SCENARIOS), own)
     )
     config = LabConfig(
-        scenarios=scenarios, clients=CLIENTS, gateways=GATEWAYS, jobs=12,
+        scenarios=scenarios,
+        clients=CLIENTS,
+        gateways=GATEWAYS,
+        jobs=12,
         results_dir=Path(tmp_path_factory.mktemp("router-matrix")),
     )
 
@@ -134,7 +137,9 @@ def test_behind_smg_finish_fix_says_why_but_smg_books_the_cut_as_a_success(matri
 def test_the_incident_through_a_router_is_the_incident_direct(matrix, router):
     # The hub ends the 200 cleanly; the routers relay the clean end and add nothing.
     assert outcomes(matrix, "incident-prefill-cut-hub-close", router) == {
-        "openai-python": "silent-truncation", "openai-node": "silent-truncation", "pi-ai": "error",
+        "openai-python": "silent-truncation",
+        "openai-node": "silent-truncation",
+        "pi-ai": "error",
     }
     assert "Stream ended without finish_reason" in cells(matrix, "incident-prefill-cut-hub-close", router)["pi-ai"]["why"]
 
@@ -150,14 +155,29 @@ def test_behind_smg_finish_fix_turns_the_incident_into_an_error_before_the_first
         assert cell["outcome"] == "error" and "before the first token" in cell["why"], client
 
 
-@pytest.mark.parametrize(("scenario", "router", "expected"), [
-    # A clean end: nothing for SMG to see; the clients are where they are direct.
-    ("rule1-prefill-cut-hub-close-spare", "smg", {"openai-python": "silent-truncation", "openai-node": "silent-truncation", "pi-ai": "error"}),
-    # finish_fix behind SMG makes the clean end an error event, after the same 200 head.
-    ("rule1-prefill-cut-hub-close-spare", "smg+finish_fix", {"openai-python": "error", "openai-node": "error", "pi-ai": "error"}),
-    ("rule1-prefill-cut-hub-abort-spare", "smg", {"openai-python": "error", "openai-node": "error", "pi-ai": "error"}),
-    ("rule1-prefill-cut-hub-abort-spare", "smg+finish_fix", {"openai-python": "error", "openai-node": "error", "pi-ai": "error"}),
-])
+@pytest.mark.parametrize(
+    ("scenario", "router", "expected"),
+    [
+        # A clean end: nothing for SMG to see; the clients are where they are direct.
+        (
+            "rule1-prefill-cut-hub-close-spare",
+            "smg",
+            {"openai-python": "silent-truncation", "openai-node": "silent-truncation", "pi-ai": "error"},
+        ),
+        # finish_fix behind SMG makes the clean end an error event, after the same 200 head.
+        (
+            "rule1-prefill-cut-hub-close-spare",
+            "smg+finish_fix",
+            {"openai-python": "error", "openai-node": "error", "pi-ai": "error"},
+        ),
+        ("rule1-prefill-cut-hub-abort-spare", "smg", {"openai-python": "error", "openai-node": "error", "pi-ai": "error"}),
+        (
+            "rule1-prefill-cut-hub-abort-spare",
+            "smg+finish_fix",
+            {"openai-python": "error", "openai-node": "error", "pi-ai": "error"},
+        ),
+    ],
+)
 def test_smg_does_not_retry_a_prefill_cut_on_the_spare_the_head_went_out_first(matrix, scenario, router, expected):
     # The worker's 200 head reached SMG before the cut, and is_retryable_status judges heads: every
     # request stays on the primary, which round robin gives each model's first request (labs/gateways/smg.py).
@@ -172,10 +192,13 @@ def test_smg_books_the_hub_s_clean_end_as_a_success_and_the_passed_on_fin_as_an_
     assert {c["books"] for c in abort.values()} == {"error"}
 
 
-@pytest.mark.parametrize(("scenario", "failure"), [
-    ("rule1-prefill-cut-hub-close-spare", "silent-truncation"),
-    ("rule1-prefill-cut-hub-abort-spare", "error"),
-])
+@pytest.mark.parametrize(
+    ("scenario", "failure"),
+    [
+        ("rule1-prefill-cut-hub-close-spare", "silent-truncation"),
+        ("rule1-prefill-cut-hub-abort-spare", "error"),
+    ],
+)
 def test_vllm_router_sends_a_request_to_whichever_worker_is_next_and_never_retries_after_the_head(matrix, scenario, failure):
     # Its workers have no model (`unknown`), so one round-robin counter serves every request:
     # which worker a cell's request meets depends on the order the concurrent cells arrive in.
@@ -201,15 +224,17 @@ def test_vllm_router_retries_a_request_that_failed_before_any_head_until_a_worke
 
 def test_smg_refusing_a_worker_is_one_line_naming_it_and_smg_s_reason(tmp_path):
     from labs.gateways.services import open_gateways
-    from labs.gateways.smg import SmgRegistrationError
+    from labs.gateways.smg import RunningSmg, SmgRegistrationError
     from labs.worker.server import open_worker
 
     async def register_twice() -> str:
         with trio.fail_after(60):
-            async with open_worker() as worker, open_gateways(
-                ("smg",), primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path
-            ) as gateways:
-                running = gateways["smg"].prepare.__self__
+            async with (
+                open_worker() as worker,
+                open_gateways(("smg",), primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as gateways,
+            ):
+                running = getattr(gateways["smg"].prepare, "__self__", None)  # whose `register_models` it is
+                assert isinstance(running, RunningSmg), running
                 await running.register_models(["c0001;tokens=3"])
                 running._registered.clear()  # forget it, as a second lab run on the same SMG would
                 with pytest.raises(SmgRegistrationError) as refused:
@@ -218,5 +243,8 @@ def test_smg_refusing_a_worker_is_one_line_naming_it_and_smg_s_reason(tmp_path):
 
     message = trio.run(register_twice)
     assert "\n" not in message
-    assert message.startswith("SMG refused the worker http://127.0.0.1:") and "/cells/c0001 for 'c0001;tokens=3': HTTP 409" in message
+    assert (
+        message.startswith("SMG refused the worker http://127.0.0.1:")
+        and "/cells/c0001 for 'c0001;tokens=3': HTTP 409" in message
+    )
     assert "WORKER_ALREADY_EXISTS" in message

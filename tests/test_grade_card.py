@@ -30,11 +30,16 @@ def test_exit_status_is_1_only_when_a_check_that_ran_failed(marks, status):
 
 
 def test_evidence_is_always_one_line():
-    assert row("x", Mark.FAIL, evidence="HTTP 502: <html>\n<head>\n  <title>502</title>").evidence == "HTTP 502: <html> <head> <title>502</title>"
+    assert (
+        row("x", Mark.FAIL, evidence="HTTP 502: <html>\n<head>\n  <title>502</title>").evidence
+        == "HTTP 502: <html> <head> <title>502</title>"
+    )
 
 
 def test_terminal_card_aligns_columns_and_ends_with_counts_and_status():
-    card = Card(kind="server", target="http://s/v1", results=[row("a", Mark.PASS, rule="streaming"), row("long-check", Mark.NOT_TESTED)])
+    card = Card(
+        kind="server", target="http://s/v1", results=[row("a", Mark.PASS, rule="streaming"), row("long-check", Mark.NOT_TESTED)]
+    )
     assert render_terminal(card).splitlines() == [
         "server http://s/v1",
         "rule       check       mark        evidence",

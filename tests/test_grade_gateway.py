@@ -1,7 +1,7 @@
 """`python -m labs.grade gateway`, aimed at real gateways: finish_fix (mitmdump with the addon, its
 ledger as the books) and a plain mitmdump. The graded clients are cut down to the byte-level
 reader and openai-python (one driver host) to keep each card to seconds; the CLI runs with the
-default clients in the README."""
+default clients (docs/grading.md "A gateway")."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import trio
 
+from faults.child_processes import free_port
 from labs.grade.books import books_word, read_books_file
 from labs.grade.card import EXIT_CANNOT_RUN, GradeError, Mark
 from labs.grade.cli import main
 from labs.grade.gateway_grader import GatewayTarget, grade_gateway
-from faults.child_processes import free_port
 from tests.mitmdump_process import FINISH_FIX_SCRIPT
 
 pytestmark = pytest.mark.e2e
@@ -44,16 +44,23 @@ def marks(card, checks) -> dict[str, Mark]:
 def finish_fix_gateway(start_mitmdump, tmp_path):
     """finish_fix in reverse mode with its ledger, upstream 127.0.0.1:P (nothing there yet)."""
     upstream_port, ledger = free_port(), tmp_path / "ledger.jsonl"
-    mitmdump = start_mitmdump(mode=f"reverse:http://127.0.0.1:{upstream_port}", scripts=[FINISH_FIX_SCRIPT],
-                              options={"finish_fix_ledger": str(ledger)})
+    mitmdump = start_mitmdump(
+        mode=f"reverse:http://127.0.0.1:{upstream_port}", scripts=[FINISH_FIX_SCRIPT], options={"finish_fix_ledger": str(ledger)}
+    )
     return f"{mitmdump.url}/v1", upstream_port, ledger
 
 
 @pytest.mark.timeout(200)
 def test_finish_fix_passes_rule_2_the_finish_reasons_and_its_books_but_cannot_retry(finish_fix_gateway, tmp_path):
     url, upstream_port, ledger = finish_fix_gateway
-    card = grade(url, upstream_port, tmp_path, spare_port=free_port(), books_path=ledger,
-                 only=(*RULE_1, *RULE_2, *REASONS, "cuts-booked-as-errors"))
+    card = grade(
+        url,
+        upstream_port,
+        tmp_path,
+        spare_port=free_port(),
+        books_path=ledger,
+        only=(*RULE_1, *RULE_2, *REASONS, "cuts-booked-as-errors"),
+    )
     assert card.result("healthy").mark is Mark.PASS
     assert marks(card, RULE_2) == dict.fromkeys(RULE_2, Mark.PASS), [card.result(c).evidence for c in RULE_2]
     assert marks(card, REASONS) == dict.fromkeys(REASONS, Mark.PASS), [card.result(c).evidence for c in REASONS]
@@ -88,7 +95,9 @@ def test_plain_mitmdump_fails_rule_2(start_mitmdump, tmp_path):
     # A hub that ends cleanly: the stream just stops, and a client calls it a success.
     hub_close = card.result("cut-after-tokens-hub-close")
     assert hub_close.mark is Mark.FAIL
-    assert hub_close.evidence.startswith("the stream just stopped: 6 events, then a clean end, no error event; openai-python: silent-truncation")
+    assert hub_close.evidence.startswith(
+        "the stream just stopped: 6 events, then a clean end, no error event; openai-python: silent-truncation"
+    )
     # The hub's own error event passes through untouched: that much a plain proxy gets right.
     assert card.result("cut-after-tokens-hub-error-event").mark is Mark.PASS
     assert card.exit_status == 1
@@ -96,10 +105,15 @@ def test_plain_mitmdump_fails_rule_2(start_mitmdump, tmp_path):
 
 def test_a_gateway_port_where_nothing_listens_exits_2_with_one_line(tmp_path, capsys):
     port = free_port()
-    status = main(["gateway", "--url", f"http://127.0.0.1:{port}/v1", "--upstream-port", str(free_port()), "--results", str(tmp_path)])
+    status = main(
+        ["gateway", "--url", f"http://127.0.0.1:{port}/v1", "--upstream-port", str(free_port()), "--results", str(tmp_path)]
+    )
     assert status == EXIT_CANNOT_RUN
     err = capsys.readouterr().err
-    assert err == f"error: cannot connect to the gateway at http://127.0.0.1:{port}/v1 (Connection refused); is it running? check --url\n"
+    assert (
+        err
+        == f"error: cannot connect to the gateway at http://127.0.0.1:{port}/v1 (Connection refused); is it running? check --url\n"
+    )
 
 
 def test_an_upstream_port_that_is_taken_exits_2_with_one_line(tmp_path, capsys):
@@ -109,7 +123,17 @@ def test_an_upstream_port_that_is_taken_exits_2_with_one_line(tmp_path, capsys):
         gateway.bind(("127.0.0.1", 0))
         gateway.listen()
         port = taken.getsockname()[1]
-        status = main(["gateway", "--url", f"http://127.0.0.1:{gateway.getsockname()[1]}/v1", "--upstream-port", str(port), "--results", str(tmp_path)])
+        status = main(
+            [
+                "gateway",
+                "--url",
+                f"http://127.0.0.1:{gateway.getsockname()[1]}/v1",
+                "--upstream-port",
+                str(port),
+                "--results",
+                str(tmp_path),
+            ]
+        )
     assert status == EXIT_CANNOT_RUN
     err = capsys.readouterr().err
     assert err.startswith(f"error: --upstream-port {port}: 127.0.0.1:{port} is taken") and err.count("\n") == 1
@@ -118,7 +142,10 @@ def test_an_upstream_port_that_is_taken_exits_2_with_one_line(tmp_path, capsys):
 @pytest.mark.timeout(120)
 def test_a_gateway_whose_upstream_is_elsewhere_cannot_be_graded(start_mitmdump, tmp_path):
     mitmdump = start_mitmdump(mode=f"reverse:http://127.0.0.1:{free_port()}")
-    with pytest.raises(GradeError, match=r"^the gateway (answered HTTP 502|ended with transport error: .*) to a healthy request that never reached 127\.0\.0\.1:(\d+): point its upstream"):
+    with pytest.raises(
+        GradeError,
+        match=r"^the gateway (answered HTTP 502|ended with transport error: .*) to a healthy request that never reached 127\.0\.0\.1:(\d+): point its upstream",
+    ):
         grade(f"{mitmdump.url}/v1", free_port(), tmp_path, only=())
 
 

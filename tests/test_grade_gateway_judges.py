@@ -19,12 +19,19 @@ ON_PRIMARY = {"primary": 1}
 
 
 def chunk(delta: dict, reason: str | None = None) -> bytes:
-    body = {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": reason}]}
+    body = {
+        "id": "x",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": reason}],
+    }
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
 TOKENS = chunk({"role": "assistant", "content": ""}) + chunk({"content": "The"}) + chunk({"content": " quick"})
+
+
 def sse_error(message: str) -> bytes:
     return b"data: " + json.dumps({"error": {"message": message, "code": "stream_interrupted"}}).encode() + b"\n\n"
 
@@ -33,9 +40,17 @@ ERROR = sse_error("stream was interrupted")
 DONE = b"data: [DONE]\n\n"
 
 
-def bytes_result(body: bytes, *, ending: str = "end", status: int = 200, workers=ON_PRIMARY, outcome=Outcome.ERROR) -> RequestResult:
-    return RequestResult(client="bytes", request_id="c0001", outcome=outcome, why="w",
-                         reading=read_stream(body, status=status, ending=ending), workers=dict(workers))
+def bytes_result(
+    body: bytes, *, ending: str = "end", status: int = 200, workers=ON_PRIMARY, outcome=Outcome.ERROR
+) -> RequestResult:
+    return RequestResult(
+        client="bytes",
+        request_id="c0001",
+        outcome=outcome,
+        why="w",
+        reading=read_stream(body, status=status, ending=ending),
+        workers=dict(workers),
+    )
 
 
 def client(outcome: Outcome, workers=ON_PRIMARY, why: str = "APIError: stream was interrupted") -> RequestResult:
@@ -63,7 +78,12 @@ def test_rule_2_passes_on_an_error_event_that_every_client_reports():
         (TOKENS, "end", 200, "the stream just stopped: 3 events, then a clean end, no error event"),
         (TOKENS + DONE, "end", 200, "the stream just stopped: 4 events with [DONE], then a clean end, no error event"),
         (TOKENS, "transport error: reset", 200, "the stream just stopped: 3 events, then transport error: reset, no error event"),
-        (TOKENS + ERROR + DONE, "end", 200, "an error event, then [DONE] after it (clients that stop at [DONE] call that a success)"),
+        (
+            TOKENS + ERROR + DONE,
+            "end",
+            200,
+            "an error event, then [DONE] after it (clients that stop at [DONE] call that a success)",
+        ),
         (b"<html>502</html>", "end", 502, "the gateway answered HTTP 502 instead of streaming the tokens the worker had sent"),
     ],
 )
@@ -72,12 +92,17 @@ def test_rule_2_fails_on_anything_but_an_explicit_error(body, ending, status, ev
 
 
 def test_rule_2_fails_when_a_client_calls_the_error_event_a_success():
-    mark, evidence = rule_2(run(bytes_result(TOKENS + ERROR), client(Outcome.SILENT_TRUNCATION, why="success reported with 9 characters")))
+    mark, evidence = rule_2(
+        run(bytes_result(TOKENS + ERROR), client(Outcome.SILENT_TRUNCATION, why="success reported with 9 characters"))
+    )
     assert (mark, evidence) == (Mark.FAIL, "openai-python: silent-truncation (success reported with 9 characters)")
 
 
 def test_rule_2_does_not_judge_requests_the_faulty_worker_never_saw():
-    assert rule_2(run(bytes_result(TOKENS + chunk({}, "stop") + DONE, workers={"spare": 1}), client(Outcome.OK)))[0] is Mark.NOT_TESTED
+    assert (
+        rule_2(run(bytes_result(TOKENS + chunk({}, "stop") + DONE, workers={"spare": 1}), client(Outcome.OK)))[0]
+        is Mark.NOT_TESTED
+    )
     mark, evidence = rule_2(run(bytes_result(TOKENS + ERROR), client(Outcome.OK, workers={"spare": 1})))
     assert mark is Mark.PASS and evidence.endswith("(openai-python went to the spare, not judged)")
 
@@ -95,13 +120,19 @@ def test_rule_1_passes_when_the_spare_served_every_cut_request():
 
 def test_rule_1_fails_when_the_client_gets_the_cut_and_names_who_never_retried():
     mark, evidence = rule_1(run(client(Outcome.ERROR), spare=True))
-    assert (mark, evidence) == (Mark.FAIL, "openai-python: error (APIError: stream was interrupted); the gateway never asked the spare")
+    assert (mark, evidence) == (
+        Mark.FAIL,
+        "openai-python: error (APIError: stream was interrupted); the gateway never asked the spare",
+    )
 
 
 def test_rule_1_is_not_tested_without_a_spare_or_when_every_request_went_to_the_spare_first():
     assert rule_1(run(client(Outcome.ERROR)))[0] is Mark.NOT_TESTED
     mark, evidence = rule_1(run(client(Outcome.OK, workers={"spare": 1}), spare=True))
-    assert (mark, evidence) == (Mark.NOT_TESTED, "no request reached the faulty worker (the gateway sent them to the spare first: openai-python)")
+    assert (mark, evidence) == (
+        Mark.NOT_TESTED,
+        "no request reached the faulty worker (the gateway sent them to the spare first: openai-python)",
+    )
 
 
 # -- stalls and finish reasons ---------------------------------------------------------------------
@@ -111,8 +142,13 @@ stall = JUDGES["stall-after-tokens"]
 
 def test_stall_passes_on_an_error_in_time_and_fails_on_a_hang():
     assert stall(run(bytes_result(TOKENS + ERROR), client(Outcome.ERROR)))[0] is Mark.PASS
-    mark, evidence = stall(run(bytes_result(TOKENS, ending="timeout: no end within 15 s", outcome=Outcome.HANG), client(Outcome.HANG, why="no end")))
-    assert (mark, evidence) == (Mark.FAIL, "bytes: no end before the deadline (3 events, then silence); openai-python: hang (no end)")
+    mark, evidence = stall(
+        run(bytes_result(TOKENS, ending="timeout: no end within 15 s", outcome=Outcome.HANG), client(Outcome.HANG, why="no end"))
+    )
+    assert (mark, evidence) == (
+        Mark.FAIL,
+        "bytes: no end before the deadline (3 events, then silence); openai-python: hang (no end)",
+    )
 
 
 def test_stall_ignores_requests_the_spare_answered():
@@ -126,20 +162,32 @@ def test_finish_reason_checks_say_whether_the_gateway_repaired_or_passed_the_def
     mark, evidence = JUDGES["reason-omitted"](run(repaired, client(Outcome.OK, why="full answer")))
     assert mark is Mark.PASS and evidence.endswith("the gateway repaired the defect (its stream is well-formed)")
     passed_on = bytes_result(TOKENS + DONE, outcome=Outcome.OK)
-    mark, evidence = JUDGES["reason-omitted"](run(passed_on, client(Outcome.ERROR, why="PiStreamError(error): Stream ended without finish_reason")))
+    mark, evidence = JUDGES["reason-omitted"](
+        run(passed_on, client(Outcome.ERROR, why="PiStreamError(error): Stream ended without finish_reason"))
+    )
     assert mark is Mark.FAIL
-    assert evidence == ("openai-python: error (PiStreamError(error): Stream ended without finish_reason); the gateway passed the defect on "
-                        "(the core: repaired: injected finish_reason 'stop' for choice 0 before [DONE])")
+    assert evidence == (
+        "openai-python: error (PiStreamError(error): Stream ended without finish_reason); the gateway passed the defect on "
+        "(the core: repaired: injected finish_reason 'stop' for choice 0 before [DONE])"
+    )
 
 
 # -- a gateway that compresses its stream although the grader asked for identity --------------------
 
-COMPRESSED = "bytes: the body came gzip-compressed although the grader asked for accept-encoding: identity, so its events were not read"
+COMPRESSED = (
+    "bytes: the body came gzip-compressed although the grader asked for accept-encoding: identity, so its events were not read"
+)
 
 
 def compressed_result(outcome=Outcome.ERROR) -> RequestResult:
-    return RequestResult(client="bytes", request_id="c0001", outcome=outcome, why="compressed body",
-                         reading=read_stream(gzip.compress(TOKENS + ERROR), content_encoding="gzip"), workers=dict(ON_PRIMARY))
+    return RequestResult(
+        client="bytes",
+        request_id="c0001",
+        outcome=outcome,
+        why="compressed body",
+        reading=read_stream(gzip.compress(TOKENS + ERROR), content_encoding="gzip"),
+        workers=dict(ON_PRIMARY),
+    )
 
 
 @pytest.mark.parametrize("check", ["healthy", "cut-after-tokens-fin", "stall-after-tokens", "reason-omitted"])

@@ -7,10 +7,11 @@ import contextlib
 import socket
 
 import pytest
+import trio
 
+import finishline_pytest
 from faults.child_processes import free_port
 from finishline import Dialect
-from labs.grade import pytest_plugin
 from labs.grade.gateway_checks import GATEWAY_CHECK_IDS
 from labs.grade.server_checks import SERVER_CHECKS
 from labs.grade.server_suites import SERVER_SUITES
@@ -18,6 +19,23 @@ from labs.grade.server_suites import SERVER_SUITES
 pytest_plugins = ["pytester"]
 
 CHECK_IDS = [c.check for c in SERVER_CHECKS]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _graders_imported_out_here():
+    """Grade an unreachable server once in this process, before any in-process `pytester` run.
+
+    pytester drops every module an inner run imported when that run ends. What the graders import
+    lazily (httpx's connection backend, on the first connection) would then be imported inside the
+    first inner run and afresh by the next, and an error raised by one copy is not caught as the
+    other's class: the one-line "cannot connect" turned into a raw httpcore.ConnectError, in
+    whichever test connected first. Grading once out here loads them where every run shares them.
+    """
+    from labs.grade.card import GradeError
+    from labs.grade.server_grader import read_server
+
+    with pytest.raises(GradeError, match="cannot connect"):
+        trio.run(read_server, "http://127.0.0.1:9/v1")
 
 
 @pytest.mark.timeout(90)
@@ -29,16 +47,20 @@ def test_server_checks_are_one_test_per_check(pytester, finishline_worker):
 
 @pytest.mark.timeout(90)
 def test_a_failing_check_fails_with_the_evidence_line(pytester, finishline_worker):
-    result = pytester.runpytest(f"--finishline-server-url={finishline_worker('finish=omitted')}", "-rfs", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        f"--finishline-server-url={finishline_worker('finish=omitted')}", "-rfs", "-p", "no:cacheprovider"
+    )
     # finish=omitted: the two reason-presence checks fail, the three reason-value checks skip.
     result.assert_outcomes(passed=len(CHECK_IDS) - 5, failed=2, skipped=3)
-    result.stdout.fnmatch_lines([
-        "_* finishline/server::stream-finish-reason _*",
-        "stream a natural stop: choice 0 got no non-empty finish_reason before [DONE]; the core: injected finish_reason 'stop' for choice 0 before [DONE]",
-        "_* finishline/server::json-finish-reason _*",
-        "JSON a natural stop: choice 0 finish_reason is null or missing; the core: repaired: set finish_reason 'stop' for choice 0",
-        "SKIPPED*not tested: a natural stop: no finish_reason given to judge (see stream-finish-reason, json-finish-reason)",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "_* finishline/server::stream-finish-reason _*",
+            "stream a natural stop: choice 0 got no non-empty finish_reason before [DONE]; the core: injected finish_reason 'stop' for choice 0 before [DONE]",
+            "_* finishline/server::json-finish-reason _*",
+            "JSON a natural stop: choice 0 finish_reason is null or missing; the core: repaired: set finish_reason 'stop' for choice 0",
+            "SKIPPED*not tested: a natural stop: no finish_reason given to judge (see stream-finish-reason, json-finish-reason)",
+        ]
+    )
     # The failure section is the evidence line, not a traceback into the plugin.
     assert "CheckFailed" not in result.stdout.str() and "Traceback" not in result.stdout.str()
 
@@ -47,16 +69,25 @@ def test_a_failing_check_fails_with_the_evidence_line(pytester, finishline_worke
 def test_an_unreachable_server_fails_every_check_with_one_line(pytester):
     result = pytester.runpytest("--finishline-server-url=http://127.0.0.1:9/v1", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=len(CHECK_IDS))
-    result.stdout.fnmatch_lines(["_* finishline/server::stream-no-error _*",
-                                 "the grader could not run: cannot connect to the server at http://127.0.0.1:9/v1 (Connection refused); is it running? check --url"])
+    result.stdout.fnmatch_lines(
+        [
+            "_* finishline/server::stream-no-error _*",
+            "the grader could not run: cannot connect to the server at http://127.0.0.1:9/v1 (Connection refused); is it running? check --url",
+        ]
+    )
 
 
 @pytest.mark.timeout(90)
 def test_server_checks_in_another_dialect(pytester, finishline_worker):
     # The Messages suite's ids; a defect fails its check with the card's evidence line.
     messages = [c.check for c in SERVER_SUITES[Dialect.MESSAGES].checks]
-    result = pytester.runpytest(f"--finishline-server-url={finishline_worker('done=0')}", "--finishline-server-dialect=messages",
-                                "-v", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        f"--finishline-server-url={finishline_worker('done=0')}",
+        "--finishline-server-dialect=messages",
+        "-v",
+        "-p",
+        "no:cacheprovider",
+    )
     result.assert_outcomes(passed=len(messages) - 1, failed=1)
     result.stdout.fnmatch_lines([f"finishline/server::{check} *" for check in messages])
     result.stdout.fnmatch_lines(["stream a natural stop ended without message_stop (end, last event: message_delta)*"])
@@ -64,8 +95,10 @@ def test_server_checks_in_another_dialect(pytester, finishline_worker):
 
 def test_the_plugins_dialect_words_are_the_cores(pytester):
     # Typed in the plugin so that collecting imports nothing heavy; they must be the core's words.
-    assert pytest_plugin._DIALECTS == tuple(Dialect) and pytest_plugin._DIALECTS[0] == Dialect.CHAT
-    result = pytester.runpytest("--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider")
+    assert finishline_pytest._DIALECTS == tuple(Dialect) and finishline_pytest._DIALECTS[0] == Dialect.CHAT
+    result = pytester.runpytest(
+        "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider"
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--finishline-server-dialect: invalid choice: 'anthropic'*"])
 
@@ -82,6 +115,7 @@ def test_the_gateway_checks_need_the_upstream_port(pytester):
     result.stderr.fnmatch_lines(["*--finishline-gateway-url needs --finishline-upstream-port P*"])
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(90)
 def test_the_fixtures_in_a_users_own_tests(pytester):
     pytester.makepyfile(
@@ -126,7 +160,9 @@ def test_the_fixtures_in_a_users_own_tests(pytester):
 
 @pytest.mark.timeout(90)
 def test_k_selects_among_the_checks(pytester, finishline_worker):
-    result = pytester.runpytest(f"--finishline-server-url={finishline_worker('done=0')}", "-k", "stream-done-last", "-p", "no:cacheprovider")
+    result = pytester.runpytest(
+        f"--finishline-server-url={finishline_worker('done=0')}", "-k", "stream-done-last", "-p", "no:cacheprovider"
+    )
     result.assert_outcomes(failed=1, deselected=len(CHECK_IDS) - 1)
 
 
@@ -136,20 +172,33 @@ def test_gateway_checks_as_tests_with_k_running_only_the_selected(pytester, star
     from tests.mitmdump_process import FINISH_FIX_SCRIPT
 
     upstream_port = free_port()
-    mitmdump = start_mitmdump(mode=f"reverse:http://127.0.0.1:{upstream_port}", scripts=[FINISH_FIX_SCRIPT],
-                              options={"finish_fix_ledger": str(tmp_path / "ledger.jsonl")})
+    mitmdump = start_mitmdump(
+        mode=f"reverse:http://127.0.0.1:{upstream_port}",
+        scripts=[FINISH_FIX_SCRIPT],
+        options={"finish_fix_ledger": str(tmp_path / "ledger.jsonl")},
+    )
     result = pytester.runpytest(
-        f"--finishline-gateway-url={mitmdump.url}/v1", f"--finishline-upstream-port={upstream_port}",
-        "--finishline-client=openai-python", "-k", "cut-after-tokens-fin or prefill-cut-fin", "-v", "-rs", "-p", "no:cacheprovider",
+        f"--finishline-gateway-url={mitmdump.url}/v1",
+        f"--finishline-upstream-port={upstream_port}",
+        "--finishline-client=openai-python",
+        "-k",
+        "cut-after-tokens-fin or prefill-cut-fin",
+        "-v",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
     )
     result.assert_outcomes(passed=1, skipped=1, deselected=len(GATEWAY_CHECK_IDS) - 2)
-    result.stdout.fnmatch_lines([
-        "finishline/gateway::prefill-cut-fin SKIPPED*",
-        "finishline/gateway::cut-after-tokens-fin PASSED*",
-        "SKIPPED*not tested: no --finishline-spare-port: nowhere to retry*",  # the plugin's own option
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "finishline/gateway::prefill-cut-fin SKIPPED*",
+            "finishline/gateway::cut-after-tokens-fin PASSED*",
+            "SKIPPED*not tested: no --finishline-spare-port: nowhere to retry*",  # the plugin's own option
+        ]
+    )
 
 
+@pytest.mark.e2e
 @pytest.mark.timeout(90)
 def test_a_grader_that_cannot_start_runs_once_and_every_check_says_why(pytester, monkeypatch):
     # Not a GradeError: a toxiproxy server that does not start. The gateway grader is tried once
@@ -157,8 +206,13 @@ def test_a_grader_that_cannot_start_runs_once_and_every_check_says_why(pytester,
     monkeypatch.setenv("FINISHLINE_TOXIPROXY_SERVER", "/bin/false")
     with socket.create_server(("127.0.0.1", 0)) as gateway:
         result = pytester.runpytest(
-            f"--finishline-gateway-url=http://127.0.0.1:{gateway.getsockname()[1]}/v1", f"--finishline-upstream-port={free_port()}",
-            "--finishline-client=openai-python", "-k", "healthy or cut-after-tokens-fin", "-p", "no:cacheprovider",
+            f"--finishline-gateway-url=http://127.0.0.1:{gateway.getsockname()[1]}/v1",
+            f"--finishline-upstream-port={free_port()}",
+            "--finishline-client=openai-python",
+            "-k",
+            "healthy or cut-after-tokens-fin",
+            "-p",
+            "no:cacheprovider",
         )
         gateway.setblocking(False)
         connections = 0

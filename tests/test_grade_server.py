@@ -18,8 +18,14 @@ from tests.upstream_server import Script
 ALL_CHECKS = {c.check for c in SERVER_CHECKS}
 # Checks that have nothing to judge once every stream and completion ended in an error.
 NEEDS_A_COMPLETED_ANSWER = {
-    "stream-finish-reason", "stream-usage-after-finish", "reason-stop", "reason-length", "reason-tool-calls",
-    "n-choices", "json-finish-reason", "stream-json-agree",
+    "stream-finish-reason",
+    "stream-usage-after-finish",
+    "reason-stop",
+    "reason-length",
+    "reason-tool-calls",
+    "n-choices",
+    "json-finish-reason",
+    "stream-json-agree",
 }
 # Checks that judge the reason's value: without any reason they have nothing to judge.
 JUDGE_THE_REASON_VALUE = {"reason-stop", "reason-length", "reason-tool-calls"}
@@ -49,7 +55,9 @@ def test_a_healthy_worker_passes_every_check(finishline_worker):
 def test_each_defect_fails_exactly_the_checks_it_breaks(finishline_worker, defect):
     failing, untested = DEFECTS[defect]
     card = grade_server(finishline_worker(defect))
-    expected = {check: Mark.FAIL if check in failing else Mark.NOT_TESTED if check in untested else Mark.PASS for check in ALL_CHECKS}
+    expected = {
+        check: Mark.FAIL if check in failing else Mark.NOT_TESTED if check in untested else Mark.PASS for check in ALL_CHECKS
+    }
     assert marks(card) == expected
     assert card.exit_status == EXIT_FAILED
     for row in card.results:
@@ -61,7 +69,9 @@ def test_each_defect_fails_exactly_the_checks_it_breaks(finishline_worker, defec
 @pytest.mark.timeout(60)
 def test_evidence_says_what_was_seen(finishline_worker):
     card = grade_server(finishline_worker("finish=empty"))
-    assert card.result("stream-null-not-empty").evidence.endswith('has "finish_reason": "" on 17 chunks (null is the spec\'s "not yet")')
+    assert card.result("stream-null-not-empty").evidence.endswith(
+        'has "finish_reason": "" on 17 chunks (null is the spec\'s "not yet")'
+    )
     assert "the core: injected finish_reason 'stop' for choice 0 before [DONE]" in card.result("stream-finish-reason").evidence
     assert card.result("json-finish-reason").evidence.startswith("JSON a natural stop: choice 0 finish_reason is ''")
 
@@ -78,7 +88,10 @@ def test_a_wrong_reason_fails_the_reason_check(finishline_worker):
 @pytest.mark.timeout(60)
 def test_cli_exit_status_and_outputs(finishline_worker, tmp_path, capsys):
     url = finishline_worker()
-    assert main(["server", "--url", url, "--json", str(tmp_path / "card.json"), "--html", str(tmp_path / "card.html")]) == EXIT_PASSED
+    assert (
+        main(["server", "--url", url, "--json", str(tmp_path / "card.json"), "--html", str(tmp_path / "card.html")])
+        == EXIT_PASSED
+    )
     out = capsys.readouterr().out
     assert f"server {url}" in out and out.rstrip().endswith("12 pass; exit status 0")
     saved = json.loads((tmp_path / "card.json").read_text())
@@ -101,10 +114,22 @@ def test_cli_names_the_model_it_asked_for(finishline_worker, tmp_path):
     [
         (["server", "--url", "127.0.0.1:8000"], "error: argument --url: '127.0.0.1:8000' is not an http:// or https:// base URL"),
         (["server"], "error: the following arguments are required: --url"),
-        (["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "70000"], "error: argument --upstream-port: 70000 is not a port number (1-65535)"),
-        (["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "9000", "--spare-port", "9000"], "error: --spare-port 9000 is the --upstream-port"),
-        (["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "9000", "--client", "curl"], "error: argument --client: invalid choice: 'curl'"),
-        (["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "9000", "--stall-deadline", "0"], "error: argument --stall-deadline: 0 must be above 0 seconds"),
+        (
+            ["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "70000"],
+            "error: argument --upstream-port: 70000 is not a port number (1-65535)",
+        ),
+        (
+            ["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "9000", "--spare-port", "9000"],
+            "error: --spare-port 9000 is the --upstream-port",
+        ),
+        (
+            ["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "9000", "--client", "curl"],
+            "error: argument --client: invalid choice: 'curl'",
+        ),
+        (
+            ["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "9000", "--stall-deadline", "0"],
+            "error: argument --stall-deadline: 0 must be above 0 seconds",
+        ),
     ],
 )
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
@@ -119,7 +144,10 @@ def test_a_port_where_nothing_listens_exits_2_with_one_line(capsys):
     # The same words as the gateway grader's (the OS's, not httpx's "[Errno 111] ..." or trio's
     # "all attempts to connect ... failed").
     assert main(["server", "--url", "http://127.0.0.1:9/v1"]) == EXIT_CANNOT_RUN
-    assert capsys.readouterr().err == "error: cannot connect to the server at http://127.0.0.1:9/v1 (Connection refused); is it running? check --url\n"
+    assert (
+        capsys.readouterr().err
+        == "error: cannot connect to the server at http://127.0.0.1:9/v1 (Connection refused); is it running? check --url\n"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -130,7 +158,10 @@ def test_an_output_that_cannot_be_written_exits_2_with_one_line(finishline_worke
     with pytest.raises(SystemExit) as exited:
         main(["server", "--url", url, output, str(tmp_path)])
     assert exited.value.code == EXIT_CANNOT_RUN
-    assert capsys.readouterr().err == f"error: {output} {tmp_path}: is a folder; give a file path (see `python -m labs.grade --help`)\n"
+    assert (
+        capsys.readouterr().err
+        == f"error: {output} {tmp_path}: is a folder; give a file path (see `python -m labs.grade --help`)\n"
+    )
     # A path under a file cannot be made: the card is printed, then one line, exit 2.
     (tmp_path / "file").write_text("")
     blocked = tmp_path / "file" / "card.out"
@@ -145,7 +176,7 @@ def test_an_output_that_cannot_be_written_exits_2_with_one_line(finishline_worke
 
 @pytest.mark.timeout(60)
 def test_streams_are_asked_uncompressed_and_a_compressed_one_is_not_judged(upstream):
-    # A server that gzips its stream although the grader asked for identity (finish_fix's rule 10
+    # A server that gzips its stream although the grader asked for identity (finish_fix's rule C10
     # case): its bytes are not SSE, so every check that reads the streams is not tested, saying
     # why, instead of failing `stream-done-last` or passing `stream-null-not-empty` on nothing.
     prefix = upstream.route(Script(pieces=chat_stream(["The", " quick"]), gzip=True))

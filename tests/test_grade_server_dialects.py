@@ -75,7 +75,9 @@ def test_a_healthy_worker_passes_every_check(finishline_worker, dialect):
 def test_each_defect_fails_exactly_the_checks_it_breaks(finishline_worker, dialect, defect):
     failing, untested = DEFECTS[dialect, defect]
     card = grade_server(finishline_worker(BASE[dialect] + defect), dialect=dialect)
-    expected = {check: Mark.FAIL if check in failing else Mark.NOT_TESTED if check in untested else Mark.PASS for check in checks(dialect)}
+    expected = {
+        check: Mark.FAIL if check in failing else Mark.NOT_TESTED if check in untested else Mark.PASS for check in checks(dialect)
+    }
     assert marks(card) == expected, {r.check: r.evidence for r in card.results}
     assert card.exit_status == EXIT_FAILED
     for row in card.results:
@@ -114,9 +116,14 @@ def test_responses_evidence_says_what_was_seen_and_what_the_core_did(finishline_
     card = grade_server(finishline_worker("tokens=24; finish=omitted"), dialect=RESPONSES)
     assert "(end, last event: data: [DONE])" in card.result("responses-terminal-event").evidence
     card = grade_server(finishline_worker("tokens=24; finish=empty"), dialect=RESPONSES)
-    assert card.result("responses-terminal-status").evidence == "stream a natural stop: response.completed carries status '', expected 'completed'"
+    assert (
+        card.result("responses-terminal-status").evidence
+        == "stream a natural stop: response.completed carries status '', expected 'completed'"
+    )
     card = grade_server(finishline_worker("tokens=24; error_after=2; bare_error=1"), dialect=RESPONSES)
-    assert card.result("responses-no-error").evidence.startswith("stream a natural stop sent a bare error frame after 6 events: Rate limit reached")
+    assert card.result("responses-no-error").evidence.startswith(
+        "stream a natural stop sent a bare error frame after 6 events: Rate limit reached"
+    )
 
 
 @pytest.mark.timeout(60)
@@ -139,7 +146,9 @@ def test_cli_dialect_prints_the_card_and_what_it_does_not_run(finishline_worker,
     assert out.startswith(f"server {url} ({dialect})\n")
     assert "not run: n-choices: " in out and out.rstrip().endswith(f"{count} pass; exit status 0")
     saved = json.loads((tmp_path / "card.json").read_text())
-    assert {r["check"] for r in saved["results"]} == checks(dialect) and set(saved["not_run"]) == set(SERVER_SUITES[dialect].not_run)
+    assert {r["check"] for r in saved["results"]} == checks(dialect) and set(saved["not_run"]) == set(
+        SERVER_SUITES[dialect].not_run
+    )
     assert main(["server", "--url", finishline_worker(BASE[dialect] + "done=0"), "--dialect", dialect]) == EXIT_FAILED
 
 
@@ -161,7 +170,9 @@ def test_the_requests_are_each_dialects_own(upstream):
     sent = upstream.requests_under(prefix)
     assert {r.target for r in sent} == {f"{prefix}/v1/messages"}
     assert all("max_tokens" in r.json() and "messages" in r.json() for r in sent)
-    assert {(r.header("anthropic-version"), r.header("x-api-key"), r.header("authorization")) for r in sent} == {("2023-06-01", "k", "Bearer k")}
+    assert {(r.header("anthropic-version"), r.header("x-api-key"), r.header("authorization")) for r in sent} == {
+        ("2023-06-01", "k", "Bearer k")
+    }
     assert {json.dumps(r.json().get("tool_choice")) for r in sent} == {"null", '{"type": "any"}'}
     prefix = upstream.route(Script(pieces=responses_stream(["The", " quick"])))
     grade_server(f"{upstream.origin}{prefix}/v1", model="m", dialect=RESPONSES)
@@ -182,4 +193,7 @@ def test_responses_sequence_numbers_that_go_back_fail_and_a_trailing_done_is_all
     events[5] = events[5].replace(b'"sequence_number":5', b'"sequence_number":3')
     prefix = upstream.route(Script(pieces=events))
     row = grade_server(f"{upstream.origin}{prefix}/v1", model="m", dialect=RESPONSES).result("responses-sequence-numbers")
-    assert (row.mark, row.evidence) == (Mark.FAIL, "stream a natural stop: event 6 (response.output_text.delta) has sequence_number 3 after 4")
+    assert (row.mark, row.evidence) == (
+        Mark.FAIL,
+        "stream a natural stop: event 6 (response.output_text.delta) has sequence_number 3 after 4",
+    )

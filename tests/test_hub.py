@@ -13,8 +13,8 @@ import pytest
 import trio
 
 from faults.catalog import Fault, cut_after_tokens, cut_during_prefill, down
-from faults.toxiproxy_client import Toxic
 from faults.child_processes import run_child
+from faults.toxiproxy_client import Toxic
 from labs.hub import (
     ERROR_EVENT,
     AfterDrop,
@@ -81,10 +81,13 @@ def cut_after_3(plan, *, reset=False):
 @pytest.mark.parametrize("failure", [TunnelFailure.FIN, TunnelFailure.RESET])
 def test_policy_table_mid_body(failure):
     assert after_tunnel_drop(TunnelDropPolicy.CLOSE, failure, framing=Framing.CHUNKED) == AfterDrop(
-        send=TERMINATOR, end=ConnectionEnd.KEEP, action="clean_end")
+        send=TERMINATOR, end=ConnectionEnd.KEEP, action="clean_end"
+    )
     assert after_tunnel_drop(TunnelDropPolicy.ERROR_EVENT, failure, framing=Framing.CHUNKED) == AfterDrop(
-        send=b"%x\r\n%s\r\n" % (len(EXACT_ERROR_EVENT), EXACT_ERROR_EVENT) + TERMINATOR, end=ConnectionEnd.KEEP,
-        action="error_event")
+        send=b"%x\r\n%s\r\n" % (len(EXACT_ERROR_EVENT), EXACT_ERROR_EVENT) + TERMINATOR,
+        end=ConnectionEnd.KEEP,
+        action="error_event",
+    )
     assert after_tunnel_drop(TunnelDropPolicy.ERROR_EVENT, failure, framing=Framing.CLOSE).send == EXACT_ERROR_EVENT
     assert after_tunnel_drop(TunnelDropPolicy.CLOSE, failure, framing=Framing.CLOSE).end is ConnectionEnd.FIN
     passed_on = after_tunnel_drop(TunnelDropPolicy.ABORT, failure, framing=Framing.CHUNKED)
@@ -104,8 +107,17 @@ def test_before_the_head_close_and_error_event_answer_502_and_abort_passes_the_f
 # -- healthy responses pass byte for byte --------------------------------------------------------
 
 
-@pytest.mark.parametrize("model", [CHUNKED, CLOSE_DELIMITED, "finishline-worker;tokens=4;framing=content-length",
-                                   "finishline-worker;tokens=3;connection_close=1", "finishline-worker;http_error=429"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        CHUNKED,
+        CLOSE_DELIMITED,
+        "finishline-worker;tokens=4;framing=content-length",
+        "finishline-worker;tokens=3;connection_close=1",
+        "finishline-worker;http_error=429",
+    ],
+)
+@pytest.mark.e2e
 @pytest.mark.parametrize("policy", list(TunnelDropPolicy))
 def test_a_healthy_response_passes_byte_for_byte(toxiproxy, policy, model):
     _, healthy, plan = raw_exchange_for(model)
@@ -121,6 +133,7 @@ def test_a_healthy_response_passes_byte_for_byte(toxiproxy, policy, model):
 # -- a cut mid-body, chunked ---------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
 def test_close_ends_a_cut_chunked_body_with_the_terminator_and_keeps_the_connection(toxiproxy, reset):
     _, healthy, plan = raw_exchange_for(CHUNKED)
@@ -131,6 +144,7 @@ def test_close_ends_a_cut_chunked_body_with_the_terminator_and_keeps_the_connect
     assert (exchanges[0].upstream_ending, exchanges[0].action) == ("reset" if reset else "fin", "clean_end")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
 def test_error_event_sends_the_event_as_a_chunk_then_the_terminator(toxiproxy, reset):
     _, healthy, plan = raw_exchange_for(CHUNKED)
@@ -140,6 +154,7 @@ def test_error_event_sends_the_event_as_a_chunk_then_the_terminator(toxiproxy, r
     assert received.ending == "open"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
 def test_abort_passes_a_fin_as_a_fin_and_a_reset_as_a_reset(toxiproxy, reset):
     _, healthy, plan = raw_exchange_for(CHUNKED)
@@ -152,10 +167,14 @@ def test_abort_passes_a_fin_as_a_fin_and_a_reset_as_a_reset(toxiproxy, reset):
 def cut_inside_the_fourth_token_event(plan):
     # limit_data 10 bytes into the chunk after token 3: the tunnel cuts a chunk in half.
     count = plan.offset_after_tokens(3) + 10
-    return Fault(name="cut", summary="mid-chunk", toxics=(
-        Toxic(name="mid_chunk", type="limit_data", stream="downstream", attributes={"bytes": count}),))
+    return Fault(
+        name="cut",
+        summary="mid-chunk",
+        toxics=(Toxic(name="mid_chunk", type="limit_data", stream="downstream", attributes={"bytes": count}),),
+    )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("policy", "ending"), [("close", "open"), ("abort", "fin")])
 def test_a_chunk_the_tunnel_cut_in_half_is_never_forwarded(toxiproxy, policy, ending):
     _, healthy, plan = raw_exchange_for(CHUNKED)
@@ -164,6 +183,7 @@ def test_a_chunk_the_tunnel_cut_in_half_is_never_forwarded(toxiproxy, policy, en
     assert (received.data, received.ending) == (expected, ending)
 
 
+@pytest.mark.e2e
 def test_an_http_10_request_without_host_is_relayed(toxiproxy):
     _, healthy, _ = raw_exchange_for(CHUNKED)
     request = chat_request({"model": CHUNKED, "stream": True}).replace(b"HTTP/1.1\r\nhost: 127.0.0.1\r\n", b"HTTP/1.0\r\n")
@@ -177,6 +197,7 @@ def test_an_http_10_request_without_host_is_relayed(toxiproxy):
     assert (received.data, received.ending) == (healthy, "fin")
 
 
+@pytest.mark.e2e
 def test_the_incident_a_prefill_cut_through_close_is_a_complete_empty_200(toxiproxy):
     # The post-mortem: head sent, tunnel drops during prefill, the hub ends the body cleanly.
     _, healthy, plan = raw_exchange_for(CHUNKED)
@@ -195,6 +216,7 @@ def test_the_incident_a_prefill_cut_through_close_is_a_complete_empty_200(toxipr
 # -- a cut mid-body, close-delimited -------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("policy", list(TunnelDropPolicy))
 def test_a_fin_ends_a_close_delimited_body_for_every_policy(toxiproxy, policy):
     # HTTP cannot tell this cut from the end: a close-delimited body ends with a FIN.
@@ -205,6 +227,7 @@ def test_a_fin_ends_a_close_delimited_body_for_every_policy(toxiproxy, policy):
     assert exchanges[0].upstream_ending == "complete"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("policy", "appended", "ending"),
     [("close", b"", "fin"), ("error_event", EXACT_ERROR_EVENT, "fin"), ("abort", b"", "reset")],
@@ -217,6 +240,7 @@ def test_a_reset_on_a_close_delimited_body(toxiproxy, policy, appended, ending):
     assert exchanges[0].upstream_ending == "reset"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("policy", list(TunnelDropPolicy))
 def test_a_cut_content_length_body_gets_a_fin_whatever_the_policy(toxiproxy, policy):
     # A short Content-Length body has no clean end, and appended bytes would not be read.
@@ -230,6 +254,7 @@ def test_a_cut_content_length_body_gets_a_fin_whatever_the_policy(toxiproxy, pol
 # -- before the head -----------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_an_unreachable_tunnel_is_a_502_for_close_and_a_bare_close_for_abort(toxiproxy):
     received, exchanges = through_hub("close", CHUNKED, lambda plan: down(), toxiproxy)
     assert received.data.startswith(b"HTTP/1.1 502 Bad Gateway\r\n")
@@ -242,6 +267,7 @@ def test_an_unreachable_tunnel_is_a_502_for_close_and_a_bare_close_for_abort(tox
 # -- the policy is the runner's to set -----------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_the_policy_can_be_changed_between_requests_and_a_bad_one_is_refused(toxiproxy):
     request, healthy, plan = raw_exchange_for(CHUNKED)
 
@@ -265,11 +291,15 @@ def test_the_policy_can_be_changed_between_requests_and_a_bad_one_is_refused(tox
 # -- standalone ----------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
         (["--upstream", "nowhere"], "'nowhere' is not HOST:PORT"),
-        (["--upstream", "127.0.0.1:1", "--on-tunnel-drop", "drop"], "on_tunnel_drop 'drop' is not one of close, error_event, abort"),
+        (
+            ["--upstream", "127.0.0.1:1", "--on-tunnel-drop", "drop"],
+            "on_tunnel_drop 'drop' is not one of close, error_event, abort",
+        ),
         (["--upstream", "127.0.0.1:1", "--port", "-4"], "'-4' is not a port"),
     ],
 )
@@ -280,6 +310,7 @@ def test_standalone_refuses_bad_arguments_in_one_line(argv, words):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.e2e
 def test_standalone_hub_relays_to_its_upstream(tmp_path):
     request, healthy, _ = raw_exchange_for("finishline-worker;tokens=3;connection_close=1")
 

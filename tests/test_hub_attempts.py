@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import httpx
-import trio
 
 from finishline import Dialect
 from labs.hub import open_hub
@@ -24,8 +23,10 @@ def through_hub(models: list[str], *, current_cells=None, stream: bool = True):
             statuses = []
             async with httpx.AsyncClient(base_url=hub.url, timeout=10) as client:
                 for model in models:
-                    response = await client.post("/v1/chat/completions", json={
-                        "model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]})
+                    response = await client.post(
+                        "/v1/chat/completions",
+                        json={"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]},
+                    )
                     statuses.append((response.status_code, response.text))
             return statuses, hub, worker
 
@@ -37,7 +38,12 @@ def test_the_hub_records_a_relayed_stream_with_its_head_and_first_token():
     assert statuses[0][0] == 200
     [attempt] = hub.attempts
     assert (attempt.cell_id, attempt.server, attempt.dialect, attempt.ended, attempt.status) == (
-        CELL, "hub", Dialect.CHAT, "complete", 200)
+        CELL,
+        "hub",
+        Dialect.CHAT,
+        "complete",
+        200,
+    )
     assert attempt.head_s is not None and attempt.first_token_s is not None
     assert [a.server for a in attempts_of(CELL, hub, worker)] == ["hub", "primary"]
 
@@ -49,7 +55,8 @@ def test_no_first_token_through_the_hub_when_the_stream_has_none():
 
 def test_the_hub_refuses_a_stale_cell_and_never_relays_it():
     statuses, hub, worker = through_hub(
-        [WorkerSettings().to_model_name(OTHER), WorkerSettings(tokens=2).to_model_name(CELL)], current_cells=frozenset({CELL}))
+        [WorkerSettings().to_model_name(OTHER), WorkerSettings(tokens=2).to_model_name(CELL)], current_cells=frozenset({CELL})
+    )
     assert statuses[0][0] == 409 and OTHER in json.loads(statuses[0][1])["error"]["message"]
     assert statuses[1][0] == 200
     assert [(a.cell_id, a.ended) for a in hub.attempts] == [(OTHER, "refused_stale"), (CELL, "complete")]

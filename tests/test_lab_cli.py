@@ -14,6 +14,9 @@ from labs.scenario import load_scenarios
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# Every test runs the lab's command line in a child Python.
+pytestmark = pytest.mark.e2e
+
 
 def lab(*arguments: str) -> tuple[int, str, str]:
     result = run_child([sys.executable, "-m", *arguments], cwd=ROOT, timeout=60)
@@ -33,13 +36,17 @@ def test_an_unknown_client_is_one_line_listing_every_client():
 @pytest.mark.parametrize("jobs", ["0", "-3"])
 def test_jobs_below_one_is_refused_since_nothing_would_run(jobs):
     assert lab("labs", "--jobs", jobs) == (
-        2, "", f"error: argument --jobs: {jobs} cells in flight would run nothing: give 1 or more (see `python -m labs --help`)\n",
+        2,
+        "",
+        f"error: argument --jobs: {jobs} cells in flight would run nothing: give 1 or more (see `python -m labs --help`)\n",
     )
 
 
 def test_jobs_that_is_not_a_number_is_refused():
     assert lab("labs", "--jobs", "many") == (
-        2, "", "error: argument --jobs: 'many' is not a whole number of cells (1 or more) (see `python -m labs --help`)\n",
+        2,
+        "",
+        "error: argument --jobs: 'many' is not a whole number of cells (1 or more) (see `python -m labs --help`)\n",
     )
 
 
@@ -52,7 +59,7 @@ def test_the_scenario_listing_puts_every_title_in_one_column():
     width = max(len(s.name) for s in load_scenarios())
     assert width > 28
     for line, scenario in zip(lines, load_scenarios(), strict=True):
-        assert line[width + 2:].startswith(scenario.title), line
+        assert line[width + 2 :].startswith(scenario.title), line
 
 
 def test_the_scenario_listing_says_each_scenarios_dialects_and_the_default_runs():
@@ -67,20 +74,26 @@ def test_the_scenario_listing_says_each_scenarios_dialects_and_the_default_runs(
 
 def test_an_unknown_dialect_is_one_line_naming_it_and_the_three():
     assert lab("labs", "--dialect", "anthropic") == (
-        2, "", "error: argument --dialect: invalid choice: 'anthropic' (choose from 'chat', 'messages', 'responses') "
+        2,
+        "",
+        "error: argument --dialect: invalid choice: 'anthropic' (choose from 'chat', 'messages', 'responses') "
         "(see `python -m labs --help`)\n",
     )
 
 
 def test_a_client_of_another_dialect_is_refused_before_anything_starts():
     assert lab("labs", "--dialect", "chat", "--client", "anthropic-python") == (
-        2, "", "error: client 'anthropic-python' speaks messages, not chat\n",
+        2,
+        "",
+        "error: client 'anthropic-python' speaks messages, not chat\n",
     )
 
 
 def test_a_scenario_of_another_dialect_is_refused_before_anything_starts():
     assert lab("labs", "--dialect", "chat", "--dialect", "responses", "--scenario", "stop-reason-null") == (
-        2, "", "error: scenario 'stop-reason-null' runs in messages, not in chat, responses\n",
+        2,
+        "",
+        "error: scenario 'stop-reason-null' runs in messages, not in chat, responses\n",
     )
 
 

@@ -43,7 +43,15 @@ CELL_DEADLINE_S = 120.0
 #: The run takes ~1.5 min on a 2-core machine (starting LiteLLM, then the 9-prefill chains).
 RUN_DEADLINE_S = 360
 #: The clients that retry a 500 from LiteLLM (and so start its three attempts over, twice).
-RETRIES_A_500 = {"openai-python", "openai-python-helper", "langchain", "openai-node", "openai-node-helper", "ai-sdk-openai", "ai-sdk-compatible"}
+RETRIES_A_500 = {
+    "openai-python",
+    "openai-python-helper",
+    "langchain",
+    "openai-node",
+    "openai-node-helper",
+    "ai-sdk-openai",
+    "ai-sdk-compatible",
+}
 #: @ai-sdk/provider-utils 5.0.81, `retryWithExponentialBackoffRespectingRetryHeaders`: 2 retries,
 #: the first after 2 s, then twice the delay.
 AI_SDK_BACKOFFS_S = (2.0, 4.0)
@@ -52,12 +60,19 @@ AI_SDK_BACKOFFS_S = (2.0, 4.0)
 @pytest.fixture(scope="module")
 def row(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
     incident = load_scenario(SCENARIO_DIR / f"{INCIDENT}.toml")
+    assert incident.fault is not None
     scenario = dataclasses.replace(
-        incident, fault={**incident.fault, "after_seconds": INCIDENT_DROP_S}, deadline_s=CELL_DEADLINE_S,
-        gateways=GATEWAYS, clients=DEFAULT_CLIENTS,
+        incident,
+        fault={**incident.fault, "after_seconds": INCIDENT_DROP_S},
+        deadline_s=CELL_DEADLINE_S,
+        gateways=GATEWAYS,
+        clients=DEFAULT_CLIENTS,
     )
     config = LabConfig(
-        scenarios=(scenario,), clients=DEFAULT_CLIENTS, gateways=GATEWAYS, jobs=32,
+        scenarios=(scenario,),
+        clients=DEFAULT_CLIENTS,
+        gateways=GATEWAYS,
+        jobs=32,
         results_dir=Path(tmp_path_factory.mktemp("incident-row")),
     )
 
@@ -121,9 +136,7 @@ def test_through_finish_fix_the_ai_sdks_openai_provider_retries_before_the_first
 def test_through_litellm_the_empty_body_is_a_made_up_stop_that_its_books_call_a_success(row):
     # LiteLLM's made-up `stop` chunk has no role; openai-node's helper is the one client that
     # checks (`missing role for choice 0`).
-    assert outcomes(row, "litellm") == {
-        c: "error" if c == "openai-node-helper" else "silent-truncation" for c in DEFAULT_CLIENTS
-    }
+    assert outcomes(row, "litellm") == {c: "error" if c == "openai-node-helper" else "silent-truncation" for c in DEFAULT_CLIENTS}
     for client in DEFAULT_CLIENTS:
         cell = row[(client, "litellm")]
         entry = cell["books_entry"]
@@ -131,7 +144,10 @@ def test_through_litellm_the_empty_body_is_a_made_up_stop_that_its_books_call_a_
         # usage, which disagrees with what every client got.
         assert (cell["books"], cell["books_mismatch"]) == ("ok", True), client
         assert (entry["hook"], entry["status"], entry["finish_reason"], entry["completion_tokens"]) == (
-            "async_log_stream_event", "success", None, None,
+            "async_log_stream_event",
+            "success",
+            None,
+            None,
         )
         assert cell["worker_requests"] == {"primary": 1}
     assert row[("openai-python", "litellm")]["report"]["finish_reason"] == "stop"

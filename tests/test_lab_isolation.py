@@ -28,12 +28,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 
 def test_a_late_retry_of_a_hung_cell_is_refused_and_every_healthy_cell_is_ok(tmp_path: Path):
-    stall = dataclasses.replace(load_scenario(SCENARIO_DIR / "stall-after-tokens.toml"), deadline_s=2.0,
-                                gateways=("direct",), clients=("httpx-sse",))
+    stall = dataclasses.replace(
+        load_scenario(SCENARIO_DIR / "stall-after-tokens.toml"), deadline_s=2.0, gateways=("direct",), clients=("httpx-sse",)
+    )
     healthy = dataclasses.replace(load_scenario(SCENARIO_DIR / "healthy.toml"), gateways=("direct",))
-    config = LabConfig(scenarios=(stall, healthy), clients=("httpx-sse", "openai-python", "langchain"),
-                       gateways=("direct",), results_dir=tmp_path)
-    late: dict[str, object] = {}
+    config = LabConfig(
+        scenarios=(stall, healthy),
+        clients=("httpx-sse", "openai-python", "langchain"),
+        gateways=("direct",),
+        results_dir=tmp_path,
+    )
+    late: dict[str, int] = {}
     # The stalled cell is the run's first (cell ids follow the plan: the stall's one cell first).
     late_model = stall.model_name("c0001")
 

@@ -55,8 +55,13 @@ def _wait_until(predicate, deadline: float, what: str) -> None:
 
 def _lab(*arguments: str, cwd: Path) -> ChildProcess:
     return start_child(
-        [sys.executable, "-m", *arguments], cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, new_session=True,
+        [sys.executable, "-m", *arguments],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        new_session=True,
     )
 
 
@@ -86,10 +91,20 @@ def test_a_helper_process_dies_with_the_lab_even_when_the_lab_is_killed(tmp_path
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_signal_stops_the_lab_and_every_helper_with_one_line(tmp_path, stop_signal):
+def test_a_signal_stops_the_lab_and_every_helper_with_one_line(tmp_path, stop_signal) -> None:
     # A stalled scenario keeps the cell in flight; finish_fix (mitmdump) and the driver host run.
-    lab = _lab("labs", "--scenario", "stall-after-tokens", "--gateway", "finish_fix", "--client", "httpx-sse",
-               "--results", str(tmp_path), cwd=tmp_path)
+    lab = _lab(
+        "labs",
+        "--scenario",
+        "stall-after-tokens",
+        "--gateway",
+        "finish_fix",
+        "--client",
+        "httpx-sse",
+        "--results",
+        str(tmp_path),
+        cwd=tmp_path,
+    )
     try:
         helpers: set[int] = set()
 
@@ -170,8 +185,20 @@ def _busy_port() -> socket.socket:
 def test_a_busy_tunnel_port_is_one_error_line_and_status_2(tmp_path):
     with _busy_port() as busy:
         port = busy.getsockname()[1]
-        lab = _lab("labs", "--scenario", "healthy", "--gateway", "direct", "--client", "httpx-sse",
-                   "--tunnel-port", str(port), "--results", str(tmp_path), cwd=tmp_path)
+        lab = _lab(
+            "labs",
+            "--scenario",
+            "healthy",
+            "--gateway",
+            "direct",
+            "--client",
+            "httpx-sse",
+            "--tunnel-port",
+            str(port),
+            "--results",
+            str(tmp_path),
+            cwd=tmp_path,
+        )
         _, stderr = lab.communicate(timeout=60)
     assert lab.returncode == 2
     assert len(stderr.strip().splitlines()) == 1, stderr
@@ -194,8 +221,12 @@ def test_a_crashed_driver_host_fails_its_waiting_cells_at_once_with_an_error(tmp
         async with open_worker() as worker, open_driver_hosts(("httpx-sse",), tmp_path) as hosts:
             host = hosts["httpx-sse"]
             request = {
-                "id": "c0001", "client": "httpx-sse", "base_url": f"http://127.0.0.1:{worker.port}/v1",
-                "model": "c0001;prefill_delay=60", "deadline_s": 60.0, "api_key": "sk-test",
+                "id": "c0001",
+                "client": "httpx-sse",
+                "base_url": f"http://127.0.0.1:{worker.port}/v1",
+                "model": "c0001;prefill_delay=60",
+                "deadline_s": 60.0,
+                "api_key": "sk-test",
                 "messages": [{"role": "user", "content": "hi"}],
             }
             records = []

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from labs.__main__ import select_clients, select_scenarios
 from finishline import Dialect
+from labs.__main__ import select_clients, select_scenarios
 from labs.clients import ALL_CLIENTS, CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, EVERY_CLIENT
 from labs.progress import Progress, format_elapsed
 from labs.scenario import ScenarioError, load_scenario
@@ -104,7 +104,8 @@ def test_the_default_run_leaves_out_scenarios_marked_default_false(tmp_path):
     _scenario_file(tmp_path, "only-with-all", "default = false\n")
     assert [s.name for s in select_scenarios(None, everything=False, directory=tmp_path)] == ["in-the-default-run"]
     assert [s.name for s in select_scenarios(None, everything=True, directory=tmp_path)] == [
-        "in-the-default-run", "only-with-all",
+        "in-the-default-run",
+        "only-with-all",
     ]
     # Asked for by name, a scenario runs whatever its file says.
     assert [s.name for s in select_scenarios(["only-with-all"], everything=False, directory=tmp_path)] == ["only-with-all"]
@@ -127,7 +128,9 @@ def test_the_default_run_has_the_default_clients_and_all_lifts_it():
 def test_the_default_run_has_every_client_of_the_new_dialects_and_chats_default_ones():
     every = tuple(Dialect)
     chosen = select_clients(None, everything=False, dialects=every)
-    assert set(chosen) == set(DEFAULT_CLIENTS) | set(CLIENTS_BY_DIALECT[Dialect.MESSAGES]) | set(CLIENTS_BY_DIALECT[Dialect.RESPONSES])
+    assert set(chosen) == set(DEFAULT_CLIENTS) | set(CLIENTS_BY_DIALECT[Dialect.MESSAGES]) | set(
+        CLIENTS_BY_DIALECT[Dialect.RESPONSES]
+    )
     assert "httpx-sse" not in chosen and "anthropic-python-helper" in chosen
     assert select_clients(None, everything=True, dialects=(Dialect.MESSAGES,)) == tuple(
         c for c in EVERY_CLIENT if c in CLIENTS_BY_DIALECT[Dialect.MESSAGES]

@@ -8,6 +8,7 @@ import pytest
 
 from finishline import Dialect
 from labs.__main__ import main
+from labs.outcome import Outcome
 from labs.repeat import merge_repeats, split_text
 from labs.report_html import cell_label, render_html
 from labs.runner import CellResult, LabConfig, repeat_label, run_labels
@@ -17,9 +18,20 @@ from labs.table import cell_text, render_table
 
 def _result(number, repeat, outcome, *, client="pi-ai", books="ok", mismatch=False):
     return CellResult(
-        scenario="healthy", dialect=Dialect.CHAT, client=client, gateway="envoy", cell_id=f"c{number:04d}",
-        outcome=outcome, why=outcome, report={}, request_model="m", books=books, books_mismatch=mismatch,
-        repeat=repeat, tries=1, total_s=1.0,
+        scenario="healthy",
+        dialect=Dialect.CHAT,
+        client=client,
+        gateway="envoy",
+        cell_id=f"c{number:04d}",
+        outcome=Outcome(outcome),
+        why=outcome,
+        report={},
+        request_model="m",
+        books=books,
+        books_mismatch=mismatch,
+        repeat=repeat,
+        tries=1,
+        total_s=1.0,
     )
 
 
@@ -56,14 +68,22 @@ def test_a_flip_of_the_books_alone_is_unstable_too():
 
 
 def test_each_position_folds_separately():
-    merged = merge_repeats([_result(1, 1, "ok"), _result(2, 1, "ok", client="openai-node"),
-                            _result(3, 2, "ok"), _result(4, 2, "error", client="openai-node")], 2)
+    merged = merge_repeats(
+        [
+            _result(1, 1, "ok"),
+            _result(2, 1, "ok", client="openai-node"),
+            _result(3, 2, "ok"),
+            _result(4, 2, "error", client="openai-node"),
+        ],
+        2,
+    )
     assert {(m.client, m.unstable) for m in merged} == {("pi-ai", False), ("openai-node", True)}
 
 
 def test_every_repeat_of_a_scenario_run_has_its_own_label():
-    config = LabConfig(scenarios=(load_scenario(SCENARIO_DIR / "healthy.toml"),), clients=("pi-ai",),
-                       gateways=("direct",), repeat=3)
+    config = LabConfig(
+        scenarios=(load_scenario(SCENARIO_DIR / "healthy.toml"),), clients=("pi-ai",), gateways=("direct",), repeat=3
+    )
     assert run_labels(config) == ["healthy #1", "healthy #2", "healthy #3"]
     assert repeat_label("healthy", 1, 1) == "healthy"
 
@@ -78,10 +98,23 @@ def test_a_bad_repeat_is_one_line_and_exit_2(value, capsys):
 
 
 def _cell(outcome, *, tries=1, unstable=False, mismatch=False, total_s=41.2, repeats=()):
-    return {"scenario": "healthy", "dialect": "chat", "client": "pi-ai", "gateway": "envoy", "cell_id": "c0001",
-            "outcome": outcome, "why": outcome, "books": "ok", "books_mismatch": mismatch, "tries": tries,
-            "total_s": total_s, "unstable": unstable, "repeats": list(repeats), "request_model": "m",
-            "report": {"completed": outcome == "ok", "text": "", "reasoning": "", "tool_calls": []}}
+    return {
+        "scenario": "healthy",
+        "dialect": "chat",
+        "client": "pi-ai",
+        "gateway": "envoy",
+        "cell_id": "c0001",
+        "outcome": Outcome(outcome),
+        "why": outcome,
+        "books": "ok",
+        "books_mismatch": mismatch,
+        "tries": tries,
+        "total_s": total_s,
+        "unstable": unstable,
+        "repeats": list(repeats),
+        "request_model": "m",
+        "report": {"completed": outcome == "ok", "text": "", "reasoning": "", "tool_calls": []},
+    }
 
 
 def test_the_terminal_cell_shows_tries_above_one_the_books_mark_and_the_unstable_mark():
@@ -96,12 +129,26 @@ def test_the_html_cell_shows_the_tries_and_the_seconds():
 
 
 def _repeated_result():
-    repeats = [{"repeat": n, "cell_id": f"c{n:04d}", "outcome": o, "books": "ok", "books_mismatch": False,
-                "tries": 1, "total_s": 1.0} for n, o in enumerate(["ok", "ok", "error"], start=1)]
-    return {"duration_s": 3.0, "repeat": 3, "versions": {}, "clients": ["pi-ai"], "gateways": ["envoy"],
-            "scenarios": [{"name": "healthy", "dialect": "chat", "title": "Healthy",
-                           "expected": {"text": "", "finish_reason": "stop", "tool_calls": []}}],
-            "cells": [_cell("ok", unstable=True, repeats=repeats)]}
+    repeats = [
+        {"repeat": n, "cell_id": f"c{n:04d}", "outcome": o, "books": "ok", "books_mismatch": False, "tries": 1, "total_s": 1.0}
+        for n, o in enumerate(["ok", "ok", "error"], start=1)
+    ]
+    return {
+        "duration_s": 3.0,
+        "repeat": 3,
+        "versions": {},
+        "clients": ["pi-ai"],
+        "gateways": ["envoy"],
+        "scenarios": [
+            {
+                "name": "healthy",
+                "dialect": "chat",
+                "title": "Healthy",
+                "expected": {"text": "", "finish_reason": "stop", "tool_calls": []},
+            }
+        ],
+        "cells": [_cell("ok", unstable=True, repeats=repeats)],
+    }
 
 
 def test_the_terminal_lists_each_unstable_cell_with_its_split():

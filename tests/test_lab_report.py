@@ -3,7 +3,9 @@ and the HTML's views for a person: the versions table and the comparison with `d
 
 from __future__ import annotations
 
+import itertools
 import re
+from typing import Any
 
 import pytest
 
@@ -11,29 +13,60 @@ from labs.outcome import Outcome, change
 from labs.report_html import render_html
 from labs.table import render_table
 
+#: Each cell its own id, as in a run.
+_CELL_NUMBERS = itertools.count(1)
 
-def _cell(scenario, client, gateway, outcome, *, books=None, mismatch=False, number=[0]):
-    number[0] += 1
+
+def _cell(scenario, client, gateway, outcome, *, books=None, mismatch=False):
+    number = next(_CELL_NUMBERS)
     return {
-        "scenario": scenario, "client": client, "gateway": gateway, "cell_id": f"c{number[0]:04d}",
-        "outcome": outcome, "why": f"because {outcome}", "request_model": "m",
-        "report": {"completed": outcome == "ok", "text": "The quick", "reasoning": "", "finish_reason": None,
-                   "tool_calls": [], "error_class": None, "error_message": "</script><b>x</b>", "ttft_s": 0.1,
-                   "duration_s": 0.2, "timed_out": outcome == "hang", "http_status": 200, "connection": None},
-        "books": books, "books_entry": {"verdict": "clean"} if books else None, "books_mismatch": mismatch,
+        "scenario": scenario,
+        "client": client,
+        "gateway": gateway,
+        "cell_id": f"c{number:04d}",
+        "outcome": Outcome(outcome),
+        "why": f"because {outcome}",
+        "request_model": "m",
+        "report": {
+            "completed": outcome == "ok",
+            "text": "The quick",
+            "reasoning": "",
+            "finish_reason": None,
+            "tool_calls": [],
+            "error_class": None,
+            "error_message": "</script><b>x</b>",
+            "ttft_s": 0.1,
+            "duration_s": 0.2,
+            "timed_out": outcome == "hang",
+            "http_status": 200,
+            "connection": None,
+        },
+        "books": books,
+        "books_entry": {"verdict": "clean"} if books else None,
+        "books_mismatch": mismatch,
     }
 
 
-RESULT = {
+RESULT: dict[str, Any] = {
     "duration_s": 12.0,
     "versions": {"node": {"node": "20.20.2", "undici": "6.24.1"}, "python": {"python": "3.12.1", "openai": "3.57.0"}},
     "clients": ["openai-python", "pi-ai"],
     "gateways": ["direct", "finish_fix"],
     "scenarios": [
-        {"name": "reason-omitted", "title": "omitted", "fault_summary": None, "worker_stream": "data: [DONE]",
-         "expected": {"text": "The quick brown", "finish_reason": "stop", "tool_calls": 0}},
-        {"name": "stall", "title": "stall", "fault_summary": "silence", "worker_stream": "",
-         "expected": {"text": "The quick brown", "finish_reason": "stop", "tool_calls": 0}},
+        {
+            "name": "reason-omitted",
+            "title": "omitted",
+            "fault_summary": None,
+            "worker_stream": "data: [DONE]",
+            "expected": {"text": "The quick brown", "finish_reason": "stop", "tool_calls": 0},
+        },
+        {
+            "name": "stall",
+            "title": "stall",
+            "fault_summary": "silence",
+            "worker_stream": "",
+            "expected": {"text": "The quick brown", "finish_reason": "stop", "tool_calls": 0},
+        },
     ],
     "cells": [
         _cell("reason-omitted", "openai-python", "direct", "ok"),
@@ -59,7 +92,7 @@ def test_table_has_one_block_per_gateway_with_scenario_rows_and_client_columns()
 
 def test_table_marks_books_that_disagree_and_counts_the_books():
     text = render_table(RESULT)
-    finish_fix_block = text[text.index("gateway: finish_fix"):]
+    finish_fix_block = text[text.index("gateway: finish_fix") :]
     assert "error!" in finish_fix_block
     assert "ok 2" in finish_fix_block
     assert "error 2" in finish_fix_block  # the stall row's books
@@ -99,7 +132,7 @@ def test_a_flagged_cell_is_its_own_word_and_colour():
 
 def test_html_versions_are_a_table_of_runtime_package_version_not_json():
     page = render_html(RESULT)
-    versions = page[page.index("<h2>versions</h2>"): page.index("<h2>scenarios</h2>")]
+    versions = page[page.index("<h2>versions</h2>") : page.index("<h2>scenarios</h2>")]
     assert '<th rowspan="2">node</th><td>node</td><td class="version">20.20.2</td>' in versions
     assert '<td>undici</td><td class="version">6.24.1</td>' in versions
     assert '<th rowspan="2">python</th><td>python</td><td class="version">3.12.1</td>' in versions
@@ -121,47 +154,67 @@ def test_html_versions_are_a_table_of_runtime_package_version_not_json():
     ],
 )
 def test_a_gateways_change_is_judged_by_the_outcome_severity(direct, gateway, how):
-    assert change(direct, gateway) == how
+    assert change(Outcome(direct), Outcome(gateway)) == how
 
 
 def _comparison(page: str) -> str:
-    return page[page.index("compared with direct"): page.index("the matrix, per gateway")]
+    return page[page.index("compared with direct") : page.index("the matrix, per gateway")]
 
 
 def test_html_compares_each_gateways_cells_with_directs_per_scenario():
     comparison = _comparison(render_html(RESULT))
     # stall: openai-python hung through direct and got an error through finish_fix.
     assert re.search(r'class="cell error better" data-id="c\d+" title="because error">hang &rarr; error</td>', comparison)
-    assert re.search(r'class="cell flagged better" data-id="c\d+" title="because flagged">silent-truncation &rarr; flagged</td>', comparison)
+    assert re.search(
+        r'class="cell flagged better" data-id="c\d+" title="because flagged">silent-truncation &rarr; flagged</td>', comparison
+    )
     # Unchanged cells show the word once; direct is the first row of each scenario.
     assert re.search(r'class="cell ok same" data-id="c\d+" title="because ok">ok</td>', comparison)
-    grid = comparison[comparison.index('class="grid changes"'):]
-    assert grid.index('<th class=baseline>direct</th>') < grid.index("<th>finish_fix</th>")
+    grid = comparison[comparison.index('class="grid changes"') :]
+    assert grid.index("<th class=baseline>direct</th>") < grid.index("<th>finish_fix</th>")
     # The tally: finish_fix made 2 cells better, none worse, left 2 the same.
     assert "<tr><th>finish_fix</th><td>2</td><td>0</td><td>2</td></tr>" in comparison
 
 
 def test_html_has_no_comparison_without_direct_in_the_run():
-    only_finish_fix = {**RESULT, "gateways": ["finish_fix"], "cells": [c for c in RESULT["cells"] if c["gateway"] == "finish_fix"]}
+    only_finish_fix = {
+        **RESULT,
+        "gateways": ["finish_fix"],
+        "cells": [c for c in RESULT["cells"] if c["gateway"] == "finish_fix"],
+    }
     assert "compared with direct" not in render_html(only_finish_fix)
 
 
 def test_html_says_where_the_time_went_when_the_run_recorded_it():
-    timed = {**RESULT, "timings": {"startup_s": 20.0, "between_s": 7.0, "books_s": 4.0, "total_s": 47.0, "scenarios": [
-        {"name": "reason-omitted", "seconds": 3.0, "cells": 4, "seconds_per_cell": 0.75},
-        {"name": "stall", "seconds": 13.0, "cells": 4, "seconds_per_cell": 3.25},
-    ]}}
+    timed = {
+        **RESULT,
+        "timings": {
+            "startup_s": 20.0,
+            "between_s": 7.0,
+            "books_s": 4.0,
+            "total_s": 47.0,
+            "scenarios": [
+                {"name": "reason-omitted", "seconds": 3.0, "cells": 4, "seconds_per_cell": 0.75},
+                {"name": "stall", "seconds": 13.0, "cells": 4, "seconds_per_cell": 3.25},
+            ],
+        },
+    }
     page = render_html(timed)
     assert "<b>stall</b>: stall (fault: silence) <small>(13.0 s for 4 cells)</small>" in page
-    assert ("Time: 20 s to start the worker, toxiproxy, the gateways and the driver hosts; 16 s in the scenarios; "
-            "7 s between them (the gateways of the next topology); 4 s for the books and shutdown.") in page
+    assert (
+        "Time: 20 s to start the worker, toxiproxy, the gateways and the driver hosts; 16 s in the scenarios; "
+        "7 s between them (the gateways of the next topology); 4 s for the books and shutdown."
+    ) in page
     assert "Time:" not in render_html(RESULT)
 
 
 def test_html_notes_the_cells_the_spare_worker_answered():
     retried = _cell("stall", "openai-python", "litellm", "ok")
-    with_spare = {**RESULT, "gateways": [*RESULT["gateways"], "litellm"],
-                  "cells": [*RESULT["cells"], {**retried, "answered_by": "spare", "worker_requests": {"primary": 1, "spare": 1}}]}
+    with_spare = {
+        **RESULT,
+        "gateways": [*RESULT["gateways"], "litellm"],
+        "cells": [*RESULT["cells"], {**retried, "answered_by": "spare", "worker_requests": {"primary": 1, "spare": 1}}],
+    }
     page = render_html(with_spare)
     # In the comparison (hang through direct, the spare's full answer through litellm) and in the grid.
     assert "hang &rarr; ok<small>answered by the spare</small>" in _comparison(page)
@@ -171,7 +224,11 @@ def test_html_notes_the_cells_the_spare_worker_answered():
 def test_table_counts_per_gateway_the_cells_better_or_worse_than_direct():
     text = render_table(RESULT)
     assert "compared with direct (same scenario and client):\n  finish_fix  better 2, worse 0, same 2\n" in text
-    only_finish_fix = {**RESULT, "gateways": ["finish_fix"], "cells": [c for c in RESULT["cells"] if c["gateway"] == "finish_fix"]}
+    only_finish_fix = {
+        **RESULT,
+        "gateways": ["finish_fix"],
+        "cells": [c for c in RESULT["cells"] if c["gateway"] == "finish_fix"],
+    }
     assert "compared with direct" not in render_table(only_finish_fix)
 
 
@@ -190,8 +247,15 @@ DIALECTS = {
     "clients_by_dialect": {"chat": ["openai-python", "pi-ai"], "messages": ["anthropic-python", "pi-ai"]},
     "scenarios": [
         *({**s, "dialect": "chat"} for s in RESULT["scenarios"]),
-        {"name": "stall", "dialect": "messages", "label": "stall (messages)", "title": "stall", "fault_summary": "silence",
-         "worker_stream": "event: message_start", "expected": {"text": "The quick brown", "finish_reason": "end_turn", "tool_calls": 0}},
+        {
+            "name": "stall",
+            "dialect": "messages",
+            "label": "stall (messages)",
+            "title": "stall",
+            "fault_summary": "silence",
+            "worker_stream": "event: message_start",
+            "expected": {"text": "The quick brown", "finish_reason": "end_turn", "tool_calls": 0},
+        },
     ],
     "cells": [
         *(_in("chat", c) for c in RESULT["cells"]),
@@ -212,11 +276,11 @@ def test_a_chat_only_run_has_no_dialect_heading():
 def test_table_has_a_heading_per_dialect_chat_first_and_laid_out_as_before():
     text = render_table(DIALECTS)
     assert text.index("dialect: chat") < text.index("dialect: messages")
-    chat = text[text.index("dialect: chat"): text.index("dialect: messages")]
+    chat = text[text.index("dialect: chat") : text.index("dialect: messages")]
     # Chat's blocks are the Chat-only run's, word for word.
     assert chat.split("\n", 3)[3] == render_table(RESULT).split("! the gateway's books")[0]
-    messages = text[text.index("dialect: messages"):]
-    direct = messages[messages.index("gateway: direct"): messages.index("gateway: finish_fix")].splitlines()
+    messages = text[text.index("dialect: messages") :]
+    direct = messages[messages.index("gateway: direct") : messages.index("gateway: finish_fix")].splitlines()
     # The dialect's own clients, in its order.
     assert direct[1].split() == ["scenario", "anthropic-python", "pi-ai"]
     assert direct[3].split() == ["stall", "silent-truncation", "error"]
@@ -224,7 +288,7 @@ def test_table_has_a_heading_per_dialect_chat_first_and_laid_out_as_before():
 
 def test_table_says_n_a_for_a_gateway_the_lab_does_not_send_the_dialect_through():
     text = render_table(DIALECTS)
-    messages = text[text.index("dialect: messages"):]
+    messages = text[text.index("dialect: messages") :]
     assert f"n/a  {NOT_ROUTED}\n" in messages
     # litellm has no Chat cells in this result either, and n/a only where it was not run.
     assert "gateway: litellm" not in text
@@ -246,7 +310,9 @@ def test_html_has_a_section_per_dialect_with_its_grids_comparison_and_n_a():
     chat_section, messages_section = page[chat:messages], page[messages:]
     assert "compared with direct" in chat_section and "compared with direct" in messages_section
     assert "<th>anthropic-python</th>" in messages_section and "<th>anthropic-python</th>" not in chat_section
-    assert re.search(r'class="cell error better" data-id="c\d+" title="because error">silent-truncation &rarr; error</td>', messages_section)
+    assert re.search(
+        r'class="cell error better" data-id="c\d+" title="because error">silent-truncation &rarr; error</td>', messages_section
+    )
     assert f"<tr><th>litellm</th><td>n/a</td><td>{NOT_ROUTED}</td></tr>" in messages_section
     assert "n/a" not in chat_section
     # The scenario list names each scenario in each dialect, and a cell's details find its own.

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from trio.testing import MockClock
 
 from labs.gateways.litellm_proxy import VIA_FINISH_FIX, LiteLLMRoutes, litellm_config
 from labs.gateways.registry import GatewayContext, GatewayEntry, RunServices
@@ -35,12 +36,19 @@ def test_each_topology_gets_its_own_route_prefix_and_the_default_none():
 
 
 def test_one_litellm_config_routes_each_topology_to_its_own_upstreams():
-    config = litellm_config([
-        LiteLLMRoutes(prefix="", primary_base="http://127.0.0.1:1/v1", finish_fix_base="http://127.0.0.1:2/v1"),
-        LiteLLMRoutes(prefix="hub+spare/", primary_base="http://127.0.0.1:3/v1", spare_base="http://127.0.0.1:4/v1",
-                      finish_fix_base="http://127.0.0.1:5/v1"),
-        LiteLLMRoutes(prefix="hub/", primary_base="http://127.0.0.1:3/v1"),
-    ], master_key="sk-test")
+    config = litellm_config(
+        [
+            LiteLLMRoutes(prefix="", primary_base="http://127.0.0.1:1/v1", finish_fix_base="http://127.0.0.1:2/v1"),
+            LiteLLMRoutes(
+                prefix="hub+spare/",
+                primary_base="http://127.0.0.1:3/v1",
+                spare_base="http://127.0.0.1:4/v1",
+                finish_fix_base="http://127.0.0.1:5/v1",
+            ),
+            LiteLLMRoutes(prefix="hub/", primary_base="http://127.0.0.1:3/v1"),
+        ],
+        master_key="sk-test",
+    )
     routes = _routes_by_model_name(config)
     bases = {name: [(d["api_base"], d.get("order")) for d in deployments] for name, deployments in routes.items()}
     assert bases == {
@@ -75,7 +83,8 @@ def test_entries_asking_for_one_run_service_at_once_start_it_once(tmp_path):
         return Gateway(name=f"g{number}", base_url="http://127.0.0.1:9/v1")
 
     entries = [GatewayEntry(name=name, summary="", start=entry_start) for name in ("a", "b", "c")]
-    gateways = run_trio(_start_at_once, entries, ctx, deadline=10)
+    # On the MockClock: the slow start's 0.2 s is trio's own sleep, so it takes no real time.
+    gateways = run_trio(_start_at_once, entries, ctx, deadline=10, clock=MockClock(autojump_threshold=0))
     assert starts == [1]
     assert {g.name for g in gateways.values()} == {"g1"}
 

@@ -9,6 +9,7 @@ import pytest
 
 from labs.gateways.services import Gateway, books_entry
 from labs.hub import Hub, HubExchange, TunnelDropPolicy
+from labs.outcome import Outcome
 from labs.runner import CellResult
 from labs.topology import attach_workers
 from labs.worker import RunningWorker, WorkerSettings
@@ -91,8 +92,14 @@ def test_finish_fix_verdicts_map_to_books_words():
         verdict: books_entry(gateway, [{"model": "c0001;x=1", "verdict": verdict}], "c0001")[0]
         for verdict in ("clean", "repaired", "interrupted", "upstream_error", "http_error", "skipped")
     }
-    assert words == {"clean": "ok", "repaired": "ok", "interrupted": "error", "upstream_error": "error",
-                     "http_error": "error", "skipped": None}
+    assert words == {
+        "clean": "ok",
+        "repaired": "ok",
+        "interrupted": "error",
+        "upstream_error": "error",
+        "http_error": "error",
+        "skipped": None,
+    }
 
 
 # -- the hub, the incident and the spare worker (issue 7) -------------------------------------------
@@ -174,12 +181,32 @@ def test_the_spare_answered_when_it_saw_the_request_else_the_primary():
 
     primary = worker("c0001;tokens=3", "c0002;tokens=3", "c0002;tokens=3", "via-finish-fix/c0003;tokens=3")
     spare = worker("c0002;tokens=3")
-    exchange = HubExchange(method="POST", path="/v1/chat/completions", model="c0001;tokens=3",
-                           policy=TunnelDropPolicy.CLOSE, status=200, upstream_ending="fin", action="clean_end", body_bytes=0)
-    hub = Hub(host="127.0.0.1", port=2, upstream_host="127.0.0.1", upstream_port=3, _policy=TunnelDropPolicy.CLOSE,
-              exchanges=[exchange])
-    results = [CellResult(scenario="s", client="httpx-sse", gateway="litellm", cell_id=cell, outcome="ok", why="",
-                          report={}, request_model=f"{cell};tokens=3") for cell in ("c0001", "c0002", "c0003", "c0004")]
+    exchange = HubExchange(
+        method="POST",
+        path="/v1/chat/completions",
+        model="c0001;tokens=3",
+        policy=TunnelDropPolicy.CLOSE,
+        status=200,
+        upstream_ending="fin",
+        action="clean_end",
+        body_bytes=0,
+    )
+    hub = Hub(
+        host="127.0.0.1", port=2, upstream_host="127.0.0.1", upstream_port=3, _policy=TunnelDropPolicy.CLOSE, exchanges=[exchange]
+    )
+    results = [
+        CellResult(
+            scenario="s",
+            client="httpx-sse",
+            gateway="litellm",
+            cell_id=cell,
+            outcome=Outcome.OK,
+            why="",
+            report={},
+            request_model=f"{cell};tokens=3",
+        )
+        for cell in ("c0001", "c0002", "c0003", "c0004")
+    ]
     attach_workers(results, {"primary": primary, "spare": spare}, hub)
     assert [(r.answered_by, r.worker_requests) for r in results] == [
         ("primary", {"primary": 1}),

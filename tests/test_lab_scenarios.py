@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import pytest
-
-from labs.fault_plan import FaultPlanError, build_fault
 import dataclasses
 
+import pytest
 import trio
 
 from finishline import Dialect
 from labs.__main__ import select_scenarios
 from labs.clients import CLIENTS_BY_DIALECT
+from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import GATEWAYS
 from labs.gateways.registry import lookup
 from labs.hub import TunnelDropPolicy
 from labs.runner import LabConfig, LabError, NotApplicable, plan_cells, plan_not_applicable, run_lab
-from labs.topology import topology_groups
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, Topology, cell_id_of, load_scenario, load_scenarios
+from labs.topology import topology_groups
 from labs.worker.server import settings_for_request
 from labs.worker.settings import Finish, WorkerSettings
 from labs.worker.wire import response_plan
@@ -199,7 +198,9 @@ def test_unknown_clients_are_refused_naming_the_valid_ones(tmp_path):
 
 def test_unknown_gateways_are_refused_naming_the_valid_ones(tmp_path):
     path = scenario_file(tmp_path, 'gateways = ["nginx"]\n')
-    with pytest.raises(ScenarioError, match=r"`gateways`: unknown 'nginx'; valid: direct, finish_fix, litellm, litellm\+finish_fix"):
+    with pytest.raises(
+        ScenarioError, match=r"`gateways`: unknown 'nginx'; valid: direct, finish_fix, litellm, litellm\+finish_fix"
+    ):
         load_scenario(path)
 
 
@@ -282,8 +283,13 @@ def test_the_incident_drops_the_tunnel_137_seconds_into_a_longer_prefill():
 
 
 def test_scenarios_are_grouped_by_topology_default_first_in_the_given_order():
-    names = ["rule1-prefill-cut-hub-abort-spare", "cut-after-tokens-hub-close", "healthy",
-             "rule1-prefill-cut-hub-close-spare", "reason-omitted"]
+    names = [
+        "rule1-prefill-cut-hub-abort-spare",
+        "cut-after-tokens-hub-close",
+        "healthy",
+        "rule1-prefill-cut-hub-close-spare",
+        "reason-omitted",
+    ]
     scenarios = tuple(load_scenario_named(name) for name in names)
     config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct",))
     groups = topology_groups(config.scenarios, plan_cells(config))
@@ -302,7 +308,13 @@ def test_a_scenario_without_cells_starts_no_topology(tmp_path):
 
 @pytest.mark.parametrize(
     ("model", "cell"),
-    [("c0007;tokens=3", "c0007"), ("via-finish-fix/c0007;tokens=3", "c0007"), ("openai/c0042", "c0042"), (None, None), ("", None)],
+    [
+        ("c0007;tokens=3", "c0007"),
+        ("via-finish-fix/c0007;tokens=3", "c0007"),
+        ("openai/c0042", "c0042"),
+        (None, None),
+        ("", None),
+    ],
 )
 def test_the_cell_id_is_read_back_from_a_model_name_as_gateways_and_workers_see_it(model, cell):
     assert cell_id_of(model) == cell
@@ -310,13 +322,16 @@ def test_the_cell_id_is_read_back_from_a_model_name_as_gateways_and_workers_see_
 
 def test_the_external_gateway_runs_only_todays_topology():
     # Its upstream is the tunnel's fixed port: a hub or spare scenario would not reach it.
-    scenarios = tuple(load_scenario_named(n) for n in ("healthy", "cut-after-tokens-hub-close", "rule1-prefill-cut-hub-abort-spare"))
+    scenarios = tuple(
+        load_scenario_named(n) for n in ("healthy", "cut-after-tokens-hub-close", "rule1-prefill-cut-hub-abort-spare")
+    )
     config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct", "external"))
     assert [(c.scenario.name, c.gateway) for c in plan_cells(config)] == [
-        ("healthy", "direct"), ("healthy", "external"),
-        ("cut-after-tokens-hub-close", "direct"), ("rule1-prefill-cut-hub-abort-spare", "direct"),
+        ("healthy", "direct"),
+        ("healthy", "external"),
+        ("cut-after-tokens-hub-close", "direct"),
+        ("rule1-prefill-cut-hub-abort-spare", "direct"),
     ]
-
 
 
 # -- dialects (issue 13) ---------------------------------------------------------------------------
@@ -330,8 +345,11 @@ def dialect_runs():
 def test_every_scenario_builds_its_fault_and_answer_in_each_of_its_dialects(scenario, dialect):
     fault = build_fault(scenario, dialect)
     assert (fault is None) == (scenario.fault is None)
-    words = {Dialect.CHAT: {"stop", "length", "tool_calls"}, Dialect.MESSAGES: {"end_turn", "max_tokens", "tool_use"},
-             Dialect.RESPONSES: {"completed", "incomplete"}}[dialect]
+    words = {
+        Dialect.CHAT: {"stop", "length", "tool_calls"},
+        Dialect.MESSAGES: {"end_turn", "max_tokens", "tool_use"},
+        Dialect.RESPONSES: {"completed", "incomplete"},
+    }[dialect]
     expected = scenario.expected(dialect)
     assert expected.dialect is dialect
     assert expected.finish_reason in words | {None}
@@ -429,15 +447,30 @@ def test_a_gateway_that_does_not_serve_a_dialect_has_no_cells_there_but_an_n_a_w
     scenarios = (load_scenario_named("healthy"), load_scenario_named("stop-reason-null"))
     config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct", "litellm", "smg"), dialects=tuple(Dialect))
     assert [(c.scenario.name, c.dialect.value, c.gateway) for c in plan_cells(config)] == [
-        ("healthy", "chat", "direct"), ("healthy", "chat", "litellm"), ("healthy", "chat", "smg"),
-        ("healthy", "messages", "direct"), ("stop-reason-null", "messages", "direct"),
+        ("healthy", "chat", "direct"),
+        ("healthy", "chat", "litellm"),
+        ("healthy", "chat", "smg"),
+        ("healthy", "messages", "direct"),
+        ("stop-reason-null", "messages", "direct"),
         ("healthy", "responses", "direct"),
     ]
     assert plan_not_applicable(config) == [
-        NotApplicable(dialect=Dialect.MESSAGES, gateway="litellm", why="litellm: the lab does not yet route /v1/messages through this gateway"),
-        NotApplicable(dialect=Dialect.MESSAGES, gateway="smg", why="smg: the lab does not yet route /v1/messages through this gateway"),
-        NotApplicable(dialect=Dialect.RESPONSES, gateway="litellm", why="litellm: the lab does not yet route /v1/responses through this gateway"),
-        NotApplicable(dialect=Dialect.RESPONSES, gateway="smg", why="smg: the lab does not yet route /v1/responses through this gateway"),
+        NotApplicable(
+            dialect=Dialect.MESSAGES,
+            gateway="litellm",
+            why="litellm: the lab does not yet route /v1/messages through this gateway",
+        ),
+        NotApplicable(
+            dialect=Dialect.MESSAGES, gateway="smg", why="smg: the lab does not yet route /v1/messages through this gateway"
+        ),
+        NotApplicable(
+            dialect=Dialect.RESPONSES,
+            gateway="litellm",
+            why="litellm: the lab does not yet route /v1/responses through this gateway",
+        ),
+        NotApplicable(
+            dialect=Dialect.RESPONSES, gateway="smg", why="smg: the lab does not yet route /v1/responses through this gateway"
+        ),
     ]
 
 
@@ -458,9 +491,15 @@ def test_the_default_run_takes_each_scenario_in_its_default_dialects_and_all_in_
     assert "sliced" not in default and everything["sliced"] == tuple(Dialect)
     # The Chat part of the default run is the scenarios it had before there were dialects.
     assert {name for name, dialects in default.items() if Dialect.CHAT in dialects} == DEFAULT_SET - {
-        "cut-after-tokens-reset", "sliced", "latency-jitter", "stop-reason-null", "close-after-reasoning", "bare-error-frame",
+        "cut-after-tokens-reset",
+        "sliced",
+        "latency-jitter",
+        "stop-reason-null",
+        "close-after-reasoning",
+        "bare-error-frame",
         # The slow conduct scenarios (issue 14) are `default = false`.
-        "no-response", "slow-first-token",
+        "no-response",
+        "slow-first-token",
     }
 
 
@@ -468,7 +507,12 @@ def test_asking_for_dialects_narrows_every_scenario_to_them():
     chosen = select_scenarios(None, everything=False, dialects=(Dialect.MESSAGES,))
     assert all(s.dialects == (Dialect.MESSAGES,) for s in chosen)
     assert {s.name for s in chosen} == {
-        "healthy", "stop-reason-null", "tool-calls-omitted", "cut-after-tokens-fin", "cut-after-tokens-hub-close", "stall-after-tokens",
+        "healthy",
+        "stop-reason-null",
+        "tool-calls-omitted",
+        "cut-after-tokens-fin",
+        "cut-after-tokens-hub-close",
+        "stall-after-tokens",
     }
     # By name: in the dialects it lists, default or not.
     assert [s.dialects for s in select_scenarios(["reason-empty"], everything=False)] == [(Dialect.CHAT, Dialect.MESSAGES)]

@@ -9,38 +9,89 @@ import re
 
 import pytest
 
+from labs.outcome import Outcome
 from labs.report_html import render_html
 from labs.scorecard import COLUMNS, Score, build_scorecard, render_scorecard_markdown, render_scorecard_text
 
 _numbers = itertools.count(1)
 
 
-def _cell(scenario, gateway, outcome, *, client="openai-python", books=None, mismatch=False, error_class=None,
-          attempts=(), tries=None, unstable=False, repeats=()):
+def _cell(
+    scenario,
+    gateway,
+    outcome,
+    *,
+    client="openai-python",
+    books=None,
+    mismatch=False,
+    error_class=None,
+    attempts=(),
+    tries=None,
+    unstable=False,
+    repeats=(),
+):
     return {
-        "scenario": scenario, "dialect": "chat", "client": client, "gateway": gateway,
-        "cell_id": f"c{next(_numbers):04d}", "outcome": outcome, "why": outcome, "request_model": "m",
-        "report": {"completed": outcome == "ok", "text": "", "reasoning": "", "finish_reason": None, "tool_calls": [],
-                   "error_class": error_class, "error_message": None, "ttft_s": None, "duration_s": 1.0,
-                   "timed_out": outcome == "hang", "http_status": 200, "connection": None},
-        "books": books, "books_entry": None, "books_mismatch": mismatch,
-        "attempts": list(attempts), "tries": tries, "unstable": unstable, "repeats": list(repeats),
+        "scenario": scenario,
+        "dialect": "chat",
+        "client": client,
+        "gateway": gateway,
+        "cell_id": f"c{next(_numbers):04d}",
+        "outcome": Outcome(outcome),
+        "why": outcome,
+        "request_model": "m",
+        "report": {
+            "completed": outcome == "ok",
+            "text": "",
+            "reasoning": "",
+            "finish_reason": None,
+            "tool_calls": [],
+            "error_class": error_class,
+            "error_message": None,
+            "ttft_s": None,
+            "duration_s": 1.0,
+            "timed_out": outcome == "hang",
+            "http_status": 200,
+            "connection": None,
+        },
+        "books": books,
+        "books_entry": None,
+        "books_mismatch": mismatch,
+        "attempts": list(attempts),
+        "tries": tries,
+        "unstable": unstable,
+        "repeats": list(repeats),
     }
 
 
 def _scenario(name, *, finish_reason="stop", worker=""):
-    return {"name": name, "dialect": "chat", "title": name, "worker": worker,
-            "expected": {"text": "The quick", "finish_reason": finish_reason, "tool_calls": []}}
+    return {
+        "name": name,
+        "dialect": "chat",
+        "title": name,
+        "worker": worker,
+        "expected": {"text": "The quick", "finish_reason": finish_reason, "tool_calls": []},
+    }
 
 
 def _attempt(at, arrived_at, *, head_s=0.01, status=200):
-    return {"at": at, "cell_id": "x", "server": at, "dialect": "chat", "arrived_at": arrived_at, "head_s": head_s,
-            "first_token_s": None, "ended": "complete", "status": status}
+    return {
+        "at": at,
+        "cell_id": "x",
+        "server": at,
+        "dialect": "chat",
+        "arrived_at": arrived_at,
+        "head_s": head_s,
+        "first_token_s": None,
+        "ended": "complete",
+        "status": status,
+    }
 
 
 SCENARIOS = [
-    _scenario("healthy"), _scenario("length-omitted", finish_reason="length"),
-    _scenario("cut-after-tokens-fin"), _scenario("stall-after-tokens"),
+    _scenario("healthy"),
+    _scenario("length-omitted", finish_reason="length"),
+    _scenario("cut-after-tokens-fin"),
+    _scenario("stall-after-tokens"),
     _scenario("rule1-prefill-cut-hub-abort-spare"),
     _scenario("http-429-retry-after", worker="http_429_retry_after=2"),
     _scenario("http-400-context-length", finish_reason=None, worker="http_400_context_length=1"),
@@ -49,7 +100,8 @@ SCENARIOS = [
 
 def _card(*cells, gateways=None):
     result = {
-        "scenarios": SCENARIOS, "cells": list(cells),
+        "scenarios": SCENARIOS,
+        "cells": list(cells),
         "gateways": gateways or list(dict.fromkeys(c["gateway"] for c in cells)),
         "versions": {"gateways": {"LiteLLM": "1.108.7", "Envoy": "1.40.0"}},
     }
@@ -62,29 +114,40 @@ def _score(card, gateway, column):
 
 def test_the_columns_are_the_issues_names_in_order():
     assert [c.name for c in COLUMNS] == [
-        "retry-before-first-token", "say-why-after-first-token", "books-say-error", "finish-reason-on-natural-end",
-        "stall-ends-in-error", "retry-after-honoured", "no-retry-of-a-400",
+        "retry-before-first-token",
+        "say-why-after-first-token",
+        "books-say-error",
+        "finish-reason-on-natural-end",
+        "stall-ends-in-error",
+        "retry-after-honoured",
+        "no-retry-of-a-400",
     ]
 
 
-@pytest.mark.parametrize("outcomes, score", [
-    (["ok", "ok"], "pass"),
-    (["ok", "error"], "safe"),
-    (["error", "flagged"], "safe"),
-    (["ok", "silent-truncation"], "fail"),
-    (["error", "hang"], "fail"),
-])
+@pytest.mark.parametrize(
+    "outcomes, score",
+    [
+        (["ok", "ok"], "pass"),
+        (["ok", "error"], "safe"),
+        (["error", "flagged"], "safe"),
+        (["ok", "silent-truncation"], "fail"),
+        (["error", "hang"], "fail"),
+    ],
+)
 def test_rule_1_passes_with_the_spares_answer_is_safe_with_a_clean_error_and_fails_otherwise(outcomes, score):
     card = _card(*(_cell("rule1-prefill-cut-hub-abort-spare", "g", o, client=f"c{n}") for n, o in enumerate(outcomes)))
     assert _score(card, "g", "retry-before-first-token") == score
 
 
-@pytest.mark.parametrize("outcomes, score", [
-    (["error", "error"], "pass"),
-    (["error", "flagged"], "safe"),
-    (["error", "silent-truncation"], "fail"),
-    (["flagged", "hang"], "fail"),
-])
+@pytest.mark.parametrize(
+    "outcomes, score",
+    [
+        (["error", "error"], "pass"),
+        (["error", "flagged"], "safe"),
+        (["error", "silent-truncation"], "fail"),
+        (["flagged", "hang"], "fail"),
+    ],
+)
 def test_say_why_after_first_token_wants_every_client_to_raise(outcomes, score):
     card = _card(*(_cell("cut-after-tokens-fin", "g", o, client=f"c{n}") for n, o in enumerate(outcomes)))
     assert _score(card, "g", "say-why-after-first-token") == score
@@ -98,23 +161,29 @@ def test_the_fail_evidence_names_the_failing_cells_only():
     assert entry["evidence"][0]["client"] == "openai-node"
 
 
-@pytest.mark.parametrize("books, outcome, mismatch, score", [
-    ("error", "error", False, "pass"),
-    ("ok", "ok", False, "pass"),
-    ("error", "ok", True, "safe"),
-    ("ok", "silent-truncation", True, "fail"),
-    ("no entry", "error", True, "fail"),
-])
+@pytest.mark.parametrize(
+    "books, outcome, mismatch, score",
+    [
+        ("error", "error", False, "pass"),
+        ("ok", "ok", False, "pass"),
+        ("error", "ok", True, "safe"),
+        ("ok", "silent-truncation", True, "fail"),
+        ("no entry", "error", True, "fail"),
+    ],
+)
 def test_books_say_error_for_every_request_whose_client_did_not_get_the_answer(books, outcome, mismatch, score):
     card = _card(_cell("healthy", "g", outcome, books=books, mismatch=mismatch))
     assert _score(card, "g", "books-say-error") == score
 
 
-@pytest.mark.parametrize("scenario, error_class, score", [
-    ("length-omitted", "LengthFinishReasonError", "pass"),  # the client's answer to a delivered `length`
-    ("length-omitted", "APIError", "fail"),
-    ("healthy", "LengthFinishReasonError", "fail"),
-])
+@pytest.mark.parametrize(
+    "scenario, error_class, score",
+    [
+        ("length-omitted", "LengthFinishReasonError", "pass"),  # the client's answer to a delivered `length`
+        ("length-omitted", "APIError", "fail"),
+        ("healthy", "LengthFinishReasonError", "fail"),
+    ],
+)
 def test_books_ok_for_a_client_that_raises_on_a_delivered_length_by_design(scenario, error_class, score):
     card = _card(_cell(scenario, "g", "error", books="ok", error_class=error_class, client="openai-python-helper"))
     assert _score(card, "g", "books-say-error") == score
@@ -126,13 +195,16 @@ def test_a_gateway_without_books_is_n_a_in_the_books_column():
     assert _score(card, "direct", "books-say-error") == "n/a"
 
 
-@pytest.mark.parametrize("scenario, outcome, error_class, score", [
-    ("healthy", "ok", None, "pass"),
-    ("length-omitted", "silent-truncation", None, "fail"),
-    ("length-omitted", "error", "LengthFinishReasonError", "pass"),
-    ("healthy", "error", "LengthFinishReasonError", "safe"),
-    ("length-omitted", "error", "APIError", "safe"),
-])
+@pytest.mark.parametrize(
+    "scenario, outcome, error_class, score",
+    [
+        ("healthy", "ok", None, "pass"),
+        ("length-omitted", "silent-truncation", None, "fail"),
+        ("length-omitted", "error", "LengthFinishReasonError", "pass"),
+        ("healthy", "error", "LengthFinishReasonError", "safe"),
+        ("length-omitted", "error", "APIError", "safe"),
+    ],
+)
 def test_finish_reason_on_natural_end(scenario, outcome, error_class, score):
     card = _card(_cell(scenario, "g", outcome, error_class=error_class))
     assert _score(card, "g", "finish-reason-on-natural-end") == score
@@ -143,22 +215,31 @@ def test_a_stall_must_end_in_an_error(outcome, score):
     assert _score(_card(_cell("stall-after-tokens", "g", outcome)), "g", "stall-ends-in-error") == score
 
 
-@pytest.mark.parametrize("attempts, outcome, score", [
-    ([_attempt("primary", 10.0), _attempt("primary", 12.5)], "ok", "pass"),
-    ([_attempt("primary", 10.0), _attempt("primary", 10.4)], "ok", "fail"),
-    ([_attempt("primary", 10.0)], "error", "safe"),
-    ([_attempt("primary", 10.0)], "silent-truncation", "fail"),
-    # Through the hub, the hub's attempts are the gateway's (each also reaches the primary).
-    ([_attempt("hub", 10.0), _attempt("primary", 10.0), _attempt("hub", 12.2), _attempt("primary", 12.2)], "ok", "pass"),
-])
+@pytest.mark.parametrize(
+    "attempts, outcome, score",
+    [
+        ([_attempt("primary", 10.0), _attempt("primary", 12.5)], "ok", "pass"),
+        ([_attempt("primary", 10.0), _attempt("primary", 10.4)], "ok", "fail"),
+        ([_attempt("primary", 10.0)], "error", "safe"),
+        ([_attempt("primary", 10.0)], "silent-truncation", "fail"),
+        # Through the hub, the hub's attempts are the gateway's (each also reaches the primary).
+        ([_attempt("hub", 10.0), _attempt("primary", 10.0), _attempt("hub", 12.2), _attempt("primary", 12.2)], "ok", "pass"),
+    ],
+)
 def test_retry_after_is_honoured_when_the_retry_waits_as_long_as_the_429_asked(attempts, outcome, score):
     card = _card(_cell("http-429-retry-after", "g", outcome, attempts=attempts, tries=len(attempts)))
     assert _score(card, "g", "retry-after-honoured") == score
 
 
-@pytest.mark.parametrize("outcome, tries, score", [
-    ("error", 1, "pass"), ("error", 3, "fail"), ("silent-truncation", 1, "fail"), ("flagged", 1, "safe"),
-])
+@pytest.mark.parametrize(
+    "outcome, tries, score",
+    [
+        ("error", 1, "pass"),
+        ("error", 3, "fail"),
+        ("silent-truncation", 1, "fail"),
+        ("flagged", 1, "safe"),
+    ],
+)
 def test_a_400_context_length_must_not_be_retried(outcome, tries, score):
     card = _card(_cell("http-400-context-length", "g", outcome, tries=tries))
     assert _score(card, "g", "no-retry-of-a-400") == score
@@ -166,14 +247,21 @@ def test_a_400_context_length_must_not_be_retried(outcome, tries, score):
 
 def test_a_column_whose_scenarios_the_run_did_not_include_is_n_a():
     card = _card(_cell("healthy", "g", "ok"))
-    for column in ("retry-before-first-token", "say-why-after-first-token", "stall-ends-in-error",
-                   "retry-after-honoured", "no-retry-of-a-400"):
+    for column in (
+        "retry-before-first-token",
+        "say-why-after-first-token",
+        "stall-ends-in-error",
+        "retry-after-honoured",
+        "no-retry-of-a-400",
+    ):
         assert _score(card, "g", column) == "n/a"
 
 
 def test_an_unstable_cell_fails_its_column_with_the_split_as_evidence():
-    repeats = [{"repeat": n, "cell_id": f"c{n}", "outcome": o, "books": "ok", "books_mismatch": False, "tries": 1,
-                "total_s": 1.0} for n, o in enumerate(["ok", "ok", "error"], start=1)]
+    repeats = [
+        {"repeat": n, "cell_id": f"c{n}", "outcome": o, "books": "ok", "books_mismatch": False, "tries": 1, "total_s": 1.0}
+        for n, o in enumerate(["ok", "ok", "error"], start=1)
+    ]
     flip = _cell("healthy", "envoy", "ok", books="ok", unstable=True, repeats=repeats)
     card = _card(_cell("healthy", "envoy", "ok", books="ok", client="pi-ai"), flip)
     entry = card["gateways"]["envoy"]["finish-reason-on-natural-end"]
@@ -185,7 +273,8 @@ def test_an_unstable_cell_fails_its_column_with_the_split_as_evidence():
 
 def _mixed_card():
     return _card(
-        _cell("cut-after-tokens-fin", "direct", "silent-truncation"), _cell("stall-after-tokens", "direct", "hang"),
+        _cell("cut-after-tokens-fin", "direct", "silent-truncation"),
+        _cell("stall-after-tokens", "direct", "hang"),
         _cell("cut-after-tokens-fin", "finish_fix", "error", books="error"),
         _cell("stall-after-tokens", "finish_fix", "error", books="error"),
         _cell("healthy", "finish_fix", "ok", books="ok"),
@@ -198,8 +287,10 @@ def test_scorecard_md_holds_the_same_cells_as_result_json():
     rows = [line for line in markdown.splitlines() if line.startswith("| ")]
     header = [cell.strip() for cell in rows[0].strip("|").split("|")]
     assert header == ["gateway", *card["columns"]]
-    table = {cells[0]: dict(zip(header[1:], cells[1:]))
-             for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows[1:])}
+    table = {
+        cells[0]: dict(zip(header[1:], cells[1:]))
+        for cells in ([c.strip() for c in row.strip("|").split("|")] for row in rows[1:])
+    }
     assert table == {g: {name: entry["score"] for name, entry in scores.items()} for g, scores in card["gateways"].items()}
     assert "- LiteLLM: 1.108.7" in markdown
 
@@ -217,15 +308,22 @@ def test_the_terminal_card_has_a_row_per_gateway_and_says_why_each_fail():
 def test_the_report_puts_the_card_first_with_each_evidence_a_link_to_its_cell():
     card = _mixed_card()
     failing = card["gateways"]["direct"]["stall-ends-in-error"]["evidence"][0]
-    result = {"duration_s": 1.0, "versions": {}, "clients": ["openai-python"], "gateways": ["direct", "finish_fix"],
-              "scenarios": SCENARIOS, "cells": [], "scorecard": card}
+    result = {
+        "duration_s": 1.0,
+        "versions": {},
+        "clients": ["openai-python"],
+        "gateways": ["direct", "finish_fix"],
+        "scenarios": SCENARIOS,
+        "cells": [],
+        "scorecard": card,
+    }
     page = render_html(result)
     assert page.index("<h2>scorecard</h2>") < page.index("<h2>versions</h2>")
     assert f'<a href="#" class="evidence" data-id="{failing["cell_id"]}"' in page
     # Every word of the card is in the report's table, row by row.
-    grid = page[page.index('class="grid scorecard"'):]
+    grid = page[page.index('class="grid scorecard"') :]
     for gateway, scores in card["gateways"].items():
-        row = grid[grid.index(f"<tr><th>{gateway}</th>"):]
+        row = grid[grid.index(f"<tr><th>{gateway}</th>") :]
         row = row[: row.index("</tr>")]
         assert re.findall(r"<b>([^<]+)</b>", row) == [scores[name]["score"] for name in card["columns"]]
     assert Score.FAIL.value in page

@@ -10,7 +10,7 @@ from labs.outcome import BOOKS_ERROR, BOOKS_OK, ClientReport, Expected, Outcome,
 ANSWER = "The quick brown fox jumps over"
 STOP = Expected(text=ANSWER, finish_reason="stop")
 LENGTH = Expected(text=ANSWER, finish_reason="length")
-TOOLS = Expected(text="", finish_reason="tool_calls", tool_calls=({"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"},))
+TOOLS = Expected(text="", finish_reason="tool_calls", tool_calls=({"name": "get_weather", "arguments": '{"city": "Paris"}'},))
 ENDS_IN_ERROR = Expected(text="The quick", finish_reason=None)
 
 
@@ -70,7 +70,7 @@ def test_missing_tool_call_is_silent_truncation():
 
 @pytest.mark.parametrize("spelling", ["tool_calls", "tool-calls", "toolUse"])
 def test_each_clients_spelling_of_tool_calls_is_the_same_reason(spelling):
-    call = [{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}]
+    call = [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
     assert judge(report(text="", finish_reason=spelling, tool_calls=call), TOOLS).outcome is Outcome.OK
 
 
@@ -84,7 +84,7 @@ def test_a_tool_call_with_cut_arguments_is_silent_truncation():
     call = [{"name": "get_weather", "arguments": '{"city": "Pa'}]
     judgement = judge(report(text="", finish_reason="tool_calls", tool_calls=call), TOOLS)
     assert judgement.outcome is Outcome.SILENT_TRUNCATION
-    assert "tool call 0 is get_weather({\"city\": \"Pa)" in judgement.reason
+    assert 'tool call 0 is get_weather({"city": "Pa)' in judgement.reason
 
 
 def test_a_tool_call_with_another_name_is_silent_truncation():
@@ -220,7 +220,7 @@ def test_a_messages_stream_without_the_reason_to_act_on_is_silent_truncation(tru
 
 
 def test_an_invented_end_turn_for_a_tool_use_is_silent_truncation():
-    call = [{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}]
+    call = [{"name": "get_weather", "arguments": '{"city": "Paris"}'}]
     expected = Expected(text="", finish_reason="tool_use", tool_calls=TOOLS.tool_calls, dialect=Dialect.MESSAGES)
     assert judge(report(text="", finish_reason="end_turn", tool_calls=call), expected).outcome is Outcome.SILENT_TRUNCATION
     assert judge(report(text="", finish_reason="tool_use", tool_calls=call), expected).outcome is Outcome.OK
@@ -248,7 +248,10 @@ def test_a_responses_success_without_a_terminal_status_is_silent_truncation(surf
     # raw iterators end with no terminal event at all. Unlike Chat, no reason is never right.
     judgement = judge(report(finish_reason=surfaced), responses("completed"))
     assert judgement.outcome is Outcome.SILENT_TRUNCATION
-    assert judgement.reason == f"full text, but finish reason {canonical_reason(surfaced, Dialect.RESPONSES)!r} where the worker's was 'completed'"
+    assert (
+        judgement.reason
+        == f"full text, but finish reason {canonical_reason(surfaced, Dialect.RESPONSES)!r} where the worker's was 'completed'"
+    )
 
 
 def test_a_responses_failed_status_surfaced_without_raising_is_flagged():
@@ -273,6 +276,9 @@ def test_the_ai_sdks_and_pis_failure_reasons_are_flagged_in_every_dialect(dialec
 @pytest.mark.parametrize("dialect", list(Dialect))
 def test_a_raised_error_and_a_hang_mean_the_same_in_every_dialect(dialect):
     expected = Expected(text=ANSWER, finish_reason=None, dialect=dialect)
-    assert judge(report(completed=False, error_class="APIError", error_message="stream was interrupted"), expected).outcome is Outcome.ERROR
+    assert (
+        judge(report(completed=False, error_class="APIError", error_message="stream was interrupted"), expected).outcome
+        is Outcome.ERROR
+    )
     assert judge(report(completed=False, timed_out=True), expected).outcome is Outcome.HANG
     assert judge(report(text="The quick"), expected).outcome is Outcome.SILENT_TRUNCATION

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from faults.child_processes import run_child
+from finish_fix_command import addon_path
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,6 +23,7 @@ mitmdump()
 """
 
 
+@pytest.mark.e2e
 def test_the_core_imports_only_the_standard_library():
     code = (
         "import sys; sys.path.insert(0, 'addons'); import finishline; "
@@ -36,8 +38,18 @@ def test_the_core_imports_only_the_standard_library():
 def test_a_stock_mitmdump_loads_the_addon_from_the_checkout(tmp_path):
     # A bad value is refused by the addon's own `configure`: proof that the script and its sibling
     # modules (the core among them) were found through -s alone.
-    args = ["--set", f"confdir={tmp_path}", "--listen-host", "127.0.0.1", "--listen-port", "0",
-            "-s", str(ROOT / "addons" / "finish_fix.py"), "--set", "finish_fix_on_cut=bogus"]
+    args = [
+        "--set",
+        f"confdir={tmp_path}",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        "0",
+        "-s",
+        str(addon_path()),
+        "--set",
+        "finish_fix_on_cut=bogus",
+    ]
     result = run_child([sys.executable, "-I", "-c", STOCK_MITMDUMP, *args], cwd=tmp_path, timeout=60)
     output = result.stdout + result.stderr
     assert result.returncode != 0

@@ -18,11 +18,13 @@ from tests.fixtures_lab import run_trio
 LIMIT = Toxic(name="limit", type="limit_data", attributes={"bytes": 10})
 
 
+@pytest.mark.e2e
 def test_server_reports_version_2_12_0(toxiproxy_server):
     assert toxiproxy_server.client.version() == "2.12.0"
     assert toxiproxy_server.host == "127.0.0.1"
 
 
+@pytest.mark.e2e
 def test_two_servers_at_once_each_client_talks_to_its_own(toxiproxy):
     # toxiproxy-python alone keeps one address per process (class attributes of APIConsumer).
     with run_toxiproxy_server() as other:
@@ -32,6 +34,7 @@ def test_two_servers_at_once_each_client_talks_to_its_own(toxiproxy):
         assert set(other.client.proxies()) == {"only_on_second"}
 
 
+@pytest.mark.e2e
 def test_server_is_stopped_on_exit():
     with run_toxiproxy_server() as server:
         client = server.client
@@ -40,6 +43,7 @@ def test_server_is_stopped_on_exit():
         client.version()
 
 
+@pytest.mark.e2e
 def test_open_toxiproxy_server_from_trio():
     async def scenario():
         async with open_toxiproxy_server() as server:
@@ -58,6 +62,7 @@ def test_a_hung_api_times_out_instead_of_hanging():
             client.version()
 
 
+@pytest.mark.e2e
 def test_reset_removes_every_toxic_and_enables_every_proxy(toxiproxy):
     toxiproxy.create_proxy("p", upstream="127.0.0.1:9")
     toxiproxy.add_toxic("p", LIMIT)
@@ -69,6 +74,7 @@ def test_reset_removes_every_toxic_and_enables_every_proxy(toxiproxy):
     assert toxiproxy.proxies()["p"].enabled
 
 
+@pytest.mark.e2e
 def test_scoped_fault_removes_its_toxics_when_the_block_raises(toxiproxy):
     toxiproxy.create_proxy("p", upstream="127.0.0.1:9")
     fault = catalog.Fault(name="two", summary="", toxics=(LIMIT, Toxic(name="lag", type="latency", attributes={"latency": 5})))
@@ -80,6 +86,7 @@ def test_scoped_fault_removes_its_toxics_when_the_block_raises(toxiproxy):
     assert toxiproxy.toxics("p") == []
 
 
+@pytest.mark.e2e
 def test_scoped_fault_undoes_a_half_applied_fault(toxiproxy):
     toxiproxy.create_proxy("p", upstream="127.0.0.1:9")
     fault = catalog.Fault(name="bad", summary="", toxics=(LIMIT, Toxic(name="nonsense", type="no_such_toxic")))
@@ -90,6 +97,7 @@ def test_scoped_fault_undoes_a_half_applied_fault(toxiproxy):
     assert toxiproxy.toxics("p") == []
 
 
+@pytest.mark.e2e
 def test_scoped_fault_leaves_other_toxics_alone(toxiproxy):
     toxiproxy.create_proxy("p", upstream="127.0.0.1:9")
     toxiproxy.add_toxic("p", Toxic(name="someone_elses", type="latency", attributes={"latency": 1}))
@@ -100,6 +108,7 @@ def test_scoped_fault_leaves_other_toxics_alone(toxiproxy):
     assert [t.name for t in toxiproxy.toxics("p")] == ["someone_elses"]
 
 
+@pytest.mark.e2e
 def test_down_re_enables_the_proxy_after_an_error(toxiproxy):
     toxiproxy.create_proxy("p", upstream="127.0.0.1:9")
 
@@ -110,6 +119,7 @@ def test_down_re_enables_the_proxy_after_an_error(toxiproxy):
     assert toxiproxy.proxies()["p"].enabled
 
 
+@pytest.mark.e2e
 def test_async_scoped_fault_is_removed_when_cancelled(toxiproxy):
     toxiproxy.create_proxy("p", upstream="127.0.0.1:9")
 
@@ -123,6 +133,7 @@ def test_async_scoped_fault_is_removed_when_cancelled(toxiproxy):
     assert run_trio(scenario) == []
 
 
+@pytest.mark.e2e
 def test_a_scoped_fault_cannot_be_entered_twice(toxiproxy):
     toxiproxy.create_proxy("p", upstream="127.0.0.1:9")
     scoped = catalog.latency().applied(toxiproxy, "p")
@@ -130,6 +141,7 @@ def test_a_scoped_fault_cannot_be_entered_twice(toxiproxy):
         scoped.__enter__()
 
 
+@pytest.mark.e2e
 def test_open_toxiproxy_server_forks_on_the_trio_thread():
     # The parent-death signal follows the thread that started the server, and trio's worker
     # threads exit when idle: the kernel's per-thread list of children says which thread forked it.

@@ -4,6 +4,7 @@ real sockets: each fault's first and second attempt through httpx, one retry thr
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -22,7 +23,7 @@ OTHER = CELL_ID_TEMPLATE.format(8)
 PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
 
 
-def model(cell: str, **settings: object) -> str:
+def model(cell: str, **settings: Any) -> str:  # WorkerSettings' fields, as keywords
     return WorkerSettings(**settings).to_model_name(cell)
 
 
@@ -53,7 +54,12 @@ def test_a_healthy_stream_is_one_complete_attempt_with_a_head_and_a_first_token(
     assert answers[0][0] == 200
     [attempt] = attempts
     assert (attempt.cell_id, attempt.server, attempt.dialect, attempt.ended, attempt.status) == (
-        CELL, "primary", Dialect.CHAT, "complete", 200)
+        CELL,
+        "primary",
+        Dialect.CHAT,
+        "complete",
+        200,
+    )
     assert attempt.head_s is not None and attempt.first_token_s is not None
     assert attempt.first_token_s >= attempt.head_s
 
@@ -61,7 +67,9 @@ def test_a_healthy_stream_is_one_complete_attempt_with_a_head_and_a_first_token(
 def test_an_answer_without_tokens_and_an_error_have_no_first_token():
     _, attempts, _ = posts([body(CELL, tokens=0), body(OTHER, http_error=503)])
     assert [(a.ended, a.status, a.head_s is not None, a.first_token_s) for a in attempts] == [
-        ("complete", 200, True, None), ("http_error:503", 503, True, None)]
+        ("complete", 200, True, None),
+        ("http_error:503", 503, True, None),
+    ]
 
 
 def test_a_non_streaming_body_carries_the_first_token():
@@ -71,8 +79,16 @@ def test_a_non_streaming_body_carries_the_first_token():
 
 def test_attempts_of_picks_one_cell_from_several_servers_in_order_of_arrival():
     def at(cell, server, arrived_at):
-        return Attempt(cell_id=cell, server=server, dialect=Dialect.CHAT, arrived_at=arrived_at, head_s=None,
-                       first_token_s=None, ended="complete", status=200)
+        return Attempt(
+            cell_id=cell,
+            server=server,
+            dialect=Dialect.CHAT,
+            arrived_at=arrived_at,
+            head_s=None,
+            first_token_s=None,
+            ended="complete",
+            status=200,
+        )
 
     primary = [at(CELL, "primary", 3.0), at(OTHER, "primary", 1.0)]
     spare = [at(CELL, "spare", 2.0)]
@@ -200,9 +216,7 @@ def test_malformed_chunk_is_one_bad_event_mid_stream_in_the_dialects_framing(dia
         if dialect is not Dialect.CHAT:
             assert bad[0].startswith("event: ")
         # The rest of the stream is the healthy one, in order, around it.
-        healthy = response_plan(
-            WorkerSettings(tokens=4).for_request(request, dialect), dialect=dialect
-        )
+        healthy = response_plan(WorkerSettings(tokens=4).for_request(request, dialect), dialect=dialect)
         assert [e for e in events if e not in bad] == [s.event.decode().removesuffix("\n\n") for s in healthy.segments] + [""]
         assert events.index(bad[0]) not in (0, len(events) - 2)
     assert [a.ended for a in attempts] == ["complete", "complete"]
@@ -215,8 +229,8 @@ def test_openai_python_retries_a_500_and_the_worker_records_both_attempts():
 
             def call():
                 stream = client.chat.completions.create(
-                    model=model(CELL, tokens=3, http_500_once=True), messages=[{"role": "user", "content": "hi"}],
-                    stream=True)
+                    model=model(CELL, tokens=3, http_500_once=True), messages=[{"role": "user", "content": "hi"}], stream=True
+                )
                 return "".join(chunk.choices[0].delta.content or "" for chunk in stream if chunk.choices)
 
             text = await trio.to_thread.run_sync(call)

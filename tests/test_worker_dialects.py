@@ -142,9 +142,10 @@ def test_chat_close_after_reasoning_ends_after_the_reasoning():
 
 
 def test_chat_bare_error_changes_nothing():
-    assert split_response(plan_in(Dialect.CHAT, tokens=4, error_after=2, bare_error=True).to_bytes())[1] == split_response(
-        plan_in(Dialect.CHAT, tokens=4, error_after=2).to_bytes()
-    )[1]
+    assert (
+        split_response(plan_in(Dialect.CHAT, tokens=4, error_after=2, bare_error=True).to_bytes())[1]
+        == split_response(plan_in(Dialect.CHAT, tokens=4, error_after=2).to_bytes())[1]
+    )
 
 
 # -- routes over a socket -------------------------------------------------------------------------

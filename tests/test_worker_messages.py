@@ -24,7 +24,7 @@ def plan_for(stream: bool = True, **knobs):
 def frames_of(plan) -> list[tuple[str | None, dict]]:
     """(SSE event name, data) of each event, framed by the core's EventFramer."""
     events = EventFramer().receive_data(split_response(plan.to_bytes())[1])
-    return [(e.event_type.decode() if e.event_type else None, json.loads(e.data)) for e in events]
+    return [(e.event_type.decode() if e.event_type else None, json.loads(e.data or b"")) for e in events]
 
 
 def types_of(plan) -> list[str]:
@@ -147,7 +147,9 @@ def test_prompt_tokens_and_model_are_echoed():
     assert (start["model"], start["usage"]["input_tokens"]) == ("claude-x", 40)
 
 
-@pytest.mark.parametrize(("status", "kind"), [(429, "rate_limit_error"), (529, "overloaded_error"), (400, "invalid_request_error")])
+@pytest.mark.parametrize(
+    ("status", "kind"), [(429, "rate_limit_error"), (529, "overloaded_error"), (400, "invalid_request_error")]
+)
 def test_http_error_has_anthropics_error_body(status, kind):
     head, body = split_response(plan_for(http_error=status).to_bytes())
     assert head.startswith(f"HTTP/1.1 {status} ")
@@ -172,7 +174,9 @@ def with_anthropic(function, defaults: WorkerSettings | None = None):
     async def scenario():
         async with open_worker(defaults) as worker:
             # anthropic-python appends /v1/messages to its base URL itself.
-            client = anthropic.Anthropic(base_url=f"http://{worker.host}:{worker.port}", api_key="unused", max_retries=0, timeout=10)
+            client = anthropic.Anthropic(
+                base_url=f"http://{worker.host}:{worker.port}", api_key="unused", max_retries=0, timeout=10
+            )
             result = await trio.to_thread.run_sync(function, client)
             return result, list(worker.handled)
 
@@ -184,9 +188,13 @@ USER = [{"role": "user", "content": "hi"}]
 
 def test_anthropic_helper_reads_text_thinking_tool_use_and_the_reason():
     def call(client):
-        with client.messages.stream(model="finishline-worker;tokens=4;reasoning_tokens=2;tool_calls=1", max_tokens=100, messages=USER) as stream:
+        with client.messages.stream(
+            model="finishline-worker;tokens=4;reasoning_tokens=2;tool_calls=1", max_tokens=100, messages=USER
+        ) as stream:
             message = stream.get_final_message()
-        return [(b.type, getattr(b, "text", None) or getattr(b, "thinking", None) or b.input) for b in message.content], message.stop_reason
+        return [
+            (b.type, getattr(b, "text", None) or getattr(b, "thinking", None) or b.input) for b in message.content
+        ], message.stop_reason
 
     (blocks, reason), handled = with_anthropic(call)
     assert blocks == [("thinking", "Let me"), ("text", "The quick brown fox"), ("tool_use", {"city": "Paris", "unit": "celsius"})]
@@ -207,7 +215,9 @@ def test_anthropic_forced_tool_and_max_tokens_from_the_request():
     tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
 
     def call(client):
-        forced = client.messages.create(model="m;tokens=1", max_tokens=100, messages=USER, tools=tools, tool_choice={"type": "any"})
+        forced = client.messages.create(
+            model="m;tokens=1", max_tokens=100, messages=USER, tools=tools, tool_choice={"type": "any"}
+        )
         with client.messages.stream(model="m;tokens=10", max_tokens=2, messages=USER) as stream:
             cut = stream.get_final_message()
         return forced.stop_reason, forced.content[-1].name, cut.stop_reason, cut.content[0].text
@@ -218,7 +228,11 @@ def test_anthropic_forced_tool_and_max_tokens_from_the_request():
 def test_anthropic_raises_on_the_error_event_and_on_http_errors():
     def call(client):
         with pytest.raises(anthropic.APIStatusError, match="overloaded_error"):
-            list(client.messages.create(model="m;tokens=5;error_after=2;error_status=529", max_tokens=100, messages=USER, stream=True))
+            list(
+                client.messages.create(
+                    model="m;tokens=5;error_after=2;error_status=529", max_tokens=100, messages=USER, stream=True
+                )
+            )
         with pytest.raises(anthropic.RateLimitError, match="Rate limit reached"):
             client.messages.create(model="m;http_error=429", max_tokens=100, messages=USER, stream=True)
         return True

@@ -26,7 +26,7 @@ def frames_of(plan) -> list[tuple[str | None, dict | str]]:
     """(SSE event name, data) of each event, framed by the core's EventFramer; `[DONE]` as is."""
     events = EventFramer().receive_data(split_response(plan.to_bytes())[1])
     return [
-        (e.event_type.decode() if e.event_type else None, "[DONE]" if e.data == b"[DONE]" else json.loads(e.data))
+        (e.event_type.decode() if e.event_type else None, "[DONE]" if e.data == b"[DONE]" else json.loads(e.data or b""))
         for e in events
     ]
 
@@ -74,7 +74,10 @@ def test_max_tokens_ends_with_response_incomplete():
     plan = plan_for(tokens=10, max_tokens=3)
     final = frames_of(plan)[-1][1]
     assert final["type"] == "response.incomplete"
-    assert (final["response"]["status"], final["response"]["incomplete_details"]) == ("incomplete", {"reason": "max_output_tokens"})
+    assert (final["response"]["status"], final["response"]["incomplete_details"]) == (
+        "incomplete",
+        {"reason": "max_output_tokens"},
+    )
     assert final["response"]["output"][0]["status"] == "incomplete"
     assert token_texts_of(RESPONSES, split_response(plan.to_bytes())[1]) == ["The", " quick", " brown"]
 
@@ -126,7 +129,10 @@ def test_bare_error_is_a_data_frame_and_nothing_after_it_like_vllm():
 
 
 def test_close_after_reasoning_ends_right_after_a_reasoning_delta_like_ollama():
-    assert types_of(plan_for(tokens=5, reasoning_tokens=2, close_after_reasoning=True))[-1] == "response.reasoning_summary_text.delta"
+    assert (
+        types_of(plan_for(tokens=5, reasoning_tokens=2, close_after_reasoning=True))[-1]
+        == "response.reasoning_summary_text.delta"
+    )
 
 
 def test_include_usage_changes_nothing_in_the_body():
@@ -141,7 +147,9 @@ def test_http_error_has_openais_error_body():
     assert head.startswith("HTTP/1.1 429 ") and json.loads(body)["error"]["code"] == "rate_limit_exceeded"
 
 
-@pytest.mark.parametrize(("knobs", "status"), [({}, "completed"), ({"max_tokens": 2}, "incomplete"), ({"error_after": 1}, "failed")])
+@pytest.mark.parametrize(
+    ("knobs", "status"), [({}, "completed"), ({"max_tokens": 2}, "incomplete"), ({"error_after": 1}, "failed")]
+)
 def test_non_streaming_response_carries_the_same_answer(knobs, status):
     response = json.loads(split_response(plan_for(False, tokens=3, **knobs).to_bytes())[1])
     assert response["object"] == "response" and response["status"] == status

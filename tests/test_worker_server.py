@@ -130,7 +130,9 @@ def test_a_client_that_leaves_mid_stream_is_recorded():
 
 @pytest.mark.parametrize("status", [429, 500])
 def test_http_error_before_streaming(status):
-    received, handled = exchange(chat_request({"model": f"m;http_error={status}", "stream": True}, headers={"connection": "close"}))
+    received, handled = exchange(
+        chat_request({"model": f"m;http_error={status}", "stream": True}, headers={"connection": "close"})
+    )
     head, body = split_response(received.data)
     assert head.startswith(f"HTTP/1.1 {status} ")
     assert json.loads(body)["error"]["type"]
@@ -194,7 +196,9 @@ def test_openai_python_streams_the_expected_answer():
 def test_openai_python_reads_tool_calls_and_non_streaming():
     def call(client):
         completion = client.chat.completions.create(
-            model="m", messages=[{"role": "user", "content": "weather?"}], extra_headers={"x-finishline-worker": "tokens=0; tool_calls=1; n=2"}
+            model="m",
+            messages=[{"role": "user", "content": "weather?"}],
+            extra_headers={"x-finishline-worker": "tokens=0; tool_calls=1; n=2"},
         )
         return [(c.finish_reason, c.message.tool_calls[0].function.arguments) for c in completion.choices]
 
@@ -213,6 +217,7 @@ def test_openai_python_raises_on_http_429():
 # -- standalone ---------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_standalone_help_lists_every_knob():
     result = run_child([sys.executable, "-m", "labs.worker", "--help"], cwd=ROOT, timeout=30)
     assert result.returncode == 0
@@ -220,6 +225,7 @@ def test_standalone_help_lists_every_knob():
         assert option in result.stdout
 
 
+@pytest.mark.e2e
 def test_standalone_refuses_a_bad_default_in_one_line():
     result = run_child([sys.executable, "-m", "labs.worker", "--framing", "zip"], cwd=ROOT, timeout=30)
     assert result.returncode == 2
@@ -227,6 +233,7 @@ def test_standalone_refuses_a_bad_default_in_one_line():
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 def test_standalone_worker_serves_with_its_command_line_defaults():
     process = start_child(
         [sys.executable, "-m", "labs.worker", "--port", "0", "--tokens", "3", "--finish", "omitted"],

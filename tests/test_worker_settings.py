@@ -195,10 +195,10 @@ def test_the_defects_do_not_change_the_true_answer():
         assert expected_answer(defect) == healthy
 
 
-def test_settings_are_frozen_slotted_and_keyword_only():
+def test_settings_are_frozen_slotted_and_keyword_only() -> None:  # checked: the ignores below are the point
     settings = WorkerSettings()
     with pytest.raises(dataclasses.FrozenInstanceError):
         settings.tokens = 3  # type: ignore[misc]
     with pytest.raises(TypeError):
-        WorkerSettings(3)  # type: ignore[misc]
+        WorkerSettings(3)  # type: ignore[call-arg]
     assert not hasattr(settings, "__dict__")

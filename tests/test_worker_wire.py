@@ -34,6 +34,7 @@ def read_with_h11(raw: bytes) -> tuple[h11.Response, bytes]:
         elif isinstance(event, h11.Data):
             body += event.data
         elif isinstance(event, h11.EndOfMessage):
+            assert response is not None, "a body without a response head"
             return response, bytes(body)
         else:
             raise AssertionError(f"unexpected h11 event {event!r}")

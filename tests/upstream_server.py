@@ -1,7 +1,7 @@
 """A scripted HTTP/1.1 upstream on 127.0.0.1 for the end-to-end tests and the benchmark.
 
 Each response is a `Script`: data that says what to send (status, headers, body pieces) and how the
-body ends. The endings are the ones finish_fix's rule 6 must tell apart from a success:
+body ends. The endings are the ones finish_fix's rule C6 must tell apart from a success:
 
 - `Ending.CLEAN`: the body is complete by its own framing (chunked terminator, Content-Length
   reached, or FIN after a close-delimited body, which looks clean to every HTTP stack).
@@ -108,7 +108,7 @@ class Script:
     # writes each piece at once. The benchmark batches so the Python upstream is not the bottleneck.
     write_batch_bytes: int = 0
     # Compress the body with gzip (Content-Encoding: gzip) whatever the request asked for, the way a
-    # server that ignores `accept-encoding: identity` would (finish_fix rule 10).
+    # server that ignores `accept-encoding: identity` would (finish_fix rule C10).
     gzip: bool = False
     # HTTP/2 only: send empty pieces as empty DATA frames (without END_STREAM) instead of skipping
     # them; mitmproxy hands those to a stream callable as b"", its end-of-body signal.
@@ -148,8 +148,14 @@ class ReceivedRequest:
 
 _GATE_TIMEOUT_S = 20.0
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
-            500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 @dataclass
@@ -253,9 +259,7 @@ class UpstreamServer:
             except OSError:
                 return
             connection.settimeout(30)  # no test waits longer on an upstream read
-            thread = threading.Thread(
-                target=self._serve_connection, args=(connection,), name="upstream-conn", daemon=True
-            )
+            thread = threading.Thread(target=self._serve_connection, args=(connection,), name="upstream-conn", daemon=True)
             with self._lock:
                 self._connections.add(connection)
                 self._threads.append(thread)
@@ -295,12 +299,9 @@ class UpstreamServer:
             except OSError:
                 pass
 
-
     def _serve_http2(self, connection: ssl.SSLSocket) -> None:
         """Serve HTTP/2 (negotiated by ALPN), one request at a time per connection."""
-        h2_connection = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=False, header_encoding="utf-8")
-        )
+        h2_connection = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
         h2_connection.initiate_connection()
         connection.sendall(h2_connection.data_to_send())
         heads: dict[int, list[tuple[str, str]]] = {}
@@ -315,16 +316,13 @@ class UpstreamServer:
                     bodies[event.stream_id] = bytearray()
                 elif isinstance(event, h2.events.DataReceived):
                     bodies[event.stream_id] += event.data
-                    h2_connection.acknowledge_received_data(
-                        event.flow_controlled_length, event.stream_id
-                    )
+                    h2_connection.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 elif isinstance(event, h2.events.StreamEnded):
                     head = dict(heads[event.stream_id])
                     request = ReceivedRequest(
                         method=head[":method"],
                         target=head[":path"],
-                        headers=tuple((k.lower(), v) for k, v in heads[event.stream_id]
-                                      if not k.startswith(":")),
+                        headers=tuple((k.lower(), v) for k, v in heads[event.stream_id] if not k.startswith(":")),
                         body=bytes(bodies.pop(event.stream_id)),
                         http_version="2",
                     )
@@ -345,9 +343,7 @@ _NOT_FOUND = Script(
 )
 
 
-def _maybe_read_request(
-    connection: socket.socket, leftover: bytes
-) -> tuple[ReceivedRequest, bytes] | None:
+def _maybe_read_request(connection: socket.socket, leftover: bytes) -> tuple[ReceivedRequest, bytes] | None:
     """Read one request; return it and the bytes after it, or None if the peer closed first."""
     parser = h11.Connection(h11.SERVER)
     if leftover:  # receive_data(b"") would mean EOF
@@ -439,7 +435,9 @@ def _send_response(connection: socket.socket, script: Script) -> bool:
 
 
 def _send_http2_response(
-    connection: ssl.SSLSocket, h2_connection: h2.connection.H2Connection, stream_id: int,
+    connection: ssl.SSLSocket,
+    h2_connection: h2.connection.H2Connection,
+    stream_id: int,
     script: Script,
 ) -> bool:
     """Write `script` on an HTTP/2 stream; return whether the connection is still usable.

@@ -26,6 +26,8 @@ from ._completion import CompletionRepair, repair_completion
 from ._dialect import Dialect
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
+from ._injected import sse_event
+from ._numbers import NumberRefused, read_number
 from ._repair import MAX_HELD_BYTES, StreamRepair
 from ._request import RequestFacts
 from ._sse import Event, EventFramer
@@ -53,6 +55,7 @@ __all__ = [
     "Interruption",
     "LocalProtocolError",
     "MAX_HELD_BYTES",
+    "NumberRefused",
     "OnCut",
     "RepairPolicy",
     "RequestFacts",
@@ -62,7 +65,9 @@ __all__ = [
     "book_missing_response",
     "infer_finish_reason",
     "looks_like_chat_stream",
+    "read_number",
     "repair_completion",
+    "sse_event",
     "stream_dialect",
     "transcribe_chat_stream",
     "transcribe_stream",

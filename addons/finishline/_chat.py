@@ -5,19 +5,19 @@ Theory of operation
 A Chat stream is `data:` chunks with `choices[]`, ended by `data: [DONE]`. Per choice index these
 rules remember whether the choice finished (and whether the upstream or finish_fix gave the
 reason), and whether it carried tool or function calls (`_choices`); what they write into the stream
-(finishing chunks, `[DONE]`, the error event, rule 2's rewrite) is built by `_injected`, its
+(finishing chunks, `[DONE]`, the error event, rule C2's rewrite) is built by `_injected`, its
 sentences by `_wording`. The rules act at these points:
 
-* an event with `"finish_reason": ""`          -> rewritten to null (rule 2)
+* an event with `"finish_reason": ""`          -> rewritten to null (rule C2)
 * a usage-only chunk, or `data: [DONE]`,        -> finishing events first for every choice that
-  while some choice is unfinished                  carried deltas but never finished (rule 3; OpenAI
+  while some choice is unfinished                  carried deltas but never finished (rule C3; OpenAI
                                                    sends the finish chunk before the usage chunk)
-* the upstream body ends cleanly                -> [DONE] appended if every choice finished (rule 4),
-                                                   else the stream was cut (rules 6, 7)
+* the upstream body ends cleanly                -> [DONE] appended if every choice finished (rule C4),
+                                                   else the stream was cut (rules C6, C7)
 * an error event (`event: error`, or a chunk with a top-level `error`) -> passed on, nothing
-  injected after it (rule 5)
+  injected after it (rule C5)
 
-A finish injected at a usage chunk counts for rule 4 only if no content followed it; otherwise the
+A finish injected at a usage chunk counts for rule C4 only if no content followed it; otherwise the
 usage chunk was not the end, and a stream that then stops is a cut, never a success. The fast path
 (`_routine_chunks`) brings routine text chunks here through `on_routine`.
 """
@@ -58,9 +58,9 @@ class ChatRules:
         self._machine = machine
         self.choices: dict[int, ChoiceState] = {}
         # The upstream's `id`, `created`, `model`, `system_fingerprint` so far (for finishing chunks).
-        self.chunk_fields: dict = {}
+        self.chunk_fields: dict[str, Any] = {}
         # The routine shape whose fields `chunk_fields` holds as they are (None after the full path wrote).
-        self.fields_from: dict | None = None
+        self.fields_from: dict[str, Any] | None = None
         self.completion_tokens: int | None = None
         self.empty_rewritten = 0
 
@@ -85,7 +85,7 @@ class ChatRules:
             return before + event.raw
         if event.event_type == b"error":
             return self._on_error_event(event, chunk if isinstance(chunk, dict) else None)
-        if chunk is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
+        if chunk is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule C8)
             machine.report.malformed_events += 1
             return event.raw
         if not isinstance(chunk, dict):
@@ -129,7 +129,7 @@ class ChatRules:
             return MAY_STEADY
         return NOT_STEADY
 
-    def _on_choice(self, choice: dict) -> int:
+    def _on_choice(self, choice: dict[str, Any]) -> int:
         """Records one choice of a chunk (`_choices.record_choice`); returns 1 if its finish_reason
         is the empty string."""
         empty, token = record_choice(self.choices, choice)
@@ -137,7 +137,7 @@ class ChatRules:
             self._machine._first_token_seen = True
         return empty
 
-    def _on_error_event(self, event: Event, chunk: dict | None) -> bytes:
+    def _on_error_event(self, event: Event, chunk: dict[str, Any] | None) -> bytes:
         error = chunk.get("error") if chunk is not None else None
         if isinstance(error, dict):
             self._machine._upstream_error(label=error.get("code") or error.get("type"), message=error.get("message"))
@@ -145,7 +145,7 @@ class ChatRules:
             self._machine._upstream_error(label=None, message=error if chunk is not None else event.data or b"")
         return event.raw
 
-    def _remember_chunk(self, chunk: dict) -> None:
+    def _remember_chunk(self, chunk: dict[str, Any]) -> None:
         for key in ("id", "created", "model", "system_fingerprint"):
             if key in chunk:
                 self.chunk_fields[key] = chunk[key]
@@ -164,14 +164,14 @@ class ChatRules:
         return all_finished(self.choices)
 
     def terminator(self, how: str) -> bytes:
-        """Rule 4: every choice finished, only [DONE] is missing."""
+        """Rule C4: every choice finished, only [DONE] is missing."""
         machine = self._machine
         machine._repaired(wording.appended_done(how))
         machine.report.injected.append({"kind": "done"})
         return done_event(machine._line_ending())
 
     def cut_frames(self, message: str) -> bytes:
-        """Rule 6: the one error event a cut ends with."""
+        """Rule C6: the one error event a cut ends with."""
         self._machine.report.injected.append({"kind": "error_event", "code": ERROR_CODE})
         return error_event(message, self._machine._line_ending())
 
@@ -184,7 +184,7 @@ class ChatRules:
         return finishing + done_event(self._machine._line_ending())
 
     def closing_books(self) -> None:
-        """What the report says at the end about the whole stream (rule 2's count, content after an
+        """What the report says at the end about the whole stream (rule C2's count, content after an
         injected finish)."""
         report = self._machine.report
         if self.empty_rewritten:
@@ -194,7 +194,7 @@ class ChatRules:
             report.repairs.append(wording.content_after_injection())
 
     def _finish_choices(self, where: str) -> bytes:
-        """Rule 3: one finishing event per choice that carried deltas but never finished."""
+        """Rule C3: one finishing event per choice that carried deltas but never finished."""
         machine = self._machine
         out = []
         for index in sorted(self.choices):

@@ -1,4 +1,4 @@
-"""Per-choice bookkeeping: what each choice of a stream did, for rules 3 and 4.
+"""Per-choice bookkeeping: what each choice of a stream did, for rules C3 and C4.
 
 A stream's chunks carry `choices[]`, each with an `index`. For every index the repair machine keeps
 one `ChoiceState`: whether the choice finished and who gave the reason (the upstream, or finish_fix
@@ -8,6 +8,8 @@ chunk was not the end), and whether it carried tool or function calls (which rea
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["MAX_CHOICES", "TOKEN_KEYS", "ChoiceState", "all_finished", "record_choice"]
 
@@ -24,13 +26,13 @@ class ChoiceState:
         # The reason the choice finished with, the upstream's or one finish_fix injected.
         self.finish_reason: str | None = None
         self.finished_by_upstream = False
-        # A token came after a finish finish_fix injected: that finish does not count for rule 4.
+        # A token came after a finish finish_fix injected: that finish does not count for rule C4.
         self.content_after_injection = False
         self.tool_calls = False
         self.function_call = False
 
 
-def record_choice(choices: dict[int, ChoiceState], choice: dict) -> tuple[bool, bool]:
+def record_choice(choices: dict[int, ChoiceState], choice: dict[str, Any]) -> tuple[bool, bool]:
     """Records one choice of a chunk in `choices` (index -> state).
 
     Returns:
@@ -64,6 +66,4 @@ def record_choice(choices: dict[int, ChoiceState], choice: dict) -> tuple[bool, 
 
 def all_finished(choices: dict[int, ChoiceState]) -> bool:
     """Every choice finished, by the upstream or by an injection that nothing contradicted."""
-    return bool(choices) and all(
-        c.finish_reason is not None and not c.content_after_injection for c in choices.values()
-    )
+    return bool(choices) and all(c.finish_reason is not None and not c.content_after_injection for c in choices.values())

@@ -1,4 +1,4 @@
-"""Rule 9: a non-streaming `chat.completion` body whose choices lack a finish_reason; rule M7: a
+"""Rule C9: a non-streaming `chat.completion` body whose choices lack a finish_reason; rule M7: a
 non-streaming Messages `message` whose `stop_reason` is null.
 
 The body is edited in place, byte for byte except the reasons: a `null`/`""` value is replaced, a
@@ -17,7 +17,7 @@ from . import _wording as wording
 from ._dialect import Dialect
 from ._inference import infer_finish_reason
 from ._json import json_or_unreadable
-from ._messages import TOOL_BLOCKS, infer_stop_reason
+from ._messages import infer_stop_reason, is_tool_block
 from ._request import RequestFacts
 from ._verdict import Verdict
 
@@ -49,7 +49,7 @@ def repair_completion(
     content_encoding: str = "",
     dialect: Dialect = Dialect.CHAT,
 ) -> CompletionRepair:
-    """Fills in missing finish_reasons of a chat completion (the same inference as rule 3), or the
+    """Fills in missing finish_reasons of a chat completion (the same inference as rule C3), or the
     missing stop_reason of a Messages `message` (`dialect=Dialect.MESSAGES`, as rule M2 infers it).
 
     A response that is not one to repair passes as it came, with the verdict that says why: an error
@@ -58,9 +58,13 @@ def repair_completion(
         return CompletionRepair(Verdict.HTTP_ERROR, body, wording.http_error_detail(status), [])
     encoding = content_encoding.strip().lower()
     if encoding not in ("", "identity"):
-        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail(f"compressed body ({encoding}) passed through untouched"), [])
+        return CompletionRepair(
+            Verdict.SKIPPED, body, wording.skipped_detail(f"compressed body ({encoding}) passed through untouched"), []
+        )
     if "json" not in content_type.lower():
-        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not an event stream or a JSON chat completion"), [])
+        return CompletionRepair(
+            Verdict.SKIPPED, body, wording.skipped_detail("not an event stream or a JSON chat completion"), []
+        )
     completion = json_or_unreadable(body)
     if dialect is Dialect.MESSAGES:
         return _repair_message(body, completion, request)
@@ -69,7 +73,9 @@ def repair_completion(
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a chat completion"), [])
     if completion.get("object", "chat.completion") != "chat.completion":
-        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail(f"not a chat completion ({completion.get('object')!r})"), [])
+        return CompletionRepair(
+            Verdict.SKIPPED, body, wording.skipped_detail(f"not a chat completion ({completion.get('object')!r})"), []
+        )
     usage = completion.get("usage")
     completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     repairs: list[str] = []
@@ -77,7 +83,9 @@ def repair_completion(
     for position, choice in enumerate(completion["choices"]):
         if not isinstance(choice, dict) or choice.get("finish_reason"):
             continue
-        message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+        message = choice.get("message")
+        if not isinstance(message, dict):
+            message = {}
         reason = infer_finish_reason(
             tool_calls=bool(message.get("tool_calls")),
             function_call=bool(message.get("function_call")),
@@ -106,7 +114,7 @@ def _repair_message(body: bytes, message: object, request: RequestFacts) -> Comp
     usage = message.get("usage")
     output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
     reason = infer_stop_reason(
-        tool_use=any(isinstance(block, dict) and block.get("type") in TOOL_BLOCKS for block in blocks),
+        tool_use=any(is_tool_block(block) for block in blocks),
         output_tokens=output_tokens if isinstance(output_tokens, int) and not isinstance(output_tokens, bool) else None,
         max_tokens=request.max_tokens,
     )
@@ -170,7 +178,7 @@ def _choice_spans(body: bytes) -> list[_ChoiceSpan] | None:
     depth = 0
     key: bytes | None = None  # the last string seen at depth 1 (a key of the top-level object)
     in_choices = False
-    spans: list = []
+    spans: list[_ChoiceSpan] = []
     members = 0
     reason_key = False
     reason_value: tuple[int, int] | None = None

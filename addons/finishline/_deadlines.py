@@ -46,7 +46,11 @@ def earliest_deadline(
 ) -> Deadline | None:
     """The earliest deadline now running, or None when neither runs."""
     deadline = None
-    if policy.idle_timeout > 0 and _idle_running(policy, last_event_at=last_event_at, first_token_seen=first_token_seen):
+    if (
+        policy.idle_timeout > 0
+        and last_event_at is not None  # (`_idle_running` says so too; this tells the type checker)
+        and _idle_running(policy, last_event_at=last_event_at, first_token_seen=first_token_seen)
+    ):
         deadline = Deadline(last_event_at + policy.idle_timeout, False, policy.idle_timeout)
     if policy.first_token_timeout > 0 and not first_token_seen and head_at is not None:
         first_token = Deadline(head_at + policy.first_token_timeout, True, policy.first_token_timeout)

@@ -1,4 +1,4 @@
-"""Which `finish_reason` a choice that never got one should have had (rules 3 and 9).
+"""Which `finish_reason` a choice that never got one should have had (rules C3 and C9).
 
 The order follows what OpenAI itself reports: a turn that produced tool calls ends with `tool_calls`
 (legacy `function_call` deltas with `function_call`), a turn cut by the token limit with `length`,

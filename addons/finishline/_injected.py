@@ -1,5 +1,5 @@
-"""The events finish_fix writes into a stream: finishing chunks (rule 3), `[DONE]` (rule 4), the error
-event of a cut (rule 6), and the rewrite of an empty finish_reason (rule 2); and the framing of the
+"""The events finish_fix writes into a stream: finishing chunks (rule C3), `[DONE]` (rule C4), the error
+event of a cut (rule C6), and the rewrite of an empty finish_reason (rule C2); and the framing of the
 Messages and Responses frames (`dialect_event`), whose payloads `_messages` and `_responses` build.
 
 Each is written in the stream's own line endings (`line_ending`, LF until the stream showed another)
@@ -11,34 +11,60 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from ._json import json_or_unreadable
 from ._sse import Event, EventFramer, split_lines
 
 __all__ = [
-    "DONE", "ERROR_CODE", "dialect_event", "done_event", "error_event", "finishing_event", "rewrite_empty_reasons",
+    "DONE",
+    "ERROR_CODE",
+    "dialect_event",
+    "done_event",
+    "error_event",
+    "finishing_event",
+    "rewrite_empty_reasons",
     "sse_event",
 ]
 
 DONE = b"[DONE]"
-# The error event's code: clients and gateways match it (README rule 6).
+# The error event's code: clients and gateways match it (docs/repair-rules.md, rule C6).
 ERROR_CODE = "stream_interrupted"
 # `"finish_reason": ""` as JSON text. Inside a JSON string the quotes would be escaped, so this
 # cannot match message content; the rewrite is still checked by parsing it back.
 _EMPTY_REASON = re.compile(rb'("finish_reason"\s*:\s*)""')
 
 
-def sse_event(payload: dict | bytes, line_ending: bytes, *, extra_lines: tuple[bytes, ...] = ()) -> bytes:
-    """One event: `extra_lines` (other fields, as they came), then `data: ` and the payload (bytes as
-    they are, a dict as compact JSON), then the blank line."""
-    data = payload if isinstance(payload, bytes) else json.dumps(payload, separators=(",", ":")).encode()
-    return b"".join(line + line_ending for line in extra_lines) + b"data: " + data + line_ending + line_ending
+def sse_event(
+    payload: Any,
+    line_ending: bytes = b"\n",
+    *,
+    event: str | None = None,
+    extra_lines: tuple[bytes, ...] = (),
+    ascii_only: bool = True,
+) -> bytes:
+    """One event, the project's one SSE writer (the core's injections, the lab's worker, the tests):
+    `event: <event>` when given (Messages and Responses frames), then `extra_lines` (other fields, as
+    they came), then `data: ` and the payload, then the blank line.
+
+    The payload goes out as it is when it is bytes (`[DONE]`, JSON already encoded), as UTF-8 when
+    it is text, and as compact JSON otherwise, key order as inserted so the bytes are stable; with
+    `ascii_only` False, non-ASCII characters stay UTF-8 rather than `\\u` escapes (the worker's text,
+    which the tests split inside a character on purpose)."""
+    if isinstance(payload, bytes):
+        data = payload
+    elif isinstance(payload, str):
+        data = payload.encode()
+    else:
+        data = json.dumps(payload, separators=(",", ":"), ensure_ascii=ascii_only).encode()
+    head = b"event: " + event.encode() + line_ending if event is not None else b""
+    return head + b"".join(line + line_ending for line in extra_lines) + b"data: " + data + line_ending + line_ending
 
 
-def dialect_event(event_type: str, payload: dict, line_ending: bytes) -> bytes:
+def dialect_event(event_type: str, payload: dict[str, Any], line_ending: bytes) -> bytes:
     """A Messages or Responses frame: `event: <type>`, then the data. Both Anthropic SDKs skip a
     frame without the `event:` line, and openai-node raises on `event: error` by that name."""
-    return sse_event(payload, line_ending, extra_lines=(b"event: " + event_type.encode(),))
+    return sse_event(payload, line_ending, event=event_type)
 
 
 def done_event(line_ending: bytes) -> bytes:
@@ -50,7 +76,7 @@ def error_event(message: str, line_ending: bytes) -> bytes:
     return sse_event({"error": {"message": message, "type": "server_error", "code": ERROR_CODE}}, line_ending)
 
 
-def finishing_event(index: int, reason: str, *, chunk_fields: dict, model: str, line_ending: bytes) -> bytes:
+def finishing_event(index: int, reason: str, *, chunk_fields: dict[str, Any], model: str, line_ending: bytes) -> bytes:
     """An empty-delta chunk that finishes choice `index` with `reason`; `model` when the stream
     named none."""
     chunk = {
@@ -65,8 +91,8 @@ def finishing_event(index: int, reason: str, *, chunk_fields: dict, model: str, 
     return sse_event(chunk, line_ending)
 
 
-def rewrite_empty_reasons(event: Event, chunk: dict, line_ending: bytes) -> bytes:
-    """Rule 2: `"finish_reason": ""` -> null in `event` (whose parsed data is `chunk`, which this
+def rewrite_empty_reasons(event: Event, chunk: dict[str, Any], line_ending: bytes) -> bytes:
+    """Rule C2: `"finish_reason": ""` -> null in `event` (whose parsed data is `chunk`, which this
     updates), touching nothing else. The textual rewrite is accepted only if it parses back to the
     intended JSON; else the data is re-serialized, its other fields kept."""
     for choice in chunk["choices"]:

@@ -38,13 +38,21 @@ from ._typed_rules import TypedEventRules
 if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
     from ._repair import StreamRepair
 
-__all__ = ["EVENT_TYPES", "KEEPALIVES", "MessagesRules", "infer_stop_reason"]
+__all__ = ["EVENT_TYPES", "KEEPALIVES", "MessagesRules", "infer_stop_reason", "is_tool_block"]
 
 #: The event types of a Messages stream (a first event of another dialect's shape is not one of them).
-EVENT_TYPES = frozenset({
-    "message_start", "content_block_start", "content_block_delta", "content_block_stop", "message_delta",
-    "message_stop", "ping", "error",
-})
+EVENT_TYPES = frozenset(
+    {
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+        "ping",
+        "error",
+    }
+)
 #: Events that only keep the connection alive: they move no deadline and count as no event (M6).
 KEEPALIVES = frozenset({"ping"})
 #: Delta types that carry a token, and the key of their text (M6).
@@ -54,6 +62,13 @@ TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 # The error type a cut is reported as: what Anthropic itself sends for an internal failure, which
 # both SDKs raise on and pi-ai's retry filter ("stream was interrupted") matches by its message.
 CUT_ERROR_TYPE = "api_error"
+
+
+def is_tool_block(block: object) -> bool:
+    """Whether a content block is one of `TOOL_BLOCKS`. Its type is looked up only if it is a
+    string: a list or object there is unhashable, and what the upstream sent never raises."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    return isinstance(kind, str) and kind in TOOL_BLOCKS
 
 
 def infer_stop_reason(*, tool_use: bool, output_tokens: int | None, max_tokens: int | None) -> str:
@@ -88,7 +103,7 @@ class MessagesRules(TypedEventRules):
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
         machine = self._machine
-        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
+        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule C8)
             machine.report.malformed_events += 1
         if kind == "error":
             error = message.get("error") if isinstance(message, dict) else None
@@ -102,13 +117,14 @@ class MessagesRules(TypedEventRules):
         if kind == "content_block_delta":
             delta = message.get("delta")
             if isinstance(delta, dict):
-                key = TOKEN_DELTAS.get(delta.get("type"))
+                # Only a string is looked up: a list or object there is unhashable (rule C8: data).
+                delta_type = delta.get("type")
+                key = TOKEN_DELTAS.get(delta_type) if isinstance(delta_type, str) else None
                 if key is not None and delta.get(key):
                     machine._token_seen()
             return event.raw
         if kind == "content_block_start":
-            block = message.get("content_block")
-            if isinstance(block, dict) and block.get("type") in TOOL_BLOCKS:
+            if is_tool_block(message.get("content_block")):
                 self._tool_use = True
             index = message.get("index")
             self._open_block = index if _is_int(index) else 0

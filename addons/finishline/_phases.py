@@ -7,7 +7,7 @@ brings it back:
 
 * `data: [DONE]` (`Signal.DONE`): the client stops reading there, so later bytes pass as sent;
 * an upstream error event (`Signal.ERROR_EVENT`): the upstream said it failed, so nothing is ever
-  injected after it (rule 5);
+  injected after it (rule C5);
 * giving up (`Signal.GIVE_UP`): a bug of finish_fix's own, an event too big to hold, or a response the
   core is told not to repair (an HTTP error status, a compressed body); every byte from there on
   passes unchanged and the verdict says why.
@@ -32,7 +32,7 @@ class Phase(enum.Enum):
     STREAMING = enum.auto()
     # `data: [DONE]` went by: the client stops reading here; later bytes pass as sent.
     AFTER_DONE = enum.auto()
-    # The upstream sent an error event: nothing is ever injected after it (rule 5).
+    # The upstream sent an error event: nothing is ever injected after it (rule C5).
     AFTER_ERROR_EVENT = enum.auto()
     # finish_fix gave up on this stream, or was told not to repair it: everything passes unchanged.
     PASSTHROUGH = enum.auto()

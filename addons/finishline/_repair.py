@@ -20,7 +20,7 @@ stream is finished. The machine does what every dialect shares, at these points:
                                                    (another dialect's: passed untouched), then read
                                                    by the rules
 * the upstream body ends cleanly                -> the terminator appended if the stream finished
-                                                   (rules 4, M3), else the stream was cut (rules 6,
+                                                   (rules C4, M3), else the stream was cut (rules C6,
                                                    7, M4, R3)
 * the upstream connection fails mid-body        -> the stream was cut, unless it finished
 * the caller's timer finds a deadline passed     -> the upstream stalled: a cut as above, and the
@@ -55,6 +55,7 @@ from ._injected import DONE
 from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
+from ._responses import ResponsesRules
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
@@ -62,7 +63,7 @@ from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy,
 
 __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
 
-# An event still open after this many bytes is not a chat chunk (rule 8 asks for 10 MB events to
+# An event still open after this many bytes is not a chat chunk (rule C8 asks for 10 MB events to
 # pass whole): stop framing and pass the stream through rather than hold it all.
 MAX_HELD_BYTES = 16 * 1024 * 1024
 # The phases the path of every piece compares with, as module names: reading an Enum member off its
@@ -99,9 +100,24 @@ class StreamRepair:
     # Slots: the path of every piece reads and writes a few of these, and slots are the cheapest
     # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
     __slots__ = (
-        "_request", "_policy", "_started_at", "_head_at", "_framer", "_phase", "_ended", "_first_token_seen",
-        "_last_event_at", "_routine", "_steady", "_steady_numbered", "_steady_number", "_rules", "_dialect", "_first_event",
-        "report", "__dict__",
+        "_request",
+        "_policy",
+        "_started_at",
+        "_head_at",
+        "_framer",
+        "_phase",
+        "_ended",
+        "_first_token_seen",
+        "_last_event_at",
+        "_routine",
+        "_steady",
+        "_steady_numbered",
+        "_steady_number",
+        "_rules",
+        "_dialect",
+        "_first_event",
+        "report",
+        "__dict__",
     )
 
     def __init__(
@@ -158,7 +174,11 @@ class StreamRepair:
             # shape seen last, with plain text, and nothing but the counts can change.
             prefix, suffix, text_start, suffix_length = steady
             size = len(data)
-            if data.startswith(prefix) and data.endswith(suffix) and match_plain_text(data, text_start, size - suffix_length) is not None:
+            if (
+                data.startswith(prefix)
+                and data.endswith(suffix)
+                and match_plain_text(data, text_start, size - suffix_length) is not None
+            ):
                 report = self.report
                 report.events += 1
                 report.upstream_bytes += size
@@ -209,7 +229,9 @@ class StreamRepair:
         leftover = self._framer.receive_end()
         try:
             out = b"" if leftover is None else self._on_unterminated(leftover, now)
-            out += self._on_stream_end(Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect), now)
+            out += self._on_stream_end(
+                Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect), now
+            )
         except Exception as error:  # a bug of ours: the leftover goes on as it came
             self._pass_through_from_here(error)
             out = b"" if leftover is None else leftover.raw
@@ -230,8 +252,11 @@ class StreamRepair:
         if self._ended or self._phase not in DEADLINES_RUN:
             return None
         return next_check(
-            self._policy, head_at=self._head_at, last_event_at=self._last_event_at,
-            first_token_seen=self._first_token_seen, now=now,
+            self._policy,
+            head_at=self._head_at,
+            last_event_at=self._last_event_at,
+            first_token_seen=self._first_token_seen,
+            now=now,
         )
 
     def receive_timer(self, now: float) -> ClientEnding | None:
@@ -268,7 +293,9 @@ class StreamRepair:
             self._pass_through_from_here(error)
             out = b"" if leftover is None else leftover.raw
         self._finish(now)
-        end_response = self._phase is not Phase.PASSTHROUGH and (
+        # `repairing` reads the phase as it is now: the `except` above may have given up (passthrough)
+        # since the check at the top (`self._phase` would still look narrowed by it to a type checker).
+        end_response = self.repairing and (
             self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._finished()
         )
         return ClientEnding(self._sent(out), end_response=end_response)
@@ -284,7 +311,9 @@ class StreamRepair:
             return
         self._framer.receive_end()
         if self._phase is Phase.STREAMING:
-            cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason, dialect=self._dialect)
+            cut = Interruption(
+                before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason, dialect=self._dialect
+            )
             self.report.interruption = cut
             self._set(Verdict.INTERRUPTED, wording.client_gone_detail(how=cut.how, events=self.report.events))
         self._finish(now)
@@ -371,7 +400,7 @@ class StreamRepair:
 
     def _upstream_error(self, *, label: object, message: object) -> None:
         """The upstream said it failed (an error event, `response.failed`): passed on, nothing is
-        injected after it (rule 5, M5, R4)."""
+        injected after it (rule C5, M5, R4)."""
         self._move(Signal.ERROR_EVENT)
         if isinstance(message, bytes):
             message = message.decode("utf-8", "replace")
@@ -441,7 +470,7 @@ class StreamRepair:
         # An incomplete event is discarded by every SSE client (WHATWG: "the incomplete event is not
         # dispatched"), and bytes appended after it would merge into its last line and corrupt
         # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
-        # (With on_cut=pass nothing is added at a cut, but rule 4 still appends [DONE] to a stream
+        # (With on_cut=pass nothing is added at a cut, but rule C4 still appends [DONE] to a stream
         # whose choices all finished: the fuzz contracts found that merge.)
         if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._finished()):
             return leftover.raw
@@ -453,7 +482,7 @@ class StreamRepair:
             return b""
         if not self._finished():
             return self._on_cut(cut, now)
-        # Rules 4 and M3: the stream finished, only its terminator is missing.
+        # Rules C4 and M3: the stream finished, only its terminator is missing.
         return self._rules.terminator(cut.how)
 
     def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
@@ -464,14 +493,24 @@ class StreamRepair:
         if policy is OnCut.STOP and not rules.may_stop:
             policy = OnCut.ERROR  # Responses: no made-up response.completed, ever (R2)
         # The books stay true whatever the client is told (on_cut=stop tells it a story).
-        self._set(Verdict.INTERRUPTED, wording.cut_detail(
-            how=cut.how, before_first_token=cut.before_first_token, events=self.report.events, elapsed=elapsed,
-            on_cut=str(policy),
-        ))
+        self._set(
+            Verdict.INTERRUPTED,
+            wording.cut_detail(
+                how=cut.how,
+                before_first_token=cut.before_first_token,
+                events=self.report.events,
+                elapsed=elapsed,
+                on_cut=str(policy),
+            ),
+        )
         if policy is OnCut.ERROR:
             message = wording.cut_message(
-                cause=str(cut.cause), reason=cut.reason, before_first_token=cut.before_first_token,
-                events=self.report.events, elapsed=elapsed, dialect=self._dialect,
+                cause=str(cut.cause),
+                reason=cut.reason,
+                before_first_token=cut.before_first_token,
+                events=self.report.events,
+                elapsed=elapsed,
+                dialect=self._dialect,
             )
             return rules.cut_frames(message)
         if policy is OnCut.STOP:
@@ -490,7 +529,10 @@ class StreamRepair:
         if self._steady_numbered is not None:
             self._steady_numbered = None
             if self._steady_number is not None:
-                self._rules.note_sequence_number(int(self._steady_number.group()))
+                # Only a Responses shape is numbered (`RoutineSpec.numbered`): no other rules have
+                # a steady numbered path.
+                if isinstance(self._rules, ResponsesRules):
+                    self._rules.note_sequence_number(int(self._steady_number.group()))
                 self._steady_number = None
 
     def _pass_through_from_here(self, cause: Exception | str) -> None:

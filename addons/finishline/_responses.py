@@ -43,11 +43,16 @@ TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
 #: Terminal events that say the upstream failed (R4).
 ERROR_EVENTS = frozenset({"response.failed", "error"})
 #: Events whose non-empty `delta` is a token (R5).
-TOKEN_EVENTS = frozenset({
-    "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta",
-    "response.reasoning_summary_text.delta", "response.function_call_arguments.delta",
-    "response.custom_tool_call_input.delta",
-})
+TOKEN_EVENTS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+    }
+)
 # The lifecycle events whose `response` is the snapshot a `response.failed` repeats.
 _SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
 # Used only when the stream was cut before `response.created` named its response.
@@ -65,7 +70,7 @@ class ResponsesRules(TypedEventRules):
     def __init__(self, machine: StreamRepair) -> None:
         super().__init__(machine)
         # The response object of the last lifecycle event (`response.created`, `in_progress`).
-        self._snapshot: dict | None = None
+        self._snapshot: dict[str, Any] | None = None
         self._sequence_number: int | None = None
 
     # -- reading ------------------------------------------------------------------------------
@@ -83,7 +88,7 @@ class ResponsesRules(TypedEventRules):
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
         machine = self._machine
-        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule 8)
+        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule C8)
             machine.report.malformed_events += 1
         if not isinstance(message, dict):
             return event.raw
@@ -138,9 +143,15 @@ class ResponsesRules(TypedEventRules):
             "sequence_number": number + 1,
             "error": {"type": "server_error", "code": ERROR_CODE, "message": message, "param": None},
         }
-        response = copy.deepcopy(self._snapshot) if self._snapshot is not None else {
-            "id": _UNNAMED_RESPONSE_ID, "object": "response", "output": [],
-        }
+        response: dict[str, Any] = (
+            copy.deepcopy(self._snapshot)
+            if self._snapshot is not None
+            else {
+                "id": _UNNAMED_RESPONSE_ID,
+                "object": "response",
+                "output": [],
+            }
+        )
         response["status"] = "failed"
         response["error"] = {"code": "server_error", "message": message}
         failed = {"type": "response.failed", "sequence_number": number + 2, "response": response}

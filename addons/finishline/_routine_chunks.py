@@ -66,8 +66,16 @@ from typing import Any, NamedTuple
 from ._dialect import Dialect
 
 __all__ = [
-    "DECLINE", "MAY_STEADY", "NOT_STEADY", "SPECS", "RoutineChunks", "RoutineMatch", "RoutineSpec", "TEXT_DELTA_KEYS",
-    "match_plain_text", "match_steady_numbered",
+    "DECLINE",
+    "MAY_STEADY",
+    "NOT_STEADY",
+    "SPECS",
+    "RoutineChunks",
+    "RoutineMatch",
+    "RoutineSpec",
+    "TEXT_DELTA_KEYS",
+    "match_plain_text",
+    "match_steady_numbered",
 ]
 
 # What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
@@ -120,17 +128,24 @@ _PROBE_TOKEN = json.dumps(_PROBE).encode()
 
 # The text keys of the Messages and Responses routine events.
 _MESSAGES_TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
-_RESPONSES_TEXT_EVENTS = frozenset({
-    "response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta",
-    "response.reasoning_summary_text.delta", "response.function_call_arguments.delta",
-})
+_RESPONSES_TEXT_EVENTS = frozenset(
+    {
+        "response.output_text.delta",
+        "response.refusal.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_summary_text.delta",
+        "response.function_call_arguments.delta",
+    }
+)
 
 # `"key": "value"` for each key whose string value may be a gap, the value as group 1.
 _KEY_WITH_STRING_VALUE = {
     key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
     for key in (*TEXT_DELTA_KEYS, *_FREE_TOP_LEVEL_KEYS, *_MESSAGES_TEXT_KEYS.values(), "delta")
 }
-_KEY_WITH_INT_VALUE = re.compile(re.escape(json.dumps(_NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")")
+_KEY_WITH_INT_VALUE = re.compile(
+    re.escape(json.dumps(_NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
+)
 
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
 _MAX_SHAPES = 4
@@ -188,7 +203,9 @@ class _Shape:
         # literal segment after it (None after the last gap) with its length: read per piece.
         self._gaps = tuple(
             (
-                (_TEXT_GAP_PATTERN if gap == text_gap else _JSON_INT_PATTERN if gap == number_gap else _JSON_STRING_PATTERN).match,
+                (
+                    _TEXT_GAP_PATTERN if gap == text_gap else _JSON_INT_PATTERN if gap == number_gap else _JSON_STRING_PATTERN
+                ).match,
                 _TEXT if gap == text_gap else _NUMBER if gap == number_gap else _STRING,
                 segments[gap + 1] if gap + 2 < len(segments) else None,
                 len(segments[gap + 1]),
@@ -257,6 +274,7 @@ class RoutineChunks:
         if not shapes:
             return None
         shape = shapes[0]
+        has_text: bool | None
         if shape.segments is None:  # the usual shape, checked here without another call
             if piece.startswith(shape.prefix) and piece.endswith(shape.suffix):
                 end = len(piece) - shape.suffix_length
@@ -363,7 +381,8 @@ def _messages_facts(event: Any) -> tuple[int, str, str | None] | None:
     delta = event.get("delta")
     if type(delta) is not dict or len(delta) != 2 or type(event.get("index")) is not int:
         return None
-    text_key = _MESSAGES_TEXT_KEYS.get(delta.get("type"))
+    delta_type = delta.get("type")  # looked up only if a string: a list or object is unhashable
+    text_key = _MESSAGES_TEXT_KEYS.get(delta_type) if type(delta_type) is str else None
     if text_key is None or type(delta.get(text_key)) is not str:
         return None
     return 0, text_key, None
@@ -371,7 +390,9 @@ def _messages_facts(event: Any) -> tuple[int, str, str | None] | None:
 
 def _responses_facts(event: Any) -> tuple[int, str, str | None] | None:
     """A Responses text, reasoning, refusal or arguments delta with its sequence number."""
-    if type(event) is not dict or event.get("type") not in _RESPONSES_TEXT_EVENTS or event.get("error") is not None:
+    if type(event) is not dict or type(event.get("type")) is not str or event.get("error") is not None:
+        return None
+    if event["type"] not in _RESPONSES_TEXT_EVENTS:  # (after the check above: a list is unhashable)
         return None
     if type(event.get("delta")) is not str or type(event.get(_NUMBER_KEY)) is not int or event[_NUMBER_KEY] < 0:
         return None
@@ -385,7 +406,7 @@ class RoutineSpec(NamedTuple):
     # (index, text key, free key) if the event is routine, else None.
     facts: Callable[[Any], tuple[int, str, str | None] | None]
     # The object in the parsed event that holds the text key.
-    text_holder: Callable[[dict], Any]
+    text_holder: Callable[[dict[str, Any]], Any]
     # Whether the event's `sequence_number` is a gap (it changes on every event).
     numbered: bool = False
 
@@ -398,7 +419,7 @@ SPECS = {
 
 
 def _maybe_shape(
-    raw: bytes, data: bytes, data_at: int, chunk: dict, facts: tuple[int, str, str | None], spec: RoutineSpec
+    raw: bytes, data: bytes, data_at: int, chunk: dict[str, Any], facts: tuple[int, str, str | None], spec: RoutineSpec
 ) -> _Shape | None:
     index, text_key, free_key = facts
     holder = spec.text_holder
@@ -419,23 +440,23 @@ def _maybe_shape(
     gaps.sort()
     segments = []
     position = -data_at  # offsets in `data`; the first segment starts at the event's first byte
-    text_gap = number_gap_index = -1
+    text_gap_index = number_gap_index = -1
     for number, ((start, end), kind) in enumerate(gaps):
         segments.append(raw[data_at + position : data_at + start])
         if kind == "text":
-            text_gap = number
+            text_gap_index = number
         elif kind == "number":
             number_gap_index = number
         position = end
     segments.append(raw[data_at + position :])
     remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
-    shape = _Shape(segments, text_gap, RoutineMatch(index, remembered), number_gap_index)
+    shape = _Shape(segments, text_gap_index, RoutineMatch(index, remembered), number_gap_index)
     if shape.maybe_has_text(raw) is None:  # the learned event itself must match its shape
         return None
     return shape
 
 
-def _maybe_gap(data: bytes, chunk: dict, key: str, holder: Callable[[dict], Any]) -> tuple[int, int] | None:
+def _maybe_gap(data: bytes, chunk: dict[str, Any], key: str, holder: Callable[[dict[str, Any]], Any]) -> tuple[int, int] | None:
     """The byte span of `holder(chunk)[key]`'s string token in `data`, proven by a probe parse."""
     candidates = _KEY_WITH_STRING_VALUE[key].finditer(data)
     original = holder(chunk)[key]
@@ -451,7 +472,7 @@ def _maybe_gap(data: bytes, chunk: dict, key: str, holder: Callable[[dict], Any]
     return None
 
 
-def _maybe_number_gap(data: bytes, event: dict) -> tuple[int, int] | None:
+def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | None:
     """The byte span of the event's top-level `sequence_number` in `data`, proven by a probe parse."""
     for candidate in _KEY_WITH_INT_VALUE.finditer(data):
         start, end = candidate.span(1)

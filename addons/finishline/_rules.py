@@ -8,8 +8,8 @@ Every dialect's rules are a class of the same shape (`_chat.ChatRules`, `_messag
 * `on_event(event, type, data)` -> the bytes to send for it (noting tokens, the terminator, an
   upstream error through the machine);
 * `on_routine(match)` -> what a fast-path piece did (`DECLINE`, `NOT_STEADY`, `MAY_STEADY`);
-* `finished()`, `terminator(how)`: a clean end that only lacks its terminator (rules 4, M3);
-* `cut_frames(message)`, `stop_frames()`, `may_stop`: what a cut sends (rules 6, M4, R3);
+* `finished()`, `terminator(how)`: a clean end that only lacks its terminator (rules C4, M3);
+* `cut_frames(message)`, `stop_frames()`, `may_stop`: what a cut sends (rules C6, M4, R3);
 * `closing_books()`: what the report says about the whole stream at its end.
 
 A stream whose first event belongs to another dialect than its path's is not repaired

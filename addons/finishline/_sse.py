@@ -86,9 +86,7 @@ class EventFramer:
     def receive_data(self, data: bytes) -> list[Event]:
         """Frame more bytes. Returns the events they complete, in order (often none)."""
         if self._ended:
-            raise LocalProtocolError(
-                f"receive_data() got {len(data)} bytes after receive_end(); the stream already ended"
-            )
+            raise LocalProtocolError(f"receive_data() got {len(data)} bytes after receive_end(); the stream already ended")
         events: list[Event] = []
         if not data:
             return events

@@ -5,14 +5,30 @@ the answer reassembled per choice (Chat), per content block (Messages) or per ou
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable
+from typing import TypedDict
 
 from ._dialect import Dialect
 from ._json import UNREADABLE, json_or_unreadable
-from ._sse import Event, EventFramer
+from ._sse import EventFramer
 
 __all__ = ["looks_like_chat_stream", "stream_dialect", "transcribe_chat_stream", "transcribe_stream"]
+
+
+class _ChoiceAnswer(TypedDict):
+    """What a Chat choice said, reassembled from its deltas."""
+
+    content: list[str]
+    reasoning: list[str]
+    tool_calls: list[str]
+    finish_reason: object  # the last non-null finish_reason, whatever JSON value it was
+
+
+class _BlockAnswer(TypedDict):
+    """What a Messages content block or a Responses output item said."""
+
+    label: str
+    text: list[str]
 
 
 def looks_like_chat_stream(data: bytes) -> bool:
@@ -25,7 +41,9 @@ def stream_dialect(data: bytes) -> Dialect | None:
     head = data[:4096]
     if b"data:" not in head:
         return None
-    if b"message_start" in head and (b"event: message_start" in head or b'"type":"message_start"' in head or b'"type": "message_start"' in head):
+    if b"message_start" in head and (
+        b"event: message_start" in head or b'"type":"message_start"' in head or b'"type": "message_start"' in head
+    ):
         return Dialect.MESSAGES
     if b"event: response." in head or b'"type":"response.' in head or b'"type": "response.' in head:
         return Dialect.RESPONSES
@@ -36,9 +54,10 @@ def transcribe_stream(data: bytes, dialect: Dialect) -> str:
     """The transcript of a stream in `dialect`. Never raises on bad input."""
     if dialect is Dialect.CHAT:
         return transcribe_chat_stream(data)
-    answers: dict = {}
+    # Keyed by the event's `index` or `output_index`, whatever JSON value the upstream sent there.
+    answers: dict[object, _BlockAnswer] = {}
     summarize = _summarize_messages if dialect is Dialect.MESSAGES else _summarize_responses
-    lines = _numbered_events(data, lambda event: summarize(event.data, answers))
+    lines = _numbered_events(data, lambda event_data: summarize(event_data, answers))
     if not answers:
         lines.append("(no content)")
     for key in sorted(answers, key=lambda key: (not isinstance(key, int), key if isinstance(key, int) else 0, str(key))):
@@ -48,8 +67,9 @@ def transcribe_stream(data: bytes, dialect: Dialect) -> str:
     return "\n".join(lines)
 
 
-def _numbered_events(data: bytes, summarize: Callable[[Event], str]) -> list[str]:
-    """One line per event (comments shown, numbered data events), then a blank line."""
+def _numbered_events(data: bytes, summarize: Callable[[bytes], str]) -> list[str]:
+    """One line per event (comments shown, numbered data events, each summarized from its data),
+    then a blank line."""
     framer = EventFramer()
     events = framer.receive_data(data)
     leftover = framer.receive_end()
@@ -65,7 +85,7 @@ def _numbered_events(data: bytes, summarize: Callable[[Event], str]) -> list[str
         marker = "" if event.complete else "  (incomplete: the stream ended inside this event)"
         kind = f"[{event.event_type.decode('utf-8', 'replace')}] " if event.event_type else ""
         try:
-            summary = summarize(event)
+            summary = summarize(event.data)
         except Exception as error:  # a view must show something, whatever the upstream sent
             summary = f"(unreadable event: {type(error).__name__})"
         lines.append(f"{number:>5} {kind}{summary}{marker}")
@@ -75,8 +95,8 @@ def _numbered_events(data: bytes, summarize: Callable[[Event], str]) -> list[str
 
 def transcribe_chat_stream(data: bytes) -> str:
     """Returns the transcript. Never raises on bad input: unreadable events are shown as they are."""
-    answers: dict[int, dict[str, list[str] | str | None]] = {}
-    lines = _numbered_events(data, lambda event: _summarize(event.data, answers))
+    answers: dict[int, _ChoiceAnswer] = {}
+    lines = _numbered_events(data, lambda event_data: _summarize(event_data, answers))
     if not answers:
         lines.append("(no choices)")
     for index in sorted(answers):
@@ -90,7 +110,7 @@ def transcribe_chat_stream(data: bytes) -> str:
     return "\n".join(lines)
 
 
-def _summarize(data: bytes, answers: dict) -> str:
+def _summarize(data: bytes, answers: dict[int, _ChoiceAnswer]) -> str:
     if data.startswith(b"[DONE]"):
         return "[DONE]"
     chunk = json_or_unreadable(data)
@@ -108,13 +128,17 @@ def _summarize(data: bytes, answers: dict) -> str:
         index = choice.get("index", 0)
         if not isinstance(index, int):
             continue
-        answer = answers.setdefault(
-            index, {"content": [], "reasoning": [], "tool_calls": [], "finish_reason": None}
-        )
-        delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
-        for key, bucket in (("content", "content"), ("reasoning_content", "reasoning"), ("reasoning", "reasoning")):
+        answer = answers.setdefault(index, {"content": [], "reasoning": [], "tool_calls": [], "finish_reason": None})
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
+        for key, bucket in (
+            ("content", answer["content"]),
+            ("reasoning_content", answer["reasoning"]),
+            ("reasoning", answer["reasoning"]),
+        ):
             if isinstance(delta.get(key), str) and delta[key]:
-                answer[bucket].append(delta[key])
+                bucket.append(delta[key])
                 parts.append(f"#{index} {key}={delta[key]!r}")
         calls = delta.get("tool_calls")
         for call in calls if isinstance(calls, list) else []:
@@ -136,7 +160,7 @@ def _summarize(data: bytes, answers: dict) -> str:
 _MESSAGES_DELTA_TEXT = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
 
 
-def _summarize_messages(data: bytes, blocks: dict) -> str:
+def _summarize_messages(data: bytes, blocks: dict[object, _BlockAnswer]) -> str:
     event = json_or_unreadable(data)
     if event is UNREADABLE:
         return "not JSON: " + data[:200].decode("utf-8", "replace")
@@ -153,19 +177,22 @@ def _summarize_messages(data: bytes, blocks: dict) -> str:
         return f"#{index} start {block.get('type')}{name}"
     if kind == "content_block_delta" and isinstance(event.get("delta"), dict):
         delta = event["delta"]
-        key = _MESSAGES_DELTA_TEXT.get(delta.get("type"))
+        delta_type = delta.get("type")
+        key = _MESSAGES_DELTA_TEXT.get(delta_type) if isinstance(delta_type, str) else None
         piece = delta.get(key) if key else None
         if isinstance(piece, str):
             blocks.setdefault(index, {"label": f"block {index}", "text": []})["text"].append(piece)
             return f"#{index} {key}={piece!r}"
         return f"#{index} {delta.get('type')}"
     if kind == "message_delta":
-        delta = event.get("delta") if isinstance(event.get("delta"), dict) else {}
+        delta = event.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
         return f"stop_reason={delta.get('stop_reason')!r}, usage=" + json.dumps(event.get("usage"))[:200]
     return str(kind)
 
 
-def _summarize_responses(data: bytes, items: dict) -> str:
+def _summarize_responses(data: bytes, items: dict[object, _BlockAnswer]) -> str:
     event = json_or_unreadable(data)
     if event is UNREADABLE or data.startswith(b"[DONE]"):
         return "[DONE]" if data.startswith(b"[DONE]") else "not JSON: " + data[:200].decode("utf-8", "replace")

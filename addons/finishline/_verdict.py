@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple, Required, TypedDict
 
 from ._dialect import Dialect
 from ._wording import how_it_was_cut, no_response_detail
@@ -13,6 +13,7 @@ __all__ = [
     "Booking",
     "ClientEnding",
     "CutCause",
+    "Injection",
     "Interruption",
     "OnCut",
     "RepairPolicy",
@@ -40,7 +41,7 @@ class Verdict(enum.StrEnum):
 
 
 class OnCut(enum.StrEnum):
-    """What to send the client when the upstream stops before the stream finished (rule 6)."""
+    """What to send the client when the upstream stops before the stream finished (rule C6)."""
 
     # Append an explicit SSE error event and end the response: the client raises, nothing is faked.
     ERROR = "error"
@@ -118,20 +119,81 @@ class ClientEnding(NamedTuple):
     end_response: bool
 
 
-class Booking(NamedTuple):
-    """A verdict and its detail, for a flow that never got a response."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Booking:
+    """What the books keep of one flow in scope, however it ended: a stream
+    (`StreamReport.booking`), a whole response (`repair_completion`'s verdict, detail and repairs,
+    with the body's length), or no response at all (`book_missing_response`). `to_json` is the one
+    place the ledger's keys, their order and their values are made, so the three paths cannot
+    write different lines.
+
+    Counts a path does not have (a whole body has no events) are None; times are seconds in the
+    caller's clock, None when it gave none.
+    """
 
     verdict: Verdict
     detail: str
+    model: str | None = None
+    dialect: Dialect = Dialect.CHAT
+    events: int | None = None
+    upstream_bytes: int | None = None
+    client_bytes: int | None = None
+    time_to_first_event: float | None = None
+    duration: float | None = None
+    injected: tuple[Injection, ...] = ()
+    repairs: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The flow's keys of its ledger line, in the ledger's order (docs/repair-rules.md, "The
+        books"), times rounded to 0.1 ms; also what flow.metadata holds of it."""
+        return {
+            "model": self.model,
+            "dialect": str(self.dialect),
+            "verdict": str(self.verdict),
+            "detail": self.detail,
+            "events": self.events,
+            "upstream_bytes": self.upstream_bytes,
+            "client_bytes": self.client_bytes,
+            "time_to_first_event": _seconds(self.time_to_first_event),
+            "duration": _seconds(self.duration),
+            "injected": [dict(injection) for injection in self.injected],
+            "repairs": list(self.repairs),
+        }
 
 
-def book_missing_response(reason: str, *, client_gone: bool) -> Booking:
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def book_missing_response(
+    reason: str, *, client_gone: bool, model: str | None = None, dialect: Dialect = Dialect.CHAT
+) -> Booking:
     """A flow in scope that ended without any response: the client left first (`skipped`, nothing
     went wrong upstream), or the upstream never answered (`http_error`: the client got the proxy's
-    own error status, e.g. mitmproxy's 502). `reason` is the proxy's error message."""
-    if client_gone:
-        return Booking(Verdict.SKIPPED, no_response_detail(client_gone=True, reason=reason))
-    return Booking(Verdict.HTTP_ERROR, no_response_detail(client_gone=False, reason=reason))
+    own error status, e.g. mitmproxy's 502). `reason` is the proxy's error message; `model` and
+    `dialect` are the request's."""
+    verdict = Verdict.SKIPPED if client_gone else Verdict.HTTP_ERROR
+    return Booking(
+        verdict=verdict, detail=no_response_detail(client_gone=client_gone, reason=reason), model=model, dialect=dialect
+    )
+
+
+class Injection(TypedDict, total=False):
+    """One event finish_fix wrote into a stream (`StreamReport.injected`): its `kind`, and what the
+    lab and the fuzz contracts need to know which event it was."""
+
+    kind: Required[str]
+    # Chat `finish`: the choice it finished and the reason it gave.
+    choice: int
+    finish_reason: str
+    # Messages `finish`: the stop_reason it gave; `content_block_stop`: the block it closed.
+    stop_reason: str
+    index: int
+    # `error_event`: its code (Chat, Responses) or its error type (Messages).
+    code: str
+    type: str
+    # Responses `response.failed`: the response's id, as the upstream's snapshot had it.
+    id: object
 
 
 @dataclass(slots=True, kw_only=True)
@@ -146,7 +208,7 @@ class StreamReport:
     detail: str = "clean"
     dialect: Dialect = Dialect.CHAT
     repairs: list[str] = field(default_factory=list)
-    injected: list[dict] = field(default_factory=list)
+    injected: list[Injection] = field(default_factory=list)
     interruption: Interruption | None = None
     model: str | None = None
     events: int = 0
@@ -162,7 +224,23 @@ class StreamReport:
     # Set when the repair hit a bug of its own and passed the rest of the stream through unchanged.
     internal_error: str | None = None
 
-    def as_json(self) -> dict:
+    def booking(self) -> Booking:
+        """What the books keep of the stream (final once it ended)."""
+        return Booking(
+            verdict=self.verdict,
+            detail=self.detail,
+            model=self.model,
+            dialect=self.dialect,
+            events=self.events,
+            upstream_bytes=self.upstream_bytes,
+            client_bytes=self.client_bytes,
+            time_to_first_event=self.time_to_first_event,
+            duration=self.duration,
+            injected=tuple(self.injected),
+            repairs=tuple(self.repairs),
+        )
+
+    def as_json(self) -> dict[str, Any]:
         """A JSON-serializable copy (for flow.metadata)."""
         record = asdict(self)
         record["verdict"] = str(self.verdict)

@@ -47,6 +47,7 @@ __all__ = [
     "upstream_error_detail",
 ]
 
+
 class Terms(NamedTuple):
     """A dialect's own words for what its sentences name."""
 
@@ -117,7 +118,7 @@ def _phase(before_first_token: bool) -> str:
 def cut_message(
     *, cause: str, reason: str, before_first_token: bool, events: int, elapsed: float | None, dialect: str = "chat"
 ) -> str:
-    """The message of the error event sent for a cut or a stall (rule 6, M4, R3)."""
+    """The message of the error event sent for a cut or a stall (rule C6, M4, R3)."""
     if cause == "stalled":
         return f"stream was interrupted: {reason}; the upstream stalled (finish_fix)"
     upstream_did = "ended the response" if cause == "clean_end" else f"connection failed ({reason})"
@@ -139,7 +140,7 @@ def client_gone_detail(*, how: str, events: int) -> str:
 # -- repairs --------------------------------------------------------------------------------------
 
 
-# Where a finish was injected (rule 3; rule 6 with on_cut=stop): the last words of `injected_finish`.
+# Where a finish was injected (rule C3; rule C6 with on_cut=stop): the last words of `injected_finish`.
 BEFORE_DONE = "before [DONE]"
 BEFORE_USAGE_CHUNK = "before the usage chunk"
 BEFORE_MESSAGE_STOP = "before message_stop"
@@ -167,7 +168,7 @@ def set_stop_reason(reason: str) -> str:
 
 
 def set_finish_reason(reason: str, index: object) -> str:
-    """Rule 9's repair of a whole (non-streaming) completion."""
+    """Rule C9's repair of a whole (non-streaming) completion."""
     return f"set finish_reason {reason!r} for choice {index}"
 
 
@@ -214,7 +215,7 @@ def wrong_dialect(*, path_dialect: str, event_dialect: str) -> str:
 
 
 def compressed_body(encoding: str) -> str:
-    """Why a compressed stream is `skipped` (rule 10)."""
+    """Why a compressed stream is `skipped` (rule C10)."""
     return f"compressed body ({encoding}) passed through untouched"
 
 

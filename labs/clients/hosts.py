@@ -54,9 +54,11 @@ class DriverHost:
             return self._crash_record(request)
         send, receive = trio.open_memory_channel(1)
         self._waiting[request["id"]] = (request, send)
+        stdin = self.process.stdin
+        assert stdin is not None, "a driver host is started with stdin=PIPE (open_driver_hosts)"
         try:
             async with self._send_lock:
-                await self.process.stdin.send_all((json.dumps(request) + "\n").encode())
+                await stdin.send_all((json.dumps(request) + "\n").encode())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._waiting.pop(request["id"], None)
             self.crashed = self.crashed or "its stdin is closed"
@@ -101,9 +103,11 @@ class DriverHost:
     async def _read(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         buffered = b""
         started = False
+        stdout = self.process.stdout
+        assert stdout is not None, "a driver host is started with stdout=PIPE (open_driver_hosts)"
         while True:
             try:
-                data = await self.process.stdout.receive_some(65536)
+                data = await stdout.receive_some(65536)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
@@ -135,7 +139,13 @@ class DriverHost:
 def _host_argv(runtime: str, clients: tuple[str, ...], dialects: tuple[Dialect, ...]) -> list[str]:
     if runtime == "python":
         # The dialects only choose what the host imports before its hello (python_host.PRELOAD).
-        return [sys.executable, "-m", "labs.clients.python_host", *(f for d in dialects for f in ("--dialect", d.value)), *clients]
+        return [
+            sys.executable,
+            "-m",
+            "labs.clients.python_host",
+            *(f for d in dialects for f in ("--dialect", d.value)),
+            *clients,
+        ]
     if not (NODE_PACKAGE / "node_modules").is_dir():
         raise ChildStartError(f"the Node clients are not installed: run `npm ci` in {NODE_PACKAGE} (or `make setup`)")
     return ["node", str(NODE_PACKAGE / "host.mjs")]
@@ -165,8 +175,11 @@ async def open_driver_hosts(
                 log_path = log_dir / f"driver-host-{runtime}.log"
                 # stdin and stdout carry the JSON lines; stderr goes to the log.
                 process = await start_trio_child(
-                    _host_argv(runtime, names, dialects), name=f"{runtime} driver host", log_path=log_path,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                    _host_argv(runtime, names, dialects),
+                    name=f"{runtime} driver host",
+                    log_path=log_path,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
                 )
                 processes.append(process)
                 host = DriverHost(runtime=runtime, clients=names, process=process, log_path=log_path)
@@ -179,7 +192,8 @@ async def open_driver_hosts(
             for process in processes:
                 with trio.CancelScope(shield=True):
                     try:
-                        await process.stdin.aclose()
+                        if process.stdin is not None:  # (it is: started with stdin=PIPE above)
+                            await process.stdin.aclose()
                     except trio.ClosedResourceError:
                         pass
                     with trio.move_on_after(3):

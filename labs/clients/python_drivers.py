@@ -124,14 +124,16 @@ async def langchain_openai(request: dict, sink: Sink) -> str | None:
     model = ChatOpenAI(
         model=request["model"],
         base_url=request["base_url"],
-        api_key=request.get("api_key") or LAB_API_KEY,
+        # pydantic turns the string into the field's SecretStr; the annotation is the validated type.
+        api_key=request.get("api_key") or LAB_API_KEY,  # type: ignore[arg-type]
         streaming=True,
         **({"max_tokens": request["max_tokens"]} if request.get("max_tokens") else {}),
     )
-    if request.get("tools"):
-        model = model.bind_tools(request["tools"])
+    # `bind_tools` is typed as a Runnable of whole AIMessages, but a bound chat model streams
+    # AIMessageChunks as the model does (`read_langchain_stream` takes either as Any too).
+    runnable: Any = model.bind_tools(request["tools"]) if request.get("tools") else model
     finish_reason = None
-    async for chunk in model.astream(request["messages"]):
+    async for chunk in runnable.astream(request["messages"]):
         sink.add_text(chunk.content if isinstance(chunk.content, str) else "")
         for call in chunk.tool_call_chunks or []:
             sink.add_tool_call(call.get("index"), call.get("name"), call.get("args"))
@@ -208,14 +210,18 @@ CHAT_DRIVERS: dict[str, Driver] = {
 #: in Responses).
 DRIVERS: dict[tuple[str, Dialect], Driver] = {
     (name, dialect): driver
-    for dialect, drivers in ((Dialect.CHAT, CHAT_DRIVERS), (Dialect.MESSAGES, MESSAGES_DRIVERS), (Dialect.RESPONSES, RESPONSES_DRIVERS))
+    for dialect, drivers in (
+        (Dialect.CHAT, CHAT_DRIVERS),
+        (Dialect.MESSAGES, MESSAGES_DRIVERS),
+        (Dialect.RESPONSES, RESPONSES_DRIVERS),
+    )
     for name, driver in drivers.items()
 }
 
 
 def versions() -> dict[str, str]:
-    from importlib.metadata import version
     import platform
+    from importlib.metadata import version
 
     names = {"python": platform.python_version()}
     for package in ("openai", "langchain-openai", "anthropic", "langchain-anthropic", "litellm", "httpx", "httpx-sse"):

@@ -140,9 +140,11 @@ def _preloads(argv: list[str]) -> list[str]:
         else:
             clients.append(word)
     dialects = dialects or [Dialect.CHAT]
-    return list(dict.fromkeys(
-        module for (client, dialect), module in PRELOAD.items() if dialect in dialects and (not clients or client in clients)
-    ))
+    return list(
+        dict.fromkeys(
+            module for (client, dialect), module in PRELOAD.items() if dialect in dialects and (not clients or client in clients)
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -123,10 +123,13 @@ async def langchain_anthropic(request: dict, sink: Sink) -> str | None:
     chunk's `response_metadata`; content is a string or a list of text/thinking blocks)."""
     from langchain_anthropic import ChatAnthropic
 
-    model = ChatAnthropic(
+    # `model` and `max_tokens` are the field names (`populate_by_name=True`); a type checker only
+    # knows the aliases (`model_name`, `max_tokens_to_sample`). pydantic turns the api_key string
+    # into the field's SecretStr; the annotation is the validated type.
+    model = ChatAnthropic(  # type: ignore[call-arg]
         model=request["model"],
         base_url=anthropic_root(request["base_url"]),
-        api_key=request.get("api_key") or LAB_API_KEY,
+        api_key=request.get("api_key") or LAB_API_KEY,  # type: ignore[arg-type]
         max_tokens=request.get("max_tokens") or DEFAULT_MAX_TOKENS,
         streaming=True,
     )

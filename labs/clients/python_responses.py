@@ -120,7 +120,8 @@ async def langchain_openai_responses(request: dict, sink: Sink) -> str | None:
     model = ChatOpenAI(
         model=request["model"],
         base_url=request["base_url"],
-        api_key=request.get("api_key") or LAB_API_KEY,
+        # pydantic turns the string into the field's SecretStr; the annotation is the validated type.
+        api_key=request.get("api_key") or LAB_API_KEY,  # type: ignore[arg-type]
         streaming=True,
         use_responses_api=True,
         **({"max_tokens": request["max_tokens"]} if request.get("max_tokens") else {}),

@@ -5,8 +5,8 @@ python_messages.py, python_responses.py)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["Driver", "Sink", "add_langchain_content", "read_langchain_stream"]
 

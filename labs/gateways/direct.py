@@ -22,11 +22,14 @@ async def _start_external(ctx: GatewayContext) -> Gateway:
 
 ENTRIES = (
     GatewayEntry(
-        name="direct", summary="no gateway: the client talks to the worker's tunnel", start=_start_direct,
+        name="direct",
+        summary="no gateway: the client talks to the worker's tunnel",
+        start=_start_direct,
         dialects=EVERY_DIALECT,
     ),
     GatewayEntry(
-        name=EXTERNAL, summary="your own gateway at --gateway-url, pointed at the tunnel (not started, no books read)",
+        name=EXTERNAL,
+        summary="your own gateway at --gateway-url, pointed at the tunnel (not started, no books read)",
         start=_start_external,
     ),
 )

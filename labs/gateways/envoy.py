@@ -59,7 +59,7 @@ from urllib.parse import urlsplit
 
 from faults.child_processes import ChildStartError, TrioChildProcess
 from labs.gateways.registry import GatewayContext, GatewayEntry
-from labs.gateways.services import Gateway, entries_for_cell
+from labs.gateways.services import Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
 
@@ -141,42 +141,61 @@ def envoy_bootstrap(*, primary_url: str, spare_url: str | None, access_log: Path
         "route_config": {
             "virtual_hosts": [{"name": "workers", "domains": ["*"], "routes": [{"match": {"prefix": "/"}, "route": route}]}],
         },
-        "access_log": [{
-            "name": "envoy.access_loggers.file",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
-                "path": str(access_log),
-                "log_format": {"json_format": ACCESS_LOG_FORMAT},
-            },
-        }],
+        "access_log": [
+            {
+                "name": "envoy.access_loggers.file",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+                    "path": str(access_log),
+                    "log_format": {"json_format": ACCESS_LOG_FORMAT},
+                },
+            }
+        ],
         "http_filters": [
             {
                 "name": "envoy.filters.http.json_to_metadata",
                 "typed_config": {
                     "@type": "type.googleapis.com/envoy.extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
-                    "request_rules": {"rules": [{
-                        "selectors": [{"key": "model"}],
-                        "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": "model", "type": "STRING"},
-                    }]},
+                    "request_rules": {
+                        "rules": [
+                            {
+                                "selectors": [{"key": "model"}],
+                                "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": "model", "type": "STRING"},
+                            }
+                        ]
+                    },
                 },
             },
-            {"name": "envoy.filters.http.router", "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}},
+            {
+                "name": "envoy.filters.http.router",
+                "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+            },
         ],
     }
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}}},
         "static_resources": {
-            "listeners": [{
-                "name": LISTENER,
-                "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
-                "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager", "typed_config": connection_manager}]}],
-            }],
-            "clusters": [{
-                "name": "workers",
-                "type": "STATIC",
-                "connect_timeout": "2s",
-                "load_assignment": {"cluster_name": "workers", "endpoints": endpoints},
-            }],
+            "listeners": [
+                {
+                    "name": LISTENER,
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                    "filter_chains": [
+                        {
+                            "filters": [
+                                {"name": "envoy.filters.network.http_connection_manager", "typed_config": connection_manager}
+                            ]
+                        }
+                    ],
+                }
+            ],
+            "clusters": [
+                {
+                    "name": "workers",
+                    "type": "STATIC",
+                    "connect_timeout": "2s",
+                    "load_assignment": {"cluster_name": "workers", "endpoints": endpoints},
+                }
+            ],
         },
     }
 
@@ -205,7 +224,9 @@ def _listener_port(process: TrioChildProcess, admin_port: int) -> int:
 
 
 @asynccontextmanager
-async def open_envoy(*, primary_url: str, spare_url: str | None = None, run_dir: Path, name: str = "envoy") -> AsyncIterator[EnvoyGateway]:
+async def open_envoy(
+    *, primary_url: str, spare_url: str | None = None, run_dir: Path, name: str = "envoy"
+) -> AsyncIterator[EnvoyGateway]:
     """Run Envoy in front of `primary_url` (and `spare_url`), both `http://127.0.0.1:PORT`, until the
     block ends; its files go to `run_dir` named after `name`.
 
@@ -219,16 +240,27 @@ async def open_envoy(*, primary_url: str, spare_url: str | None = None, run_dir:
     config = run_dir / f"{name}.json"
     config.write_text(json.dumps(envoy_bootstrap(primary_url=primary_url, spare_url=spare_url, access_log=access_log), indent=2))
     argv = [
-        str(binary), "-c", str(config),
+        str(binary),
+        "-c",
+        str(config),
         # One worker thread: the machine is small, and one is plenty for a lab's dozens of streams.
-        "--concurrency", "1",
+        "--concurrency",
+        "1",
         # Hot restart needs a shared-memory region per base id; two Envoys (variants, tests) would clash.
         "--disable-hot-restart",
-        "--file-flush-interval-msec", str(FILE_FLUSH_MS),
-        "--log-level", "info",
+        "--file-flush-interval-msec",
+        str(FILE_FLUSH_MS),
+        "--log-level",
+        "info",
     ]
     async with open_service(
-        name, argv, port=0, port_in_log=ADMIN_LISTENING, health_path="/ready", log_path=run_dir / f"{name}.log", start_timeout=30,
+        name,
+        argv,
+        port=0,
+        port_in_log=ADMIN_LISTENING,
+        health_path="/ready",
+        log_path=run_dir / f"{name}.log",
+        start_timeout=30,
     ) as (process, admin_port):
         port = _listener_port(process, admin_port)
         yield EnvoyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", access_log=access_log)
@@ -246,16 +278,12 @@ def envoy_books(entry: dict[str, Any]) -> str:
     return BOOKS_OK if 100 <= code < 400 and flags == "-" else BOOKS_ERROR
 
 
-def read_envoy_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
-    mine = entries_for_cell(entries, cell_id)
-    if not mine:
-        return None, None
-    return envoy_books(mine[-1]), mine[-1]
+read_envoy_books = books_reader_from(envoy_books)
 
 
 async def _start(ctx: GatewayContext) -> Gateway:
     running = await ctx.enter(open_envoy(primary_url=ctx.upstream(), spare_url=ctx.spare_url, run_dir=ctx.run_dir))
-    return Gateway(name="envoy", base_url=running.base_url, books_path=running.access_log, books_kind="envoy")
+    return Gateway(name="envoy", base_url=running.base_url, books_path=running.access_log)
 
 
 ENTRIES = (
@@ -265,6 +293,10 @@ ENTRIES = (
             "Envoy 1.40 (static config: route timeout 0, the spare at priority 1 with a retry policy on "
             "5xx/reset/connect-failure); books: its access log (response code, flags, bytes)"
         ),
-        start=_start, missing=envoy_missing, books_kind="envoy", read_books=read_envoy_books, uses_spare=True,
+        start=_start,
+        missing=envoy_missing,
+        books_kind="envoy",
+        read_books=read_envoy_books,
+        uses_spare=True,
     ),
 )

@@ -20,7 +20,7 @@ from typing import Any
 
 from finishline import Verdict
 from labs.gateways.registry import EVERY_DIALECT, GatewayContext, GatewayEntry
-from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, entries_for_cell
+from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
 
@@ -28,9 +28,9 @@ STREAM_CAPTURE_SCRIPT = Path(__file__).resolve().parent / "stream_capture.py"
 #: The shared-service key of the run's one finish_fix mitmdump in front of the primary upstream.
 SERVICE = "finish_fix"
 
-# finish_fix's verdicts, as the books column words (README: clean and repaired are successes;
-# interrupted, upstream_error and http_error failures; skipped says nothing).
-VERDICT_BOOKS = {
+# finish_fix's verdicts, as the books column words (docs/grading.md "The books file": clean and
+# repaired are successes; interrupted, upstream_error and http_error failures; skipped says nothing).
+VERDICT_BOOKS: dict[str, str] = {  # looked up by the ledger's word (a Verdict is its word)
     Verdict.CLEAN: BOOKS_OK,
     Verdict.REPAIRED: BOOKS_OK,
     Verdict.INTERRUPTED: BOOKS_ERROR,
@@ -58,23 +58,37 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
     confdir.mkdir(parents=True, exist_ok=True)
     argv = [
         str(BIN / "mitmdump"),
-        "--mode", f"reverse:{upstream_url}",
-        "--listen-host", "127.0.0.1",
-        "--listen-port", "0",
-        "-s", str(FINISH_FIX_SCRIPT),
-        "--set", f"confdir={confdir}",
-        "--set", f"finish_fix_ledger={ledger}",
+        "--mode",
+        f"reverse:{upstream_url}",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        "0",
+        "-s",
+        str(FINISH_FIX_SCRIPT),
+        "--set",
+        f"confdir={confdir}",
+        "--set",
+        f"finish_fix_ledger={ledger}",
         # A short idle deadline so the stall scenario ends in finish_fix's error event within its
         # deadline; the first-token deadline stays at its default (the incident's prefill is long).
-        "--set", "finish_fix_idle_timeout=2",
-        "-s", str(STREAM_CAPTURE_SCRIPT),
-        "--set", f"finishline_capture={capture}",
+        "--set",
+        "finish_fix_idle_timeout=2",
+        "-s",
+        str(STREAM_CAPTURE_SCRIPT),
+        "--set",
+        f"finishline_capture={capture}",
         # `info`: the "listening at" line the port is read from is an info message.
-        "--set", "termlog_verbosity=info",
-        "--set", "flow_detail=0",
+        "--set",
+        "termlog_verbosity=info",
+        "--set",
+        "flow_detail=0",
     ]
     log = run_dir / ("mitmdump.log" if label == "finish_fix" else f"mitmdump-{label}.log")
-    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log, start_timeout=30) as (_, port):
+    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log, start_timeout=30) as (
+        _,
+        port,
+    ):
         yield RunningFinishFix(base_url=f"http://127.0.0.1:{port}/v1", ledger=ledger, capture=capture)
 
 
@@ -83,24 +97,27 @@ async def shared_finish_fix(ctx: GatewayContext, topology: str | None = None) ->
     started once per topology, whoever asks first."""
     label = ctx.topology if topology is None else topology
     plan = ctx.topologies[label]
-    if not plan.primary_url:
+    primary_url = plan.primary_url
+    if not primary_url:
         raise ValueError("finish_fix needs the worker's tunnel (primary_url)")
-    return await ctx.run.shared_async(
-        (SERVICE, label), lambda: ctx.run.enter(open_finish_fix(plan.primary_url, plan.run_dir))
-    )
+    return await ctx.run.shared_async((SERVICE, label), lambda: ctx.run.enter(open_finish_fix(primary_url, plan.run_dir)))
 
 
-def read_finish_fix_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
-    mine = entries_for_cell(entries, cell_id)
-    if not mine:
-        return None, None
-    return VERDICT_BOOKS.get(mine[-1].get("verdict")), mine[-1]
+def finish_fix_books(entry: dict[str, Any]) -> str | None:
+    """The books' word for one ledger line: its verdict's (None for `skipped` or no verdict)."""
+    verdict = entry.get("verdict")
+    return VERDICT_BOOKS.get(verdict) if isinstance(verdict, str) else None
+
+
+read_finish_fix_books = books_reader_from(finish_fix_books)
 
 
 async def _start(ctx: GatewayContext) -> Gateway:
     running = await shared_finish_fix(ctx)
     return Gateway(
-        name="finish_fix", base_url=running.base_url, books_path=running.ledger, books_kind="finish_fix",
+        name="finish_fix",
+        base_url=running.base_url,
+        books_path=running.ledger,
         capture_path=running.capture,
     )
 
@@ -109,7 +126,9 @@ ENTRIES = (
     GatewayEntry(
         name="finish_fix",
         summary="mitmdump with finish_fix in reverse mode in front of the worker's tunnel (the client-side placement)",
-        start=_start, books_kind="finish_fix", read_books=read_finish_fix_books,
+        start=_start,
+        books_kind="finish_fix",
+        read_books=read_finish_fix_books,
         # finish_fix's default path options repair /v1/messages and /v1/responses too; mitmdump's
         # reverse mode passes every path on to the worker.
         dialects=EVERY_DIALECT,

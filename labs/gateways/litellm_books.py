@@ -94,8 +94,9 @@ class LabBooks(CustomLogger):
             self._success("async_log_stream_event", kwargs, response_obj, start_time, end_time)
             return
         entry = self._entry("async_log_stream_event", kwargs, start_time, end_time)
-        entry.update(status=str(event_type), finish_reason=_finish_reason(response_obj),
-                     completion_tokens=_completion_tokens(response_obj))
+        entry.update(
+            status=str(event_type), finish_reason=_finish_reason(response_obj), completion_tokens=_completion_tokens(response_obj)
+        )
         self._write(entry)
 
     async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):

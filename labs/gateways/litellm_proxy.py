@@ -46,7 +46,7 @@ from labs.clients import LAB_API_KEY
 from labs.gateways import LITELLM_BOOKS_ENV
 from labs.gateways.finish_fix_proxy import shared_finish_fix
 from labs.gateways.registry import GatewayContext, GatewayEntry
-from labs.gateways.services import BIN, Gateway, entries_for_cell, open_service_on_free_ports
+from labs.gateways.services import BIN, Gateway, books_reader_from, open_service_on_free_ports
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
 #: LiteLLM routes model names with this prefix through finish_fix.
@@ -115,7 +115,12 @@ async def open_litellm(routes: list[LiteLLMRoutes], run_dir: Path) -> AsyncItera
         return [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
 
     async with open_service_on_free_ports(
-        "litellm proxy", argv, log_path=run_dir / "litellm.log", env=env, health_path="/health/liveliness", start_timeout=120,
+        "litellm proxy",
+        argv,
+        log_path=run_dir / "litellm.log",
+        env=env,
+        health_path="/health/liveliness",
+        start_timeout=120,
     ) as port:
         yield RunningLiteLLM(base_url=f"http://127.0.0.1:{port}/v1", books=books, master_key=master_key)
 
@@ -132,29 +137,35 @@ async def _shared_litellm(ctx: GatewayContext) -> RunningLiteLLM:
             if not plan.primary_url:
                 raise ValueError("LiteLLM needs the worker's tunnel (primary_url)")
             finish_fix = await shared_finish_fix(ctx, label) if FINISH_FIX_NAME in plan.names else None
-            routes.append(LiteLLMRoutes(
-                prefix=plan.route_prefix, primary_base=f"{plan.primary_url}/v1",
-                spare_base=f"{plan.spare_url}/v1" if plan.spare_url else None,
-                finish_fix_base=finish_fix.base_url if finish_fix else None,
-            ))
+            routes.append(
+                LiteLLMRoutes(
+                    prefix=plan.route_prefix,
+                    primary_base=f"{plan.primary_url}/v1",
+                    spare_base=f"{plan.spare_url}/v1" if plan.spare_url else None,
+                    finish_fix_base=finish_fix.base_url if finish_fix else None,
+                )
+            )
         return await ctx.run.enter(open_litellm(routes, ctx.run.run_dir))
 
     return await ctx.run.shared_async(SERVICE, start)
 
 
-def read_litellm_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
-    mine = entries_for_cell(entries, cell_id)
-    if not mine:
-        return None, None
-    entry = mine[-1]
-    return (BOOKS_OK if entry.get("status") == "success" else BOOKS_ERROR), entry
+def litellm_books(entry: dict[str, Any]) -> str:
+    """The books' word for one callback line: `ok` for LiteLLM's `success`, else `error`."""
+    return BOOKS_OK if entry.get("status") == "success" else BOOKS_ERROR
+
+
+read_litellm_books = books_reader_from(litellm_books)
 
 
 async def _start_litellm(ctx: GatewayContext) -> Gateway:
     running = await _shared_litellm(ctx)
     return Gateway(
-        name=NAME, base_url=running.base_url, books_path=running.books, books_kind="litellm",
-        model_prefix=ctx.plan.route_prefix, api_key=running.master_key,
+        name=NAME,
+        base_url=running.base_url,
+        books_path=running.books,
+        model_prefix=ctx.plan.route_prefix,
+        api_key=running.master_key,
     )
 
 
@@ -162,8 +173,12 @@ async def _start_litellm_finish_fix(ctx: GatewayContext) -> Gateway:
     running = await _shared_litellm(ctx)
     capture = (await shared_finish_fix(ctx)).capture
     return Gateway(
-        name=FINISH_FIX_NAME, base_url=running.base_url, books_path=running.books, books_kind="litellm",
-        model_prefix=ctx.plan.route_prefix + VIA_FINISH_FIX, api_key=running.master_key, capture_path=capture,
+        name=FINISH_FIX_NAME,
+        base_url=running.base_url,
+        books_path=running.books,
+        model_prefix=ctx.plan.route_prefix + VIA_FINISH_FIX,
+        api_key=running.master_key,
+        capture_path=capture,
     )
 
 
@@ -171,11 +186,16 @@ ENTRIES = (
     GatewayEntry(
         name=NAME,
         summary="LiteLLM proxy 1.108.7, one wildcard route to the worker (the spare at order 2, retries as shipped)",
-        start=_start_litellm, books_kind="litellm", read_books=read_litellm_books, uses_spare=True,
+        start=_start_litellm,
+        books_kind="litellm",
+        read_books=read_litellm_books,
+        uses_spare=True,
     ),
     GatewayEntry(
         name=FINISH_FIX_NAME,
         summary="the same LiteLLM proxy, its deployment going through finish_fix to the worker (the gateway-side placement)",
-        start=_start_litellm_finish_fix, books_kind="litellm", uses_spare=True,
+        start=_start_litellm_finish_fix,
+        books_kind="litellm",
+        uses_spare=True,
     ),
 )

@@ -28,7 +28,7 @@ The config (Portkey's `x-portkey-config`; see its docs "Configs", "Fallbacks", "
 the worker). That placement is the one that says something new: Portkey hides a cut, but it passes
 finish_fix's error event on like any event, so the clients see the error while Portkey's own books
 still say 200. finish_fix in front of Portkey would catch the hidden cut too (a clean end without
-`[DONE]` is rule 6), but that is the `finish_fix` column's placement again.
+`[DONE]` is rule C6), but that is the `finish_fix` column's placement again.
 
 What it does with a stream (src/handlers/streamHandler.ts, `handleStreamingMode` and
 `readStream`): an OpenAI-compatible provider's events are passed on unchanged, split at blank
@@ -59,7 +59,7 @@ from faults.child_processes import ChildStartError
 from labs.clients import LAB_API_KEY
 from labs.gateways.finish_fix_proxy import shared_finish_fix
 from labs.gateways.registry import GatewayContext, GatewayEntry
-from labs.gateways.services import Gateway, entries_for_cell
+from labs.gateways.services import Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
 
@@ -141,8 +141,13 @@ async def open_portkey(
         "ENVIRONMENT": "",
     }
     async with open_service(
-        name, ["node", str(LAUNCHER)], port=0, port_in_log=PORTKEY_LISTENING, log_path=run_dir / f"{name}.log",
-        env=env, start_timeout=60,
+        name,
+        ["node", str(LAUNCHER)],
+        port=0,
+        port_in_log=PORTKEY_LISTENING,
+        log_path=run_dir / f"{name}.log",
+        env=env,
+        start_timeout=60,
     ) as (_, port):
         yield PortkeyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", request_log=request_log)
 
@@ -154,16 +159,12 @@ def portkey_books(entry: dict[str, Any]) -> str:
     return BOOKS_OK if isinstance(status, int) and 200 <= status < 300 else BOOKS_ERROR
 
 
-def read_portkey_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
-    mine = entries_for_cell(entries, cell_id)
-    if not mine:
-        return None, None
-    return portkey_books(mine[-1]), mine[-1]
+read_portkey_books = books_reader_from(portkey_books)
 
 
 async def _start(ctx: GatewayContext) -> Gateway:
     running = await ctx.enter(open_portkey(primary_url=ctx.upstream(), spare_url=ctx.spare_url, run_dir=ctx.run_dir))
-    return Gateway(name="portkey", base_url=running.base_url, books_path=running.request_log, books_kind="portkey")
+    return Gateway(name="portkey", base_url=running.base_url, books_path=running.request_log)
 
 
 async def _start_behind_finish_fix(ctx: GatewayContext) -> Gateway:
@@ -172,12 +173,18 @@ async def _start_behind_finish_fix(ctx: GatewayContext) -> Gateway:
     # error event for a cut reaches the client where Portkey alone ends the body cleanly. Portkey's
     # books are the gateway's, as for LiteLLM's variant.
     finish_fix = await shared_finish_fix(ctx)
-    running = await ctx.enter(open_portkey(
-        primary_url=finish_fix.base_url.removesuffix("/v1"), spare_url=ctx.spare_url, run_dir=ctx.run_dir,
-        name="portkey+finish_fix",
-    ))
+    running = await ctx.enter(
+        open_portkey(
+            primary_url=finish_fix.base_url.removesuffix("/v1"),
+            spare_url=ctx.spare_url,
+            run_dir=ctx.run_dir,
+            name="portkey+finish_fix",
+        )
+    )
     return Gateway(
-        name="portkey+finish_fix", base_url=running.base_url, books_path=running.request_log, books_kind="portkey",
+        name="portkey+finish_fix",
+        base_url=running.base_url,
+        books_path=running.request_log,
         capture_path=finish_fix.capture,
     )
 
@@ -189,11 +196,18 @@ ENTRIES = (
             "the open-source Portkey gateway 1.15.2 (provider openai, custom_host the worker; with the spare: "
             "fallback over both, retry.attempts 2); books: its request log"
         ),
-        start=_start, missing=portkey_missing, books_kind="portkey", read_books=read_portkey_books, uses_spare=True,
+        start=_start,
+        missing=portkey_missing,
+        books_kind="portkey",
+        read_books=read_portkey_books,
+        uses_spare=True,
     ),
     GatewayEntry(
         name="portkey+finish_fix",
         summary="Portkey whose upstream goes through finish_fix to the worker (the gateway-side placement); books: Portkey's",
-        start=_start_behind_finish_fix, missing=portkey_missing, books_kind="portkey", uses_spare=True,
+        start=_start_behind_finish_fix,
+        missing=portkey_missing,
+        books_kind="portkey",
+        uses_spare=True,
     ),
 )

@@ -5,9 +5,10 @@ Theory of operation
 An entry says what a gateway needs (`missing`: the install check, one line when something is not
 there), how it is started for one run (`start`: an async function that gets a `GatewayContext` and
 returns the `Gateway` the clients talk to), and how its books are read (`books_kind`, and
-`read_books` for that kind). `open_gateways` (labs.gateways.services) looks the requested names up
-here, checks every install first (so a missing gateway is refused before anything starts), and
-starts each entry in registry order.
+`read_books` for that kind, made by `labs.gateways.services.books_reader_from`). `open_gateways`
+(labs.gateways.services) looks the requested names up here, checks every install first (so a
+missing gateway is refused before anything starts), and starts each entry in registry order; the
+running `Gateway` takes its books kind from its entry.
 
 Processes belong to the context, not to an entry: `ctx.enter(cm)` keeps a process running until the
 topology's gateways are closed, and `ctx.shared(key, factory)` starts one process that several
@@ -157,19 +158,22 @@ class GatewayContext:
     #: Every topology of the run by label (this one included); filled in from this context's own
     #: upstreams when it is the run's only one.
     topologies: dict[str, TopologyPlan] = field(default_factory=dict)
-    #: The processes shared by every topology of the run; one of its own when it is the only one.
-    run: RunServices | None = None
+    #: The processes shared by every topology of the run (`open_gateways` makes one of the context's
+    #: own when it is the run's only topology).
+    run: RunServices
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _shared: _Shared = field(default_factory=_Shared)
 
     def __post_init__(self) -> None:
         if not self.topologies:
-            self.topologies = {self.topology: TopologyPlan(
-                primary_url=self.primary_url, spare_url=self.spare_url, run_dir=self.run_dir, names=self.names,
-            )}
-        if self.run is None:
-            # Closed with this context's own processes (`open_gateways` enters it first).
-            self.run = RunServices(run_dir=self.run_dir)
+            self.topologies = {
+                self.topology: TopologyPlan(
+                    primary_url=self.primary_url,
+                    spare_url=self.spare_url,
+                    run_dir=self.run_dir,
+                    names=self.names,
+                )
+            }
 
     @property
     def plan(self) -> TopologyPlan:
@@ -284,5 +288,5 @@ def books_reader(kind: str) -> BooksReader:
     for entry in entries().values():
         if entry.books_kind == kind and entry.read_books is not None:
             return entry.read_books
-    kinds = sorted({e.books_kind for e in entries().values() if e.read_books is not None})
+    kinds = sorted({e.books_kind for e in entries().values() if e.read_books is not None and e.books_kind is not None})
     raise ValueError(f"no books reader for {kind!r}; books kinds: {', '.join(kinds)}")

@@ -9,7 +9,10 @@ The entries themselves live in one module per gateway (`labs/gateways/<name>.py`
 Books: every gateway that keeps per-request books writes them as JSON lines (finish_fix's ledger,
 LiteLLM's callbacks, the routers' JSON logs, Envoy's access log ...). Each record names the
 request's model, which carries the cell id (`labs.scenario.Scenario.model_name`), so a cell finds
-its entry by id; the registry says, per books kind, how an entry becomes the books' word.
+its entry by id; the registry says, per books kind, how an entry becomes the books' word. Every
+kind's reader is made by `books_reader_from` from what differs between two gateways' files: the
+word a record says, and, when a record is not a line of the file or names its request elsewhere,
+how records are made from the lines and which cells a record is about.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from faults.child_processes import ChildStartError, bind_failed, free_port
+from finish_fix_command import addon_path
 from labs.outcome import BOOKS_NONE
 from labs.processes import open_service
 
@@ -34,15 +38,19 @@ __all__ = [
     "Gateway",
     "GatewayNotInstalled",
     "books_entry",
+    "books_reader_from",
     "captured_stream",
     "entries_for_cell",
+    "last_entry_by_cell",
+    "model_cells",
     "open_gateways",
     "prepare_gateways",
     "read_books",
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-FINISH_FIX_SCRIPT = ROOT / "addons" / "finish_fix.py"
+#: The finish_fix addon's script, wherever finishline is (a checkout or an installed wheel).
+FINISH_FIX_SCRIPT = addon_path()
 BIN = Path(sys.executable).parent
 #: What mitmdump and mitmweb print once their proxy listens (asked for port 0).
 MITM_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
@@ -57,7 +65,7 @@ class GatewayNotInstalled(ChildStartError):
 
 
 if TYPE_CHECKING:
-    from labs.gateways.registry import GatewayContext, GatewayEntry, RunServices, TopologyPlan
+    from labs.gateways.registry import BooksReader, GatewayContext, GatewayEntry, RunServices, TopologyPlan
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,8 +76,8 @@ class Gateway:
     books_path: Path | None = None
     #: Prefix the gateway needs on the model name (LiteLLM's route through finish_fix).
     model_prefix: str = ""
-    #: Whose books (a registry books kind: `finish_fix`, `litellm`, ...), `none` for a gateway
-    #: that keeps no per-request record, None for no gateway (`direct`, `external`).
+    #: Whose books: its registry entry's `books_kind`, which `open_gateways` gives every gateway it
+    #: starts (an entry's `start` leaves it out: the entry says it, once).
     books_kind: str | None = None
     #: The API key the gateway wants (LiteLLM's master key of this run); None: any.
     api_key: str | None = None
@@ -87,8 +95,9 @@ async def prepare_gateways(gateways: dict[str, Gateway], requests: Iterable[tupl
     for name, model in requests:
         models.setdefault(name, []).append(model)
     for name, wanted in models.items():
-        if gateways[name].prepare is not None:
-            await gateways[name].prepare(wanted)
+        prepare = gateways[name].prepare
+        if prepare is not None:
+            await prepare(wanted)
 
 
 @asynccontextmanager
@@ -127,9 +136,15 @@ async def open_gateways(
         raise GatewayNotInstalled("; ".join(missing))
     own_run = run is None
     ctx = GatewayContext(
-        primary_url=primary_url, spare_url=spare_url, run_dir=run_dir, names=tuple(names),
-        external_url=external_url, external_api_key=external_api_key, topology=topology,
-        topologies=topologies or {}, run=run or RunServices(run_dir=run_dir),
+        primary_url=primary_url,
+        spare_url=spare_url,
+        run_dir=run_dir,
+        names=tuple(names),
+        external_url=external_url,
+        external_api_key=external_api_key,
+        topology=topology,
+        topologies=topologies or {},
+        run=run or RunServices(run_dir=run_dir),
     )
     async with AsyncExitStack() as stack:
         if own_run:
@@ -140,15 +155,16 @@ async def open_gateways(
 
 
 async def _start_at_once(chosen: list[GatewayEntry], ctx: GatewayContext) -> dict[str, Gateway]:
-    """Every entry's `start`, at once; the first failure cancels the rest and is raised as it is
-    (one error for the CLI's one line, not a group)."""
+    """Every entry's `start`, at once, each gateway with its entry's books kind; the first failure
+    cancels the rest and is raised as it is (one error for the CLI's one line, not a group)."""
     gateways: dict[str, Gateway] = {}
     failures: list[Exception] = []
 
     async with trio.open_nursery() as nursery:
+
         async def start(entry: GatewayEntry) -> None:
             try:
-                gateways[entry.name] = await entry.start(ctx)
+                gateways[entry.name] = replace(await entry.start(ctx), books_kind=entry.books_kind)
             except Exception as error:
                 failures.append(error)
                 nursery.cancel_scope.cancel()
@@ -161,9 +177,7 @@ async def _start_at_once(chosen: list[GatewayEntry], ctx: GatewayContext) -> dic
 
 
 @asynccontextmanager
-async def open_service_on_free_ports(
-    name: str, argv_for: Callable[[int, int], list[str]], **service: Any
-) -> AsyncIterator[int]:
+async def open_service_on_free_ports(name: str, argv_for: Callable[[int, int], list[str]], **service: Any) -> AsyncIterator[int]:
     """`open_service` for a program that cannot listen on port 0 (LiteLLM, SMG, vllm-router):
     `argv_for(port, second_port)` gets two ports that were free a moment ago (the second for a
     metrics listener, if it has one); a start that fails because a port was taken meanwhile is
@@ -194,6 +208,47 @@ def read_books(path: Path | None) -> list[dict[str, Any]]:
         if isinstance(entry, dict):
             entries.append(entry)
     return entries
+
+
+def model_cells(entry: dict[str, Any]) -> tuple[str | None, ...]:
+    """The cell a books record is about, by the model name it recorded (most gateways' books)."""
+    return (cell_id_of(entry.get("model")),)
+
+
+def last_entry_by_cell(
+    records: Iterable[dict[str, Any]], cells_of: Callable[[dict[str, Any]], Iterable[str | None]] = model_cells
+) -> dict[str, dict[str, Any]]:
+    """{cell id: the last record about it}, for every cell a record names (`cells_of`), in the
+    order the cells first appear: when several records name one request, the last one counts."""
+    found: dict[str, dict[str, Any]] = {}
+    for record in records:
+        for cell_id in cells_of(record):
+            if cell_id:
+                found[cell_id] = record
+    return found
+
+
+def books_reader_from(
+    word: Callable[[dict[str, Any]], str | None],
+    *,
+    cells_of: Callable[[dict[str, Any]], Iterable[str | None]] = model_cells,
+    records: Callable[[list[dict[str, Any]]], Iterable[dict[str, Any]]] | None = None,
+) -> BooksReader:
+    """The books reader of one kind of books: a cell's entry is the last record about it, and its
+    word is what `word` says of that record (`ok`/`error`, or None for neither).
+
+    Args:
+        word: the books' word for one record (the part every gateway's file says differently).
+        cells_of: the cells a record is about; by default the cell in its `model`.
+        records: the records made from the file's JSON lines (a log that spreads one request over
+            many lines groups them); by default each line is one record.
+    """
+
+    def read(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
+        entry = last_entry_by_cell(entries if records is None else records(entries), cells_of).get(cell_id)
+        return (None, None) if entry is None else (word(entry), entry)
+
+    return read
 
 
 def books_entry(gateway: Gateway, entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:

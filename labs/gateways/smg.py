@@ -62,7 +62,7 @@ import trio
 from faults.child_processes import ChildStartError
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import GatewayContext, GatewayEntry
-from labs.gateways.services import Gateway, cell_id_of, open_service_on_free_ports
+from labs.gateways.services import Gateway, books_reader_from, cell_id_of, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
@@ -147,13 +147,26 @@ async def open_smg(upstreams: Sequence[str], run_dir: Path, label: str) -> Async
     def argv(port: int, metrics_port: int) -> list[str]:
         # SMG takes no port 0, for its server nor its Prometheus listener.
         return [
-            str(tool_binary("smg", "smg")), "launch",
-            "--host", "127.0.0.1", "--port", str(port),
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
-            "--policy", "round_robin",
-            "--disable-load-monitoring", "--health-check-interval-secs", "3600",
-            "--shutdown-grace-period-secs", "1",
-            "--log-json", "--log-level", "debug",
+            str(tool_binary("smg", "smg")),
+            "launch",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            str(metrics_port),
+            "--policy",
+            "round_robin",
+            "--disable-load-monitoring",
+            "--health-check-interval-secs",
+            "3600",
+            "--shutdown-grace-period-secs",
+            "1",
+            "--log-json",
+            "--log-level",
+            "debug",
         ]
 
     async with open_service_on_free_ports(f"SMG ({label})", argv, log_path=log, health_path="/health", start_timeout=60) as port:
@@ -170,7 +183,8 @@ def _requests(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if not request_id or "chat/completions" not in str(span.get("path", "")):
             continue
         request = requests.setdefault(
-            request_id, {"request_id": request_id, "workers": [], "status_code": None, "problems": [], "last_attempt_problems": []}
+            request_id,
+            {"request_id": request_id, "workers": [], "status_code": None, "problems": [], "last_attempt_problems": []},
         )
         message = str(line.get("message", ""))
         if message == "Sending request" and line.get("url"):
@@ -198,17 +212,22 @@ def _requests_of(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return _grouped[1]
 
 
-def read_smg_books(entries: list[dict[str, Any]], cell_id: str) -> tuple[str | None, dict[str, Any] | None]:
-    mine = [
-        r for r in _requests_of(entries).values()
-        if any((m := _CELL_IN_URL.search(url)) and m.group(1) == cell_id for url in r["workers"]) or cell_id_of(r.get("model")) == cell_id
-    ]
-    if not mine:
-        return None, None
-    entry = mine[-1]
+def _cells_of(request: dict[str, Any]) -> tuple[str | None, ...]:
+    """The cells a request is about: the per-cell path of every worker URL it was sent to, and
+    the model it named (a request SMG refused was sent nowhere)."""
+    in_urls = (m.group(1) for url in request["workers"] if (m := _CELL_IN_URL.search(url)))
+    return (*in_urls, cell_id_of(request.get("model")))
+
+
+def smg_books(request: dict[str, Any]) -> str:
+    """The books' word for one request (its log lines grouped): `error` for no status, a status of
+    400 or more, or a WARN/ERROR in its last attempt; else `ok`."""
     # A failed attempt that SMG retried is not the request's failure: the attempt that answered is.
-    failed = entry["status_code"] is None or entry["status_code"] >= 400 or bool(entry["last_attempt_problems"])
-    return (BOOKS_ERROR if failed else BOOKS_OK), entry
+    failed = request["status_code"] is None or request["status_code"] >= 400 or bool(request["last_attempt_problems"])
+    return BOOKS_ERROR if failed else BOOKS_OK
+
+
+read_smg_books = books_reader_from(smg_books, cells_of=_cells_of, records=lambda entries: _requests_of(entries).values())
 
 
 async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
@@ -223,7 +242,10 @@ async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
     upstreams = (primary, ctx.spare_url) if ctx.spare_url else (primary,)
     running = await ctx.enter(open_smg(upstreams, ctx.run_dir, label=name.replace("+", "-")))
     return Gateway(
-        name=name, base_url=running.base_url, books_path=running.log, books_kind="smg", capture_path=capture,
+        name=name,
+        base_url=running.base_url,
+        books_path=running.log,
+        capture_path=capture,
         prepare=running.register_models,
     )
 
@@ -240,11 +262,18 @@ ENTRIES = (
     GatewayEntry(
         name="smg",
         summary="SMG 1.13.0 (round robin; the spare as a second worker, retried by SMG's default retries)",
-        start=_start_smg, missing=smg_missing, books_kind="smg", read_books=read_smg_books, uses_spare=True,
+        start=_start_smg,
+        missing=smg_missing,
+        books_kind="smg",
+        read_books=read_smg_books,
+        uses_spare=True,
     ),
     GatewayEntry(
         name="smg+finish_fix",
         summary="SMG 1.13.0 whose primary worker is reached through finish_fix (the gateway-side placement)",
-        start=_start_smg_finish_fix, missing=smg_missing, books_kind="smg", uses_spare=True,
+        start=_start_smg_finish_fix,
+        missing=smg_missing,
+        books_kind="smg",
+        uses_spare=True,
     ),
 )

@@ -34,23 +34,40 @@ async def _start(ctx: GatewayContext) -> Gateway:
         # No port 0 for its server or its Prometheus listener.
         return [
             str(tool_binary("vllm-router", "vllm-router")),
-            "--host", "127.0.0.1", "--port", str(port),
-            "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
-            "--worker-urls", *upstreams,
-            "--policy", "round_robin",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--prometheus-host",
+            "127.0.0.1",
+            "--prometheus-port",
+            str(metrics_port),
+            "--worker-urls",
+            *upstreams,
+            "--policy",
+            "round_robin",
         ]
 
     # It answers /health only once every worker answered its own (it waits for them at start).
-    port = await ctx.enter(open_service_on_free_ports(
-        "vllm-router", argv, log_path=ctx.run_dir / "vllm-router.log", health_path="/health", start_timeout=90,
-    ))
-    return Gateway(name="vllm-router", base_url=f"http://127.0.0.1:{port}/v1", books_kind=BOOKS_NONE)
+    port = await ctx.enter(
+        open_service_on_free_ports(
+            "vllm-router",
+            argv,
+            log_path=ctx.run_dir / "vllm-router.log",
+            health_path="/health",
+            start_timeout=90,
+        )
+    )
+    return Gateway(name="vllm-router", base_url=f"http://127.0.0.1:{port}/v1")
 
 
 ENTRIES = (
     GatewayEntry(
         name="vllm-router",
         summary="vllm-router 0.1.17 (round robin over the worker and the spare, retries as shipped; keeps no per-request books)",
-        start=_start, missing=vllm_router_missing, books_kind=BOOKS_NONE, uses_spare=True,
+        start=_start,
+        missing=vllm_router_missing,
+        books_kind=BOOKS_NONE,
+        uses_spare=True,
     ),
 )

@@ -9,5 +9,5 @@
   `python -m labs.grade server [--dialect chat|messages|responses]`.
 - `labs.grade.gateway_checks`, `labs.grade.gateway_grader`: `python -m labs.grade gateway`.
 - `labs.grade.render`: the card for a terminal, as JSON, as HTML, and cards side by side (Markdown).
-- `labs.grade.cli`: the command line; `labs.grade.pytest_plugin`: the same checks as pytest tests.
+- `labs.grade.cli`: the command line (also `finishline grade`); `labs.grade.pytest_plugin`: the same checks as pytest tests, loaded on first use by the plugin entry `finishline_pytest`.
 """

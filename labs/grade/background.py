@@ -12,19 +12,20 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import trio
 
 __all__ = ["serving_in_thread"]
 
-T = TypeVar("T")
 #: Seconds a server has to start, and to stop once cancelled.
 START_TIMEOUT_S = 30.0
 
 
 @contextmanager
-def serving_in_thread(factory: Callable[[], AbstractAsyncContextManager[T]], *, name: str = "finishline server") -> Iterator[T]:
+def serving_in_thread[T](
+    factory: Callable[[], AbstractAsyncContextManager[T]], *, name: str = "finishline server"
+) -> Iterator[T]:
     """Yield what `factory()`'s async context manager yields, while it runs in a thread.
 
     Raises:

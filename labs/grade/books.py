@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Verdict
-from labs.gateways.services import read_books
+from labs.gateways.services import last_entry_by_cell, read_books
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.runner import BOOKS_NO_ENTRY
 from labs.scenario import cell_id_of
@@ -31,8 +31,15 @@ __all__ = ["BOOKS_NO_ENTRY", "books_word", "read_books_file"]
 # use for the same two things (LiteLLM's `success`/`failure`, ...), which no code here defines.
 _SUCCESS = {BOOKS_OK, Verdict.CLEAN, Verdict.REPAIRED, "success", "succeeded", "completed", "complete"}
 _FAILURE = {
-    BOOKS_ERROR, Verdict.INTERRUPTED, Verdict.UPSTREAM_ERROR, Verdict.HTTP_ERROR,
-    "failure", "failed", "cancelled", "canceled", "timeout",
+    BOOKS_ERROR,
+    Verdict.INTERRUPTED,
+    Verdict.UPSTREAM_ERROR,
+    Verdict.HTTP_ERROR,
+    "failure",
+    "failed",
+    "cancelled",
+    "canceled",
+    "timeout",
 }
 
 
@@ -57,11 +64,12 @@ def books_word(entry: dict[str, Any]) -> str | None:
     return _word(entry.get("verdict")) or _word(entry.get("status"))
 
 
+def _request_ids(entry: dict[str, Any]) -> tuple[str | None]:
+    request_id = entry.get("request_id")
+    return (request_id if isinstance(request_id, str) else cell_id_of(entry.get("model")),)
+
+
 def read_books_file(path: Path) -> dict[str, tuple[str | None, dict[str, Any]]]:
     """{request id: (word, the last line for it)} for every line that names a request."""
-    found: dict[str, tuple[str | None, dict[str, Any]]] = {}
-    for entry in read_books(path):
-        request_id = entry.get("request_id") if isinstance(entry.get("request_id"), str) else cell_id_of(entry.get("model"))
-        if request_id:
-            found[request_id] = (books_word(entry), entry)
-    return found
+    last = last_entry_by_cell(read_books(path), _request_ids)
+    return {request_id: (books_word(entry), entry) for request_id, entry in last.items()}

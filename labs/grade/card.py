@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Card", "CheckResult", "GradeError", "Mark", "EXIT_FAILED", "EXIT_PASSED", "EXIT_CANNOT_RUN", "shortened"]
+__all__ = ["Card", "CheckResult", "Finding", "GradeError", "Mark", "EXIT_FAILED", "EXIT_PASSED", "EXIT_CANNOT_RUN", "shortened"]
 
 #: Every check that ran passed.
 EXIT_PASSED = 0
@@ -48,6 +48,10 @@ class Mark(enum.StrEnum):
     NOT_TESTED = "not tested"
     #: The check needs data the grader cannot read (the gateway's books).
     NOT_CHECKED = "not checked"
+
+
+#: A judge's answer for one check: its mark and the one line of evidence (`CheckResult.evidence`).
+Finding = tuple[Mark, str]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

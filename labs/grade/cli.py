@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from functools import partial
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
-from faults.cli_parser import OneLineParser
+from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
 from labs.clients import ALL_CLIENTS
 from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
@@ -32,14 +32,11 @@ def _port(text: str) -> int:
     return port
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} must be above 0 seconds")
-    return value
+_seconds = number_type(
+    above=0,
+    not_a_number=lambda text: f"{text!r} is not a number of seconds",
+    out_of_range=lambda text, value: f"{text} must be above 0 seconds",
+)
 
 
 def _url(text: str) -> str:
@@ -49,44 +46,104 @@ def _url(text: str) -> str:
 
 
 def _outputs(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the card as JSON to PATH (missing folders are made)")
-    parser.add_argument("--html", type=Path, metavar="PATH", help="also write the card as one HTML page to PATH (missing folders are made)")
+    parser.add_argument(
+        "--json", type=Path, metavar="PATH", help="also write the card as JSON to PATH (missing folders are made)"
+    )
+    parser.add_argument(
+        "--html", type=Path, metavar="PATH", help="also write the card as one HTML page to PATH (missing folders are made)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="python -m labs.grade", description="Grade a gateway or an OpenAI-compatible server: a report card, exit 0 (all passed), 1 (one failed), 2 (could not run).")
-    commands = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser, metavar="{gateway,server,lab-gateways}")
+    parser = OneLineParser(
+        prog="python -m labs.grade",
+        description="Grade a gateway or an OpenAI-compatible server: a report card, exit 0 (all passed), 1 (one failed), 2 (could not run).",
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, parser_class=OneLineParser, metavar="{gateway,server,lab-gateways}"
+    )
     gateway = commands.add_parser("gateway", help="grade a gateway: the lab serves its upstream(s) and breaks them on purpose")
     gateway.add_argument("--url", type=_url, required=True, help="the gateway's OpenAI base URL, e.g. http://127.0.0.1:4000/v1")
-    gateway.add_argument("--upstream-port", type=_port, required=True, metavar="P",
-                         help="the 127.0.0.1 port your gateway uses as its upstream: the lab's hub listens there")
-    gateway.add_argument("--spare-port", type=_port, metavar="Q",
-                         help="a second upstream port your gateway can retry on: a healthy spare worker listens there (rule 1)")
-    gateway.add_argument("--client", action="append", choices=ALL_CLIENTS, metavar="CLIENT",
-                         help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)}; known: {', '.join(ALL_CLIENTS)})")
-    gateway.add_argument("--books", type=Path, metavar="FILE",
-                         help="the gateway's books as JSON lines (request_id or model, status, verdict; see the README); rule 3 is not checked without it")
-    gateway.add_argument("--stall-deadline", type=_seconds, metavar="SECONDS",
-                         help="how long the gateway has to end a stalled stream with an error (default 30)")
-    gateway.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR",
-                         help="where the run's logs go (default lab-results/)")
-    gateway.add_argument("--model", metavar="PREFIX", help="a prefix for the model name, for a gateway that routes on one (e.g. lab/); "
-                         "the rest must reach its upstream unchanged")
-    gateway.add_argument("--api-key", metavar="KEY", help="the API key the gateway expects, sent as a bearer token (default: a dummy key)")
+    gateway.add_argument(
+        "--upstream-port",
+        type=_port,
+        required=True,
+        metavar="P",
+        help="the 127.0.0.1 port your gateway uses as its upstream: the lab's hub listens there",
+    )
+    gateway.add_argument(
+        "--spare-port",
+        type=_port,
+        metavar="Q",
+        help="a second upstream port your gateway can retry on: a healthy spare worker listens there (rule 1)",
+    )
+    gateway.add_argument(
+        "--client",
+        action="append",
+        choices=ALL_CLIENTS,
+        metavar="CLIENT",
+        help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)}; known: {', '.join(ALL_CLIENTS)})",
+    )
+    gateway.add_argument(
+        "--books",
+        type=Path,
+        metavar="FILE",
+        help="the gateway's books as JSON lines (request_id or model, status, verdict; see docs/grading.md: the books file); rule 3 is not checked without it",
+    )
+    gateway.add_argument(
+        "--stall-deadline",
+        type=_seconds,
+        metavar="SECONDS",
+        help="how long the gateway has to end a stalled stream with an error (default 30)",
+    )
+    gateway.add_argument(
+        "--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)"
+    )
+    gateway.add_argument(
+        "--model",
+        metavar="PREFIX",
+        help="a prefix for the model name, for a gateway that routes on one (e.g. lab/); "
+        "the rest must reach its upstream unchanged",
+    )
+    gateway.add_argument(
+        "--api-key", metavar="KEY", help="the API key the gateway expects, sent as a bearer token (default: a dummy key)"
+    )
     _outputs(gateway)
-    shipped = commands.add_parser("lab-gateways", help="grade every gateway the lab ships (the README's table of cards)")
-    shipped.add_argument("--gateway", action="append", metavar="NAME", help="a lab gateway to grade (repeatable; default: all of them)")
-    shipped.add_argument("--client", action="append", choices=ALL_CLIENTS, metavar="CLIENT",
-                         help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)})")
-    shipped.add_argument("--stall-deadline", type=_seconds, default=30.0, metavar="SECONDS", help="the stall deadline for every gateway (default 30)")
+    shipped = commands.add_parser(
+        "lab-gateways", help="grade every gateway the lab ships (docs/grading.md: the lab's gateways, graded)"
+    )
+    shipped.add_argument(
+        "--gateway", action="append", metavar="NAME", help="a lab gateway to grade (repeatable; default: all of them)"
+    )
+    shipped.add_argument(
+        "--client",
+        action="append",
+        choices=ALL_CLIENTS,
+        metavar="CLIENT",
+        help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)})",
+    )
+    shipped.add_argument(
+        "--stall-deadline",
+        type=_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="the stall deadline for every gateway (default 30)",
+    )
     shipped.add_argument("--markdown", type=Path, metavar="PATH", help="also write the table of cards as Markdown to PATH")
     shipped.add_argument("--json", type=Path, metavar="DIR", help="also write each card as DIR/<gateway>.json")
-    shipped.add_argument("--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)")
+    shipped.add_argument(
+        "--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)"
+    )
     server = commands.add_parser("server", help="grade an OpenAI-compatible server (no faults)")
     server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
-    server.add_argument("--dialect", choices=[d.value for d in Dialect], default=Dialect.CHAT.value, metavar="DIALECT",
-                        help="the API to grade it in: chat (POST /chat/completions, the default), messages (Anthropic "
-                        "Messages, POST /messages) or responses (OpenAI Responses, POST /responses)")
+    server.add_argument(
+        "--dialect",
+        choices=[d.value for d in Dialect],
+        default=Dialect.CHAT.value,
+        metavar="DIALECT",
+        help="the API to grade it in: chat (POST /chat/completions, the default), messages (Anthropic "
+        "Messages, POST /messages) or responses (OpenAI Responses, POST /responses)",
+    )
     server.add_argument("--model", help="the model to ask for (default: the first model GET /models lists)")
     server.add_argument("--api-key", metavar="KEY", help="the API key the server expects, sent as a bearer token (default: none)")
     _outputs(server)
@@ -131,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         from labs.grade.server_grader import grade_server
 
         try:
-            card = grade_server(arguments.url, model=arguments.model, api_key=arguments.api_key, dialect=Dialect(arguments.dialect))
+            card = grade_server(
+                arguments.url, model=arguments.model, api_key=arguments.api_key, dialect=Dialect(arguments.dialect)
+            )
         except GradeError as error:
             print(f"error: {error}", file=sys.stderr)
             return EXIT_CANNOT_RUN
@@ -146,10 +205,16 @@ def main(argv: list[str] | None = None) -> int:
     from labs.grade.gateway_grader import GatewayTarget, grade_gateway
 
     target = GatewayTarget(
-        url=arguments.url, upstream_port=arguments.upstream_port, spare_port=arguments.spare_port,
-        clients=tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS)), books_path=arguments.books,
-        stall_deadline_s=arguments.stall_deadline, model=arguments.model, api_key=arguments.api_key,
-        results_dir=arguments.results, progress=lambda line: print(f"grading {line}", file=sys.stderr, flush=True),
+        url=arguments.url,
+        upstream_port=arguments.upstream_port,
+        spare_port=arguments.spare_port,
+        clients=tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS)),
+        books_path=arguments.books,
+        stall_deadline_s=arguments.stall_deadline,
+        model=arguments.model,
+        api_key=arguments.api_key,
+        results_dir=arguments.results,
+        progress=lambda line: print(f"grading {line}", file=sys.stderr, flush=True),
     )
     status, card = run_command(grade_gateway, target)
     if card is None:
@@ -159,8 +224,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
     from labs.entry import run_command
-    from labs.grade.card import EXIT_FAILED, EXIT_PASSED
     from labs.gateways import GATEWAYS as known
+    from labs.grade.card import EXIT_FAILED, EXIT_PASSED
     from labs.grade.lab_gateways import grade_lab_gateways
     from labs.grade.render import render_cards_markdown
 
@@ -172,10 +237,16 @@ def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace
         parser.error(f"--gateway {unknown[0]!r} is not a lab gateway; lab gateways: {', '.join(known)}")
     names = tuple(dict.fromkeys(arguments.gateway or known))
     clients = tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS))
-    status, cards = run_command(partial(
-        grade_lab_gateways, names, clients=clients, stall_deadline_s=arguments.stall_deadline, results_dir=arguments.results,
-        progress=lambda line: print(f"grading {line}", file=sys.stderr, flush=True),
-    ))
+    status, cards = run_command(
+        partial(
+            grade_lab_gateways,
+            names,
+            clients=clients,
+            stall_deadline_s=arguments.stall_deadline,
+            results_dir=arguments.results,
+            progress=lambda line: print(f"grading {line}", file=sys.stderr, flush=True),
+        )
+    )
     if cards is None:
         return status
     cards, failures = cards

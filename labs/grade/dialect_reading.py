@@ -45,8 +45,11 @@ def _text(value: Any) -> str:
 # -- Anthropic Messages ---------------------------------------------------------------------------
 
 #: `content_block_delta` types -> (where the text goes, the key that holds it).
-_MESSAGES_DELTAS = {"text_delta": ("content", "text"), "thinking_delta": ("reasoning", "thinking"),
-                    "input_json_delta": ("arguments", "partial_json")}
+_MESSAGES_DELTAS = {
+    "text_delta": ("content", "text"),
+    "thinking_delta": ("reasoning", "thinking"),
+    "input_json_delta": ("arguments", "partial_json"),
+}
 _TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 
 
@@ -54,11 +57,14 @@ def _absorb_messages_event(choice: ChoiceReading, value: dict[str, Any]) -> None
     kind = event_type(value)
     if kind == "content_block_start":
         block = value.get("content_block")
-        if isinstance(block, dict) and block.get("type") in _TOOL_BLOCKS:
+        # `_text` first: a type that is a list or an object is unhashable (a TypeError in a table).
+        if isinstance(block, dict) and _text(block.get("type")) in _TOOL_BLOCKS:
             choice.tool_calls.append({"name": _text(block.get("name")), "arguments": ""})
     elif kind == "content_block_delta":
-        delta = value.get("delta") if isinstance(value.get("delta"), dict) else {}
-        where, key = _MESSAGES_DELTAS.get(delta.get("type"), (None, None))
+        delta = value.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
+        where, key = _MESSAGES_DELTAS.get(_text(delta.get("type"))) or (None, None)
         text = _text(delta.get(key)) if key else ""
         if where == "content":
             choice.content += text
@@ -67,7 +73,9 @@ def _absorb_messages_event(choice: ChoiceReading, value: dict[str, Any]) -> None
         elif where == "arguments" and choice.tool_calls:
             choice.tool_calls[-1]["arguments"] += text
     elif kind == "message_delta":
-        delta = value.get("delta") if isinstance(value.get("delta"), dict) else {}
+        delta = value.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
         if delta.get("stop_reason") is not None:
             choice.reasons_seen.append(str(delta["stop_reason"]))
 
@@ -83,7 +91,7 @@ def _read_message(value: Any, choice: ChoiceReading) -> bool:
             choice.content += _text(block.get("text"))
         elif block.get("type") == "thinking":
             choice.reasoning += _text(block.get("thinking"))
-        elif block.get("type") in _TOOL_BLOCKS:
+        elif _text(block.get("type")) in _TOOL_BLOCKS:
             # A whole message carries the input parsed; as text it compares with a stream's pieces.
             choice.tool_calls.append({"name": _text(block.get("name")), "arguments": json.dumps(block.get("input"))})
     if value.get("stop_reason") is not None:

@@ -66,7 +66,12 @@ def grading_client(
 
 
 async def fetch_stream(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], *, what: str, deadline_s: float | None = None,
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    *,
+    what: str,
+    deadline_s: float | None = None,
     dialect: Dialect = Dialect.CHAT,
 ) -> StreamReading:
     """POST `body` to `url` and read the response as it arrived (in `dialect`), and how it ended.
@@ -98,5 +103,12 @@ async def fetch_stream(
             ending = f"{TRANSPORT_ERROR}{failure_words(error)}"
     if waited.cancelled_caught:
         ending = f"{TIMEOUT}no end within {deadline_s:g} s"
-    return read_stream(b"".join(chunks), status=status, content_type=content_type, ending=ending, request=body,
-                       content_encoding=content_encoding, dialect=dialect)
+    return read_stream(
+        b"".join(chunks),
+        status=status,
+        content_type=content_type,
+        ending=ending,
+        request=body,
+        content_encoding=content_encoding,
+        dialect=dialect,
+    )

@@ -25,15 +25,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finishline import Verdict
-from labs.grade.card import Mark, shortened
+from labs.grade.card import Finding, Mark, shortened
 from labs.grade.reading import CLEAN_END, StreamReading
 from labs.hub.policy import TunnelDropPolicy
 from labs.outcome import Outcome
 from labs.topology import PRIMARY, SPARE
 
 __all__ = [
-    "BYTES_CLIENT", "DEFAULT_GATEWAY_CLIENTS", "GATEWAY_CHECKS", "GATEWAY_CHECK_IDS", "BOOKS_CHECK", "CheckRun", "GatewayCheck",
-    "RequestResult", "judge_run",
+    "BYTES_CLIENT",
+    "DEFAULT_GATEWAY_CLIENTS",
+    "GATEWAY_CHECKS",
+    "GATEWAY_CHECK_IDS",
+    "BOOKS_CHECK",
+    "CheckRun",
+    "GatewayCheck",
+    "RequestResult",
+    "judge_run",
 ]
 
 #: The byte-level reader's name among the clients.
@@ -100,9 +107,6 @@ class CheckRun:
         return [r for r in self.results if r.client != BYTES_CLIENT]
 
 
-Judgement = tuple[Mark, str]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GatewayCheck:
     rule: str
@@ -110,7 +114,7 @@ class GatewayCheck:
     title: str
     #: The lab scenario it runs (a file name in labs/scenarios/, without `.toml`).
     scenario: str
-    judge: Callable[[CheckRun], Judgement]
+    judge: Callable[[CheckRun], Finding]
     #: The hub's policy; None: the scenario's own, else `abort`.
     hub: TunnelDropPolicy | None = None
     #: Changes to the scenario's `[fault]` table (e.g. `reset = true`).
@@ -123,14 +127,14 @@ class GatewayCheck:
     stall: bool = False
 
 
-def _all_ok(run: CheckRun) -> Judgement:
+def _all_ok(run: CheckRun) -> Finding:
     bad = [r for r in run.results if r.outcome is not Outcome.OK]
     if bad:
         return Mark.FAIL, _lines(bad)
     return Mark.PASS, f"every client got the full answer and the right reason ({', '.join(r.client for r in run.results)})"
 
 
-def _finish_reason(run: CheckRun) -> Judgement:
+def _finish_reason(run: CheckRun) -> Finding:
     mark, evidence = _all_ok(run)
     raw = run.raw
     if raw is not None and raw.reading is not None:
@@ -144,14 +148,17 @@ def _finish_reason(run: CheckRun) -> Judgement:
     return mark, evidence
 
 
-def _retried_on_spare(run: CheckRun) -> Judgement:
+def _retried_on_spare(run: CheckRun) -> Finding:
     """Rule 1: every client got the full answer, and it came from the spare after the cut."""
     if not run.spare:
         return Mark.NOT_TESTED, "no spare worker: nowhere to retry (give the gateway a second upstream and pass its port)"
     judged = [r for r in run.results if r.reached_primary]
     skipped = [r.client for r in run.results if not r.reached_primary and r.workers]
     if not judged:
-        return Mark.NOT_TESTED, f"no request reached the faulty worker (the gateway sent them to the spare first: {', '.join(skipped)})"
+        return (
+            Mark.NOT_TESTED,
+            f"no request reached the faulty worker (the gateway sent them to the spare first: {', '.join(skipped)})",
+        )
     bad = [r for r in judged if r.outcome is not Outcome.OK]
     if bad:
         retried = [r for r in bad if r.workers.get(SPARE)]
@@ -164,7 +171,7 @@ def _retried_on_spare(run: CheckRun) -> Judgement:
     return Mark.PASS, f"{len(judged)} requests cut before the first token got the full answer from the spare{note}"
 
 
-def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
+def _explicit_error_after_tokens(run: CheckRun) -> Finding:
     """Rule 2: the gateway's bytes end in an error event, no [DONE] after it, no invented reason;
     every client raised or flagged."""
     raw = run.raw
@@ -180,7 +187,11 @@ def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
     if reading.status != 200:
         problem = f"the gateway answered HTTP {reading.status} instead of streaming the tokens the worker had sent"
     elif invented:
-        problem = f"the gateway made up finish_reason {invented[0]!r}" + (" and [DONE]" if reading.done_positions else "") + " for a cut stream"
+        problem = (
+            f"the gateway made up finish_reason {invented[0]!r}"
+            + (" and [DONE]" if reading.done_positions else "")
+            + " for a cut stream"
+        )
     elif not reading.error_positions:
         how = "a clean end" if reading.ending == CLEAN_END else reading.ending
         done = " with [DONE]" if reading.done_positions else ""
@@ -192,11 +203,14 @@ def _explicit_error_after_tokens(run: CheckRun) -> Judgement:
     if problem is None and not quiet:
         spared = [r.client for r in run.clients() if not r.reached_primary]
         note = f" ({', '.join(spared)} went to the spare, not judged)" if spared else ""
-        return Mark.PASS, f"error event: {shortened(reading.error_message() or '', _CLAUSE)}; every client raised or flagged{note}"
+        return (
+            Mark.PASS,
+            f"error event: {shortened(reading.error_message() or '', _CLAUSE)}; every client raised or flagged{note}",
+        )
     return Mark.FAIL, "; ".join(([problem] if problem else []) + ([_lines(quiet)] if quiet else []))
 
 
-def _ended_with_error_in_time(run: CheckRun) -> Judgement:
+def _ended_with_error_in_time(run: CheckRun) -> Finding:
     """Stalls: every request ended with an error before the deadline."""
     raw = run.raw
     problems = []
@@ -220,38 +234,112 @@ def _ended_with_error_in_time(run: CheckRun) -> Judgement:
     message = raw.reading.error_message() if raw is not None and raw.reading is not None and raw.reached_primary else None
     spared = [r.client for r in run.results if not r.reached_primary]
     note = f" ({', '.join(spared)} went to the spare, not judged)" if spared else ""
-    return Mark.PASS, f"ended with an error before the deadline{': ' + shortened(message, _CLAUSE) if message else ''}; every client raised or flagged{note}"
+    return (
+        Mark.PASS,
+        f"ended with an error before the deadline{': ' + shortened(message, _CLAUSE) if message else ''}; every client raised or flagged{note}",
+    )
 
 
 GATEWAY_CHECKS = (
     GatewayCheck(rule="baseline", check="healthy", title="a healthy stream arrives whole", scenario="healthy", judge=_all_ok),
-    GatewayCheck(rule="rule 1", check="prefill-cut-fin", title="cut before the first token (FIN): the client gets the full answer from the spare",
-                 scenario="rule1-prefill-cut-hub-abort-spare", judge=_retried_on_spare, needs_spare=True),
-    GatewayCheck(rule="rule 1", check="prefill-cut-reset", title="cut before the first token (reset): the client gets the full answer from the spare",
-                 scenario="rule1-prefill-cut-hub-abort-spare", fault_changes={"reset": True}, judge=_retried_on_spare, needs_spare=True),
-    GatewayCheck(rule="rule 1", check="prefill-cut-hub-close", title="cut before the first token, hub ends cleanly: the client gets the full answer from the spare",
-                 scenario="rule1-prefill-cut-hub-close-spare", judge=_retried_on_spare, needs_spare=True),
-    GatewayCheck(rule="rule 2", check="cut-after-tokens-fin", title="cut after tokens (FIN): an error event, no [DONE], no made-up reason",
-                 scenario="cut-after-tokens-fin", judge=_explicit_error_after_tokens, booked_as_cut=True),
-    GatewayCheck(rule="rule 2", check="cut-after-tokens-reset", title="cut after tokens (reset): an error event, no [DONE], no made-up reason",
-                 scenario="cut-after-tokens-reset", judge=_explicit_error_after_tokens, booked_as_cut=True),
-    GatewayCheck(rule="rule 2", check="cut-after-tokens-hub-close", title="cut after tokens, hub ends cleanly: an error event, no [DONE], no made-up reason",
-                 scenario="cut-after-tokens-hub-close", judge=_explicit_error_after_tokens, booked_as_cut=True),
-    GatewayCheck(rule="rule 2", check="cut-after-tokens-hub-error-event", title="cut after tokens, hub sends an error event: it reaches the client",
-                 scenario="cut-after-tokens-hub-error-event", judge=_explicit_error_after_tokens, booked_as_cut=True),
-    GatewayCheck(rule="finish reasons", check="reason-omitted", title="upstream omits finish_reason: clients end with stop",
-                 scenario="reason-omitted", judge=_finish_reason),
-    GatewayCheck(rule="finish reasons", check="reason-empty", title='upstream sends "finish_reason": "": clients end with stop',
-                 scenario="reason-empty", judge=_finish_reason),
-    GatewayCheck(rule="finish reasons", check="length-omitted", title="max_tokens truncation, reason omitted: clients end with length",
-                 scenario="length-omitted", judge=_finish_reason),
-    GatewayCheck(rule="finish reasons", check="tool-calls-omitted", title="tool call, reason omitted: clients end with tool_calls",
-                 scenario="tool-calls-omitted", judge=_finish_reason),
-    GatewayCheck(rule="stalls", check="stall-after-tokens", title="stall after tokens: an error before the stall deadline, not a hang",
-                 scenario="stall-after-tokens", judge=_ended_with_error_in_time, booked_as_cut=True, stall=True),
+    GatewayCheck(
+        rule="rule 1",
+        check="prefill-cut-fin",
+        title="cut before the first token (FIN): the client gets the full answer from the spare",
+        scenario="rule1-prefill-cut-hub-abort-spare",
+        judge=_retried_on_spare,
+        needs_spare=True,
+    ),
+    GatewayCheck(
+        rule="rule 1",
+        check="prefill-cut-reset",
+        title="cut before the first token (reset): the client gets the full answer from the spare",
+        scenario="rule1-prefill-cut-hub-abort-spare",
+        fault_changes={"reset": True},
+        judge=_retried_on_spare,
+        needs_spare=True,
+    ),
+    GatewayCheck(
+        rule="rule 1",
+        check="prefill-cut-hub-close",
+        title="cut before the first token, hub ends cleanly: the client gets the full answer from the spare",
+        scenario="rule1-prefill-cut-hub-close-spare",
+        judge=_retried_on_spare,
+        needs_spare=True,
+    ),
+    GatewayCheck(
+        rule="rule 2",
+        check="cut-after-tokens-fin",
+        title="cut after tokens (FIN): an error event, no [DONE], no made-up reason",
+        scenario="cut-after-tokens-fin",
+        judge=_explicit_error_after_tokens,
+        booked_as_cut=True,
+    ),
+    GatewayCheck(
+        rule="rule 2",
+        check="cut-after-tokens-reset",
+        title="cut after tokens (reset): an error event, no [DONE], no made-up reason",
+        scenario="cut-after-tokens-reset",
+        judge=_explicit_error_after_tokens,
+        booked_as_cut=True,
+    ),
+    GatewayCheck(
+        rule="rule 2",
+        check="cut-after-tokens-hub-close",
+        title="cut after tokens, hub ends cleanly: an error event, no [DONE], no made-up reason",
+        scenario="cut-after-tokens-hub-close",
+        judge=_explicit_error_after_tokens,
+        booked_as_cut=True,
+    ),
+    GatewayCheck(
+        rule="rule 2",
+        check="cut-after-tokens-hub-error-event",
+        title="cut after tokens, hub sends an error event: it reaches the client",
+        scenario="cut-after-tokens-hub-error-event",
+        judge=_explicit_error_after_tokens,
+        booked_as_cut=True,
+    ),
+    GatewayCheck(
+        rule="finish reasons",
+        check="reason-omitted",
+        title="upstream omits finish_reason: clients end with stop",
+        scenario="reason-omitted",
+        judge=_finish_reason,
+    ),
+    GatewayCheck(
+        rule="finish reasons",
+        check="reason-empty",
+        title='upstream sends "finish_reason": "": clients end with stop',
+        scenario="reason-empty",
+        judge=_finish_reason,
+    ),
+    GatewayCheck(
+        rule="finish reasons",
+        check="length-omitted",
+        title="max_tokens truncation, reason omitted: clients end with length",
+        scenario="length-omitted",
+        judge=_finish_reason,
+    ),
+    GatewayCheck(
+        rule="finish reasons",
+        check="tool-calls-omitted",
+        title="tool call, reason omitted: clients end with tool_calls",
+        scenario="tool-calls-omitted",
+        judge=_finish_reason,
+    ),
+    GatewayCheck(
+        rule="stalls",
+        check="stall-after-tokens",
+        title="stall after tokens: an error before the stall deadline, not a hang",
+        scenario="stall-after-tokens",
+        judge=_ended_with_error_in_time,
+        booked_as_cut=True,
+        stall=True,
+    ),
 )
 
-def judge_run(check: GatewayCheck, run: CheckRun) -> Judgement:
+
+def judge_run(check: GatewayCheck, run: CheckRun) -> Finding:
     """`check`'s judgement of `run`; when the gateway sent its bytes compressed (the grader asked for
     `accept-encoding: identity`), the clients alone are judged: they can fail the check, but a pass
     needs the bytes, so it is `not tested` and the evidence says why."""

@@ -29,17 +29,25 @@ import trio
 from faults.toxiproxy_server import open_toxiproxy_server
 from labs.clients import LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
-from labs.fault_plan import build_fault
 from labs.entry import leaf_errors
+from labs.fault_plan import build_fault
 from labs.grade.books import BOOKS_NO_ENTRY, read_books_file
 from labs.grade.card import Card, CheckResult, GradeError, Mark, shortened
 from labs.grade.fetch import cannot_connect, fetch_stream, grading_client
 from labs.grade.gateway_checks import (
-    BOOKS_CHECK, BYTES_CLIENT, DEFAULT_GATEWAY_CLIENTS, GATEWAY_CHECKS, CheckRun, GatewayCheck, RequestResult, judge_run,
+    BOOKS_CHECK,
+    BYTES_CLIENT,
+    DEFAULT_GATEWAY_CLIENTS,
+    GATEWAY_CHECKS,
+    CheckRun,
+    GatewayCheck,
+    RequestResult,
+    judge_run,
 )
 from labs.grade.reading import CLEAN_END, TRANSPORT_ERROR, StreamReading
 from labs.hub import TunnelDropPolicy, open_hub
 from labs.outcome import BOOKS_ERROR, ClientReport, judge
+
 # How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
 from labs.runner import BOOKS_DEADLINE_S
 from labs.scenario import CELL_ID_TEMPLATE, SCENARIO_DIR, Scenario, cell_id_of, load_scenario
@@ -99,7 +107,9 @@ def _require_free(port: int, option: str) -> None:
         try:
             probe.bind(("127.0.0.1", port))
         except OSError as error:
-            raise GradeError(f"{option} {port}: 127.0.0.1:{port} is taken ({error.strerror}); the lab listens there, so stop what holds it or pick another port") from None
+            raise GradeError(
+                f"{option} {port}: 127.0.0.1:{port} is taken ({error.strerror}); the lab listens there, so stop what holds it or pick another port"
+            ) from None
 
 
 async def _require_reachable(url: str) -> None:
@@ -151,10 +161,17 @@ def _bytes_report(reading: StreamReading) -> ClientReport:
     elif reading.ending != CLEAN_END:
         failed = ("transport error", reading.ending.removeprefix(TRANSPORT_ERROR))
     if failed is not None:
-        return ClientReport(client=BYTES_CLIENT, completed=False, error_class=failed[0], error_message=failed[1],
-                            text=choice.content if choice else "")
+        return ClientReport(
+            client=BYTES_CLIENT,
+            completed=False,
+            error_class=failed[0],
+            error_message=failed[1],
+            text=choice.content if choice else "",
+        )
     return ClientReport(
-        client=BYTES_CLIENT, completed=True, text=choice.content if choice else "",
+        client=BYTES_CLIENT,
+        completed=True,
+        text=choice.content if choice else "",
         finish_reason=choice.finish_reason if choice else None,
         tool_calls=[dict(c) for c in choice.tool_calls] if choice else [],
     )
@@ -198,11 +215,24 @@ async def open_grading_lab(
     run_dir = (results_dir / time.strftime("grade-%Y%m%d-%H%M%S")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     async with open_worker() as primary, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
-        tunnel = await trio.to_thread.run_sync(lambda: toxiproxy.client.create_proxy(_TUNNEL, upstream=f"127.0.0.1:{primary.port}"))
-        async with open_hub(upstream_port=tunnel.listen_port, port=upstream_port) as hub, \
-                _maybe_spare(spare_port) as spare, open_driver_hosts(clients, run_dir) as hosts:
-            yield GradingLab(primary=primary, spare=spare, hub=hub, toxiproxy=toxiproxy, tunnel_port=tunnel.listen_port,
-                             hosts=hosts, clients=clients, run_dir=run_dir)
+        tunnel = await trio.to_thread.run_sync(
+            lambda: toxiproxy.client.create_proxy(_TUNNEL, upstream=f"127.0.0.1:{primary.port}")
+        )
+        async with (
+            open_hub(upstream_port=tunnel.listen_port, port=upstream_port) as hub,
+            _maybe_spare(spare_port) as spare,
+            open_driver_hosts(clients, run_dir) as hosts,
+        ):
+            yield GradingLab(
+                primary=primary,
+                spare=spare,
+                hub=hub,
+                toxiproxy=toxiproxy,
+                tunnel_port=tunnel.listen_port,
+                hosts=hosts,
+                clients=clients,
+                run_dir=run_dir,
+            )
 
 
 class _Grader:
@@ -233,8 +263,15 @@ class _Grader:
 
         async def client(name: str) -> None:
             request_id = client_ids[name]
-            request = {"id": request_id, "client": name, "base_url": self.target.url, "model": _model(scenario, request_id, self.target.model),
-                       "deadline_s": deadline_s, **scenario.request(), "api_key": self.target.api_key or LAB_API_KEY}
+            request = {
+                "id": request_id,
+                "client": name,
+                "base_url": self.target.url,
+                "model": _model(scenario, request_id, self.target.model),
+                "deadline_s": deadline_s,
+                **scenario.request(),
+                "api_key": self.target.api_key or LAB_API_KEY,
+            }
             raw = await self.hosts[name].run(request)
             report = ClientReport.from_json({"client": name, "completed": False, **raw})
             judged = judge(report, expected)
@@ -245,8 +282,14 @@ class _Grader:
                 body = {"model": _model(scenario, request_id, self.target.model), "stream": True, **scenario.request()}
                 reading = await _read_bytes(self.target.url, body, self.target.api_key or LAB_API_KEY, deadline_s)
                 judged = judge(_bytes_report(reading), expected)
-                result = RequestResult(client=BYTES_CLIENT, request_id=request_id, outcome=judged.outcome, why=judged.reason, reading=reading,
-                                       workers=self.workers_for(request_id))
+                result = RequestResult(
+                    client=BYTES_CLIENT,
+                    request_id=request_id,
+                    outcome=judged.outcome,
+                    why=judged.reason,
+                    reading=reading,
+                    workers=self.workers_for(request_id),
+                )
                 # A gateway that balances load may send a fault check's request to the healthy
                 # spare: ask again, so the bytes judged are the ones that met the fault.
                 if result.reached_primary or fault is None or check.needs_spare or self.spare is None:
@@ -268,7 +311,13 @@ class _Grader:
 def _details(run: CheckRun) -> dict[str, Any]:
     requests = []
     for r in run.results:
-        item: dict[str, Any] = {"client": r.client, "request_id": r.request_id, "outcome": str(r.outcome), "why": r.why, "workers": r.workers}
+        item: dict[str, Any] = {
+            "client": r.client,
+            "request_id": r.request_id,
+            "outcome": str(r.outcome),
+            "why": r.why,
+            "workers": r.workers,
+        }
         if r.books is not None:
             item["books"] = r.books
         if r.reading is not None:
@@ -291,11 +340,19 @@ async def _books_row(target: GatewayTarget, cut: list[RequestResult]) -> CheckRe
     rule, check, title = BOOKS_CHECK
     lookup = _books_lookup(target)
     if lookup is None:
-        return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_CHECKED,
-                           evidence=target.no_books_reason or f"the gateway's books were not read: pass {target.option_prefix}books FILE (JSON lines, see the README)")
+        return CheckResult(
+            rule=rule,
+            check=check,
+            title=title,
+            mark=Mark.NOT_CHECKED,
+            evidence=target.no_books_reason
+            or f"the gateway's books were not read: pass {target.option_prefix}books FILE (JSON lines, see docs/grading.md: the books file)",
+        )
     cut = [r for r in cut if r.reached_primary]
     if not cut:
-        return CheckResult(rule=rule, check=check, title=title, mark=Mark.NOT_TESTED, evidence="no cut request reached the faulty worker")
+        return CheckResult(
+            rule=rule, check=check, title=title, mark=Mark.NOT_TESTED, evidence="no cut request reached the faulty worker"
+        )
 
     def look_up_all() -> bool:
         """Fill in every cut's books entry; True when each has one."""
@@ -308,11 +365,20 @@ async def _books_row(target: GatewayTarget, cut: list[RequestResult]) -> CheckRe
         while not await trio.to_thread.run_sync(look_up_all):
             await trio.sleep(0.2)
     wrong = [r for r in cut if r.books != BOOKS_ERROR]
-    details = {"requests": [{"client": r.client, "request_id": r.request_id, "books": r.books, "entry": r.books_entry} for r in cut]}
+    details = {
+        "requests": [{"client": r.client, "request_id": r.request_id, "books": r.books, "entry": r.books_entry} for r in cut]
+    }
     if wrong:
         evidence = "; ".join(f"{r.request_id} ({r.client}, client saw {r.outcome}): books say {r.books}" for r in wrong)
         return CheckResult(rule=rule, check=check, title=title, mark=Mark.FAIL, evidence=evidence, details=details)
-    return CheckResult(rule=rule, check=check, title=title, mark=Mark.PASS, evidence=f"all {len(cut)} cut requests are errors in the books", details=details)
+    return CheckResult(
+        rule=rule,
+        check=check,
+        title=title,
+        mark=Mark.PASS,
+        evidence=f"all {len(cut)} cut requests are errors in the books",
+        details=details,
+    )
 
 
 async def grade_gateway(target: GatewayTarget) -> Card:
@@ -337,8 +403,9 @@ async def _grade_gateway(target: GatewayTarget) -> Card:
     if target.spare_port is not None:
         _require_free(target.spare_port, f"{target.option_prefix}spare-port")
     await _require_reachable(target.url)
-    async with open_grading_lab(upstream_port=target.upstream_port, spare_port=target.spare_port, clients=target.clients,
-                                results_dir=target.results_dir) as lab:
+    async with open_grading_lab(
+        upstream_port=target.upstream_port, spare_port=target.spare_port, clients=target.clients, results_dir=target.results_dir
+    ) as lab:
         return await grade_with(lab, target)
 
 
@@ -360,15 +427,26 @@ async def grade_with(lab: GradingLab, target: GatewayTarget) -> Card:
         if target.only is not None and check.check not in target.only and check.check != "healthy":
             continue  # the healthy check always runs: it proves the setup reaches the worker
         if check.needs_spare and lab.spare is None:
-            card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=Mark.NOT_TESTED,
-                                            evidence=f"no {target.option_prefix}spare-port: nowhere to retry (give the gateway a second upstream and pass its port)"))
+            card.results.append(
+                CheckResult(
+                    rule=check.rule,
+                    check=check.check,
+                    title=check.title,
+                    mark=Mark.NOT_TESTED,
+                    evidence=f"no {target.option_prefix}spare-port: nowhere to retry (give the gateway a second upstream and pass its port)",
+                )
+            )
             continue
         say(f"{check.check}: {check.title}")
         run = await grader.run(check)
         if check.check == "healthy":
             _require_upstream_reached(run, target, lab)
         mark, evidence = judge_run(check, run)
-        card.results.append(CheckResult(rule=check.rule, check=check.check, title=check.title, mark=mark, evidence=evidence, details=_details(run)))
+        card.results.append(
+            CheckResult(
+                rule=check.rule, check=check.check, title=check.title, mark=mark, evidence=evidence, details=_details(run)
+            )
+        )
         if check.booked_as_cut:
             cut += run.results
     if target.only is None or BOOKS_CHECK[1] in target.only:
@@ -384,7 +462,11 @@ def _require_upstream_reached(run: CheckRun, target: GatewayTarget, lab: Grading
     if raw is None or raw.reached_primary or raw.workers.get(SPARE):
         return
     reading = raw.reading
-    answer = f"answered HTTP {reading.status}" if reading is not None and reading.status else f"ended with {reading.ending if reading else 'nothing'}"
+    answer = (
+        f"answered HTTP {reading.status}"
+        if reading is not None and reading.status
+        else f"ended with {reading.ending if reading else 'nothing'}"
+    )
     raise GradeError(
         f"the gateway {answer} to a healthy request that never reached 127.0.0.1:{lab.hub.port}: "
         f"point its upstream at http://127.0.0.1:{lab.hub.port}/v1 and let the model name through unchanged"

@@ -1,4 +1,4 @@
-"""`python -m labs.grade lab-gateways`: grade every gateway the lab ships, for the README's table.
+"""`python -m labs.grade lab-gateways`: grade every gateway the lab ships, for the table in docs/grading.md.
 
 One grading lab (worker, tunnel, hub, spare worker, driver hosts) serves every gateway in turn:
 each gateway is started by the lab's own registry (`labs.gateways`), configured with the hub as its
@@ -23,7 +23,11 @@ __all__ = ["grade_lab_gateways"]
 
 
 async def grade_lab_gateways(
-    names: tuple[str, ...], *, clients: tuple[str, ...], stall_deadline_s: float, results_dir: Path,
+    names: tuple[str, ...],
+    *,
+    clients: tuple[str, ...],
+    stall_deadline_s: float,
+    results_dir: Path,
     progress: Callable[[str], None] | None = None,
 ) -> tuple[dict[str, Card], dict[str, str]]:
     """({gateway name: its card}, {gateway name: why it could not be graded}), graded one after
@@ -53,8 +57,14 @@ async def grade_lab_gateways(
 
 
 async def _grade_one(
-    lab: GradingLab, name: str, upstream_port: int, spare_port: int, clients: tuple[str, ...], stall_deadline_s: float,
-    results_dir: Path, say: Callable[[str], None],
+    lab: GradingLab,
+    name: str,
+    upstream_port: int,
+    spare_port: int,
+    clients: tuple[str, ...],
+    stall_deadline_s: float,
+    results_dir: Path,
+    say: Callable[[str], None],
 ) -> Card:
     """Start one lab gateway with the hub (and the spare, if it takes two upstreams), grade it, stop it."""
     from labs.gateways.registry import lookup
@@ -65,7 +75,9 @@ async def _grade_one(
     spare_url = f"http://127.0.0.1:{spare_port}" if entry.uses_spare else None
     run_dir = lab.run_dir / name.replace("+", "-")
     run_dir.mkdir(parents=True, exist_ok=True)
-    async with open_gateways((name,), primary_url=f"http://127.0.0.1:{upstream_port}", spare_url=spare_url, run_dir=run_dir) as gateways:
+    async with open_gateways(
+        (name,), primary_url=f"http://127.0.0.1:{upstream_port}", spare_url=spare_url, run_dir=run_dir
+    ) as gateways:
         gateway = gateways[name]
         books_lookup, no_books = None, None
         if gateway.books_kind is None:
@@ -73,12 +85,22 @@ async def _grade_one(
         elif gateway.books_kind == BOOKS_NONE:
             no_books = f"{name} keeps no per-request books"
         else:
+
             def books_lookup(request_id: str) -> tuple[str | None, dict | None]:
                 return books_entry(gateway, read_books(gateway.books_path), request_id)
+
         target = GatewayTarget(
-            url=gateway.base_url.rstrip("/"), upstream_port=upstream_port, spare_port=spare_port if entry.uses_spare else None,
-            clients=clients, books_lookup=books_lookup, no_books_reason=no_books, stall_deadline_s=stall_deadline_s,
-            model=gateway.model_prefix or None, api_key=gateway.api_key, results_dir=results_dir, prepare=gateway.prepare,
+            url=gateway.base_url.rstrip("/"),
+            upstream_port=upstream_port,
+            spare_port=spare_port if entry.uses_spare else None,
+            clients=clients,
+            books_lookup=books_lookup,
+            no_books_reason=no_books,
+            stall_deadline_s=stall_deadline_s,
+            model=gateway.model_prefix or None,
+            api_key=gateway.api_key,
+            results_dir=results_dir,
+            prepare=gateway.prepare,
             progress=lambda line: say(f"{name}: {line}"),
         )
         card = await grade_with(lab, target)

@@ -12,7 +12,7 @@ A stream is judged twice, by the same core the addon runs:
 
 What an event is, which event is an error event and which is `[DONE]` is the core's decision, not
 this module's: each framed event is shown to a fresh `StreamRepair` on its own (`_kind_by_the_core`),
-so a data-less `event: error` block is no event here either (rule 5 as the core reads it), and
+so a data-less `event: error` block is no event here either (rule C5 as the core reads it), and
 `[DONE]` is what the core stops at.
 
 The same holds in every dialect (`dialect=`): Messages and Responses streams are judged by the core
@@ -33,12 +33,26 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finishline import (
-    Dialect, Event, EventFramer, RepairPolicy, RequestFacts, StreamRepair, StreamReport, Verdict, repair_completion,
+    Dialect,
+    Event,
+    EventFramer,
+    RepairPolicy,
+    RequestFacts,
+    StreamRepair,
+    StreamReport,
+    Verdict,
+    repair_completion,
 )
 from labs.grade.dialect_reading import DIALECT_READINGS, event_type
 
 __all__ = [
-    "CLEAN_END", "TIMEOUT", "TRANSPORT_ERROR", "ChoiceReading", "CompletionReading", "StreamReading", "read_completion",
+    "CLEAN_END",
+    "TIMEOUT",
+    "TRANSPORT_ERROR",
+    "ChoiceReading",
+    "CompletionReading",
+    "StreamReading",
+    "read_completion",
     "read_stream",
 ]
 
@@ -53,7 +67,7 @@ TIMEOUT = "timeout: "
 #: The event kinds of `StreamReading.events`: Chat's chunks and usage chunks; a Messages or
 #: Responses data event (`event`); and in every dialect error events, the terminator, unreadable data.
 _CHUNK, _USAGE, _EVENT, _ERROR, _DONE, _UNREADABLE = "chunk", "usage", "event", "error", "done", "unreadable"
-#: Terminators the core appends of its own when only they were missing (Chat rule 4, Messages M3).
+#: Terminators the core appends of its own when only they were missing (Chat rule C4, Messages M3).
 _APPENDED_TERMINATORS = frozenset({"done", "message_stop"})
 
 
@@ -179,7 +193,7 @@ class CompletionReading:
     #: The parsed body, or None when it is not JSON.
     body: Any
     choices: dict[int, ChoiceReading]
-    #: The core's rule 9 verdict: `clean`, or `repaired` with what it had to fill in.
+    #: The core's rule C9 verdict: `clean`, or `repaired` with what it had to fill in.
     verdict: Verdict
     detail: str
 
@@ -189,8 +203,14 @@ class CompletionReading:
 
 
 def read_stream(
-    body: bytes, *, status: int = 200, content_type: str = "text/event-stream", ending: str = CLEAN_END,
-    request: dict[str, Any] | None = None, content_encoding: str = "", dialect: Dialect = Dialect.CHAT,
+    body: bytes,
+    *,
+    status: int = 200,
+    content_type: str = "text/event-stream",
+    ending: str = CLEAN_END,
+    request: dict[str, Any] | None = None,
+    content_encoding: str = "",
+    dialect: Dialect = Dialect.CHAT,
 ) -> StreamReading:
     """Read a streamed body. `ending` is `end` for a clean end of the HTTP body, anything else (the
     transport's words) for a failure, which the core books as a cut unless the stream had finished.
@@ -245,8 +265,15 @@ def read_stream(
                 if isinstance(choice, dict):
                     _add_delta(choices, choice)
     return StreamReading(
-        status=status, content_type=content_type, report=repair.report, choices=choices, events=events,
-        ending=ending, body=body, content_encoding=content_encoding, dialect=dialect,
+        status=status,
+        content_type=content_type,
+        report=repair.report,
+        choices=choices,
+        events=events,
+        ending=ending,
+        body=body,
+        content_encoding=content_encoding,
+        dialect=dialect,
     )
 
 
@@ -259,7 +286,7 @@ def _kind_by_the_core(event: Event, *, first: bool, dialect: Dialect = Dialect.C
 
     - no event counted: no data field (a comment, a keep-alive, a data-less `event: error` block,
       which no client dispatches), or a last event without its blank line that the core drops;
-    - verdict `upstream_error`: an error event (rule 5; M5; R4, a bare `{"error":...}` frame too,
+    - verdict `upstream_error`: an error event (rule C5; M5; R4, a bare `{"error":...}` frame too,
       which in Messages is no error: the Anthropic SDKs skip it);
     - neither a cut nor a terminator the core appended of its own at that end: the terminator
       (`[DONE]`, `message_stop`, a Responses terminal event), the only event after which a stream of
@@ -288,7 +315,7 @@ def _kind_by_the_core(event: Event, *, first: bool, dialect: Dialect = Dialect.C
 def read_completion(
     body: bytes, *, status: int = 200, request: dict[str, Any] | None = None, dialect: Dialect = Dialect.CHAT
 ) -> CompletionReading:
-    """Read a non-streamed body: its choices, and the core's verdict on its reasons (rule 9 for a
+    """Read a non-streamed body: its choices, and the core's verdict on its reasons (rule C9 for a
     chat completion, M7 for a Messages `message`; a whole Responses body the core passes as it came,
     `skipped`). A Messages or Responses answer is choice 0; an error body has no choice."""
     try:
@@ -306,7 +333,9 @@ def read_completion(
                 continue
             index = choice.get("index", position)
             reading = choices.setdefault(index, ChoiceReading(index=index))
-            message = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+            message = choice.get("message")
+            if not isinstance(message, dict):
+                message = {}
             reading.content = message.get("content") or ""
             reading.reasoning = message.get("reasoning_content") or message.get("reasoning") or ""
             for call in message.get("tool_calls") or ():
@@ -316,9 +345,7 @@ def read_completion(
             if choice.get("finish_reason") is not None:
                 reading.reasons_seen.append(choice["finish_reason"])
     repaired = repair_completion(body, _facts(request), dialect=dialect)
-    return CompletionReading(
-        status=status, body=value, choices=choices, verdict=repaired.verdict, detail=repaired.detail
-    )
+    return CompletionReading(status=status, body=value, choices=choices, verdict=repaired.verdict, detail=repaired.detail)
 
 
 def _facts(request: dict[str, Any] | None) -> RequestFacts:
@@ -330,7 +357,9 @@ def _add_delta(choices: dict[int, ChoiceReading], choice: dict[str, Any]) -> Non
     if not isinstance(index, int):
         return
     reading = choices.setdefault(index, ChoiceReading(index=index))
-    delta = choice.get("delta") if isinstance(choice.get("delta"), dict) else {}
+    delta = choice.get("delta")
+    if not isinstance(delta, dict):
+        delta = {}
     if isinstance(delta.get("content"), str):
         reading.content += delta["content"]
     for key in ("reasoning_content", "reasoning"):
@@ -344,7 +373,9 @@ def _add_delta(choices: dict[int, ChoiceReading], choice: dict[str, Any]) -> Non
             continue  # not a tool-call index a client would accept; the core judges the rest
         while len(reading.tool_calls) <= position:
             reading.tool_calls.append({"name": "", "arguments": ""})
-        function = call.get("function") if isinstance(call.get("function"), dict) else {}
+        function = call.get("function")
+        if not isinstance(function, dict):
+            function = {}
         if function.get("name"):
             reading.tool_calls[position]["name"] = function["name"]
         if isinstance(function.get("arguments"), str):

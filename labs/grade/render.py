@@ -1,5 +1,5 @@
 """A card for people and programs: the terminal table, the JSON file, one self-contained HTML page,
-and the Markdown table of several cards side by side (the README's "table of cards").
+and the Markdown table of several cards side by side (docs/grading.md "The lab's gateways, graded").
 
 The same words everywhere: the card's marks (`labs.grade.card.Mark`) are the cell text in all four.
 """
@@ -72,7 +72,10 @@ def render_html(card: Card) -> str:
         )
     not_run = "".join(f"<li><code>{e(check)}</code>: {e(why)}</li>" for check, why in card.not_run.items())
     not_run = f"<p>not run:</p><ul>{not_run}</ul>" if not_run else ""
-    setup = "".join(f"<tr><th>{e(str(k))}</th><td><pre>{e(json.dumps(v, indent=1, default=str) if not isinstance(v, str) else v)}</pre></td></tr>" for k, v in card.setup.items())
+    setup = "".join(
+        f"<tr><th>{e(str(k))}</th><td><pre>{e(json.dumps(v, indent=1, default=str) if not isinstance(v, str) else v)}</pre></td></tr>"
+        for k, v in card.setup.items()
+    )
     counts = ", ".join(f"{n} {mark}" for mark, n in card.counts().items() if n)
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>finishline grade: {e(card.target)}</title>"

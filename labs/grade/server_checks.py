@@ -27,15 +27,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from finishline import Dialect
-from labs.grade.card import CheckResult, Mark, shortened
+from labs.grade.card import CheckResult, Finding, Mark, shortened
 from labs.grade.reading import CompletionReading, StreamReading
 from labs.outcome import canonical_reason
 from labs.scenario import WORKER_TOOL
 
 __all__ = [
-    "CHAT_SUITE", "REQUESTS", "SERVER_CHECKS", "MarkAndEvidence", "Problem", "Readings", "ServerCheck", "ServerRequest",
-    "ServerSuite", "completion_problem_for", "json_no_error", "reason_check", "request_body", "stream_json_agree",
-    "stream_no_error", "stream_problem_for", "tool_call_shape",
+    "CHAT_SUITE",
+    "REQUESTS",
+    "SERVER_CHECKS",
+    "Problem",
+    "Readings",
+    "ServerCheck",
+    "ServerRequest",
+    "ServerSuite",
+    "completion_problem_for",
+    "json_no_error",
+    "reason_check",
+    "request_body",
+    "stream_json_agree",
+    "stream_no_error",
+    "stream_problem_for",
+    "tool_call_shape",
 ]
 
 
@@ -58,11 +71,13 @@ _SHORT_PROMPT = "Say the sentence about the quick brown fox."
 REQUESTS = (
     ServerRequest(name="stop", label="a natural stop", fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}]}),
     ServerRequest(
-        name="length", label="max_tokens=5",
+        name="length",
+        label="max_tokens=5",
         fields={"messages": [{"role": "user", "content": _LONG_PROMPT}], "max_tokens": 5},
     ),
     ServerRequest(
-        name="tool_call", label='a forced tool call (tool_choice "required")',
+        name="tool_call",
+        label='a forced tool call (tool_choice "required")',
         fields={
             "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
             "tools": [WORKER_TOOL],
@@ -71,7 +86,8 @@ REQUESTS = (
     ),
     ServerRequest(name="n2", label="n=2", fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}], "n": 2}),
     ServerRequest(
-        name="usage", label="stream_options.include_usage",
+        name="usage",
+        label="stream_options.include_usage",
         fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}], "stream_options": {"include_usage": True}},
         stream_only=True,
     ),
@@ -97,16 +113,12 @@ class Readings:
         return next(r.label for r in self.requests if r.name == name)
 
 
-#: A judge's answer: the mark and the one line of evidence.
-MarkAndEvidence = tuple[Mark, str]
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerCheck:
     rule: str
     check: str
     title: str
-    judge: Callable[[Readings], MarkAndEvidence]
+    judge: Callable[[Readings], Finding]
     #: It reads the streamed answers (every check but the JSON-only ones).
     reads_streams: bool = True
 
@@ -116,7 +128,7 @@ class ServerCheck:
         return CheckResult(rule=self.rule, check=self.check, title=self.title, mark=mark, evidence=evidence)
 
 
-def _unread_stream(readings: Readings) -> MarkAndEvidence | None:
+def _unread_stream(readings: Readings) -> Finding | None:
     """`not tested` when a stream came compressed: its bytes are not SSE, and judging them as if
     they were would fail a server for the grader's own blindness."""
     for name, reading in readings.streams.items():
@@ -184,19 +196,22 @@ _completion_problem = completion_problem_for("json-no-error")
 # -- streaming ----------------------------------------------------------------------------------
 
 
-def stream_no_error(readings: Readings) -> MarkAndEvidence:
+def stream_no_error(readings: Readings) -> Finding:
     """Every stream answered 200 and completed: no error event, no cut (as the core books them)."""
     for name, reading in readings.streams.items():
         if reading.status != 200:
             return Mark.FAIL, f"stream {readings.label(name)}: HTTP {reading.status}: {shortened(reading.body, 200)}"
         if reading.error_positions:
-            return Mark.FAIL, f"stream {readings.label(name)} sent an error event after {reading.error_positions[0]} events: {reading.error_message()}"
+            return (
+                Mark.FAIL,
+                f"stream {readings.label(name)} sent an error event after {reading.error_positions[0]} events: {reading.error_message()}",
+            )
         if reading.report.interruption is not None:
             return Mark.FAIL, f"stream {readings.label(name)}: {reading.report.detail}"
     return Mark.PASS, f"{len(readings.streams)} streams, each completed without an error event or a cut"
 
 
-def _stream_finish_reason(readings: Readings) -> MarkAndEvidence:
+def _stream_finish_reason(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.streams.items():
         if _stream_problem(readings, name, reading):
@@ -208,34 +223,43 @@ def _stream_finish_reason(readings: Readings) -> MarkAndEvidence:
             if choice.finish_reason is None:
                 injected = [r for r in reading.report.repairs if "injected finish_reason" in r]
                 why = f"; the core: {injected[0]}" if injected else ""
-                return Mark.FAIL, f"stream {readings.label(name)}: choice {choice.index} got no non-empty finish_reason before [DONE]{why}"
+                return (
+                    Mark.FAIL,
+                    f"stream {readings.label(name)}: choice {choice.index} got no non-empty finish_reason before [DONE]{why}",
+                )
     if not judged:
         return Mark.NOT_TESTED, "no stream completed (see stream-no-error)"
     return Mark.PASS, f"every choice of {judged} streams got a non-empty finish_reason"
 
 
-def _stream_null_not_empty(readings: Readings) -> MarkAndEvidence:
+def _stream_null_not_empty(readings: Readings) -> Finding:
     for name, reading in readings.streams.items():
         for choice in reading.choices.values():
             if "" in choice.reasons_seen:
                 count = choice.reasons_seen.count("")
-                return Mark.FAIL, f'stream {readings.label(name)}: choice {choice.index} has "finish_reason": "" on {count} chunks (null is the spec\'s "not yet")'
-    return Mark.PASS, "no chunk says \"finish_reason\": \"\""
+                return (
+                    Mark.FAIL,
+                    f'stream {readings.label(name)}: choice {choice.index} has "finish_reason": "" on {count} chunks (null is the spec\'s "not yet")',
+                )
+    return Mark.PASS, 'no chunk says "finish_reason": ""'
 
 
-def _stream_done_last(readings: Readings) -> MarkAndEvidence:
+def _stream_done_last(readings: Readings) -> Finding:
     for name, reading in readings.streams.items():
         if reading.status != 200:
             continue
         done = reading.done_positions
         if not done:
-            return Mark.FAIL, f"stream {readings.label(name)} ended without data: [DONE] ({reading.ending}, last event: {reading.last_event})"
+            return (
+                Mark.FAIL,
+                f"stream {readings.label(name)} ended without data: [DONE] ({reading.ending}, last event: {reading.last_event})",
+            )
         if len(done) > 1 or done[-1] != len(reading.events) - 1:
             return Mark.FAIL, f"stream {readings.label(name)}: {len(reading.events) - 1 - done[0]} events after the first [DONE]"
     return Mark.PASS, "every stream ends with exactly one data: [DONE]"
 
 
-def _stream_usage_after_finish(readings: Readings) -> MarkAndEvidence:
+def _stream_usage_after_finish(readings: Readings) -> Finding:
     reading = readings.streams["usage"]
     problem = _stream_problem(readings, "usage", reading)
     if problem:
@@ -246,7 +270,10 @@ def _stream_usage_after_finish(readings: Readings) -> MarkAndEvidence:
     reasons = reading.reason_positions()
     late = [p for p in reasons if p > usage[0]]
     if late:
-        return Mark.FAIL, f"a finish_reason came in event {late[0] + 1}, after the usage chunk (event {usage[0] + 1}); OpenAI sends the finish chunk first"
+        return (
+            Mark.FAIL,
+            f"a finish_reason came in event {late[0] + 1}, after the usage chunk (event {usage[0] + 1}); OpenAI sends the finish chunk first",
+        )
     tokens = reading.events[usage[0]][1]["usage"]
     return Mark.PASS, f"the usage chunk ({_usage_words(tokens)}) follows every finish chunk"
 
@@ -259,15 +286,20 @@ def _usage_words(usage: dict[str, Any]) -> str:
 
 
 def reason_check(
-    name: str, want: str, extra: Callable[[Any], str | None] | None = None, *, stream_problem: Problem = _stream_problem,
-    completion_problem: Problem = _completion_problem, see: str = "stream-finish-reason, json-finish-reason",
+    name: str,
+    want: str,
+    extra: Callable[[Any], str | None] | None = None,
+    *,
+    stream_problem: Problem = _stream_problem,
+    completion_problem: Problem = _completion_problem,
+    see: str = "stream-finish-reason, json-finish-reason",
     reason_words: str = "finish_reason",
-) -> Callable[[Readings], MarkAndEvidence]:
+) -> Callable[[Readings], Finding]:
     """A judge: request `name`'s choice 0 ended with `want` (the dialect's word, read through
     `canonical_reason`), streamed and not, and `extra(choice)` finds nothing wrong with it. No reason
     on either side is `not tested`, naming the checks `see` that judge its presence."""
 
-    def judge(readings: Readings) -> MarkAndEvidence:
+    def judge(readings: Readings) -> Finding:
         seen = []
         for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
             if reading is None:
@@ -311,7 +343,7 @@ def tool_call_shape(choice: Any, *, reason: str = "tool_calls") -> str | None:
     return None
 
 
-def _n_choices(readings: Readings) -> MarkAndEvidence:
+def _n_choices(readings: Readings) -> Finding:
     for side, reading in (("stream", readings.streams["n2"]), ("JSON", readings.completions["n2"])):
         problem = _stream_problem(readings, "n2", reading) if side == "stream" else _completion_problem(readings, "n2", reading)
         if problem:
@@ -328,15 +360,18 @@ def _n_choices(readings: Readings) -> MarkAndEvidence:
 # -- non-streaming: every dialect's ------------------------------------------------------------------
 
 
-def json_no_error(*, answer: str = "a chat.completion with choices", noun: str = "completions") -> Callable[[Readings], MarkAndEvidence]:
+def json_no_error(*, answer: str = "a chat.completion with choices", noun: str = "completions") -> Callable[[Readings], Finding]:
     """A judge: every JSON answer is a 200 carrying `answer`, not an error status or an error body."""
 
-    def judge(readings: Readings) -> MarkAndEvidence:
+    def judge(readings: Readings) -> Finding:
         for name, reading in readings.completions.items():
             if reading.status != 200:
                 return Mark.FAIL, f"JSON {readings.label(name)}: HTTP {reading.status}"
             if reading.error is not None:
-                return Mark.FAIL, f"JSON {readings.label(name)}: status 200 with an error body: {shortened(str(reading.error), 160)}"
+                return (
+                    Mark.FAIL,
+                    f"JSON {readings.label(name)}: status 200 with an error body: {shortened(str(reading.error), 160)}",
+                )
             if not reading.choices:
                 return Mark.FAIL, f"JSON {readings.label(name)}: not {answer}"
         return Mark.PASS, f"{len(readings.completions)} {noun}, none an error"
@@ -344,7 +379,7 @@ def json_no_error(*, answer: str = "a chat.completion with choices", noun: str =
     return judge
 
 
-def _json_finish_reason(readings: Readings) -> MarkAndEvidence:
+def _json_finish_reason(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.completions.items():
         if _completion_problem(readings, name, reading):
@@ -353,20 +388,25 @@ def _json_finish_reason(readings: Readings) -> MarkAndEvidence:
         for choice in reading.choices.values():
             if choice.finish_reason is None:
                 given = repr(choice.reasons_seen[-1]) if choice.reasons_seen else "null or missing"
-                return Mark.FAIL, f"JSON {readings.label(name)}: choice {choice.index} finish_reason is {given}; the core: {reading.detail}"
+                return (
+                    Mark.FAIL,
+                    f"JSON {readings.label(name)}: choice {choice.index} finish_reason is {given}; the core: {reading.detail}",
+                )
     if not judged:
         return Mark.NOT_TESTED, "no completion answered (see json-no-error)"
     return Mark.PASS, f"every choice of {judged} completions has a non-empty finish_reason"
 
 
 def stream_json_agree(
-    *, stream_problem: Problem = _stream_problem, completion_problem: Problem = _completion_problem,
+    *,
+    stream_problem: Problem = _stream_problem,
+    completion_problem: Problem = _completion_problem,
     see: str = "stream-no-error, json-no-error",
-) -> Callable[[Readings], MarkAndEvidence]:
+) -> Callable[[Readings], Finding]:
     """A judge: per request and choice, the streamed and the JSON answer agree on the reason (in the
     dialect's words), the content and the tool calls' names."""
 
-    def judge(readings: Readings) -> MarkAndEvidence:
+    def judge(readings: Readings) -> Finding:
         compared = 0
         for name, completion in readings.completions.items():
             stream = readings.streams[name]
@@ -378,12 +418,23 @@ def stream_json_agree(
                 got, want = stream.choices.get(index), completion.choices.get(index)
                 if got is None or want is None:
                     return Mark.FAIL, f"{label}: choice {index} only in the {'JSON' if got is None else 'stream'}"
-                if canonical_reason(got.finish_reason, readings.dialect) != canonical_reason(want.finish_reason, readings.dialect):
-                    return Mark.FAIL, f"{label}: choice {index} streamed reason {got.finish_reason!r}, JSON {want.finish_reason!r}"
+                if canonical_reason(got.finish_reason, readings.dialect) != canonical_reason(
+                    want.finish_reason, readings.dialect
+                ):
+                    return (
+                        Mark.FAIL,
+                        f"{label}: choice {index} streamed reason {got.finish_reason!r}, JSON {want.finish_reason!r}",
+                    )
                 if got.content != want.content:
-                    return Mark.FAIL, f"{label}: choice {index} streamed {len(got.content)} characters, JSON {len(want.content)}, and they differ"
+                    return (
+                        Mark.FAIL,
+                        f"{label}: choice {index} streamed {len(got.content)} characters, JSON {len(want.content)}, and they differ",
+                    )
                 if [c["name"] for c in got.tool_calls] != [c["name"] for c in want.tool_calls]:
-                    return Mark.FAIL, f"{label}: choice {index} streamed tool calls {[c['name'] for c in got.tool_calls]}, JSON {[c['name'] for c in want.tool_calls]}"
+                    return (
+                        Mark.FAIL,
+                        f"{label}: choice {index} streamed tool calls {[c['name'] for c in got.tool_calls]}, JSON {[c['name'] for c in want.tool_calls]}",
+                    )
         if not compared:
             return Mark.NOT_TESTED, f"no request answered both ways without an error (see {see})"
         return Mark.PASS, f"{compared} requests: streamed and JSON answers agree on reason and content"
@@ -392,18 +443,69 @@ def stream_json_agree(
 
 
 SERVER_CHECKS = (
-    ServerCheck(rule="streaming", check="stream-no-error", title="every stream completes: no error event, no cut", judge=stream_no_error),
-    ServerCheck(rule="streaming", check="stream-finish-reason", title="every choice gets a non-empty finish_reason before [DONE]", judge=_stream_finish_reason),
-    ServerCheck(rule="streaming", check="stream-null-not-empty", title='intermediate chunks say "finish_reason": null, never ""', judge=_stream_null_not_empty),
-    ServerCheck(rule="streaming", check="stream-done-last", title="data: [DONE] ends every stream, once, nothing after it", judge=_stream_done_last),
-    ServerCheck(rule="streaming", check="stream-usage-after-finish", title="include_usage: a usage-only chunk after every finish chunk", judge=_stream_usage_after_finish),
-    ServerCheck(rule="finish reasons", check="reason-stop", title="a natural stop ends with stop", judge=reason_check("stop", "stop")),
-    ServerCheck(rule="finish reasons", check="reason-length", title="a max_tokens truncation ends with length", judge=reason_check("length", "length")),
-    ServerCheck(rule="finish reasons", check="reason-tool-calls", title='a forced tool call ends with tool_calls and a JSON call', judge=reason_check("tool_call", "tool_calls", tool_call_shape)),
+    ServerCheck(
+        rule="streaming", check="stream-no-error", title="every stream completes: no error event, no cut", judge=stream_no_error
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-finish-reason",
+        title="every choice gets a non-empty finish_reason before [DONE]",
+        judge=_stream_finish_reason,
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-null-not-empty",
+        title='intermediate chunks say "finish_reason": null, never ""',
+        judge=_stream_null_not_empty,
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-done-last",
+        title="data: [DONE] ends every stream, once, nothing after it",
+        judge=_stream_done_last,
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-usage-after-finish",
+        title="include_usage: a usage-only chunk after every finish chunk",
+        judge=_stream_usage_after_finish,
+    ),
+    ServerCheck(
+        rule="finish reasons", check="reason-stop", title="a natural stop ends with stop", judge=reason_check("stop", "stop")
+    ),
+    ServerCheck(
+        rule="finish reasons",
+        check="reason-length",
+        title="a max_tokens truncation ends with length",
+        judge=reason_check("length", "length"),
+    ),
+    ServerCheck(
+        rule="finish reasons",
+        check="reason-tool-calls",
+        title="a forced tool call ends with tool_calls and a JSON call",
+        judge=reason_check("tool_call", "tool_calls", tool_call_shape),
+    ),
     ServerCheck(rule="finish reasons", check="n-choices", title="n=2 gives choices 0 and 1", judge=_n_choices),
-    ServerCheck(rule="non-streaming", check="json-no-error", title="every non-streamed answer is a completion, not an error", judge=json_no_error(), reads_streams=False),
-    ServerCheck(rule="non-streaming", check="json-finish-reason", title="every choice of a completion has a non-empty finish_reason", judge=_json_finish_reason, reads_streams=False),
-    ServerCheck(rule="non-streaming", check="stream-json-agree", title="streamed and non-streamed answers agree on reason and content", judge=stream_json_agree()),
+    ServerCheck(
+        rule="non-streaming",
+        check="json-no-error",
+        title="every non-streamed answer is a completion, not an error",
+        judge=json_no_error(),
+        reads_streams=False,
+    ),
+    ServerCheck(
+        rule="non-streaming",
+        check="json-finish-reason",
+        title="every choice of a completion has a non-empty finish_reason",
+        judge=_json_finish_reason,
+        reads_streams=False,
+    ),
+    ServerCheck(
+        rule="non-streaming",
+        check="stream-json-agree",
+        title="streamed and non-streamed answers agree on reason and content",
+        judge=stream_json_agree(),
+    ),
 )
 
 #: Chat Completions (`/chat/completions`): the checks as they always were.

@@ -27,9 +27,8 @@ from __future__ import annotations
 from typing import Any
 
 from finishline import Dialect
-from labs.grade.card import Mark
+from labs.grade.card import Finding, Mark
 from labs.grade.server_checks import (
-    MarkAndEvidence,
     Readings,
     ServerCheck,
     ServerRequest,
@@ -66,7 +65,8 @@ MESSAGES_REQUESTS = (
     ServerRequest(name="stop", label="a natural stop", fields={"max_tokens": _ROOM, "messages": _user(_SHORT_PROMPT)}),
     ServerRequest(name="length", label="max_tokens=5", fields={"max_tokens": 5, "messages": _user(_LONG_PROMPT)}),
     ServerRequest(
-        name="tool_call", label='a forced tool call (tool_choice {"type": "any"})',
+        name="tool_call",
+        label='a forced tool call (tool_choice {"type": "any"})',
         fields={
             "max_tokens": _ROOM,
             "messages": _user("What is the weather in Paris? Use the tool."),
@@ -81,7 +81,7 @@ _stream_problem = stream_problem_for("messages-no-error")
 _BARE_ERROR_NOTE = 'its data: {"error": ...} frame has no event: error line, which the Anthropic SDKs skip'
 
 
-def _no_error(readings: Readings) -> MarkAndEvidence:
+def _no_error(readings: Readings) -> Finding:
     """`stream_no_error`, saying so when the cut was a bare error frame the core does not count."""
     mark, evidence = stream_no_error(readings)
     if mark is Mark.FAIL:
@@ -89,6 +89,8 @@ def _no_error(readings: Readings) -> MarkAndEvidence:
         if any(kind == "event" and "error" in value and "type" not in value for kind, value in failed.events):
             evidence += f"; {_BARE_ERROR_NOTE}"
     return mark, evidence
+
+
 _completion_problem = completion_problem_for("messages-json-no-error", "a message")
 
 
@@ -97,13 +99,15 @@ def _given(reading: Any) -> str:
     deltas = [value for _, value in reading.events if isinstance(value, dict) and value.get("type") == "message_delta"]
     if not deltas:
         return "no message_delta came"
-    delta = deltas[-1].get("delta") if isinstance(deltas[-1].get("delta"), dict) else {}
+    delta = deltas[-1].get("delta")
+    if not isinstance(delta, dict):
+        delta = {}
     if "stop_reason" not in delta:
         return "its message_delta has no stop_reason"
     return f"its message_delta says stop_reason {'null' if delta['stop_reason'] is None else repr(delta['stop_reason'])}"
 
 
-def _stop_reason(readings: Readings) -> MarkAndEvidence:
+def _stop_reason(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.streams.items():
         if _stream_problem(readings, name, reading):
@@ -113,13 +117,16 @@ def _stop_reason(readings: Readings) -> MarkAndEvidence:
         if choice is None or choice.finish_reason is None:
             injected = [r for r in reading.report.repairs if "injected stop_reason" in r]
             why = f"; the core: {injected[0]}" if injected else ""
-            return Mark.FAIL, f"stream {readings.label(name)}: no non-empty stop_reason before message_stop ({_given(reading)}){why}"
+            return (
+                Mark.FAIL,
+                f"stream {readings.label(name)}: no non-empty stop_reason before message_stop ({_given(reading)}){why}",
+            )
     if not judged:
         return Mark.NOT_TESTED, "no stream completed (see messages-no-error)"
     return Mark.PASS, f"{judged} streams: a message_delta with a non-empty stop_reason before message_stop"
 
 
-def _stop_last(readings: Readings) -> MarkAndEvidence:
+def _stop_last(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.streams.items():
         if _stream_problem(readings, name, reading):
@@ -129,15 +136,21 @@ def _stop_last(readings: Readings) -> MarkAndEvidence:
         if not done:
             lost = [r for r in reading.report.repairs if "terminator lost" in r]
             why = f"; the core: {lost[0]}" if lost else ""
-            return Mark.FAIL, f"stream {readings.label(name)} ended without message_stop ({reading.ending}, last event: {reading.last_event}){why}"
+            return (
+                Mark.FAIL,
+                f"stream {readings.label(name)} ended without message_stop ({reading.ending}, last event: {reading.last_event}){why}",
+            )
         if len(done) > 1 or done[-1] != len(reading.events) - 1:
-            return Mark.FAIL, f"stream {readings.label(name)}: {len(reading.events) - 1 - done[0]} events after the first message_stop"
+            return (
+                Mark.FAIL,
+                f"stream {readings.label(name)}: {len(reading.events) - 1 - done[0]} events after the first message_stop",
+            )
     if not judged:
         return Mark.NOT_TESTED, "no stream completed (see messages-no-error)"
     return Mark.PASS, f"{judged} streams each end with exactly one message_stop"
 
 
-def _json_stop_reason(readings: Readings) -> MarkAndEvidence:
+def _json_stop_reason(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.completions.items():
         if _completion_problem(readings, name, reading):
@@ -154,8 +167,13 @@ def _json_stop_reason(readings: Readings) -> MarkAndEvidence:
 
 def _reason(name: str, want: str, extra: Any = None) -> Any:
     return reason_check(
-        name, want, extra, stream_problem=_stream_problem, completion_problem=_completion_problem,
-        see="messages-stop-reason, messages-json-stop-reason", reason_words="stop_reason",
+        name,
+        want,
+        extra,
+        stream_problem=_stream_problem,
+        completion_problem=_completion_problem,
+        see="messages-stop-reason, messages-json-stop-reason",
+        reason_words="stop_reason",
     )
 
 
@@ -168,22 +186,72 @@ MESSAGES_SUITE = ServerSuite(
     path="/messages",
     requests=MESSAGES_REQUESTS,
     checks=(
-        ServerCheck(rule="streaming", check="messages-no-error", title="every stream completes: no error event, no cut (M4, M5)", judge=_no_error),
-        ServerCheck(rule="streaming", check="messages-stop-reason", title="a message_delta carries a non-empty stop_reason before message_stop (M2)", judge=_stop_reason),
-        ServerCheck(rule="streaming", check="messages-stop-last", title="message_stop ends every stream, once, nothing after it (M3)", judge=_stop_last),
-        ServerCheck(rule="stop reasons", check="messages-reason-end-turn", title="a natural stop ends with end_turn", judge=_reason("stop", "end_turn")),
-        ServerCheck(rule="stop reasons", check="messages-reason-max-tokens", title="a max_tokens truncation ends with max_tokens", judge=_reason("length", "max_tokens")),
-        ServerCheck(rule="stop reasons", check="messages-reason-tool-use", title="a forced tool call ends with tool_use and a JSON input", judge=_reason("tool_call", "tool_use", _tool_use_shape)),
-        ServerCheck(rule="non-streaming", check="messages-json-no-error", title="every non-streamed answer is a message, not an error", judge=json_no_error(answer="a Messages message", noun="messages"), reads_streams=False),
-        ServerCheck(rule="non-streaming", check="messages-json-stop-reason", title="every message has a non-empty stop_reason (M7)", judge=_json_stop_reason, reads_streams=False),
-        ServerCheck(rule="non-streaming", check="messages-stream-json-agree", title="streamed and non-streamed answers agree on reason and content",
-                    judge=stream_json_agree(stream_problem=_stream_problem, completion_problem=_completion_problem, see="messages-no-error, messages-json-no-error")),
+        ServerCheck(
+            rule="streaming",
+            check="messages-no-error",
+            title="every stream completes: no error event, no cut (M4, M5)",
+            judge=_no_error,
+        ),
+        ServerCheck(
+            rule="streaming",
+            check="messages-stop-reason",
+            title="a message_delta carries a non-empty stop_reason before message_stop (M2)",
+            judge=_stop_reason,
+        ),
+        ServerCheck(
+            rule="streaming",
+            check="messages-stop-last",
+            title="message_stop ends every stream, once, nothing after it (M3)",
+            judge=_stop_last,
+        ),
+        ServerCheck(
+            rule="stop reasons",
+            check="messages-reason-end-turn",
+            title="a natural stop ends with end_turn",
+            judge=_reason("stop", "end_turn"),
+        ),
+        ServerCheck(
+            rule="stop reasons",
+            check="messages-reason-max-tokens",
+            title="a max_tokens truncation ends with max_tokens",
+            judge=_reason("length", "max_tokens"),
+        ),
+        ServerCheck(
+            rule="stop reasons",
+            check="messages-reason-tool-use",
+            title="a forced tool call ends with tool_use and a JSON input",
+            judge=_reason("tool_call", "tool_use", _tool_use_shape),
+        ),
+        ServerCheck(
+            rule="non-streaming",
+            check="messages-json-no-error",
+            title="every non-streamed answer is a message, not an error",
+            judge=json_no_error(answer="a Messages message", noun="messages"),
+            reads_streams=False,
+        ),
+        ServerCheck(
+            rule="non-streaming",
+            check="messages-json-stop-reason",
+            title="every message has a non-empty stop_reason (M7)",
+            judge=_json_stop_reason,
+            reads_streams=False,
+        ),
+        ServerCheck(
+            rule="non-streaming",
+            check="messages-stream-json-agree",
+            title="streamed and non-streamed answers agree on reason and content",
+            judge=stream_json_agree(
+                stream_problem=_stream_problem,
+                completion_problem=_completion_problem,
+                see="messages-no-error, messages-json-no-error",
+            ),
+        ),
     ),
     # Anthropic's API wants its version and its key header; gateways that speak Messages accept them.
     headers={"anthropic-version": "2023-06-01"},
     api_key_header="x-api-key",
     not_run={
-        "stream-null-not-empty": "Messages has no per-chunk reason: a stop_reason of \"\" fails messages-stop-reason",
+        "stream-null-not-empty": 'Messages has no per-chunk reason: a stop_reason of "" fails messages-stop-reason',
         "stream-usage-after-finish": "Messages has no include_usage: usage comes in message_start and message_delta",
         "n-choices": "Messages has no n: one message per request",
     },

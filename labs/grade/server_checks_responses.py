@@ -28,10 +28,9 @@ from __future__ import annotations
 from typing import Any
 
 from finishline import CutCause, Dialect
-from labs.grade.card import Mark, shortened
+from labs.grade.card import Finding, Mark, shortened
 from labs.grade.reading import StreamReading
 from labs.grade.server_checks import (
-    MarkAndEvidence,
     Readings,
     ServerCheck,
     ServerRequest,
@@ -61,11 +60,13 @@ _DONE_MARKER = "[DONE]"
 RESPONSES_REQUESTS = (
     ServerRequest(name="stop", label="a natural stop", fields={"input": _SHORT_PROMPT}),
     ServerRequest(
-        name="length", label=f"max_output_tokens={_LEAST_OUTPUT_TOKENS}",
+        name="length",
+        label=f"max_output_tokens={_LEAST_OUTPUT_TOKENS}",
         fields={"input": _LONG_PROMPT, "max_output_tokens": _LEAST_OUTPUT_TOKENS},
     ),
     ServerRequest(
-        name="tool_call", label='a forced tool call (tool_choice "required")',
+        name="tool_call",
+        label='a forced tool call (tool_choice "required")',
         fields={"input": "What is the weather in Paris? Use the tool.", "tools": [RESPONSES_TOOL], "tool_choice": "required"},
     ),
 )
@@ -88,7 +89,7 @@ def _unfinished(readings: Readings, name: str, reading: StreamReading) -> str | 
     return problem
 
 
-def _no_error(readings: Readings) -> MarkAndEvidence:
+def _no_error(readings: Readings) -> Finding:
     for name, reading in readings.streams.items():
         label = readings.label(name)
         if reading.status != 200:
@@ -101,7 +102,7 @@ def _no_error(readings: Readings) -> MarkAndEvidence:
     return Mark.PASS, f"{len(readings.streams)} streams, none with an error event, response.failed or a transport failure"
 
 
-def _terminal_event(readings: Readings) -> MarkAndEvidence:
+def _terminal_event(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.streams.items():
         if reading.status != 200 or reading.error_positions or _cut_in_transit(reading):
@@ -109,9 +110,11 @@ def _terminal_event(readings: Readings) -> MarkAndEvidence:
         judged += 1
         done = reading.done_positions
         if not done:
-            return Mark.FAIL, (f"stream {readings.label(name)} ended without response.completed or response.incomplete "
-                               f"({reading.ending}, last event: {reading.last_event}); the core: {reading.report.detail}")
-        after = [value for _, value in reading.events[done[0] + 1:] if value != _DONE_MARKER]
+            return Mark.FAIL, (
+                f"stream {readings.label(name)} ended without response.completed or response.incomplete "
+                f"({reading.ending}, last event: {reading.last_event}); the core: {reading.report.detail}"
+            )
+        after = [value for _, value in reading.events[done[0] + 1 :] if value != _DONE_MARKER]
         if len(done) > 1 or after:
             return Mark.FAIL, f"stream {readings.label(name)}: {len(after) + len(done) - 1} events after {reading.terminal_type}"
     if not judged:
@@ -123,7 +126,7 @@ def _status_words(status: Any) -> str:
     return "null" if status is None else repr(status)
 
 
-def _terminal_status(readings: Readings) -> MarkAndEvidence:
+def _terminal_status(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.streams.items():
         if _unfinished(readings, name, reading):
@@ -131,15 +134,20 @@ def _terminal_status(readings: Readings) -> MarkAndEvidence:
         judged += 1
         value = reading.events[reading.done_positions[0]][1]
         response = value.get("response") if isinstance(value.get("response"), dict) else {}
-        want = TERMINAL_STATUS[reading.terminal_type]
+        terminal = reading.terminal_type
+        assert terminal is not None, "a stream judged here ended in a terminal event (`_unfinished`)"
+        want = TERMINAL_STATUS[terminal]
         if response.get("status") != want:
-            return Mark.FAIL, f"stream {readings.label(name)}: {reading.terminal_type} carries status {_status_words(response.get('status'))}, expected {want!r}"
+            return (
+                Mark.FAIL,
+                f"stream {readings.label(name)}: {reading.terminal_type} carries status {_status_words(response.get('status'))}, expected {want!r}",
+            )
     if not judged:
         return Mark.NOT_TESTED, "no stream ended with a terminal event (see responses-no-error, responses-terminal-event)"
     return Mark.PASS, f"{judged} streams: each terminal response's status is its event's own word"
 
 
-def _sequence_numbers(readings: Readings) -> MarkAndEvidence:
+def _sequence_numbers(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.streams.items():
         if reading.status != 200:
@@ -151,16 +159,22 @@ def _sequence_numbers(readings: Readings) -> MarkAndEvidence:
                 continue  # an error frame is responses-no-error's (vLLM's bare one has no number)
             number = value.get("sequence_number")
             if not isinstance(number, int) or isinstance(number, bool):
-                return Mark.FAIL, f"stream {readings.label(name)}: event {position + 1} ({value.get('type')}) has no integer sequence_number"
+                return (
+                    Mark.FAIL,
+                    f"stream {readings.label(name)}: event {position + 1} ({value.get('type')}) has no integer sequence_number",
+                )
             if last is not None and number <= last:
-                return Mark.FAIL, f"stream {readings.label(name)}: event {position + 1} ({value.get('type')}) has sequence_number {number} after {last}"
+                return (
+                    Mark.FAIL,
+                    f"stream {readings.label(name)}: event {position + 1} ({value.get('type')}) has sequence_number {number} after {last}",
+                )
             last = number
     if not judged:
         return Mark.NOT_TESTED, "no stream answered 200 (see responses-no-error)"
     return Mark.PASS, f"{judged} streams: every event's sequence_number above the one before"
 
 
-def _json_status(readings: Readings) -> MarkAndEvidence:
+def _json_status(readings: Readings) -> Finding:
     judged = 0
     for name, reading in readings.completions.items():
         if _completion_problem(readings, name, reading):
@@ -176,8 +190,13 @@ def _json_status(readings: Readings) -> MarkAndEvidence:
 
 def _reason(name: str, want: str, extra: Any = None) -> Any:
     return reason_check(
-        name, want, extra, stream_problem=_unfinished, completion_problem=_completion_problem,
-        see="responses-terminal-status, responses-json-status", reason_words="status",
+        name,
+        want,
+        extra,
+        stream_problem=_unfinished,
+        completion_problem=_completion_problem,
+        see="responses-terminal-status, responses-json-status",
+        reason_words="status",
     )
 
 
@@ -190,17 +209,72 @@ RESPONSES_SUITE = ServerSuite(
     path="/responses",
     requests=RESPONSES_REQUESTS,
     checks=(
-        ServerCheck(rule="streaming", check="responses-no-error", title="no stream sends error, response.failed or is cut in transit (R4)", judge=_no_error),
-        ServerCheck(rule="streaming", check="responses-terminal-event", title="a terminal event ends every stream, nothing after it but [DONE] (R1, R3)", judge=_terminal_event),
-        ServerCheck(rule="streaming", check="responses-terminal-status", title="the terminal response's status is its event's word (completed, incomplete)", judge=_terminal_status),
-        ServerCheck(rule="streaming", check="responses-sequence-numbers", title="every event carries a sequence_number above the one before", judge=_sequence_numbers),
-        ServerCheck(rule="statuses", check="responses-reason-completed", title="a natural stop ends completed", judge=_reason("stop", "completed")),
-        ServerCheck(rule="statuses", check="responses-reason-incomplete", title="a max_output_tokens truncation ends incomplete", judge=_reason("length", "incomplete")),
-        ServerCheck(rule="statuses", check="responses-reason-tool-call", title="a forced tool call ends completed with a JSON function call", judge=_reason("tool_call", "completed", _function_call_shape)),
-        ServerCheck(rule="non-streaming", check="responses-json-no-error", title="every non-streamed answer is a response, not an error or failed", judge=json_no_error(answer="a Responses response", noun="responses"), reads_streams=False),
-        ServerCheck(rule="non-streaming", check="responses-json-status", title="every response's status is completed or incomplete", judge=_json_status, reads_streams=False),
-        ServerCheck(rule="non-streaming", check="responses-stream-json-agree", title="streamed and non-streamed answers agree on status and content",
-                    judge=stream_json_agree(stream_problem=_unfinished, completion_problem=_completion_problem, see="responses-no-error, responses-terminal-event, responses-json-no-error")),
+        ServerCheck(
+            rule="streaming",
+            check="responses-no-error",
+            title="no stream sends error, response.failed or is cut in transit (R4)",
+            judge=_no_error,
+        ),
+        ServerCheck(
+            rule="streaming",
+            check="responses-terminal-event",
+            title="a terminal event ends every stream, nothing after it but [DONE] (R1, R3)",
+            judge=_terminal_event,
+        ),
+        ServerCheck(
+            rule="streaming",
+            check="responses-terminal-status",
+            title="the terminal response's status is its event's word (completed, incomplete)",
+            judge=_terminal_status,
+        ),
+        ServerCheck(
+            rule="streaming",
+            check="responses-sequence-numbers",
+            title="every event carries a sequence_number above the one before",
+            judge=_sequence_numbers,
+        ),
+        ServerCheck(
+            rule="statuses",
+            check="responses-reason-completed",
+            title="a natural stop ends completed",
+            judge=_reason("stop", "completed"),
+        ),
+        ServerCheck(
+            rule="statuses",
+            check="responses-reason-incomplete",
+            title="a max_output_tokens truncation ends incomplete",
+            judge=_reason("length", "incomplete"),
+        ),
+        ServerCheck(
+            rule="statuses",
+            check="responses-reason-tool-call",
+            title="a forced tool call ends completed with a JSON function call",
+            judge=_reason("tool_call", "completed", _function_call_shape),
+        ),
+        ServerCheck(
+            rule="non-streaming",
+            check="responses-json-no-error",
+            title="every non-streamed answer is a response, not an error or failed",
+            judge=json_no_error(answer="a Responses response", noun="responses"),
+            reads_streams=False,
+        ),
+        ServerCheck(
+            rule="non-streaming",
+            check="responses-json-status",
+            title="every response's status is completed or incomplete",
+            judge=_json_status,
+            reads_streams=False,
+        ),
+        ServerCheck(
+            rule="non-streaming",
+            check="responses-stream-json-agree",
+            title="streamed and non-streamed answers agree on status and content",
+            judge=stream_json_agree(
+                stream_problem=_unfinished,
+                completion_problem=_completion_problem,
+                see="responses-no-error, responses-terminal-event, responses-json-no-error",
+            ),
+        ),
     ),
     not_run={
         "stream-null-not-empty": "Responses has no per-chunk reason: the terminal response's status is responses-terminal-status's",

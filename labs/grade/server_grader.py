@@ -35,7 +35,9 @@ async def _pick_model(client: httpx.AsyncClient, base_url: str) -> str:
     except (httpx.HTTPError, ValueError, AttributeError) as error:
         raise GradeError(f"no --model given and GET {base_url}/models failed ({failure_words(error)}); pass --model") from None
     if not models or not isinstance(models, list) or not isinstance(models[0], dict) or not models[0].get("id"):
-        raise GradeError(f"no --model given and GET {base_url}/models listed no model (HTTP {response.status_code}); pass --model")
+        raise GradeError(
+            f"no --model given and GET {base_url}/models listed no model (HTTP {response.status_code}); pass --model"
+        )
     return str(models[0]["id"])
 
 

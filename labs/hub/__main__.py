@@ -1,6 +1,6 @@
 """`python -m labs.hub`: run the hub standalone in front of a tunnel (or any HTTP/1.1 upstream).
 
-    python -m labs.hub --upstream 127.0.0.1:8401 --port 8402 --on-tunnel-drop close
+python -m labs.hub --upstream 127.0.0.1:8401 --port 8402 --on-tunnel-drop close
 """
 
 from __future__ import annotations
@@ -47,23 +47,40 @@ def build_parser() -> argparse.ArgumentParser:
         "tunnel fails mid-response it ends the response cleanly (close), sends an SSE error event and "
         "ends cleanly (error_event), or passes the failure on (abort).",
     )
-    parser.add_argument("--upstream", type=_upstream, required=True, metavar="HOST:PORT",
-                        help="the tunnel (or worker) to relay to, e.g. 127.0.0.1:8401")
+    parser.add_argument(
+        "--upstream",
+        type=_upstream,
+        required=True,
+        metavar="HOST:PORT",
+        help="the tunnel (or worker) to relay to, e.g. 127.0.0.1:8401",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=DEFAULT_PORT,
-                        help=f"port to listen on, 0 for any free one (default {DEFAULT_PORT})")
-    parser.add_argument("--on-tunnel-drop", type=_policy, default=TunnelDropPolicy.CLOSE, metavar="POLICY",
-                        help="close, error_event or abort (default close)")
+    parser.add_argument(
+        "--port", type=_port, default=DEFAULT_PORT, help=f"port to listen on, 0 for any free one (default {DEFAULT_PORT})"
+    )
+    parser.add_argument(
+        "--on-tunnel-drop",
+        type=_policy,
+        default=TunnelDropPolicy.CLOSE,
+        metavar="POLICY",
+        help="close, error_event or abort (default close)",
+    )
     return parser
 
 
 async def _run(arguments: argparse.Namespace) -> None:
     host, port = arguments.upstream
     async with trio.open_nursery() as nursery:
-        hub = await nursery.start(partial(
-            serve_hub, upstream_host=host, upstream_port=port, on_tunnel_drop=arguments.on_tunnel_drop,
-            host=arguments.host, port=arguments.port,
-        ))
+        hub = await nursery.start(
+            partial(
+                serve_hub,
+                upstream_host=host,
+                upstream_port=port,
+                on_tunnel_drop=arguments.on_tunnel_drop,
+                host=arguments.host,
+                port=arguments.port,
+            )
+        )
         print(f"hub listening on {hub.url}/v1 -> {host}:{port} (on_tunnel_drop={hub.on_tunnel_drop})", flush=True)
 
 

@@ -52,8 +52,7 @@ __all__ = [
 
 #: The fixed hub's event, byte for byte (issue 7): one `data:` line and a blank line.
 ERROR_EVENT = (
-    b'data: {"error":{"message":"agent disconnected mid-request","type":"server_error","code":"worker_disconnected"}}'
-    b"\n\n"
+    b'data: {"error":{"message":"agent disconnected mid-request","type":"server_error","code":"worker_disconnected"}}\n\n'
 )
 #: The JSON body of the hub's 502, when the tunnel failed before a response head came through.
 BAD_GATEWAY_BODY = {
@@ -114,11 +113,13 @@ def parse_policy(value: object) -> TunnelDropPolicy:
     Raises:
         ValueError: not one of the policies; the message names the value and the valid ones.
     """
-    try:
-        return TunnelDropPolicy(value)
-    except ValueError:
-        valid = ", ".join(p.value for p in TunnelDropPolicy)
-        raise ValueError(f"on_tunnel_drop {value!r} is not one of {valid}") from None
+    if isinstance(value, str):  # (TOML may hold any value here)
+        try:
+            return TunnelDropPolicy(value)
+        except ValueError:
+            pass
+    valid = ", ".join(p.value for p in TunnelDropPolicy)
+    raise ValueError(f"on_tunnel_drop {value!r} is not one of {valid}")
 
 
 def _passed_on(failure: TunnelFailure) -> AfterDrop:
@@ -144,9 +145,7 @@ _MID_BODY = {
 }
 
 
-def after_tunnel_drop(
-    policy: TunnelDropPolicy, failure: TunnelFailure, *, framing: Framing | None
-) -> AfterDrop:
+def after_tunnel_drop(policy: TunnelDropPolicy, failure: TunnelFailure, *, framing: Framing | None) -> AfterDrop:
     """What to send the gateway after the tunnel failed; `framing` None: no head was sent yet.
 
     Before the head the answer for `close` and `error_event` is `action="bad_gateway"` with empty

@@ -30,6 +30,7 @@ from functools import partial
 import h11
 import trio
 
+from finishline import Dialect
 from labs.hub.policy import (
     BAD_GATEWAY_BODY,
     TERMINATOR,
@@ -39,7 +40,6 @@ from labs.hub.policy import (
     after_tunnel_drop,
     parse_policy,
 )
-from finishline import Dialect
 from labs.worker.attempts import (
     ENDED_CLIENT_GONE,
     ENDED_REFUSED_STALE,
@@ -64,8 +64,17 @@ __all__ = ["Hub", "HubExchange", "open_hub", "serve_hub"]
 
 #: Request headers that belong to one hop (RFC 9110 section 7.6.1) or to the body's framing; the
 #: hub sets its own (`content-length`, `connection: close`) on the upstream request.
-_HOP_HEADERS = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"transfer-encoding",
-                b"upgrade", b"content-length", b"expect"}
+_HOP_HEADERS = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"te",
+    b"trailer",
+    b"transfer-encoding",
+    b"upgrade",
+    b"content-length",
+    b"expect",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,8 +154,7 @@ async def serve_hub(
     Raises:
         ValueError: `on_tunnel_drop` is not a policy (before anything listens).
     """
-    hub = Hub(host=host, port=0, upstream_host=upstream_host, upstream_port=upstream_port,
-              _policy=parse_policy(on_tunnel_drop))
+    hub = Hub(host=host, port=0, upstream_host=upstream_host, upstream_port=upstream_port, _policy=parse_policy(on_tunnel_drop))
     listeners = await trio.open_tcp_listeners(port, host=host)
     hub.port = listeners[0].socket.getsockname()[1]
 
@@ -160,15 +168,25 @@ async def serve_hub(
 
 @asynccontextmanager
 async def open_hub(
-    *, upstream_port: int, on_tunnel_drop: TunnelDropPolicy | str = TunnelDropPolicy.CLOSE, port: int = 0,
-    host: str = "127.0.0.1", upstream_host: str = "127.0.0.1",
+    *,
+    upstream_port: int,
+    on_tunnel_drop: TunnelDropPolicy | str = TunnelDropPolicy.CLOSE,
+    port: int = 0,
+    host: str = "127.0.0.1",
+    upstream_host: str = "127.0.0.1",
 ) -> AsyncIterator[Hub]:
     """Run a hub for the duration of the block, relaying to `upstream_host:upstream_port`."""
     async with trio.open_nursery() as nursery:
-        hub = await nursery.start(partial(
-            serve_hub, upstream_port=upstream_port, on_tunnel_drop=on_tunnel_drop, host=host, port=port,
-            upstream_host=upstream_host,
-        ))
+        hub = await nursery.start(
+            partial(
+                serve_hub,
+                upstream_port=upstream_port,
+                on_tunnel_drop=on_tunnel_drop,
+                host=host,
+                port=port,
+                upstream_host=upstream_host,
+            )
+        )
         yield hub
         nursery.cancel_scope.cancel()
 
@@ -240,7 +258,7 @@ def _head(response: h11.Response) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-def _closes(response: h11.Response, framing: Framing) -> bool:
+def _closes(response: h11.Response, framing: Framing | None) -> bool:
     connection = b",".join(value.lower() for name, value in response.headers.raw_items() if name.lower() == b"connection")
     return framing is Framing.CLOSE or b"close" in connection
 
@@ -264,10 +282,18 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
     first_token_end = _first_token_end(request, payload, dialect) if dialect is not None else None
 
     def record(status: int | None, ending: str, action: str, body_bytes: int) -> None:
-        hub.exchanges.append(HubExchange(
-            method=request.method.decode(), path=path, model=_model_of(body), policy=policy, status=status,
-            upstream_ending=ending, action=action, body_bytes=body_bytes,
-        ))
+        hub.exchanges.append(
+            HubExchange(
+                method=request.method.decode(),
+                path=path,
+                model=_model_of(body),
+                policy=policy,
+                status=status,
+                upstream_ending=ending,
+                action=action,
+                body_bytes=body_bytes,
+            )
+        )
         if attempt is not None:
             sent_status = status if attempt.head_at is not None else None
             if ending == "complete":
@@ -295,8 +321,7 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
     try:
         upstream = await trio.open_tcp_stream(hub.upstream_host, hub.upstream_port)
     except OSError:
-        return await _dropped(stream, policy, TunnelFailure.UNREACHABLE, None, record, status=None, body_bytes=0,
-                              closes=True)
+        return await _dropped(stream, policy, TunnelFailure.UNREACHABLE, None, record, status=None, body_bytes=0, closes=True)
     async with upstream:
         parser, request_bytes = _upstream_request(request, body)
         response: h11.Response | None = None
@@ -343,8 +368,12 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
                     else:
                         await stream.send_all(event.data)
                     assert response is not None
-                    if (attempt is not None and first_token_end is not None and response.status_code < 300
-                            and relayed - len(chunk) >= first_token_end):
+                    if (
+                        attempt is not None
+                        and first_token_end is not None
+                        and response.status_code < 300
+                        and relayed - len(chunk) >= first_token_end
+                    ):
                         attempt.note_first_token(trio.current_time())
                 elif isinstance(event, h11.EndOfMessage):
                     if framing is Framing.CHUNKED:
@@ -362,14 +391,27 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
             record(response.status_code if response else None, "gateway_gone", "none", relayed)
             raise
     return await _dropped(
-        stream, policy, failure, framing, record, status=response.status_code if response else None,
-        body_bytes=relayed - len(chunk), closes=client_wants_close or (response is not None and _closes(response, framing)),
+        stream,
+        policy,
+        failure,
+        framing,
+        record,
+        status=response.status_code if response else None,
+        body_bytes=relayed - len(chunk),
+        closes=client_wants_close or (response is not None and _closes(response, framing)),
     )
 
 
 async def _dropped(
-    stream: trio.SocketStream, policy: TunnelDropPolicy, failure: TunnelFailure, framing: Framing | None,
-    record, *, status: int | None, body_bytes: int, closes: bool,
+    stream: trio.SocketStream,
+    policy: TunnelDropPolicy,
+    failure: TunnelFailure,
+    framing: Framing | None,
+    record,
+    *,
+    status: int | None,
+    body_bytes: int,
+    closes: bool,
 ) -> bool:
     """Answer the gateway after a tunnel failure, as the policy says; True to keep its connection."""
     answer = after_tunnel_drop(policy, failure, framing=framing)

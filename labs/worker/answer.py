@@ -158,15 +158,18 @@ def error_object(status: int, model: str) -> dict[str, Any]:
 #: `http_400_context_length`'s message: what OpenAI says (its code `context_length_exceeded` is the
 #: word clients and gateways match on, e.g. LiteLLM's `ContextWindowExceededError`).
 CONTEXT_LENGTH_MESSAGE = (
-    "This model's maximum context length is 128 tokens. However, your messages resulted in more tokens "
-    "(simulated by finishline)."
+    "This model's maximum context length is 128 tokens. However, your messages resulted in more tokens (simulated by finishline)."
 )
 
 
 def context_length_object() -> dict[str, Any]:
     """OpenAI's `error` object for a prompt over the context window (a 400 not to retry)."""
-    return {"message": CONTEXT_LENGTH_MESSAGE, "type": "invalid_request_error", "param": "messages",
-            "code": "context_length_exceeded"}
+    return {
+        "message": CONTEXT_LENGTH_MESSAGE,
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    }
 
 
 def context_length_body(dialect: Dialect) -> dict[str, Any]:
@@ -294,8 +297,11 @@ def expected_answer(settings: WorkerSettings) -> ExpectedAnswer:
     Pure: no clock, no randomness. Streaming and non-streaming responses carry the same answer.
     """
     if settings.http_error is not None:
-        error = context_length_object() if settings.http_400_context_length else error_object(
-            settings.http_error, settings.model_name)
+        error: dict[str, Any] | None = (
+            context_length_object()
+            if settings.http_400_context_length
+            else error_object(settings.http_error, settings.model_name)
+        )
         return ExpectedAnswer(choices=(), error=error, token_events=0)
     order = interleaved_pieces(settings)
     if settings.close_after_reasoning:

@@ -138,12 +138,20 @@ class AttemptInProgress:
 
     def attempt(self, server: str, ended: str, status: int | None) -> Attempt:
         """The record as of now, with `ended` and `status`."""
+
         def since(moment: float | None) -> float | None:
             return None if moment is None else moment - self.arrived_at
 
-        return Attempt(cell_id=self.cell_id, server=server, dialect=self.dialect, arrived_at=self.arrived_at,
-                       head_s=since(self.head_at), first_token_s=since(self.first_token_at), ended=ended,
-                       status=status)
+        return Attempt(
+            cell_id=self.cell_id,
+            server=server,
+            dialect=self.dialect,
+            arrived_at=self.arrived_at,
+            head_s=since(self.head_at),
+            first_token_s=since(self.first_token_at),
+            ended=ended,
+            status=status,
+        )
 
     def close(self, server: Recorder, ended: str, status: int | None) -> None:
         """The attempt ended: replace its `in_flight` record."""

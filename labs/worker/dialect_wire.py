@@ -111,8 +111,13 @@ def _messages_body(settings: WorkerSettings) -> dict[str, Any]:
     if answer.error is not None:
         # Like Chat's 200 with a top-level `error`: the defect is visible without streaming too.
         return _messages_error_body(settings.error_status, settings.model_name)
-    return message_object(pieces, model=settings.model_name, stop_reason=_messages_stop_reason(settings, choice),
-                          input_tokens=settings.prompt_tokens, output_tokens=choice.completion_tokens)
+    return message_object(
+        pieces,
+        model=settings.model_name,
+        stop_reason=_messages_stop_reason(settings, choice),
+        input_tokens=settings.prompt_tokens,
+        output_tokens=choice.completion_tokens,
+    )
 
 
 def _messages_error_body(status: int, model: str) -> dict[str, Any]:
@@ -131,11 +136,11 @@ def _responses_status(settings: WorkerSettings) -> Any:
 
 def _responses_stream(settings: WorkerSettings) -> list[Frame]:
     answer, choice, pieces = _answered(settings)
-    common: dict[str, Any] = dict(model=settings.model_name, input_tokens=settings.prompt_tokens,
-                                  max_output_tokens=settings.max_tokens)
+    common: dict[str, Any] = dict(
+        model=settings.model_name, input_tokens=settings.prompt_tokens, max_output_tokens=settings.max_tokens
+    )
     if answer.error is not None:
-        return response_frames(pieces, error_object=answer.error, send_failed=settings.done, bare=settings.bare_error,
-                               **common)
+        return response_frames(pieces, error_object=answer.error, send_failed=settings.done, bare=settings.bare_error, **common)
     if settings.close_after_reasoning:
         return response_frames(pieces, closed=False, **common)
     # The terminal event is the reason and the terminator at once: `done=0` loses it; `finish=omitted`
@@ -156,15 +161,18 @@ def _responses_stream(settings: WorkerSettings) -> list[Frame]:
 
 def _responses_body(settings: WorkerSettings) -> dict[str, Any]:
     answer, choice, pieces = _answered(settings)
-    common: dict[str, Any] = dict(model=settings.model_name, input_tokens=settings.prompt_tokens,
-                                  output_tokens=choice.completion_tokens, max_output_tokens=settings.max_tokens)
+    common: dict[str, Any] = dict(
+        model=settings.model_name,
+        input_tokens=settings.prompt_tokens,
+        output_tokens=choice.completion_tokens,
+        max_output_tokens=settings.max_tokens,
+    )
     if answer.error is not None:
         failure = {"code": answer.error.get("code") or "server_error", "message": answer.error["message"]}
         return response_body(pieces, status="failed", error=failure, **common)
     word = dialect_reason(choice.finish_reason, Dialect.RESPONSES)
     status = word if settings.finish is Finish.SENT and not settings.null_reason else _responses_status(settings)
-    return response_body(pieces, status=status, incomplete_reason="max_output_tokens" if word == "incomplete" else None,
-                         **common)
+    return response_body(pieces, status=status, incomplete_reason="max_output_tokens" if word == "incomplete" else None, **common)
 
 
 def _openai_error_body(status: int, model: str) -> dict[str, Any]:
@@ -173,8 +181,6 @@ def _openai_error_body(status: int, model: str) -> dict[str, Any]:
 
 #: The two dialects the worker speaks besides Chat (`labs.worker.wire` keeps Chat's own bytes).
 DIALECT_WIRES: dict[Dialect, DialectWire] = {
-    Dialect.MESSAGES: DialectWire(stream_frames=_messages_stream, body=_messages_body,
-                                  error_body=_messages_error_body),
-    Dialect.RESPONSES: DialectWire(stream_frames=_responses_stream, body=_responses_body,
-                                   error_body=_openai_error_body),
+    Dialect.MESSAGES: DialectWire(stream_frames=_messages_stream, body=_messages_body, error_body=_messages_error_body),
+    Dialect.RESPONSES: DialectWire(stream_frames=_responses_stream, body=_responses_body, error_body=_openai_error_body),
 }

@@ -1,8 +1,10 @@
 """The SSE bytes every dialect's event builder shares: compact JSON and one frame.
 
-`sse_frame(data, event=...)` is the only place the worker (and the tests' scripted upstream, through
-`labs.worker.messages_events` and `labs.worker.responses_events`) writes an SSE frame, so the three
-dialects differ only in the event they name and the JSON they carry. A `Frame` is one built event
+`sse_frame(data, event=...)` is how the worker (and the tests' scripted upstream, through
+`labs.worker.messages_events` and `labs.worker.responses_events`) writes an SSE frame: the core's
+own writer (`finishline.sse_event`, the one finish_fix injects with), so the worker's frames and
+finish_fix's are framed alike and the three dialects differ only in the event they name and the
+JSON they carry. A `Frame` is one built event
 with the `ResponsePlan` segment kind it plays (see `labs.worker.wire.Segment`).
 """
 
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
+
+from finishline import sse_event
 
 __all__ = ["DONE_MARKER", "Frame", "compact_json", "sse_frame"]
 
@@ -38,9 +42,8 @@ def sse_frame(data: Any, *, event: str | None = None, line_ending: bytes = b"\n"
 
     `data` is JSON-encoded unless it already is bytes (the `[DONE]` marker).
     """
-    payload = data if isinstance(data, bytes) else compact_json(data)
-    head = b"event: " + event.encode() + line_ending if event is not None else b""
-    return head + b"data: " + payload + line_ending + line_ending
+    # Non-ASCII text as UTF-8, as providers send it (`compact_json`), not as `\u` escapes.
+    return sse_event(data, line_ending, event=event, ascii_only=False)
 
 
 #: `data: [DONE]`, Chat's terminator; some gateways append it to other dialects' streams too.

@@ -75,11 +75,15 @@ def _event(data: dict[str, Any], line_ending: bytes) -> bytes:
 
 
 def message_start(
-    *, model: str, message_id: str = MESSAGE_ID, input_tokens: int = 0, output_tokens: int = 0,
+    *,
+    model: str,
+    message_id: str = MESSAGE_ID,
+    input_tokens: int = 0,
+    output_tokens: int = 0,
     line_ending: bytes = b"\n",
 ) -> bytes:
     """`message_start`: the Message with empty content, `stop_reason` null and the usage so far."""
-    message = {
+    message: dict[str, Any] = {
         "id": message_id,
         "type": "message",
         "role": "assistant",
@@ -200,8 +204,7 @@ def message_frames(
             mid block).
     """
     frames = [
-        Frame("role", message_start(model=model, message_id=message_id, input_tokens=input_tokens,
-                                    line_ending=line_ending)),
+        Frame("role", message_start(model=model, message_id=message_id, input_tokens=input_tokens, line_ending=line_ending)),
     ]
     if send_ping:
         frames.append(Frame("role", ping(line_ending=line_ending)))
@@ -228,17 +231,14 @@ def message_frames(
 
 def _block_frames(index: int, block: Block, tool_name: str, line_ending: bytes) -> list[Frame]:
     if block.kind == "tool_call":
-        frames = [Frame("token", content_block_start(index, tool_use_block(block.tool_id, tool_name),
-                                                     line_ending=line_ending))]
+        frames = [Frame("token", content_block_start(index, tool_use_block(block.tool_id, tool_name), line_ending=line_ending))]
         return frames + [
             Frame("token", content_block_delta(index, input_json_delta(p.text), line_ending=line_ending))
             for p in block.pieces[1:]
         ]
     opening, delta = (thinking_block, thinking_delta) if block.kind == "reasoning" else (text_block, text_delta)
     frames = [Frame("role", content_block_start(index, opening(), line_ending=line_ending))]
-    return frames + [
-        Frame("token", content_block_delta(index, delta(p.text), line_ending=line_ending)) for p in block.pieces
-    ]
+    return frames + [Frame("token", content_block_delta(index, delta(p.text), line_ending=line_ending)) for p in block.pieces]
 
 
 def _block_closing(index: int, block: Block, line_ending: bytes) -> list[Frame]:

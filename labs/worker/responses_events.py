@@ -142,8 +142,7 @@ def reasoning_item(item: str, *, summary: str | None = None) -> dict[str, Any]:
 
 
 def function_call_item(item: str, *, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {"id": item, "type": "function_call", "status": status, "arguments": arguments, "call_id": call_id,
-            "name": name}
+    return {"id": item, "type": "function_call", "status": status, "arguments": arguments, "call_id": call_id, "name": name}
 
 
 def _item(index: int, block: Block, status: str, tool_name: str, *, opened: bool = False) -> dict[str, Any]:
@@ -154,8 +153,9 @@ def _item(index: int, block: Block, status: str, tool_name: str, *, opened: bool
         return reasoning_item(identifier, summary=None if opened else block.text)
     if block.kind == "content":
         return message_item(identifier, status=status, text=None if opened else block.text)
-    return function_call_item(identifier, call_id=block.tool_id, name=tool_name,
-                              arguments="" if opened else block.text, status=status)
+    return function_call_item(
+        identifier, call_id=block.tool_id, name=tool_name, arguments="" if opened else block.text, status=status
+    )
 
 
 # -- numbered frames ------------------------------------------------------------------------------
@@ -187,37 +187,45 @@ class ResponsesEvents:
 
     def content_part(self, event_type: str, item: str, output_index: int, part: Mapping[str, Any]) -> bytes:
         """`response.content_part.added` or `.done` (content index 0)."""
-        return self.event(event_type, {"item_id": item, "output_index": output_index, "content_index": 0,
-                                       "part": dict(part)})
+        return self.event(event_type, {"item_id": item, "output_index": output_index, "content_index": 0, "part": dict(part)})
 
     def output_text_delta(self, item: str, output_index: int, delta: str) -> bytes:
-        return self.event("response.output_text.delta", {"item_id": item, "output_index": output_index,
-                                                          "content_index": 0, "delta": delta, "logprobs": []})
+        return self.event(
+            "response.output_text.delta",
+            {"item_id": item, "output_index": output_index, "content_index": 0, "delta": delta, "logprobs": []},
+        )
 
     def output_text_done(self, item: str, output_index: int, text: str) -> bytes:
-        return self.event("response.output_text.done", {"item_id": item, "output_index": output_index,
-                                                         "content_index": 0, "text": text, "logprobs": []})
+        return self.event(
+            "response.output_text.done",
+            {"item_id": item, "output_index": output_index, "content_index": 0, "text": text, "logprobs": []},
+        )
 
     def summary_part(self, event_type: str, item: str, output_index: int, part: Mapping[str, Any]) -> bytes:
         """`response.reasoning_summary_part.added` or `.done` (summary index 0)."""
-        return self.event(event_type, {"item_id": item, "output_index": output_index, "summary_index": 0,
-                                       "part": dict(part)})
+        return self.event(event_type, {"item_id": item, "output_index": output_index, "summary_index": 0, "part": dict(part)})
 
     def summary_text_delta(self, item: str, output_index: int, delta: str) -> bytes:
-        return self.event("response.reasoning_summary_text.delta", {"item_id": item, "output_index": output_index,
-                                                                    "summary_index": 0, "delta": delta})
+        return self.event(
+            "response.reasoning_summary_text.delta",
+            {"item_id": item, "output_index": output_index, "summary_index": 0, "delta": delta},
+        )
 
     def summary_text_done(self, item: str, output_index: int, text: str) -> bytes:
-        return self.event("response.reasoning_summary_text.done", {"item_id": item, "output_index": output_index,
-                                                                   "summary_index": 0, "text": text})
+        return self.event(
+            "response.reasoning_summary_text.done",
+            {"item_id": item, "output_index": output_index, "summary_index": 0, "text": text},
+        )
 
     def arguments_delta(self, item: str, output_index: int, delta: str) -> bytes:
-        return self.event("response.function_call_arguments.delta", {"item_id": item, "output_index": output_index,
-                                                                     "delta": delta})
+        return self.event(
+            "response.function_call_arguments.delta", {"item_id": item, "output_index": output_index, "delta": delta}
+        )
 
     def arguments_done(self, item: str, output_index: int, arguments: str) -> bytes:
-        return self.event("response.function_call_arguments.done", {"item_id": item, "output_index": output_index,
-                                                                    "arguments": arguments})
+        return self.event(
+            "response.function_call_arguments.done", {"item_id": item, "output_index": output_index, "arguments": arguments}
+        )
 
     def error(self, error_object: Mapping[str, Any]) -> bytes:
         """`event: error` in first-party OpenAI's nested shape: `{"type":"error","sequence_number":n,
@@ -267,8 +275,15 @@ def response_frames(
     events = ResponsesEvents(first_sequence_number=first_sequence_number, line_ending=line_ending)
 
     def lifecycle(event_type: str, state: str | None, output: list[dict[str, Any]], **fields: Any) -> bytes:
-        response = response_object(model=model, status=state, output=output, max_output_tokens=max_output_tokens,
-                                   response_id=response_id, created_at=created_at, **fields)
+        response = response_object(
+            model=model,
+            status=state,
+            output=output,
+            max_output_tokens=max_output_tokens,
+            response_id=response_id,
+            created_at=created_at,
+            **fields,
+        )
         return events.lifecycle(event_type, response)
 
     frames = [
@@ -303,8 +318,14 @@ def response_frames(
         reasoning = sum(1 for p in pieces if p.kind == "reasoning")
         details = {"reason": incomplete_reason} if terminal == "response.incomplete" else None
         state = TERMINAL_STATUS[terminal] if status is AS_TERMINAL else status
-        frames.append(Frame("done", lifecycle(terminal, state, finished, usage=usage_object(input_tokens, used, reasoning),
-                                              incomplete_details=details)))
+        frames.append(
+            Frame(
+                "done",
+                lifecycle(
+                    terminal, state, finished, usage=usage_object(input_tokens, used, reasoning), incomplete_details=details
+                ),
+            )
+        )
     if done_marker:
         frames.append(Frame("done", sse_frame(DONE_MARKER, line_ending=line_ending)))
     return frames
@@ -312,8 +333,7 @@ def response_frames(
 
 def _item_frames(events: ResponsesEvents, index: int, block: Block, tool_name: str) -> list[Frame]:
     identifier = item_id(block.kind, index)
-    added = events.output_item("response.output_item.added", index, _item(index, block, "in_progress", tool_name,
-                                                                          opened=True))
+    added = events.output_item("response.output_item.added", index, _item(index, block, "in_progress", tool_name, opened=True))
     if block.kind == "tool_call":
         return [Frame("token", added)] + [
             Frame("token", events.arguments_delta(identifier, index, p.text)) for p in block.pieces[1:]
@@ -371,7 +391,11 @@ def response_body(
     used = len(pieces) if output_tokens is None else output_tokens
     reasoning = sum(1 for p in pieces if p.kind == "reasoning")
     return response_object(
-        model=model, status=status, output=items, usage=usage_object(input_tokens, used, reasoning), error=error,
+        model=model,
+        status=status,
+        output=items,
+        usage=usage_object(input_tokens, used, reasoning),
+        error=error,
         incomplete_details={"reason": incomplete_reason} if incomplete_reason is not None else None,
         max_output_tokens=max_output_tokens,
     )

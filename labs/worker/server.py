@@ -169,8 +169,11 @@ async def serve_worker(
     """
     if worker is None:
         worker = RunningWorker(
-            host=host, port=port, defaults=defaults if defaults is not None else WorkerSettings(),
-            handled=handled if handled is not None else [], arrivals=arrivals if arrivals is not None else [],
+            host=host,
+            port=port,
+            defaults=defaults if defaults is not None else WorkerSettings(),
+            handled=handled if handled is not None else [],
+            arrivals=arrivals if arrivals is not None else [],
         )
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound_port = listeners[0].socket.getsockname()[1]
@@ -186,13 +189,23 @@ async def serve_worker(
 
 @asynccontextmanager
 async def open_worker(
-    defaults: WorkerSettings | None = None, *, host: str = "127.0.0.1", port: int = 0,
-    name: str = DEFAULT_WORKER_NAME, current_cells: frozenset[str] | None = None,
+    defaults: WorkerSettings | None = None,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    name: str = DEFAULT_WORKER_NAME,
+    current_cells: frozenset[str] | None = None,
 ) -> AsyncIterator[RunningWorker]:
     """Run a worker for the duration of the block (port 0 = a free port, see `.port`), named `name`
     in its attempt records, serving `current_cells` (None: every request)."""
-    worker = RunningWorker(host=host, port=port, defaults=defaults if defaults is not None else WorkerSettings(),
-                           handled=[], name=name, current_cells=current_cells)
+    worker = RunningWorker(
+        host=host,
+        port=port,
+        defaults=defaults if defaults is not None else WorkerSettings(),
+        handled=[],
+        name=name,
+        current_cells=current_cells,
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(partial(serve_worker, host=host, port=port, worker=worker))
         yield worker
@@ -240,9 +253,7 @@ async def serve_http_connection(
             await stream.aclose()
 
 
-async def maybe_read_request(
-    stream: trio.SocketStream, parser: h11.Connection
-) -> tuple[h11.Request, bytes] | None:
+async def maybe_read_request(stream: trio.SocketStream, parser: h11.Connection) -> tuple[h11.Request, bytes] | None:
     """The next request and its body, or None when the client closed between requests.
 
     Raises:
@@ -367,7 +378,10 @@ async def _fail_on_socket(
 
 
 async def _send_plan(
-    stream: trio.SocketStream, plan: ResponsePlan, settings: WorkerSettings | None, streaming: bool,
+    stream: trio.SocketStream,
+    plan: ResponsePlan,
+    settings: WorkerSettings | None,
+    streaming: bool,
     attempt: AttemptInProgress | None = None,
 ) -> tuple[str, int]:
     sent = 0
@@ -477,8 +491,10 @@ def refusal_plan(
 
 def stale_refusal(cell_id: str, dialect: Dialect | None, *, connection_close: bool = False) -> ResponsePlan:
     """The 409 for a request of a cell that is not current (code `stale_cell`), naming the cell."""
-    message = (f"cell {cell_id} is not one of the lab's current cells: a late request from an earlier "
-               "cell is refused, not served (finishline lab)")
+    message = (
+        f"cell {cell_id} is not one of the lab's current cells: a late request from an earlier "
+        "cell is refused, not served (finishline lab)"
+    )
     return refusal_plan(STALE_STATUS, message, "stale_cell", dialect, connection_close=connection_close)
 
 

@@ -161,7 +161,7 @@ class WorkerSettings:
         default=None,
         metadata={
             "help": (
-                "Send usage (`\"usage\": null` on every chunk, a final usage-only chunk); `None`: the"
+                'Send usage (`"usage": null` on every chunk, a final usage-only chunk); `None`: the'
                 " request's `stream_options.include_usage` (default off). Messages and Responses: no "
                 "effect (usage is always in `message_start`/`message_delta`, in the terminal response)."
             )
@@ -169,12 +169,7 @@ class WorkerSettings:
     )
     prefill_delay: float = field(
         default=0.0,
-        metadata={
-            "help": (
-                "Seconds between the response head and the first event (the model is \"in prefill\"); "
-                "every dialect."
-            )
-        },
+        metadata={"help": ('Seconds between the response head and the first event (the model is "in prefill"); every dialect.')},
     )
     token_delay: float = field(
         default=0.0,
@@ -199,9 +194,9 @@ class WorkerSettings:
         metadata={
             "help": (
                 "How a natural end is reported: sent (correct), omitted, or empty (the two defects). "
-                "Messages, the `message_delta`: omitted = none at all, empty = stop_reason `\"\"`. "
+                'Messages, the `message_delta`: omitted = none at all, empty = stop_reason `""`. '
                 "Responses: omitted = no terminal event, and with `done` a `data: [DONE]` instead (a "
-                "gateway ending it the Chat way); empty = the terminal response's `status` is `\"\"`."
+                'gateway ending it the Chat way); empty = the terminal response\'s `status` is `""`.'
             )
         },
     )
@@ -209,7 +204,7 @@ class WorkerSettings:
         default=True,
         metadata={
             "help": (
-                "End a stream with `data: [DONE]`; 0 is the \"no [DONE]\" defect. Also sent after an "
+                'End a stream with `data: [DONE]`; 0 is the "no [DONE]" defect. Also sent after an '
                 "error event. Messages: `message_stop` (never after an error event). Responses: the "
                 "terminal event, `response.completed` or `response.incomplete` (`response.failed` "
                 "after an error event). 0 in either: the terminator is lost."
@@ -242,7 +237,7 @@ class WorkerSettings:
         metadata={
             "help": (
                 "Answer with this HTTP status and a JSON error body instead of any completion (e.g. "
-                "429, 500). Messages: Anthropic's body `{\"type\":\"error\",\"error\":{...}}`."
+                '429, 500). Messages: Anthropic\'s body `{"type":"error","error":{...}}`.'
             )
         },
     )
@@ -269,7 +264,7 @@ class WorkerSettings:
         metadata={
             "help": (
                 "Report the natural end with a null reason, whatever `finish` says: Chat a final chunk "
-                "with `\"finish_reason\": null`; Messages a `message_delta` with `stop_reason: null`, "
+                'with `"finish_reason": null`; Messages a `message_delta` with `stop_reason: null`, '
                 "then `message_stop` (vLLM's `/v1/messages` on an abort); Responses the terminal "
                 "event with `status: null`."
             )
@@ -279,7 +274,7 @@ class WorkerSettings:
         default=False,
         metadata={
             "help": (
-                "The `error_after` error is a bare `data: {\"error\":{...}}` frame (OpenAI's error "
+                'The `error_after` error is a bare `data: {"error":{...}}` frame (OpenAI\'s error '
                 "object): no `event:` line and nothing after it, as vLLM's `/v1/responses` sends. "
                 "Messages: the same frame instead of `event: error` (both Anthropic SDKs skip it). "
                 "Chat: no effect (its error event is that frame already)."
@@ -390,9 +385,19 @@ class WorkerSettings:
         # framed) differently, and equal settings must give equal bytes.
         for name in ("prefill_delay", "token_delay"):
             object.__setattr__(self, name, float(getattr(self, name)))
-        for name in ("include_usage", "connection_close", "done", "null_reason", "bare_error",
-                     "close_after_reasoning", "http_500_once", "reset_before_head", "no_response",
-                     "malformed_chunk", "http_400_context_length"):
+        for name in (
+            "include_usage",
+            "connection_close",
+            "done",
+            "null_reason",
+            "bare_error",
+            "close_after_reasoning",
+            "http_500_once",
+            "reset_before_head",
+            "no_response",
+            "malformed_chunk",
+            "http_400_context_length",
+        ):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, bool(getattr(self, name)))
         # Coerce plain strings (e.g. from dataclasses.replace(framing="close")) to the enums.
@@ -479,11 +484,11 @@ class WorkerSettings:
 
     def _items(self) -> list[str]:
         items = []
-        for field in dataclasses.fields(self):
-            value = getattr(self, field.name)
-            if value == field.default or field.name == "model":
+        for knob in dataclasses.fields(self):
+            value = getattr(self, knob.name)
+            if value == knob.default or knob.name == "model":
                 continue
-            items.append(f"{field.name}={_format_value(value)}")
+            items.append(f"{knob.name}={_format_value(value)}")
         return items
 
 

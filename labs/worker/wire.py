@@ -160,8 +160,7 @@ def stream_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) ->
     if settings.malformed_chunk:
         events = _with_malformed_event(events, dialect)
     segments = tuple(
-        Segment(kind=kind, choice=c, event=event, framed=_frame(settings.framing, event))
-        for kind, c, event in events
+        Segment(kind=kind, choice=c, event=event, framed=_frame(settings.framing, event)) for kind, c, event in events
     )
     body_length = sum(len(s.framed) for s in segments)
     head = _head(settings, 200, "text/event-stream", body_length)
@@ -185,9 +184,7 @@ _MALFORMED_EVENT_NAMES: dict[Dialect, str | None] = {
 MALFORMED_DATA = b'{"id":"chatcmpl-finishline","choices":[{"delta":{"content":'
 
 
-def _with_malformed_event(
-    events: list[tuple[str, int | None, bytes]], dialect: Dialect
-) -> list[tuple[str, int | None, bytes]]:
+def _with_malformed_event(events: list[tuple[str, int | None, bytes]], dialect: Dialect) -> list[tuple[str, int | None, bytes]]:
     """`events` with one `malformed` event after half the token events (after the first when there
     is one token, before the end when there are none)."""
     tokens = [i for i, (kind, _, _) in enumerate(events) if kind == "token"]
@@ -210,7 +207,7 @@ def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]
             "choices": choices,
             **(extra if extra is not None else usage_null),
         }
-        return _sse(body)
+        return sse_frame(body)
 
     def choice(index: int, delta: dict[str, Any], reason: str | None = None) -> dict[str, Any]:
         if settings.finish is Finish.EMPTY:
@@ -224,21 +221,22 @@ def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]
         events.append(("token", c, chunk([choice(c, _delta(piece))])))
     cut_by_error = answer.error is not None
     if cut_by_error:
-        events.append(("error", None, _sse({"error": answer.error})))
+        events.append(("error", None, sse_frame({"error": answer.error})))
     elif settings.close_after_reasoning:
         return events  # Ollama's defect: a clean close right after the reasoning, nothing else
     else:
         if settings.null_reason:
             for ch in answer.choices:  # the final chunk, with a null reason
-                events.append(("finish", ch.index, chunk([{"index": ch.index, "delta": {}, "logprobs": None,
-                                                           "finish_reason": None}])))
+                events.append(
+                    ("finish", ch.index, chunk([{"index": ch.index, "delta": {}, "logprobs": None, "finish_reason": None}]))
+                )
         elif settings.finish is Finish.SENT:
             for ch in answer.choices:
                 events.append(("finish", ch.index, chunk([choice(ch.index, {}, ch.finish_reason)])))
         if settings.include_usage:
             events.append(("usage", None, chunk([], {"usage": _usage(settings, answer)})))
     if settings.done:
-        events.append(("done", None, _sse(DONE_MARKER)))
+        events.append(("done", None, sse_frame(DONE_MARKER)))
     return events
 
 
@@ -287,7 +285,10 @@ def completion_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT
 
 
 def error_plan(
-    settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT, status: int | None = None,
+    settings: WorkerSettings,
+    *,
+    dialect: Dialect = Dialect.CHAT,
+    status: int | None = None,
     retry_after: int | None = None,
 ) -> ResponsePlan:
     """The HTTP error response: `status` (default `http_error`) and the dialect's JSON error body
@@ -315,14 +316,18 @@ def json_plan(status: int, value: Any, *, connection_close: bool = False) -> Res
 
 
 def _single_body_plan(
-    settings: WorkerSettings, status: int, body: bytes, answer: ExpectedAnswer, *, echo_settings: bool = True,
+    settings: WorkerSettings,
+    status: int,
+    body: bytes,
+    answer: ExpectedAnswer,
+    *,
+    echo_settings: bool = True,
     extra_headers: tuple[str, ...] = (),
 ) -> ResponsePlan:
     framed = _frame(settings.framing, body)
     segment = Segment(kind="body", choice=None, event=body, framed=framed)
     return ResponsePlan(
-        head=_head(settings, status, "application/json", len(framed), echo_settings=echo_settings,
-                   extra_headers=extra_headers),
+        head=_head(settings, status, "application/json", len(framed), echo_settings=echo_settings, extra_headers=extra_headers),
         segments=(segment,),
         end=_end(settings.framing),
         closes=_closes(settings),
@@ -356,10 +361,6 @@ def _json(value: Any) -> bytes:
     return compact_json(value)
 
 
-def _sse(value: Any) -> bytes:
-    return sse_frame(value)
-
-
 def _frame(framing: Framing, payload: bytes) -> bytes:
     if framing is Framing.CHUNKED:
         return b"%x\r\n%s\r\n" % (len(payload), payload)
@@ -383,7 +384,12 @@ def _reason_phrase(status: int) -> str:
 
 
 def _head(
-    settings: WorkerSettings, status: int, content_type: str, body_length: int, *, echo_settings: bool = True,
+    settings: WorkerSettings,
+    status: int,
+    content_type: str,
+    body_length: int,
+    *,
+    echo_settings: bool = True,
     extra_headers: tuple[str, ...] = (),
 ) -> bytes:
     lines = [
