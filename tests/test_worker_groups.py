@@ -1,30 +1,23 @@
-"""tests/worker_groups.py: the users of a costly session fixture are all named, so they share a worker."""
+"""tests/worker_groups.py: the files that use a costly session fixture share one group, every other file is its own."""
 
 from __future__ import annotations
-
-import pytest
-
-from tests.worker_groups import SHARED_RUNS
 
 pytest_plugins = ["pytester"]
 
 
-def test_a_file_that_uses_a_shared_run_but_is_not_listed_stops_the_session_in_one_line(pytester, monkeypatch):
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # only the plugin under test
+def test_the_files_of_a_shared_run_share_its_group_and_the_others_go_by_file(pytester, monkeypatch):
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")  # only the plugin under test (and xdist's mark)
     pytester.makeconftest("import pytest\n@pytest.fixture(scope='session')\ndef small_matrix():\n    return {}\n")
-    pytester.makepyfile(**{"tests/test_new": "def test_uses(small_matrix):\n    pass\n"})
-    result = pytester.runpytest_inprocess("-p", "tests.worker_groups", "-p", "no:cacheprovider")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    line = (
-        "ERROR: tests/test_new.py uses the session fixture small_matrix: add it to SHARED_RUNS['small_matrix'] in "
-        "tests/worker_groups.py, which keeps its users on one pytest-xdist worker"
+    pytester.makepyfile(
+        test_one="def test_uses(small_matrix):\n    pass\n\ndef test_plain():\n    pass\n",
+        test_two="def test_uses_too(small_matrix):\n    pass\n",
+        test_three="def test_alone():\n    pass\n",
     )
-    result.stderr.fnmatch_lines([line])
-
-
-def test_every_listed_file_uses_its_run(pytestconfig):
-    # A file that stopped using the fixture would only pin itself to a worker for nothing; say so.
-    root = pytestconfig.rootpath
-    for run, files in SHARED_RUNS.items():
-        for file in files:
-            assert run in (root / file).read_text(), f"{file} no longer uses {run}: drop it from SHARED_RUNS"
+    items, _ = pytester.inline_genitems("-p", "xdist", "-p", "tests.worker_groups", "-p", "no:cacheprovider")
+    groups = {item.name: item.get_closest_marker("xdist_group").args[0] for item in items}
+    assert groups == {
+        "test_uses": "small_matrix",
+        "test_plain": "small_matrix",
+        "test_uses_too": "small_matrix",
+        "test_alone": "test_three.py",
+    }

@@ -1,48 +1,38 @@
-"""Which tests share a pytest-xdist worker (`make test` runs `-n 2 --dist loadfile`).
+"""Which tests share a pytest-xdist worker (`make test` runs `-n 2 --dist loadgroup`).
 
-Registered in tests/conftest.py (`pytest_plugins`). With `--dist loadfile` a test file stays on one
-worker, so a module's services (a module-scoped mitmdump, an upstream) start once. The files that
-use one of `SHARED_RUNS`, a session fixture that runs something costly once (a lab run of a minute),
-also share one worker: spread over two, each worker would run it. The scheduler runs in pytest-xdist's
-controller, which never collects, so the files are named here; collection checks that the list is
-whole, so that a new user of such a fixture cannot be forgotten.
+Registered in tests/conftest.py (`pytest_plugins`). Each test gets pytest-xdist's public
+`xdist_group` mark, and `--dist loadgroup` keeps a group on one worker:
+
+- a file with a test that uses one of `SHARED_RUNS`, a session fixture that runs something costly
+  once (a lab run of a minute), is wholly in that fixture's group: spread over two workers, each
+  would run it;
+- any other file is a group of its own, so a module's services (a module-scoped mitmdump, an
+  upstream) start once, as with `--dist loadfile`.
+
+The group is read from the fixtures each test asks for, so a new user of a shared run cannot be
+left out. (pytest-xdist then shows the group after a test's id: `test_x.py::test_y@tests/test_x.py`.)
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-#: Session fixture -> the test files that use it. Each is a whole lab run (tests/fixtures_chaos.py).
-SHARED_RUNS = {"small_matrix": ("tests/test_clients_pinned.py", "tests/test_lab_runner.py")}
-_RUN_OF_FILE = {file: run for run, files in SHARED_RUNS.items() for file in files}
+#: The session fixtures that are each a whole lab run (tests/fixtures_chaos.py).
+SHARED_RUNS = ("small_matrix",)
 
 
-@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown when it is not loaded
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    if config.getvalue("dist") != "loadfile":
-        return None  # another --dist: pytest-xdist's own scheduler for it
-    from xdist.scheduler import LoadFileScheduling  # type: ignore[import-untyped]  # (pytest-xdist 3.8.0 has no py.typed)
-
-    class FileOrSharedRun(LoadFileScheduling):
-        """loadfile's scheduling, with each of SHARED_RUNS' files in its run's one scope."""
-
-        def _split_scope(self, nodeid: str) -> str:  # the scope a test id belongs to
-            file = nodeid.split("::", 1)[0]
-            return _RUN_OF_FILE.get(file, file)
-
-    return FileOrSharedRun(config, log)
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
+# tryfirst: pytest-xdist reads the marks in its own (trylast) collection hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_of_file: dict[str, str] = {}
     for item in items:
-        if not isinstance(item, pytest.Function):
-            continue
-        file = item.nodeid.split("::", 1)[0]
-        for run, files in SHARED_RUNS.items():
-            if run in item.fixturenames and file not in files:
-                raise pytest.UsageError(
-                    f"{file} uses the session fixture {run}: add it to SHARED_RUNS[{run!r}] in "
-                    f"tests/worker_groups.py, which keeps its users on one pytest-xdist worker"
-                )
+        fixtures = getattr(item, "fixturenames", ())
+        for run in SHARED_RUNS:
+            if run in fixtures:
+                run_of_file.setdefault(_file(item), run)
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(run_of_file.get(_file(item), _file(item))))
