@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             scenarios = select_scenarios(arguments.scenario, arguments.all, dialects=dialects)
         clients = select_clients(arguments.client, arguments.all, dialects)
         for scenario in scenarios:
-            for dialect in scenario.dialects:
+            for dialect in scenario.listed_dialects:
                 build_fault(scenario, dialect)  # a bad fault is refused before anything starts
     except (ScenarioError, SelectionError, FaultPlanError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -241,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(data, colour=sys.stdout.isatty()))
     for runtime, versions in sorted(data["versions"].items()):
         print(f"{runtime}: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
+    # The translating routes the run took (the report lists every gateway's route).
+    translated = dict.fromkeys((c["gateway"], c["dialect"]) for c in data["cells"] if c["upstream_dialect"] != c["dialect"])
+    for gateway, dialect in translated:
+        print(f"route: {gateway} ({dialect}): {data['routes'][gateway][dialect]}")
     print(progress.summary())
     if data["stale_refused"]:
         print(

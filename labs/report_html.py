@@ -28,7 +28,7 @@ from typing import Any
 from finishline import Dialect
 from labs.outcome import Change, Outcome, change
 from labs.repeat import split_text
-from labs.table import dialect_of, dialects_of, with_headings
+from labs.table import dialect_of, dialects_of, translated_from, with_headings
 
 __all__ = ["BASELINE", "OUTCOME_COLOURS", "cell_label", "render_html", "write_html"]
 
@@ -90,8 +90,10 @@ const scenarios = Object.fromEntries(data.scenarios.map(s => [s.name + ' ' + (s.
 function esc(t) { return String(t ?? '').replace(/[&<>]/g, ch => ({'&':'&amp;','<':'&lt;','>':'&gt;'}[ch])); }
 function show(id) {
   const c = cells[id], s = scenarios[c.scenario + ' ' + (c.dialect ?? 'chat')], r = c.report;
+  // The worker spoke the route's dialect; its stream and the fault on it are in that one.
+  const upstream = c.upstream_dialect ?? c.dialect ?? 'chat', w = scenarios[c.scenario + ' ' + upstream] ?? s;
   const rows = [
-    ['outcome', c.outcome], ['why', c.why], ['dialect', c.dialect ?? 'chat'], ['client', c.client], ['gateway', c.gateway],
+    ['outcome', c.outcome], ['why', c.why], ['dialect', (c.dialect ?? 'chat') + (upstream !== (c.dialect ?? 'chat') ? ' (translated: the worker spoke ' + upstream + ')' : '')], ['client', c.client], ['gateway', c.gateway],
     ['completed', r.completed], ['finish reason surfaced', r.finish_reason], ['error', r.error_class ? r.error_class + ': ' + r.error_message : ''],
     ['time to first token', r.ttft_s == null ? '' : r.ttft_s.toFixed(3) + ' s'], ['duration', r.duration_s == null ? '' : r.duration_s.toFixed(3) + ' s'],
     ['HTTP status / Connection', (r.http_status ?? '') + ' / ' + (r.connection ?? '')],
@@ -122,7 +124,7 @@ function show(id) {
   }
   if (c.books_entry) out += '<h3>books entry</h3><pre>' + esc(JSON.stringify(c.books_entry, null, 1)) + '</pre>';
   if (c.finish_fix_stream != null) out += '<h3>stream as finish_fix sent it on' + (c.gateway === 'finish_fix' ? ' (to the client)' : ' (to ' + esc(c.gateway.split('+')[0]) + ')') + '</h3><pre>' + esc(c.finish_fix_stream) + '</pre>';
-  out += '<h3>worker\\'s stream</h3><p>fault: ' + esc(s.fault_summary || 'none') + '</p><pre>' + esc(s.worker_stream) + '</pre>';
+  out += '<h3>worker\\'s stream (' + esc(upstream) + ')</h3><p>fault: ' + esc(w.fault_summary || 'none') + '</p><pre>' + esc(w.worker_stream) + '</pre>';
   out += '<p>request model: <code>' + esc(c.request_model) + '</code></p>';
   const d = document.getElementById('details'); d.innerHTML = out; d.style.display = 'block';
 }
@@ -143,7 +145,18 @@ def _grid(result: dict[str, Any], gateway: str, dialect: str = Dialect.CHAT.valu
     clients = [c for c in _clients(result, dialect) if any(k[1] == c for k in cells)]
     if not clients:
         return ""
-    parts = [f"<h2>gateway: {html.escape(gateway)}</h2>", '<table class="grid"><tr><th>scenario</th>']
+    route = result.get("routes", {}).get(gateway, {}).get(dialect)
+    upstream = translated_from(list(cells.values()))
+    note = " ".join(
+        part
+        for part in (
+            f"Translated: the worker spoke {upstream}." if upstream else "",
+            f"Route: {route}." if route else "",
+        )
+        if part
+    )
+    parts = [f"<h2>gateway: {html.escape(gateway)}</h2>", f"<p>{html.escape(note)}</p>" if note else ""]
+    parts.append('<table class="grid"><tr><th>scenario</th>')
     parts += [f"<th>{html.escape(c)}</th>" for c in clients]
     parts.append("</tr>")
     for scenario in result["scenarios"]:
@@ -176,6 +189,18 @@ def _versions(versions: dict[str, Any]) -> str:
                 f'<tr>{runtime_cell}<td>{html.escape(str(package))}</td><td class="version">{html.escape(str(version))}</td></tr>'
             )
     return '<table class="versions"><tr><th>runtime</th><th>package</th><th>version</th></tr>' + "".join(rows) + "</table>"
+
+
+def _routes(routes: dict[str, dict[str, str]]) -> str:
+    """How each gateway of the run carried each dialect's requests (`result.json["routes"]`)."""
+    if not routes:
+        return ""
+    rows = "".join(
+        f"<tr><th>{html.escape(gateway)}</th><td>{html.escape(dialect)}</td><td>{html.escape(text)}</td></tr>"
+        for gateway, by_dialect in routes.items()
+        for dialect, text in by_dialect.items()
+    )
+    return f'<h2>routes</h2><table class="versions"><tr><th>gateway</th><th>dialect</th><th>route</th></tr>{rows}</table>'
 
 
 def cell_label(cell: dict[str, Any]) -> str:
@@ -237,7 +262,9 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
                     f'<th class="scenario" rowspan="{len(gateways)}">{html.escape(name)}'
                     f"<small>{html.escape(scenario['title'])}</small></th>"
                 )
-            row.append(f"<th{' class=baseline' if gateway == BASELINE else ''}>{html.escape(gateway)}</th>")
+            upstream = translated_from([c for k, c in cells.items() if k[0] == name and k[2] == gateway])
+            label = html.escape(gateway) + (f"<small>from the worker's {html.escape(upstream)}</small>" if upstream else "")
+            row.append(f"<th{' class=baseline' if gateway == BASELINE else ''}>{label}</th>")
             for client in clients:
                 cell = cells.get((name, client, gateway))
                 baseline = cells.get((name, client, BASELINE))
@@ -268,7 +295,9 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
     )
     return (
         f"<h2>compared with {BASELINE}: what each gateway changed for the clients</h2>"
-        f"<p>Each cell: {BASELINE}'s word &rarr; this gateway's, for the same scenario and client. "
+        f"<p>Each cell: {BASELINE}'s word &rarr; this gateway's, for the same scenario and client "
+        f"(a translating gateway's cell, marked with the dialect the worker spoke, against {BASELINE}'s "
+        "untranslated one). "
         "&#9650; better (a louder failure beats a quieter one, <code>ok</code> beats all), "
         "&#9660; worse; cells that did not change are faded.</p>"
         '<table class="grid tally"><tr><th>gateway</th><th>better</th><th>worse</th><th>same</th></tr>'
@@ -383,6 +412,7 @@ def render_html(result: dict[str, Any]) -> str:
         " a trailing ! marks books that disagree with the client. Click a cell for its details.</p>",
         "<h2>versions</h2>",
         _versions(result.get("versions", {})),
+        _routes(result.get("routes", {})),
         "<h2>scenarios</h2><ul>",
         "".join(
             f"<li><b>{html.escape(s.get('label', s['name']))}</b>: {html.escape(s['title'])}"

@@ -19,12 +19,15 @@ every topology's upstreams at once (labs.topology). Which worker answered a
 cell is read from the workers' own records (`RunningWorker.arrivals`): the spare if it saw the
 cell's request (it is healthy: it answered in full), else the primary.
 
-Dialects: a scenario runs once per dialect it lists (and the run asks for), one after another
-like scenarios, since the same settings give other bytes in each dialect and a byte-exact fault
-is laid out on one (labs.fault_plan). A cell is (scenario, dialect, gateway, client): the client
-set is the dialect's (`labs.clients.CLIENTS_BY_DIALECT`), and a gateway the lab does not send the
-dialect through (its registry entry's `dialects`) has no cells there but an `n/a` with the reason
-(`LabResult.not_applicable`).
+Dialects: a cell is (scenario, dialect, gateway, client): the client set is the dialect's
+(`labs.clients.CLIENTS_BY_DIALECT`), and a gateway the lab does not send the dialect through (its
+registry entry's `routes`) has no cells there but an `n/a` with the reason
+(`LabResult.not_applicable`). The worker speaks the dialect of the cell's route (its upstream
+dialect: the client's own, unless the gateway translates, labs.scenario explains when a translated
+cell runs). A scenario runs once per upstream dialect its cells need, one after another like
+scenarios, since the same settings give other bytes in each dialect and a byte-exact fault is laid
+out on the bytes the worker sends (labs.fault_plan); a translated cell runs with the untranslated
+cells whose worker speaks its upstream dialect, under the same fault.
 
 Every cell's request carries the scenario's worker settings and its own cell id in the model name
 (labs.scenario), so the worker serves every scenario at once and the gateways' books can be matched
@@ -55,7 +58,7 @@ from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
 from labs.gateways import EXTERNAL, GATEWAYS
-from labs.gateways.registry import unserved_reason
+from labs.gateways.registry import lookup, unserved_reason, upstream_dialect
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
 from labs.hub import Hub, open_hub
 from labs.outcome import ClientReport, Outcome, books_mismatch, judge
@@ -121,12 +124,14 @@ class LabConfig:
 
 @dataclass(frozen=True, slots=True)
 class PlannedCell:
-    """One cell the run covers: a scenario in one dialect, through one gateway, with one client."""
+    """One cell the run covers: a scenario in one dialect, through one gateway, with one client;
+    `upstream` is the dialect the worker speaks for it (the gateway's route's)."""
 
     scenario: Scenario
     dialect: Dialect
     gateway: str
     client: str
+    upstream: Dialect
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +149,9 @@ class CellResult:
     scenario: str
     #: The dialect the client's request spoke.
     dialect: Dialect = Dialect.CHAT
+    #: The dialect the worker spoke for it: another than `dialect` when the gateway translated
+    #: (its route, `labs.gateways.registry`); None in a result from before there were routes.
+    upstream_dialect: Dialect | None = None
     client: str
     gateway: str
     cell_id: str
@@ -205,6 +213,9 @@ class LabResult:
     #: Per server (`primary`, `spare`, `hub`), how many late requests of a finished scenario run
     #: it refused (409) instead of serving them under another run's policy and fault.
     stale_refused: dict[str, int] = field(default_factory=dict)
+    #: Per gateway of the run, per dialect its cells' clients spoke, how the request went through
+    #: it (the registry entry's route: e.g. LiteLLM's Chat bridge to the worker's Chat endpoint).
+    routes: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -241,6 +252,19 @@ def _clients(config: LabConfig, scenario: Scenario, dialect: Dialect) -> list[st
     ]
 
 
+def cell_upstream(scenario: Scenario, dialect: Dialect, gateway: str) -> Dialect | None:
+    """The dialect the worker speaks for a `dialect` client of `scenario` through `gateway`, or
+    None when that cell is not run: the gateway has no route for the dialect, or its route's
+    dialect is not one the scenario has the worker speak (`Scenario.speaks`). `external` is taken
+    to route as the scenario says (its `upstream_dialect`, else untranslated)."""
+    if gateway == EXTERNAL:
+        return scenario.upstream_dialect or dialect
+    if unserved_reason(gateway, dialect) is not None:
+        return None
+    upstream = upstream_dialect(gateway, dialect)
+    return upstream if scenario.speaks(upstream, dialect) else None
+
+
 def plan_cells(config: LabConfig) -> list[PlannedCell]:
     """Every cell the run covers, in matrix order: by dialect (Chat first), scenario, gateway,
     client. A gateway the lab does not send a dialect through has no cells in it
@@ -251,10 +275,20 @@ def plan_cells(config: LabConfig) -> list[PlannedCell]:
             if dialect not in scenario.dialects:
                 continue
             for gateway in _gateways(config, scenario):
-                if unserved_reason(gateway, dialect) is not None:
+                upstream = cell_upstream(scenario, dialect, gateway)
+                if upstream is None:
                     continue
-                cells += [PlannedCell(scenario, dialect, gateway, client) for client in _clients(config, scenario, dialect)]
+                cells += [
+                    PlannedCell(scenario, dialect, gateway, client, upstream) for client in _clients(config, scenario, dialect)
+                ]
     return cells
+
+
+def scenario_runs(planned: list[PlannedCell], scenario: Scenario) -> list[Dialect]:
+    """The upstream dialects one scenario runs in (a run each, under its own fault), in `Dialect`
+    order."""
+    wanted = {cell.upstream for cell in planned if cell.scenario is scenario}
+    return [d for d in Dialect if d in wanted]
 
 
 def plan_not_applicable(config: LabConfig) -> list[NotApplicable]:
@@ -273,21 +307,23 @@ def plan_not_applicable(config: LabConfig) -> list[NotApplicable]:
     return sorted(found.values(), key=lambda n: (list(Dialect).index(n.dialect), order[n.gateway]))
 
 
-def _request_model(scenario: Scenario, gateway: Gateway, cell: str | int) -> str:
-    """The model a cell's request names: the gateway's route prefix, the cell id, the settings."""
-    return gateway.model_prefix + scenario.model_name(cell if isinstance(cell, str) else CELL_ID_TEMPLATE.format(cell))
+def _request_model(scenario: Scenario, gateway: Gateway, cell: str | int, dialect: Dialect) -> str:
+    """The model a cell's request names: the gateway's route prefix (in the client's dialect),
+    the cell id, the settings."""
+    return gateway.model_for(dialect, scenario.model_name(cell if isinstance(cell, str) else CELL_ID_TEMPLATE.format(cell)))
 
 
 async def _run_cell(
     scenario: Scenario,
     dialect: Dialect,
+    upstream: Dialect,
     client: str,
     gateway: Gateway,
     cell_id: str,
     hosts: dict,
     limiter: trio.CapacityLimiter,
 ) -> CellResult:
-    model = _request_model(scenario, gateway, cell_id)
+    model = _request_model(scenario, gateway, cell_id, dialect)
     request = {
         "id": cell_id,
         "client": client,
@@ -308,6 +344,7 @@ async def _run_cell(
     return CellResult(
         scenario=scenario.name,
         dialect=dialect,
+        upstream_dialect=upstream,
         client=client,
         gateway=gateway.name,
         topology=scenario.topology.label,
@@ -348,9 +385,9 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     report = progress or (lambda message, done, total: None)
     results: list[CellResult] = []
     client_names = tuple(dict.fromkeys(cell.client for cell in planned))
-    # One fault per scenario and dialect (its bytes differ per dialect); a bad one is refused
-    # before anything starts.
-    faults = {(s.name, d): build_fault(s, d) for s in config.scenarios for d in _dialects(config, s)}
+    # One fault per scenario and dialect the worker speaks in it (its bytes differ per dialect); a
+    # bad one is refused before anything starts.
+    faults = {(s.name, u): build_fault(s, u) for s in config.scenarios for u in scenario_runs(planned, s)}
     groups = topology_groups(config.scenarios, planned)
 
     async with AsyncExitStack() as stack:
@@ -386,10 +423,11 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 run_dir,
                 external_url=config.external_url,
                 external_api_key=config.external_api_key,
+                models=_models_by_topology(planned, config.repeat),
             )
         )
-        # The dialects the run speaks: the Python host imports their libraries before its hello.
-        run_dialects = tuple(d for d in Dialect if any(d in _dialects(config, s) for s in config.scenarios))
+        # The dialects the run's clients speak: the Python host imports their libraries before its hello.
+        run_dialects = tuple(d for d in Dialect if any(c.dialect == d for c in planned))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
         # Read while the first gateways start (a few short child runs; labs.gateway_versions).
         gateways_versions = await trio.to_thread.run_sync(gateway_versions)
@@ -419,33 +457,33 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             gateways = await gateway_sets.get(topology)
             group_results = by_topology.setdefault(topology, [])
             for scenario in scenarios:
-                for dialect, repeat in ((d, r) for d in _dialects(config, scenario) for r in range(1, config.repeat + 1)):
+                for upstream, repeat in ((u, r) for u in scenario_runs(planned, scenario) for r in range(1, config.repeat + 1)):
                     cells = [
-                        (n + (repeat - 1) * len(planned), c.client, c.gateway)
+                        (n + (repeat - 1) * len(planned), c.client, c.gateway, c.dialect)
                         for n, c in numbered
-                        if c.scenario is scenario and c.dialect == dialect
+                        if c.scenario is scenario and c.upstream == upstream
                     ]
                     if not cells:
                         continue
-                    label = repeat_label(scenario.label(dialect), repeat, config.repeat)
+                    label = repeat_label(scenario.label(upstream), repeat, config.repeat)
                     if hub is not None and scenario.hub_policy is not None:
                         hub.on_tunnel_drop = scenario.hub_policy
                     # Isolation (issue 14): from here on the hub and the workers serve this run's
                     # cells only; a gateway's late retry of an earlier cell is refused (409) and
                     # counted, never served under this run's policy and fault. Set before SMG's
                     # registration, whose probes name this run's cells.
-                    _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _ in cells))
+                    _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells))
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)
                     # Before the fault and the drop: SMG registers each model's workers (probes).
-                    await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n)) for n, _, g in cells])
+                    await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n, d)) for n, _, g, d in cells])
                     await _drop_pooled_connections(toxiproxy, TUNNEL)
                     run_results = await _run_scenario(
                         scenario,
-                        dialect,
+                        upstream,
                         cells,
-                        faults[(scenario.name, dialect)],
+                        faults[(scenario.name, upstream)],
                         label=label,
                         gateways=gateways,
                         hosts=hosts,
@@ -473,7 +511,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     return LabResult(
         started=started,
         duration_s=time.monotonic() - clock,
-        # One entry per scenario and dialect, the dialect's in `Dialect` order.
+        # One entry per scenario and dialect its cells' clients or its worker spoke, in `Dialect` order.
         scenarios=[
             {
                 "name": s.name,
@@ -482,7 +520,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 "title": s.title,
                 "deadline_s": s.deadline_s,
                 "fault": s.fault,
-                "fault_summary": fault.summary if (fault := faults[(s.name, d)]) else None,
+                "fault_summary": fault.summary if (fault := faults.get((s.name, d))) else None,
                 "worker": s.worker.to_header(),
                 "expected": dataclasses.asdict(s.expected(d)),
                 "worker_stream": _worker_stream(s, d),
@@ -492,7 +530,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             }
             for d in Dialect
             for s in config.scenarios
-            if d in _dialects(config, s)
+            if d in _spoken(planned, s)
         ],
         clients=list(client_names),
         gateways=list(dict.fromkeys(c.gateway for c in planned)),
@@ -507,13 +545,14 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         not_applicable=plan_not_applicable(config),
         repeat=config.repeat,
         stale_refused={name: count for name, count in stale.items() if count},
+        routes=_routes(planned),
     )
 
 
 async def _run_scenario(
     scenario: Scenario,
-    dialect: Dialect,
-    cells: list[tuple[int, str, str]],
+    upstream: Dialect,
+    cells: list[tuple[int, str, str, Dialect]],
     fault: Fault | None,
     *,
     gateways: dict[str, Gateway],
@@ -523,21 +562,22 @@ async def _run_scenario(
     on_cell: Callable[[str, CellResult], None],
     label: str | None = None,
 ) -> list[CellResult]:
-    """All cells of one scenario in one dialect at once, with its fault on the tunnel for as long
-    as any runs; `on_cell(label, result)` as each ends (`label`: the run's, by default the
-    scenario's in `dialect`)."""
+    """All cells of one scenario whose worker speaks `upstream`, at once (`cells`: number, client,
+    gateway, the client's dialect), with its fault on the tunnel for as long as any runs;
+    `on_cell(label, result)` as each ends (`label`: the run's, by default the scenario's in
+    `upstream`)."""
     results: list[CellResult] = []
-    label = label or scenario.label(dialect)
+    label = label or scenario.label(upstream)
 
-    async def one(cell_id: str, client: str, gateway: str) -> None:
-        result = await _run_cell(scenario, dialect, client, gateways[gateway], cell_id, hosts, limiter)
+    async def one(cell_id: str, client: str, gateway: str, dialect: Dialect) -> None:
+        result = await _run_cell(scenario, dialect, upstream, client, gateways[gateway], cell_id, hosts, limiter)
         results.append(result)
         on_cell(label, result)
 
     async with fault.applied(toxiproxy.client, TUNNEL) if fault is not None else contextlib.nullcontext():
         async with trio.open_nursery() as nursery:
-            for number, client, gateway in cells:
-                nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway)
+            for number, client, gateway, dialect in cells:
+                nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway, dialect)
     return sorted(results, key=lambda r: r.cell_id)
 
 
@@ -561,8 +601,37 @@ def repeat_label(label: str, repeat: int, repeats: int) -> str:
 
 def run_labels(config: LabConfig) -> list[str]:
     """Every scenario run's label (`repeat_label`), in the order the cells plan them."""
-    labels = dict.fromkeys(cell.scenario.label(cell.dialect) for cell in plan_cells(config))
+    labels = dict.fromkeys(cell.scenario.label(cell.upstream) for cell in plan_cells(config))
     return [repeat_label(label, r, config.repeat) for label in labels for r in range(1, config.repeat + 1)]
+
+
+def _routes(planned: list[PlannedCell]) -> dict[str, dict[str, str]]:
+    """`LabResult.routes`: per gateway, per dialect its cells' clients spoke, the route's words."""
+    routes: dict[str, dict[str, str]] = {}
+    for cell in planned:
+        if cell.gateway == EXTERNAL:
+            text = "your gateway" + (f", from the worker's {cell.upstream.value}" if cell.upstream != cell.dialect else "")
+        else:
+            text = lookup(cell.gateway).route_text(cell.dialect)
+        routes.setdefault(cell.gateway, {}).setdefault(cell.dialect.value, text)
+    return routes
+
+
+def _spoken(planned: list[PlannedCell], scenario: Scenario) -> set[Dialect]:
+    """The dialects a scenario's cells speak, on either side of their gateways."""
+    return {d for cell in planned if cell.scenario is scenario for d in (cell.dialect, cell.upstream)}
+
+
+def _models_by_topology(planned: list[PlannedCell], repeats: int) -> dict[Topology, dict[tuple[str, Dialect], tuple[str, ...]]]:
+    """Per topology, per (gateway, client dialect), the models its cells will name (every repeat
+    numbered as the run numbers it), for a gateway configured with every model before it starts
+    (`labs.gateways.registry.TopologyPlan.models`)."""
+    found: dict[Topology, dict[tuple[str, Dialect], list[str]]] = {}
+    for repeat in range(repeats):
+        for number, cell in enumerate(planned, start=1):
+            model = cell.scenario.model_name(CELL_ID_TEMPLATE.format(number + repeat * len(planned)))
+            found.setdefault(cell.scenario.topology, {}).setdefault((cell.gateway, cell.dialect), []).append(model)
+    return {topology: {key: tuple(models) for key, models in by_key.items()} for topology, by_key in found.items()}
 
 
 def _worker_stream(scenario: Scenario, dialect: Dialect) -> str:

@@ -11,6 +11,7 @@ File format (every table optional except `title`):
     gateways = ["direct", "finish_fix"]     # default: every gateway
     dialects = ["chat", "messages"]         # the dialects it runs in; default: all three
     default_dialects = ["chat"]             # the default run's (default: all of `dialects`)
+    upstream_dialect = "chat"               # the worker speaks this one in every cell (see below)
     order = 80                              # row order in the matrix
     default = false                         # not in the default run (`--all` or `--scenario` runs it)
 
@@ -38,6 +39,14 @@ request's dialect; the client set is the dialect's (`labs.clients.CLIENTS_BY_DIA
 true answer's reason is in the dialect's words (`Scenario.expected`). `default_dialects` narrows
 what the default run (`python -m labs` without `--all` or `--scenario`) takes of it.
 
+Translation: a gateway's route may speak another dialect to the worker than the client speaks to
+it (LiteLLM's Chat bridge answers a Messages client from the worker's Chat stream; its registry
+entry's `routes`). Such a cell's worker speaks the route's dialect, its fault is laid out on that
+dialect's bytes, and it is judged in the client's: it runs when the scenario lists both dialects
+(the settings mean something in each). `upstream_dialect` pins the worker's dialect for every cell
+of the scenario instead: only the gateways whose route brings that dialect to the client's run it
+(`external`, whose routes the lab cannot know, is taken to translate as the scenario says).
+
 No `[hub]` table: the gateways talk to the tunnel itself. With `workers = 2` every gateway that can
 have more than one upstream also gets the spare, reachable without the tunnel (and without the
 hub); `direct` and single-upstream gateways use the first only. Scenarios of one topology (hub or
@@ -53,7 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Dialect
-from labs.clients import EVERY_CLIENT
+from labs.clients import DEFAULT_MAX_TOKENS, EVERY_CLIENT
 from labs.gateways import GATEWAYS
 from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
@@ -138,6 +147,11 @@ class Scenario:
     dialects: tuple[Dialect, ...] = tuple(Dialect)
     #: Those the default run takes (`default_dialects = [...]`; none when `default = false`).
     default_dialects: tuple[Dialect, ...] = tuple(Dialect)
+    #: Every dialect the file lists, kept when a run narrows `dialects` (`--dialect`, the default
+    #: run): the dialects the worker may speak for a translating gateway's cells.
+    listed_dialects: tuple[Dialect, ...] = tuple(Dialect)
+    #: `upstream_dialect`: the dialect the worker speaks in every cell; None: each gateway's route's.
+    upstream_dialect: Dialect | None = None
     source: str = ""
     prompt: str = "Say the sentence about the fox."
     #: `[hub] on_tunnel_drop`, None: no hub.
@@ -165,6 +179,13 @@ class Scenario:
     def label(self, dialect: Dialect) -> str:
         """The scenario in one dialect, as progress lines and timings name it (`run_label`)."""
         return run_label(self.name, dialect)
+
+    def speaks(self, upstream: Dialect, dialect: Dialect) -> bool:
+        """Whether a cell whose client speaks `dialect` may have the worker speak `upstream`: the
+        scenario's pinned `upstream_dialect` if it has one, else one the file lists for both."""
+        if self.upstream_dialect is not None:
+            return upstream == self.upstream_dialect
+        return upstream == dialect or (upstream in self.listed_dialects and dialect in self.listed_dialects)
 
     def expected(self, dialect: Dialect = Dialect.CHAT) -> Expected:
         """The worker's true answer, the same in every dialect, with its reason in `dialect`'s words."""
@@ -213,6 +234,7 @@ def load_scenario(path: Path) -> Scenario:
         "gateways",
         "dialects",
         "default_dialects",
+        "upstream_dialect",
         "order",
         "worker",
         "request",
@@ -242,6 +264,12 @@ def load_scenario(path: Path) -> Scenario:
     clients = _names(path, data, "clients", EVERY_CLIENT)
     gateways = _names(path, data, "gateways", GATEWAYS)
     dialects, default_dialects = _dialects(path, data)
+    upstream_dialect = None
+    if "upstream_dialect" in data:
+        valid = [d.value for d in Dialect]
+        if data["upstream_dialect"] not in valid:
+            raise ScenarioError(f"{path}: `upstream_dialect` must be one of {', '.join(valid)}, not {data['upstream_dialect']!r}")
+        upstream_dialect = Dialect(data["upstream_dialect"])
     worker_items = data.get("worker", {})
     try:
         # Through the worker's own text encoding, so a scenario accepts exactly what a model name
@@ -263,12 +291,15 @@ def load_scenario(path: Path) -> Scenario:
     if "tools" in request:
         _check_type(path, "[request] tools", request["tools"], bool, "true or false")
     # Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
-    # gateway may add `stream_options` or rename fields, and every cell must get the same bytes.
+    # gateway may add `stream_options` or rename fields, a Messages client must send a
+    # `max_tokens` and an agent sends its own, the worker echoes its limit in its response head,
+    # and every cell must get the same bytes. Without a limit of the scenario's own, the one the
+    # clients send when they must send one (far above any answer).
     worker = dataclasses.replace(
         worker,
         n=worker.n if worker.n is not None else 1,
         include_usage=worker.include_usage if worker.include_usage is not None else False,
-        max_tokens=worker.max_tokens if worker.max_tokens is not None else max_tokens,
+        max_tokens=next(limit for limit in (worker.max_tokens, max_tokens, DEFAULT_MAX_TOKENS) if limit is not None),
     )
     fault = data.get("fault")
     if fault is not None and not isinstance(fault.get("kind"), str):
@@ -289,6 +320,8 @@ def load_scenario(path: Path) -> Scenario:
         default=bool(default_dialects),
         dialects=dialects,
         default_dialects=default_dialects,
+        listed_dialects=dialects,
+        upstream_dialect=upstream_dialect,
         source=str(path),
         hub_policy=hub_policy,
         pool_workers=pool_workers,

@@ -19,7 +19,7 @@ from finishline import Dialect
 from labs.outcome import Change, Outcome, change
 from labs.repeat import split_text
 
-__all__ = ["cell_text", "dialect_of", "dialects_of", "render_table", "with_headings"]
+__all__ = ["cell_text", "dialect_of", "dialects_of", "render_table", "translated_from", "with_headings"]
 
 _COLOURS = {
     Outcome.OK.value: "\033[32m",
@@ -48,6 +48,15 @@ def dialects_of(result: dict[str, Any]) -> list[str]:
 def dialect_of(item: dict[str, Any]) -> str:
     """A cell's or scenario entry's dialect (Chat for one written before there were dialects)."""
     return item.get("dialect", Dialect.CHAT.value)
+
+
+def translated_from(cells: list[dict[str, Any]]) -> str | None:
+    """The dialect the worker spoke for a gateway's cells in one dialect when the gateway
+    translated them (its route: LiteLLM's bridges), else None."""
+    upstreams = {c.get("upstream_dialect") or dialect_of(c) for c in cells}
+    if len(upstreams) != 1 or any(u == dialect_of(c) for c in cells for u in upstreams):
+        return None
+    return upstreams.pop()
 
 
 def with_headings(result: dict[str, Any]) -> bool:
@@ -124,7 +133,8 @@ def _dialect_blocks(
         header = "scenario".ljust(name_width) + "  " + "  ".join(c.ljust(w) for c, w in zip(clients, widths))
         if has_books:
             header += "  books"
-        lines.append(f"gateway: {gateway}")
+        upstream = translated_from([cells[k] for k in mine])
+        lines.append(f"gateway: {gateway}" + (f"  (translated: the worker spoke {upstream})" if upstream else ""))
         lines.append(header)
         lines.append("-" * len(header))
         for scenario in scenarios:
@@ -153,7 +163,8 @@ def _compared_with_direct(
     result: dict[str, Any], cells: dict[tuple[str, str, str, str], dict[str, Any]], headings: bool
 ) -> list[str]:
     """Per gateway (and dialect, when the run has several), how many cells it made better, worse
-    or left as `direct` had them (same scenario, dialect and client); the HTML report shows which."""
+    or left as `direct` had them (same scenario, dialect and client; a translated cell is compared
+    with the same scenario untranslated: `direct` never translates); the HTML report shows which."""
     if BASELINE not in result["gateways"]:
         return []
     rows = []
@@ -168,7 +179,8 @@ def _compared_with_direct(
             )
             if tally:
                 label = f"{gateway} ({dialect})" if headings else gateway
-                rows.append((label, tally))
+                upstream = translated_from([c for k, c in cells.items() if k[1] == dialect and k[3] == gateway])
+                rows.append((label + (f" from {upstream}" if upstream else ""), tally))
     if not rows:
         return []
     width = max(len(label) for label, _ in rows) if headings else max(len(g) for g in result["gateways"])
@@ -180,4 +192,6 @@ def _compared_with_direct(
         if headings
         else "compared with direct (same scenario and client):"
     )
+    if any(" from " in label for label, _ in rows):
+        title = title[:-2] + "; `from chat`: the gateway translated from the worker's chat, compared untranslated):"
     return [title, *lines, ""]

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from finishline import Dialect
 from labs.gateways.registry import RunServices, TopologyPlan
 from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
@@ -111,6 +112,7 @@ async def open_gateway_sets(
     *,
     external_url: str | None = None,
     external_api_key: str | None = None,
+    models: dict[Topology, dict[tuple[str, Dialect], tuple[str, ...]]] | None = None,
 ) -> AsyncIterator[GatewaySets]:
     """Every topology's gateways, opened in the background one set after another, in `names`
     order, and stopped when the block ends; one that fails to start ends the run with its error.
@@ -123,7 +125,8 @@ async def open_gateway_sets(
     (`route_prefix`), so the later sets start only light processes while cells run. The default
     topology's gateways keep their logs and books in `run_dir`, the others in a folder named
     after the topology (`run_dir/hub`, `run_dir/hub+spare`); run-wide services keep theirs in
-    `run_dir`.
+    `run_dir`. `models`: per topology, the models each (gateway, client dialect) will be asked for
+    (`TopologyPlan.models`).
     """
     sets = GatewaySets(names)
     release = trio.Event()
@@ -138,6 +141,7 @@ async def open_gateway_sets(
             run_dir=directory,
             names=gateway_names,
             route_prefix=route_prefix(topology),
+            models=(models or {}).get(topology, {}),
         )
     run = RunServices(run_dir=run_dir)
 

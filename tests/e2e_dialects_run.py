@@ -32,9 +32,8 @@ import trio
 from faults.catalog import Fault, cut_after_tokens
 from faults.toxiproxy_client import ToxiproxyClient
 from finishline import Dialect
-from labs.clients import LAB_API_KEY
+from labs.clients import DEFAULT_MAX_TOKENS, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
-from labs.clients.python_messages import DEFAULT_MAX_TOKENS
 from labs.gateways.services import FINISH_FIX_SCRIPT, MITM_LISTENING, read_books
 from labs.hub import HubExchange, TunnelDropPolicy, open_hub
 from labs.processes import open_service

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 import trio
 
+from finishline import Dialect
 from labs.clients import ALL_CLIENTS
 from labs.runner import LabConfig, run_lab
-from labs.scenario import SCENARIO_DIR, load_scenario
+from labs.scenario import SCENARIO_DIR, Scenario, load_scenario
 
 #: Scenarios of the default set the pinned-behaviour tests read, through direct and finish_fix.
 PINNED_SCENARIOS = ("reason-omitted", "cut-after-tokens-fin", "length-omitted")
@@ -46,6 +47,14 @@ class Matrix:
 
     def cell(self, scenario: str, client: str, gateway: str) -> dict[str, Any]:
         return self.cells[(scenario, client, gateway)]
+
+
+def in_dialects(name: str, dialects: tuple[Dialect, ...], **fields: Any) -> list[Scenario]:
+    """Copies of a default scenario, one per dialect, each running in that dialect alone and named
+    `<dialect>:<name>`, so a test's matrix keyed by (scenario, client, gateway) holds one client's
+    cells of several dialects apart; `fields` replace others (gateways, clients)."""
+    scenario = load_scenario(SCENARIO_DIR / f"{name}.toml")
+    return [dataclasses.replace(scenario, name=f"{dialect.value}:{name}", dialects=(dialect,), **fields) for dialect in dialects]
 
 
 #: The incident's clients (the post-mortem's screenshot and the two OpenAI SDKs).

@@ -28,13 +28,18 @@ from typing import Any
 import pytest
 import trio
 
+from finishline import Dialect
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
+from tests.fixtures_chaos import in_dialects
 
 pytestmark = pytest.mark.e2e
 
 CLIENTS = ("openai-python", "openai-node", "pi-ai")
 GATEWAYS = ("envoy", "portkey", "portkey+finish_fix")
+#: The other two dialects' rows (`<dialect>:<scenario>`): a client of each, and pi-ai in both.
+DIALECT_CLIENTS = {Dialect.MESSAGES: ("anthropic-python", "pi-ai"), Dialect.RESPONSES: ("openai-python", "pi-ai")}
+DIALECT_SCENARIOS = ("healthy", "cut-after-tokens-fin")
 SCENARIOS = ("reason-omitted", "cut-after-tokens-fin", "incident-prefill-cut-hub-close", "rule1-prefill-cut-hub-abort-spare")
 #: The run takes ~45 s on a 2-core machine (the incident alone waits 13.7 s for its cut).
 MATRIX_DEADLINE_S = 240
@@ -43,12 +48,21 @@ MATRIX_DEADLINE_S = 240
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], dict[str, Any]]:
     scenarios = tuple(
-        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, clients=CLIENTS)
+        dataclasses.replace(
+            load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, clients=CLIENTS, dialects=(Dialect.CHAT,)
+        )
         for name in SCENARIOS
+    )
+    scenarios += tuple(
+        copy
+        for dialect, clients in DIALECT_CLIENTS.items()
+        for name in DIALECT_SCENARIOS
+        for copy in in_dialects(name, (dialect,), gateways=GATEWAYS, clients=clients)
     )
     config = LabConfig(
         scenarios=scenarios,
-        clients=CLIENTS,
+        clients=(*CLIENTS, "anthropic-python"),
+        dialects=tuple(Dialect),
         gateways=GATEWAYS,
         jobs=12,
         results_dir=Path(tmp_path_factory.mktemp("gateway-matrix")),
@@ -198,3 +212,46 @@ def test_finish_fix_behind_portkey_turns_every_hidden_cut_into_an_error_but_port
 def test_finish_fix_says_the_incident_stopped_before_the_first_token(matrix):
     message = matrix[("incident-prefill-cut-hub-close", "openai-python", "portkey+finish_fix")]["report"]["error_message"]
     assert "before the first token" in message
+
+
+# -- The other two dialects -----------------------------------------------------------------------
+
+
+def dialect_cells(matrix, dialect: Dialect, scenario: str, gateway: str) -> dict[str, dict[str, Any]]:
+    found = {client: matrix[(f"{dialect.value}:{scenario}", client, gateway)] for client in DIALECT_CLIENTS[dialect]}
+    assert {(c["dialect"], c["upstream_dialect"]) for c in found.values()} == {(dialect.value, dialect.value)}
+    return found
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+@pytest.mark.parametrize("gateway", GATEWAYS)
+def test_both_other_dialects_pass_through_byte_for_byte_and_are_booked(matrix, gateway, dialect):
+    # Envoy relays bytes whatever the path; Portkey serves /v1/responses with the `openai`
+    # provider and /v1/messages with `anthropic` (the lab's launcher gives each path its config).
+    cells = dialect_cells(matrix, dialect, "healthy", gateway)
+    assert {client: (c["outcome"], c["books"]) for client, c in cells.items()} == dict.fromkeys(
+        DIALECT_CLIENTS[dialect], ("ok", "ok")
+    )
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+def test_envoy_resets_a_cut_stream_in_every_dialect_and_books_it_upe(matrix, dialect):
+    for client, cell in dialect_cells(matrix, dialect, "cut-after-tokens-fin", "envoy").items():
+        assert (cell["outcome"], cell["books"]) == ("error", "error"), client
+        assert cell["books_entry"]["response_flags"] == "UPE"
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+def test_portkey_hides_a_cut_in_every_dialect_and_finish_fix_behind_it_says_so(matrix, dialect):
+    # streamHandler.ts catches the read error and closes the writer normally, whatever the route:
+    # the SDK client reports a short success (pi-ai alone says the stream never ended), and its
+    # request log says 200. finish_fix between Portkey and the worker turns the cut into the
+    # dialect's error event, which Portkey passes on like any event.
+    sdk = DIALECT_CLIENTS[dialect][0]
+    hidden = dialect_cells(matrix, dialect, "cut-after-tokens-fin", "portkey")
+    assert {client: (c["outcome"], c["books"]) for client, c in hidden.items()} == {
+        sdk: ("silent-truncation", "ok"),
+        "pi-ai": ("error", "ok"),
+    }
+    for client, cell in dialect_cells(matrix, dialect, "cut-after-tokens-fin", "portkey+finish_fix").items():
+        assert cell["outcome"] == "error" and "stream was interrupted" in cell["why"], client

@@ -30,13 +30,18 @@ from typing import Any
 import pytest
 import trio
 
+from finishline import Dialect
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
+from tests.fixtures_chaos import in_dialects
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 CLIENTS = ("openai-python", "openai-node", "pi-ai")
 GATEWAYS = ("smg", "smg+finish_fix", "vllm-router")
+#: The other two dialects' rows (`<dialect>:<scenario>`): a client of each, and pi-ai in both.
+DIALECT_CLIENTS = {Dialect.MESSAGES: ("anthropic-python", "pi-ai"), Dialect.RESPONSES: ("openai-python", "pi-ai")}
+DIALECT_SCENARIOS = ("healthy", "cut-after-tokens-fin", "cut-after-tokens-hub-close")
 SCENARIOS = (
     "reason-omitted",
     "cut-after-tokens-fin",
@@ -69,12 +74,19 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
     own = tmp_path_factory.mktemp("router-scenarios") / f"{TUNNEL_DOWN}.toml"
     own.write_text(TUNNEL_DOWN_TOML)
     scenarios = tuple(
-        dataclasses.replace(load_scenario(path), gateways=GATEWAYS, clients=CLIENTS)
+        dataclasses.replace(load_scenario(path), gateways=GATEWAYS, clients=CLIENTS, dialects=(Dialect.CHAT,))
         for path in (*(SCENARIO_DIR / f"{name}.toml" for name in SCENARIOS), own)
+    )
+    scenarios += tuple(
+        copy
+        for dialect, clients in DIALECT_CLIENTS.items()
+        for name in DIALECT_SCENARIOS
+        for copy in in_dialects(name, (dialect,), gateways=GATEWAYS, clients=clients)
     )
     config = LabConfig(
         scenarios=scenarios,
-        clients=CLIENTS,
+        clients=("openai-python", "openai-node", "pi-ai", "anthropic-python"),
+        dialects=tuple(Dialect),
         gateways=GATEWAYS,
         jobs=12,
         results_dir=Path(tmp_path_factory.mktemp("router-matrix")),
@@ -248,3 +260,60 @@ def test_smg_refusing_a_worker_is_one_line_naming_it_and_smg_s_reason(tmp_path):
         and "/cells/c0001 for 'c0001;tokens=3': HTTP 409" in message
     )
     assert "WORKER_ALREADY_EXISTS" in message
+
+
+# -- The other two dialects -----------------------------------------------------------------------
+
+
+def dialect_row(matrix, dialect: Dialect, scenario: str, gateway: str) -> dict[str, str]:
+    """{client: outcome, `!` when the books disagree} for a `<dialect>:<scenario>` row."""
+    found = {}
+    for client in DIALECT_CLIENTS[dialect]:
+        cell = matrix[(f"{dialect.value}:{scenario}", client, gateway)]
+        assert (cell["dialect"], cell["upstream_dialect"]) == (dialect.value, dialect.value)
+        found[client] = cell["outcome"] + ("!" if cell["books_mismatch"] else "")
+    return found
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+@pytest.mark.parametrize("router", GATEWAYS)
+def test_the_routers_forward_both_other_dialects_to_the_workers_same_path(matrix, router, dialect):
+    # SMG's HTTP router sends /v1/messages and /v1/responses to the worker's same path (its
+    # `route_messages`, `route_responses`); vllm-router 0.1.17 has a /v1/responses route and
+    # forwards /v1/messages through its catch-all proxy route. The worker saw the client's dialect.
+    assert set(dialect_row(matrix, dialect, "healthy", router).values()) == {"ok"}
+    for client in DIALECT_CLIENTS[dialect]:
+        cell = matrix[(f"{dialect.value}:healthy", client, router)]
+        assert [(a["at"], a["dialect"]) for a in cell["attempts"]] == [("primary", dialect.value)]
+        assert cell["books"] == ("none" if router == "vllm-router" else "ok")
+
+
+def test_smg_writes_a_cut_as_each_dialects_own_error_and_books_it(matrix):
+    # Observed in the 1.13.0 binary (its source is not published past v1.9.0): a cut after the
+    # head becomes an Anthropic `event: error` frame in a Messages stream and the Chat-style
+    # `data: {"error":...}` + `[DONE]` in a Responses stream; both are errors to these clients.
+    # Its log has the WARN "Stream ended by the worker before completion" in the request's span:
+    # books `error`, for both paths (the books read every dialect's completion path).
+    for dialect in (Dialect.MESSAGES, Dialect.RESPONSES):
+        assert dialect_row(matrix, dialect, "cut-after-tokens-fin", "smg") == dict.fromkeys(DIALECT_CLIENTS[dialect], "error")
+    message = matrix[("messages:cut-after-tokens-fin", "anthropic-python", "smg")]["report"]["error_message"]
+    assert "Stream error:" in message and "api_error" in message
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+def test_a_clean_end_without_a_terminal_event_passes_through_both_routers(matrix, dialect):
+    # The hub's clean end after 5 tokens: a complete HTTP body to the routers, relayed as such. The
+    # SDK client reports a short success; pi-ai says the stream ended before its terminal event.
+    expected = {DIALECT_CLIENTS[dialect][0]: "silent-truncation", "pi-ai": "error"}
+    assert dialect_row(matrix, dialect, "cut-after-tokens-hub-close", "vllm-router") == expected
+    # SMG books a 200 with no WARN: its books call the cut a success.
+    assert dialect_row(matrix, dialect, "cut-after-tokens-hub-close", "smg") == {k: v + "!" for k, v in expected.items()}
+
+
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+def test_finish_fix_behind_smg_ends_every_cut_in_the_dialects_error(matrix, dialect):
+    for scenario in ("cut-after-tokens-fin", "cut-after-tokens-hub-close"):
+        row = dialect_row(matrix, dialect, scenario, "smg+finish_fix")
+        assert {outcome.rstrip("!") for outcome in row.values()} == {"error"}, (scenario, row)
+        for client in DIALECT_CLIENTS[dialect]:
+            assert "stream was interrupted" in matrix[(f"{dialect.value}:{scenario}", client, "smg+finish_fix")]["why"]

@@ -15,6 +15,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from finishline import Dialect
 from labs.gateways.litellm_proxy import VIA_FINISH_FIX, LiteLLMRoutes, litellm_config
 from labs.gateways.registry import GatewayContext, GatewayEntry, RunServices
 from labs.gateways.services import Gateway, _start_at_once
@@ -51,7 +52,8 @@ def test_one_litellm_config_routes_each_topology_to_its_own_upstreams():
     )
     routes = _routes_by_model_name(config)
     bases = {name: [(d["api_base"], d.get("order")) for d in deployments] for name, deployments in routes.items()}
-    assert bases == {
+    # The Chat routes (the Messages routes beside them are the next test's).
+    assert {name: value for name, value in bases.items() if "messages/" not in name} == {
         f"{VIA_FINISH_FIX}*": [("http://127.0.0.1:2/v1", None)],
         "*": [("http://127.0.0.1:1/v1", None)],
         # The spare topology's routes: its primary at order 1, the spare at order 2 (LiteLLM's
@@ -61,8 +63,53 @@ def test_one_litellm_config_routes_each_topology_to_its_own_upstreams():
         # No finish_fix route where the topology does not run `litellm+finish_fix`.
         "hub/*": [("http://127.0.0.1:3/v1", None)],
     }
-    # Every route keeps the model name the worker sees: the pattern's `*` fills `openai/*`.
-    assert {d["model"] for deployments in routes.values() for d in deployments} == {"openai/*"}
+    # Every Chat route keeps the model name the worker sees: the pattern's `*` fills `openai/*`.
+    assert {d["model"] for name, deployments in routes.items() if "messages/" not in name for d in deployments} == {"openai/*"}
+
+
+def test_each_route_of_each_variant_gets_the_deployment_that_makes_litellm_take_it():
+    models = {
+        ("litellm", Dialect.RESPONSES): ("c0001;tokens=3", "c0002;tokens=3"),
+        ("litellm-responses-bridge+finish_fix", Dialect.MESSAGES): ("c0003;tokens=3",),
+    }
+    config = litellm_config(
+        [
+            LiteLLMRoutes(
+                prefix="hub/",
+                primary_base="http://127.0.0.1:1/v1",
+                spare_base="http://127.0.0.1:3/v1",
+                finish_fix_base="http://127.0.0.1:2/v1",
+                variants=("litellm", "litellm-chat-bridge", "litellm-responses-bridge+finish_fix"),
+                models=models,
+            )
+        ],
+        master_key="sk-test",
+    )
+    primaries = {
+        name: (d[0]["model"], d[0]["api_base"]) for name, d in _routes_by_model_name(config).items() if d[0].get("order") == 1
+    }
+    assert primaries == {
+        "hub/*": ("openai/*", "http://127.0.0.1:1/v1"),
+        # Messages natively: LiteLLM's anthropic/ appends /v1/messages to the server's root.
+        "hub/messages/*": ("anthropic/*", "http://127.0.0.1:1"),
+        # Responses natively: one deployment per model, or LiteLLM would not stream from the worker.
+        "hub/responses/c0001;tokens=3": ("openai/c0001;tokens=3", "http://127.0.0.1:1/v1"),
+        "hub/responses/c0002;tokens=3": ("openai/c0002;tokens=3", "http://127.0.0.1:1/v1"),
+        "hub/messages-from-chat/*": ("hosted_vllm/*", "http://127.0.0.1:1/v1"),
+        "hub/responses-from-chat/*": ("custom_openai/*", "http://127.0.0.1:1/v1"),
+        # Behind finish_fix: the topology's finish_fix is the deployment's upstream.
+        f"hub/{VIA_FINISH_FIX}messages-from-responses/c0003;tokens=3": ("openai/c0003;tokens=3", "http://127.0.0.1:2/v1"),
+    }
+    spares = {name: d[1]["api_base"] for name, d in _routes_by_model_name(config).items()}
+    assert spares["hub/messages/*"] == "http://127.0.0.1:3" and spares["hub/*"] == "http://127.0.0.1:3/v1"
+
+
+def test_a_finish_fix_variant_without_the_topologys_finish_fix_is_a_lab_bug():
+    with pytest.raises(ValueError, match="litellm-chat-bridge\\+finish_fix needs the topology's finish_fix"):
+        litellm_config(
+            [LiteLLMRoutes(prefix="", primary_base="http://127.0.0.1:1/v1", variants=("litellm-chat-bridge+finish_fix",))],
+            master_key="sk-test",
+        )
 
 
 def _context(tmp_path: Path) -> GatewayContext:

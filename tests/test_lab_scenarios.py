@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import trio
 
 from finishline import Dialect
 from labs.__main__ import select_scenarios
-from labs.clients import CLIENTS_BY_DIALECT
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import GATEWAYS
-from labs.gateways.registry import lookup
+from labs.gateways.registry import lookup, translates, upstream_dialect
 from labs.hub import TunnelDropPolicy
-from labs.runner import LabConfig, LabError, NotApplicable, plan_cells, plan_not_applicable, run_lab
+from labs.runner import LabConfig, LabError, NotApplicable, plan_cells, plan_not_applicable, run_lab, scenario_runs
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, Topology, cell_id_of, load_scenario, load_scenarios
 from labs.topology import topology_groups
 from labs.worker.server import settings_for_request
@@ -428,50 +428,102 @@ def test_a_scenario_may_name_a_client_of_any_dialect(tmp_path):
     assert scenario.clients == ("anthropic-python", "pi-ai")
 
 
-def test_only_direct_and_finish_fix_serve_the_new_dialects_and_the_registry_says_so():
-    assert [g for g in GATEWAYS if Dialect.MESSAGES in lookup(g).dialects] == ["direct", "finish_fix"]
-    assert [g for g in GATEWAYS if Dialect.RESPONSES in lookup(g).dialects] == ["direct", "finish_fix"]
-    assert all(Dialect.CHAT in lookup(g).dialects for g in GATEWAYS)
+BRIDGES = (
+    "litellm-chat-bridge",
+    "litellm-chat-bridge+finish_fix",
+    "litellm-responses-bridge",
+    "litellm-responses-bridge+finish_fix",
+)
 
 
-def test_cells_are_planned_per_dialect_with_the_dialects_clients_chat_first():
-    healthy = load_scenario_named("healthy")
-    config = LabConfig(scenarios=(healthy,), gateways=("direct",), dialects=tuple(Dialect))
-    planned = plan_cells(config)
-    assert [c.dialect for c in planned] == sorted((c.dialect for c in planned), key=list(Dialect).index)
-    for dialect in Dialect:
-        assert {c.client for c in planned if c.dialect is dialect} == set(CLIENTS_BY_DIALECT[dialect])
-
-
-def test_a_gateway_that_does_not_serve_a_dialect_has_no_cells_there_but_an_n_a_with_its_reason():
-    scenarios = (load_scenario_named("healthy"), load_scenario_named("stop-reason-null"))
-    config = LabConfig(scenarios=scenarios, clients=("pi-ai",), gateways=("direct", "litellm", "smg"), dialects=tuple(Dialect))
-    assert [(c.scenario.name, c.dialect.value, c.gateway) for c in plan_cells(config)] == [
-        ("healthy", "chat", "direct"),
-        ("healthy", "chat", "litellm"),
-        ("healthy", "chat", "smg"),
-        ("healthy", "messages", "direct"),
-        ("stop-reason-null", "messages", "direct"),
-        ("healthy", "responses", "direct"),
+def test_every_lab_gateway_serves_each_dialect_its_routes_name_and_only_the_bridges_translate():
+    assert [g for g in GATEWAYS if Dialect.CHAT in lookup(g).dialects] == [g for g in GATEWAYS if g not in BRIDGES]
+    assert [g for g in GATEWAYS if Dialect.MESSAGES in lookup(g).dialects] == list(GATEWAYS)
+    assert [g for g in GATEWAYS if Dialect.RESPONSES in lookup(g).dialects] == [
+        g for g in GATEWAYS if not g.startswith("litellm-responses-bridge")
     ]
+    translating = {(g, d.value, upstream_dialect(g, d).value) for g in GATEWAYS for d in lookup(g).dialects if translates(g, d)}
+    assert translating == {
+        ("litellm-chat-bridge", "messages", "chat"),
+        ("litellm-chat-bridge", "responses", "chat"),
+        ("litellm-chat-bridge+finish_fix", "messages", "chat"),
+        ("litellm-chat-bridge+finish_fix", "responses", "chat"),
+        ("litellm-responses-bridge", "messages", "responses"),
+        ("litellm-responses-bridge+finish_fix", "messages", "responses"),
+    }
+
+
+def test_a_bridge_runs_a_scenario_from_its_upstream_dialect_when_the_scenario_lists_both():
+    scenarios = (load_scenario_named("healthy"), load_scenario_named("stop-reason-null"), load_scenario_named("bare-error-frame"))
+    config = LabConfig(
+        scenarios=scenarios,
+        clients=("pi-ai",),
+        gateways=("direct", "litellm-chat-bridge", "litellm-responses-bridge"),
+        dialects=tuple(Dialect),
+    )
+    assert [(c.scenario.name, c.dialect.value, c.gateway, c.upstream.value) for c in plan_cells(config)] == [
+        ("healthy", "chat", "direct", "chat"),
+        ("healthy", "messages", "direct", "messages"),
+        ("healthy", "messages", "litellm-chat-bridge", "chat"),
+        ("healthy", "messages", "litellm-responses-bridge", "responses"),
+        # Messages only: the worker's settings mean nothing in Chat or Responses.
+        ("stop-reason-null", "messages", "direct", "messages"),
+        # Messages and Responses: bridged from Responses, not from Chat.
+        ("bare-error-frame", "messages", "direct", "messages"),
+        ("bare-error-frame", "messages", "litellm-responses-bridge", "responses"),
+        ("healthy", "responses", "direct", "responses"),
+        ("healthy", "responses", "litellm-chat-bridge", "chat"),
+        ("bare-error-frame", "responses", "direct", "responses"),
+    ]
+    # A translated cell runs with the untranslated cells whose worker speaks its upstream dialect.
+    planned = plan_cells(config)
+    assert scenario_runs(planned, scenarios[0]) == list(Dialect)
+    assert scenario_runs(planned, scenarios[2]) == [Dialect.MESSAGES, Dialect.RESPONSES]
     assert plan_not_applicable(config) == [
         NotApplicable(
-            dialect=Dialect.MESSAGES,
-            gateway="litellm",
-            why="litellm: the lab does not yet route /v1/messages through this gateway",
+            dialect=Dialect.CHAT,
+            gateway="litellm-chat-bridge",
+            why="litellm-chat-bridge: a Chat client needs no bridge to a Chat worker: its native route is the `litellm` column",
         ),
         NotApplicable(
-            dialect=Dialect.MESSAGES, gateway="smg", why="smg: the lab does not yet route /v1/messages through this gateway"
+            dialect=Dialect.CHAT,
+            gateway="litellm-responses-bridge",
+            why="litellm-responses-bridge: LiteLLM 1.108.7 bridges no Chat Completions request to /v1/responses",
         ),
         NotApplicable(
             dialect=Dialect.RESPONSES,
-            gateway="litellm",
-            why="litellm: the lab does not yet route /v1/responses through this gateway",
-        ),
-        NotApplicable(
-            dialect=Dialect.RESPONSES, gateway="smg", why="smg: the lab does not yet route /v1/responses through this gateway"
+            gateway="litellm-responses-bridge",
+            why=(
+                "litellm-responses-bridge: a Responses client needs no bridge to a Responses worker: "
+                "its native route is the `litellm` column"
+            ),
         ),
     ]
+
+
+def test_a_scenarios_upstream_dialect_pins_the_worker_and_keeps_only_the_routes_that_bring_it(tmp_path):
+    scenario = load_scenario(scenario_file(tmp_path, 'upstream_dialect = "chat"\ndialects = ["messages", "responses"]\n'))
+    assert scenario.upstream_dialect is Dialect.CHAT
+    config = LabConfig(
+        scenarios=(scenario,),
+        clients=("pi-ai",),
+        gateways=("direct", "litellm", "litellm-chat-bridge", "litellm-responses-bridge", "external"),
+        dialects=tuple(Dialect),
+    )
+    assert [(c.dialect.value, c.gateway, c.upstream.value) for c in plan_cells(config)] == [
+        ("messages", "litellm-chat-bridge", "chat"),
+        # Your own gateway is taken to translate as the scenario says.
+        ("messages", "external", "chat"),
+        ("responses", "litellm-chat-bridge", "chat"),
+        ("responses", "external", "chat"),
+    ]
+
+
+@pytest.mark.parametrize("value", ["anthropic", 3, ["chat"]])
+def test_a_bad_upstream_dialect_is_refused_naming_it_and_the_valid_words(tmp_path, value):
+    text = f"upstream_dialect = {json.dumps(value)}\n"
+    with pytest.raises(ScenarioError, match="`upstream_dialect` must be one of chat, messages, responses"):
+        load_scenario(scenario_file(tmp_path, text))
 
 
 def test_no_n_a_for_a_dialect_whose_cells_the_run_would_not_have_anyway():

@@ -18,6 +18,7 @@ __all__ = [
     "ALL_CLIENTS",
     "CLIENTS_BY_DIALECT",
     "DEFAULT_CLIENTS",
+    "DEFAULT_MAX_TOKENS",
     "DEFAULT_CLIENTS_BY_DIALECT",
     "EVERY_CLIENT",
     "LAB_API_KEY",
@@ -88,3 +89,11 @@ def runtime_of(client: str) -> str:
 #: finish_fix accept any; LiteLLM sends this one upstream). One constant: the Node host receives it
 #: in each request's `api_key`.
 LAB_API_KEY = "sk-finishline-lab"
+
+#: The token limit the lab's clients ask for when a scenario gives none and their API wants one (the
+#: Messages API rejects a request without `max_tokens`): far above any answer the worker streams,
+#: so the worker's own knobs decide where it stops. A scenario pins the worker's `max_tokens` to it
+#: too (labs.scenario): the worker echoes its limit in its response head, and a byte-exact cut
+#: needs every client's request to get the same bytes. labs/clients/node/drivers.mjs has the same
+#: number.
+DEFAULT_MAX_TOKENS = 4096

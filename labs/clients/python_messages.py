@@ -14,14 +14,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from labs.clients import LAB_API_KEY
+from labs.clients import DEFAULT_MAX_TOKENS, LAB_API_KEY
 from labs.clients.python_sink import Driver, Sink, read_langchain_stream
 
-__all__ = ["DEFAULT_MAX_TOKENS", "MESSAGES_DRIVERS", "anthropic_root"]
-
-#: `max_tokens` when the lab's request gives none (the Messages API rejects a request without
-#: one). Far above any answer the worker streams: the worker's own knobs decide where it stops.
-DEFAULT_MAX_TOKENS = 4096
+__all__ = ["MESSAGES_DRIVERS", "anthropic_root"]
 
 
 def anthropic_root(base_url: str) -> str:

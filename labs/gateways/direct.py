@@ -5,7 +5,7 @@ reads its books)."""
 from __future__ import annotations
 
 from labs.gateways import EXTERNAL
-from labs.gateways.registry import EVERY_DIALECT, GatewayContext, GatewayEntry
+from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway
 
 
@@ -25,7 +25,7 @@ ENTRIES = (
         name="direct",
         summary="no gateway: the client talks to the worker's tunnel",
         start=_start_direct,
-        dialects=EVERY_DIALECT,
+        routes=NATIVE_ROUTES,
     ),
     GatewayEntry(
         name=EXTERNAL,

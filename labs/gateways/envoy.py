@@ -58,7 +58,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from faults.child_processes import ChildStartError, TrioChildProcess
-from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
@@ -298,5 +298,6 @@ ENTRIES = (
         books_kind="envoy",
         read_books=read_envoy_books,
         uses_spare=True,
+        routes=NATIVE_ROUTES,
     ),
 )

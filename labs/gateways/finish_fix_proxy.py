@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Verdict
-from labs.gateways.registry import EVERY_DIALECT, GatewayContext, GatewayEntry
+from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
@@ -131,6 +131,6 @@ ENTRIES = (
         read_books=read_finish_fix_books,
         # finish_fix's default path options repair /v1/messages and /v1/responses too; mitmdump's
         # reverse mode passes every path on to the worker.
-        dialects=EVERY_DIALECT,
+        routes=NATIVE_ROUTES,
     ),
 )

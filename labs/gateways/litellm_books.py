@@ -70,6 +70,9 @@ class LabBooks(CustomLogger):
             "time": time.time(),
             "hook": hook,
             "model": metadata.get("model_group") or kwargs.get("model"),
+            # The proxy's id for the request (its retries and fallbacks share it): which lines are
+            # about one request (labs.gateways.litellm_proxy, `read_litellm_books`).
+            "call_id": kwargs.get("litellm_call_id"),
             "stream": bool(kwargs.get("stream")),
             "duration_s": (end_time - start_time).total_seconds() if start_time and end_time else None,
         }

@@ -53,12 +53,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from faults.child_processes import ChildStartError
+from finishline import Dialect
 from labs.clients import LAB_API_KEY
 from labs.gateways.finish_fix_proxy import shared_finish_fix
-from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
@@ -82,6 +84,10 @@ INSTALLED_STAMP = PORTKEY_PACKAGE / "node_modules" / ".installed"
 PORTKEY_LISTENING = re.compile(r"portkey listening on http://127\.0\.0\.1:(\d+)")
 #: Retries per target with the spare, as Portkey's docs show them ("Automatic Retries").
 RETRY_ATTEMPTS = 2
+#: The provider a `/v1/messages` request is configured with: Portkey serves that route only for
+#: providers with a Messages function (an `openai` config answers 500 "messages is not supported
+#: by openai"); `anthropic` with the worker as its custom host posts to the worker's /v1/messages.
+MESSAGES_PROVIDER = "anthropic"
 
 
 def portkey_missing() -> str | None:
@@ -93,18 +99,19 @@ def portkey_missing() -> str | None:
     return None
 
 
-def _target(upstream_url: str) -> dict[str, Any]:
-    return {"provider": "openai", "custom_host": f"{upstream_url}/v1", "api_key": LAB_API_KEY}
+def _target(upstream_url: str, provider: str) -> dict[str, Any]:
+    return {"provider": provider, "custom_host": f"{upstream_url}/v1", "api_key": LAB_API_KEY}
 
 
-def portkey_config(*, primary_url: str, spare_url: str | None) -> dict[str, Any]:
-    """The gateway config every lab request gets (`x-portkey-config`); see the module docstring."""
+def portkey_config(*, primary_url: str, spare_url: str | None, provider: str = "openai") -> dict[str, Any]:
+    """The gateway config a lab request gets (`x-portkey-config`); see the module docstring.
+    `provider`: `openai` for Chat Completions and Responses, `anthropic` for Messages."""
     if spare_url is None:
-        return _target(primary_url)
+        return _target(primary_url, provider)
     return {
         "strategy": {"mode": "fallback"},
         "retry": {"attempts": RETRY_ATTEMPTS},
-        "targets": [_target(primary_url), _target(spare_url)],
+        "targets": [_target(primary_url, provider), _target(spare_url, provider)],
     }
 
 
@@ -135,6 +142,9 @@ async def open_portkey(
     request_log.touch()
     env = {
         "FINISHLINE_PORTKEY_CONFIG": json.dumps(portkey_config(primary_url=primary_url, spare_url=spare_url)),
+        "FINISHLINE_PORTKEY_MESSAGES_CONFIG": json.dumps(
+            portkey_config(primary_url=primary_url, spare_url=spare_url, provider=MESSAGES_PROVIDER)
+        ),
         "FINISHLINE_PORTKEY_LOG": str(request_log),
         # The request log's /log/stream exists only outside "production" (src/start-server.ts).
         "NODE_ENV": "",
@@ -189,6 +199,15 @@ async def _start_behind_finish_fix(ctx: GatewayContext) -> Gateway:
     )
 
 
+#: What config each dialect's requests get (the launcher picks it by path).
+_ROUTE_TEXTS = MappingProxyType(
+    {
+        Dialect.CHAT: "Portkey: /v1/chat/completions with provider openai, custom_host the worker",
+        Dialect.MESSAGES: "Portkey: /v1/messages with provider anthropic, custom_host the worker (openai has no Messages route)",
+        Dialect.RESPONSES: "Portkey: /v1/responses with provider openai, custom_host the worker",
+    }
+)
+
 ENTRIES = (
     GatewayEntry(
         name="portkey",
@@ -201,6 +220,8 @@ ENTRIES = (
         books_kind="portkey",
         read_books=read_portkey_books,
         uses_spare=True,
+        routes=NATIVE_ROUTES,
+        route_texts=_ROUTE_TEXTS,
     ),
     GatewayEntry(
         name="portkey+finish_fix",
@@ -209,5 +230,7 @@ ENTRIES = (
         missing=portkey_missing,
         books_kind="portkey",
         uses_spare=True,
+        routes=NATIVE_ROUTES,
+        route_texts=_ROUTE_TEXTS,
     ),
 )

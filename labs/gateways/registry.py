@@ -26,9 +26,12 @@ when the scenario's pool has two workers, a second healthy worker. An entry that
 one upstream configures both, with retry or fallback the way its own documentation tells an
 operator to (see each module); `uses_spare` says which entries do.
 
-Dialects: an entry says which dialects the lab sends through it (`dialects`; Chat Completions
-unless it says more). A cell of another dialect is not run: the matrix shows it `n/a`, with the
-sentence `unserved_reason` gives (the gateway and the path the lab does not route through it).
+Dialects and routes: an entry says, per dialect a client speaks to it, which dialect its route
+speaks to the worker (`routes`: client dialect -> upstream dialect; Chat to Chat unless it says
+more). A route whose two dialects differ translates: LiteLLM's Chat bridge answers a Messages
+client from the worker's Chat stream. A cell of a dialect the entry has no route for is not run:
+the matrix shows it `n/a`, with the sentence `unserved_reason` gives (the entry's own reason in
+`unrouted`, else the path the lab does not route through it).
 
 Adding a gateway: write a module `labs/gateways/<name>.py` that defines `ENTRIES` (a tuple of
 `GatewayEntry`), and add the module's name to `_MODULES` below, at the place its columns should
@@ -39,10 +42,11 @@ stay cheap (the LiteLLM proxy imports this package to load its books callback).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
@@ -58,6 +62,7 @@ __all__ = [
     "GatewayEntry",
     "RunServices",
     "EVERY_DIALECT",
+    "NATIVE_ROUTES",
     "REQUEST_PATHS",
     "TopologyPlan",
     "UnknownGateway",
@@ -65,13 +70,20 @@ __all__ = [
     "entries",
     "lookup",
     "missing_installs",
+    "translates",
     "unserved_reason",
+    "upstream_dialect",
 ]
 
 T = TypeVar("T")
 
-#: An entry's `dialects` when the lab sends every dialect through it.
+#: Every dialect, in `Dialect` order.
 EVERY_DIALECT: tuple[Dialect, ...] = tuple(Dialect)
+#: An entry's `routes` when it passes every dialect on as it is (a relay that reads no dialect, or
+#: one that speaks each natively): each client dialect goes to the worker in the same dialect.
+NATIVE_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in Dialect})
+#: The default `routes`: Chat Completions only.
+CHAT_ONLY: Mapping[Dialect, Dialect] = MappingProxyType({Dialect.CHAT: Dialect.CHAT})
 #: The path a dialect's requests take under a gateway's base URL (the clients' libraries add it to
 #: the `/v1` root the lab gives them): what an `n/a` cell says the lab does not route.
 REQUEST_PATHS: dict[Dialect, str] = {
@@ -119,6 +131,10 @@ class TopologyPlan:
     #: What the model names of this topology's cells start with at a run-wide service (`""` for
     #: the default topology; `hub/` for the hub's): how one process tells the topologies apart.
     route_prefix: str = ""
+    #: Per (gateway name, client dialect), the models this topology's cells will name through it
+    #: (without the gateway's prefixes), for a gateway that must be configured with every model
+    #: before it starts (LiteLLM's routes to a `/v1/responses` upstream); empty when not known.
+    models: Mapping[tuple[str, Dialect], tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -219,9 +235,24 @@ class GatewayEntry:
     #: Whether it takes the spare worker when the pool has one (single-upstream gateways do not);
     #: `python -m labs.gateways` says so.
     uses_spare: bool = False
-    #: The dialects the lab sends through it; a cell of any other is `n/a` (`unserved_reason`).
-    #: Chat Completions only, unless the entry says more (issue 13: `direct` and `finish_fix`).
-    dialects: tuple[Dialect, ...] = (Dialect.CHAT,)
+    #: Per dialect the lab sends through it (the client's), the dialect its route speaks to the
+    #: worker; a cell of any other dialect is `n/a` (`unserved_reason`). Chat to Chat by default.
+    routes: Mapping[Dialect, Dialect] = CHAT_ONLY
+    #: Why a dialect has no route here, in a few words a user reads after the gateway's name (for
+    #: a dialect missing from `routes`); without one, the sentence says the lab does not route it.
+    unrouted: Mapping[Dialect, str] = MappingProxyType({})
+    #: Per routed dialect, how the route goes, in the words the report and `result.json["routes"]`
+    #: show (e.g. LiteLLM's Chat bridge); without one, `summary` says it.
+    route_texts: Mapping[Dialect, str] = MappingProxyType({})
+
+    def route_text(self, dialect: Dialect) -> str:
+        """How a `dialect` client's request goes through this gateway, in one phrase."""
+        return self.route_texts.get(dialect, self.summary)
+
+    @property
+    def dialects(self) -> tuple[Dialect, ...]:
+        """The dialects a client can speak to it in the lab, in `Dialect` order."""
+        return tuple(d for d in Dialect if d in self.routes)
 
 
 # The gateway modules, in matrix order (`external`, defined in labs.gateways.direct, goes last).
@@ -278,9 +309,27 @@ def missing_installs(names: tuple[str, ...] | list[str]) -> list[str]:
 def unserved_reason(name: str, dialect: Dialect) -> str | None:
     """None when the lab sends `dialect` through gateway `name`; else why its cells are `n/a`, in
     one sentence a user reads in the matrix."""
-    if dialect in lookup(name).dialects:
+    entry = lookup(name)
+    if dialect in entry.routes:
         return None
-    return f"{name}: the lab does not yet route {REQUEST_PATHS[dialect]} through this gateway"
+    if dialect in entry.unrouted:
+        return f"{name}: {entry.unrouted[dialect]}"
+    return f"{name}: the lab does not route {REQUEST_PATHS[dialect]} through this gateway"
+
+
+def upstream_dialect(name: str, dialect: Dialect) -> Dialect:
+    """The dialect gateway `name` speaks to the worker for a client speaking `dialect` (its route).
+
+    Raises:
+        KeyError: the gateway has no route for `dialect` (`unserved_reason` says why).
+    """
+    return lookup(name).routes[dialect]
+
+
+def translates(name: str, dialect: Dialect) -> bool:
+    """Whether the gateway's route for a `dialect` client speaks another dialect to the worker."""
+    routes = lookup(name).routes
+    return dialect in routes and routes[dialect] != dialect
 
 
 def books_reader(kind: str) -> BooksReader:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,7 @@ import trio
 
 from faults.child_processes import ChildStartError, bind_failed, free_port
 from finish_fix_command import addon_path
+from finishline import Dialect
 from labs.outcome import BOOKS_NONE
 from labs.processes import open_service
 
@@ -74,8 +75,11 @@ class Gateway:
     base_url: str
     #: The JSON-lines file this gateway's books go to, or None (no books, or none read).
     books_path: Path | None = None
-    #: Prefix the gateway needs on the model name (LiteLLM's route through finish_fix).
+    #: Prefix the gateway needs on the model name (LiteLLM's topology and finish_fix routes).
     model_prefix: str = ""
+    #: Per client dialect, what follows `model_prefix` (LiteLLM's route in that dialect); see
+    #: `model_for`.
+    route_prefixes: Mapping[Dialect, str] = field(default_factory=dict)
     #: Whose books: its registry entry's `books_kind`, which `open_gateways` gives every gateway it
     #: starts (an entry's `start` leaves it out: the entry says it, once).
     books_kind: str | None = None
@@ -86,6 +90,10 @@ class Gateway:
     #: Awaited with a scenario's request models before its fault is applied, for a gateway that
     #: must be told a model before it routes it (SMG, labs/gateways/smg.py); None for the rest.
     prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
+
+    def model_for(self, dialect: Dialect, model: str) -> str:
+        """The model name a `dialect` client asks this gateway for, to reach the worker's `model`."""
+        return self.model_prefix + self.route_prefixes.get(dialect, "") + model
 
 
 async def prepare_gateways(gateways: dict[str, Gateway], requests: Iterable[tuple[str, str]]) -> None:

@@ -61,7 +61,7 @@ import trio
 
 from faults.child_processes import ChildStartError
 from labs.gateways.finish_fix_proxy import open_finish_fix
-from labs.gateways.registry import GatewayContext, GatewayEntry
+from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, books_reader_from, cell_id_of, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
@@ -72,6 +72,9 @@ REGISTRATION_DEADLINE_S = 30.0
 #: Where a cell's SMG worker points, under an upstream (labs/worker/server.py serves any prefix).
 CELL_PATH = "/cells/{cell}"
 _CELL_IN_URL = re.compile(r"/cells/([^/]+)")
+#: The request paths whose spans are the books: a completion in each dialect SMG forwards (its
+#: HTTP router sends `/v1/messages` and `/v1/responses` to the worker's same path).
+_ROUTED_PATHS = tuple(REQUEST_PATHS.values())
 
 
 def smg_missing() -> str | None:
@@ -180,7 +183,7 @@ def _requests(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     for line in entries:
         span = line.get("span") or {}
         request_id = span.get("request_id")
-        if not request_id or "chat/completions" not in str(span.get("path", "")):
+        if not request_id or not str(span.get("path", "")).split("?", 1)[0].endswith(_ROUTED_PATHS):
             continue
         request = requests.setdefault(
             request_id,
@@ -267,6 +270,7 @@ ENTRIES = (
         books_kind="smg",
         read_books=read_smg_books,
         uses_spare=True,
+        routes=NATIVE_ROUTES,
     ),
     GatewayEntry(
         name="smg+finish_fix",
@@ -275,5 +279,6 @@ ENTRIES = (
         missing=smg_missing,
         books_kind="smg",
         uses_spare=True,
+        routes=NATIVE_ROUTES,
     ),
 )

@@ -15,7 +15,10 @@ one request.
 
 from __future__ import annotations
 
-from labs.gateways.registry import GatewayContext, GatewayEntry
+from types import MappingProxyType
+
+from finishline import Dialect
+from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_NONE
@@ -69,5 +72,15 @@ ENTRIES = (
         missing=vllm_router_missing,
         books_kind=BOOKS_NONE,
         uses_spare=True,
+        routes=NATIVE_ROUTES,
+        route_texts=MappingProxyType(
+            {
+                Dialect.CHAT: "vllm-router: /v1/chat/completions, round robin",
+                # 0.1.17 has no /v1/messages route: its catch-all proxy forwards any other path to
+                # a worker (observed; the router's `fallback(transparent_proxy_handler)`).
+                Dialect.MESSAGES: "vllm-router: /v1/messages forwarded by its catch-all proxy route (no route of its own), round robin",
+                Dialect.RESPONSES: "vllm-router: /v1/responses, round robin",
+            }
+        ),
     ),
 )

@@ -196,7 +196,7 @@ const piAiChat = (context) => piAi("openai-completions", piOpenAICompletionsStre
 // ---- Anthropic Messages (`POST <base>/messages`) ----
 
 // `max_tokens` when the lab's request gives none: the Messages API requires one (the same value as
-// labs/clients/python_messages.py DEFAULT_MAX_TOKENS; the worker's knobs decide where it stops).
+// DEFAULT_MAX_TOKENS in labs/clients/__init__.py; the worker's knobs decide where it stops).
 const DEFAULT_MAX_TOKENS = 4096;
 
 // The lab's API root (`.../v1`) as the Anthropic SDK wants it: it appends `/v1/messages` itself

@@ -9,6 +9,9 @@
 //                              clients are stock SDKs that send no Portkey headers, where Portkey's
 //                              docs have the application send its config (the Portkey SDK's
 //                              `createHeaders({config})`). The gateway validates it as usual.
+//   FINISHLINE_PORTKEY_MESSAGES_CONFIG  the config a `/v1/messages` request gets instead (an
+//                              Anthropic SDK's application configures the `anthropic` provider:
+//                              Portkey's `openai` provider has no Messages route).
 //   FINISHLINE_PORTKEY_LOG     a JSON-lines file: one line per entry of the gateway's request log
 //                              (what its UI's Logs page shows, streamed from its own
 //                              `GET /log/stream`), keeping what says how the request went (see
@@ -22,6 +25,8 @@ export * from "@hono/node-server";
 const CONFIG_HEADER = "x-portkey-config";
 const PROVIDER_HEADER = "x-portkey-provider";
 const config = process.env.FINISHLINE_PORTKEY_CONFIG || "";
+const messagesConfig = process.env.FINISHLINE_PORTKEY_MESSAGES_CONFIG || config;
+const MESSAGES_PATH = /\/messages\/?$/;
 const logPath = process.env.FINISHLINE_PORTKEY_LOG || "";
 
 let served = false;
@@ -47,7 +52,7 @@ function withConfig(fetch) {
   return (request, ...rest) => {
     if (request.headers.has(CONFIG_HEADER) || request.headers.has(PROVIDER_HEADER)) return fetch(request, ...rest);
     const headers = new Headers(request.headers);
-    headers.set(CONFIG_HEADER, config);
+    headers.set(CONFIG_HEADER, MESSAGES_PATH.test(new URL(request.url).pathname) ? messagesConfig : config);
     // The same request (method, URL, body stream, abort signal) with one more header.
     return fetch(new Request(request, { headers }), ...rest);
   };
