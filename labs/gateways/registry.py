@@ -177,6 +177,8 @@ class GatewayContext:
     #: The processes shared by every topology of the run (`open_gateways` makes one of the context's
     #: own when it is the run's only topology).
     run: RunServices
+    #: This topology's `TopologyPlan.models`, when it is the run's only one (`topologies` empty).
+    models: Mapping[tuple[str, Dialect], tuple[str, ...]] = field(default_factory=dict)
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _shared: _Shared = field(default_factory=_Shared)
 
@@ -188,6 +190,7 @@ class GatewayContext:
                     spare_url=self.spare_url,
                     run_dir=self.run_dir,
                     names=self.names,
+                    models=self.models,
                 )
             }
 

@@ -120,6 +120,7 @@ async def open_gateways(
     topology: str = "",
     topologies: dict[str, TopologyPlan] | None = None,
     run: RunServices | None = None,
+    models: Mapping[tuple[str, Dialect], tuple[str, ...]] | None = None,
 ) -> AsyncIterator[dict[str, Gateway]]:
     """Start what `names` need and yield {name: Gateway}.
 
@@ -129,7 +130,9 @@ async def open_gateways(
     (None: a pool of one). A run of several topologies (labs.topology) opens one block per
     topology, each naming its own (`topology`) among all of the run's (`topologies`), and passes
     every block the same `run`, whose processes the caller keeps until the last block is done;
-    without `run` the block has its own, stopped with its gateways.
+    without `run` the block has its own, stopped with its gateways. `models`: for a block that is
+    its run's only topology, the models each (gateway, client dialect) will be asked for
+    (`TopologyPlan.models`; a run of several topologies gives each plan its own).
 
     Raises:
         UnknownGateway: a name is not in the registry (the message lists the valid ones).
@@ -153,6 +156,7 @@ async def open_gateways(
         topology=topology,
         topologies=topologies or {},
         run=run or RunServices(run_dir=run_dir),
+        models=models or {},
     )
     async with AsyncExitStack() as stack:
         if own_run:

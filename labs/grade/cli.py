@@ -14,9 +14,9 @@ from pathlib import Path
 
 from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
-from labs.clients import ALL_CLIENTS
+from labs.clients import EVERY_CLIENT
 from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
-from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS
+from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS_BY_DIALECT
 from labs.grade.render import render_terminal, write_html, write_json
 
 __all__ = ["build_parser", "main"]
@@ -43,6 +43,44 @@ def _url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"{text!r} is not an http:// or https:// base URL (e.g. http://127.0.0.1:4000/v1)")
     return text.rstrip("/")
+
+
+_DIALECTS = [d.value for d in Dialect]
+
+
+def _dialects(parser: argparse.ArgumentParser) -> None:
+    """`--dialect` and `--upstream-dialect`, for the gateway graders."""
+    parser.add_argument(
+        "--dialect",
+        choices=_DIALECTS,
+        default=Dialect.CHAT.value,
+        metavar="DIALECT",
+        help="the API the clients speak to the gateway: chat (the default), messages (Anthropic Messages) or "
+        "responses (OpenAI Responses)",
+    )
+    parser.add_argument(
+        "--upstream-dialect",
+        choices=_DIALECTS,
+        metavar="DIALECT",
+        help="the API the lab's worker speaks behind the gateway, for a route that translates "
+        "(e.g. --dialect messages --upstream-dialect chat); default: the same as --dialect",
+    )
+
+
+def _clients(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--client",
+        action="append",
+        choices=EVERY_CLIENT,
+        metavar="CLIENT",
+        help="a client to grade with (repeatable; one that speaks --dialect; default: "
+        + "; ".join(f"{d.value}: {', '.join(c)}" for d, c in DEFAULT_GATEWAY_CLIENTS_BY_DIALECT.items())
+        + f"; known: {', '.join(EVERY_CLIENT)})",
+    )
+
+
+def _chosen_clients(arguments: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS_BY_DIALECT[Dialect(arguments.dialect)]))
 
 
 def _outputs(parser: argparse.ArgumentParser) -> None:
@@ -77,13 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="Q",
         help="a second upstream port your gateway can retry on: a healthy spare worker listens there (rule 1)",
     )
-    gateway.add_argument(
-        "--client",
-        action="append",
-        choices=ALL_CLIENTS,
-        metavar="CLIENT",
-        help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)}; known: {', '.join(ALL_CLIENTS)})",
-    )
+    _clients(gateway)
+    _dialects(gateway)
     gateway.add_argument(
         "--books",
         type=Path,
@@ -115,13 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     shipped.add_argument(
         "--gateway", action="append", metavar="NAME", help="a lab gateway to grade (repeatable; default: all of them)"
     )
-    shipped.add_argument(
-        "--client",
-        action="append",
-        choices=ALL_CLIENTS,
-        metavar="CLIENT",
-        help=f"a client to grade with (repeatable; default {', '.join(DEFAULT_GATEWAY_CLIENTS)})",
-    )
+    _clients(shipped)
+    _dialects(shipped)
     shipped.add_argument(
         "--stall-deadline",
         type=_seconds,
@@ -208,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
         url=arguments.url,
         upstream_port=arguments.upstream_port,
         spare_port=arguments.spare_port,
-        clients=tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS)),
+        clients=_chosen_clients(arguments),
+        dialect=Dialect(arguments.dialect),
+        upstream_dialect=Dialect(arguments.upstream_dialect) if arguments.upstream_dialect else None,
         books_path=arguments.books,
         stall_deadline_s=arguments.stall_deadline,
         model=arguments.model,
@@ -225,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
 def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
     from labs.entry import run_command
     from labs.gateways import GATEWAYS as known
+    from labs.gateways.registry import lookup, unserved_reason
     from labs.grade.card import EXIT_FAILED, EXIT_PASSED
     from labs.grade.lab_gateways import grade_lab_gateways
     from labs.grade.render import render_cards_markdown
@@ -235,13 +266,29 @@ def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace
     unknown = [name for name in arguments.gateway or () if name not in known]
     if unknown:
         parser.error(f"--gateway {unknown[0]!r} is not a lab gateway; lab gateways: {', '.join(known)}")
-    names = tuple(dict.fromkeys(arguments.gateway or known))
-    clients = tuple(dict.fromkeys(arguments.client or DEFAULT_GATEWAY_CLIENTS))
+    dialect = Dialect(arguments.dialect)
+    upstream = Dialect(arguments.upstream_dialect) if arguments.upstream_dialect else dialect
+    # The gateways whose route brings the upstream dialect to the clients' (a translating one when
+    # the two differ): asked by name, a gateway without that route is refused, saying why.
+    routed = [name for name in known if lookup(name).routes.get(dialect) == upstream]
+    for name in arguments.gateway or ():
+        if name not in routed:
+            found = lookup(name).routes.get(dialect)
+            why = unserved_reason(name, dialect) or f"{name}: its {dialect.value} route speaks {found} to the worker"
+            parser.error(
+                f"--gateway {name}: no route from a {upstream.value} worker to {dialect.value} clients ({why}); "
+                f"such routes: {', '.join(routed) or 'none'}"
+            )
+    if not routed:
+        parser.error(f"no lab gateway brings a {upstream.value} worker to {dialect.value} clients")
+    names = tuple(dict.fromkeys(arguments.gateway or routed))
     status, cards = run_command(
         partial(
             grade_lab_gateways,
             names,
-            clients=clients,
+            clients=_chosen_clients(arguments),
+            dialect=dialect,
+            upstream_dialect=upstream,
             stall_deadline_s=arguments.stall_deadline,
             results_dir=arguments.results,
             progress=lambda line: print(f"grading {line}", file=sys.stderr, flush=True),

@@ -16,15 +16,24 @@ through a byte-level reader (`bytes`), all at once while the fault is applied; t
 The post-mortem's rules: before the first token, retry on another worker (rule 1); after it, an
 explicit error event and no `[DONE]` after it (rule 2); a cut is an error in the books (rule 3,
 judged over the cuts of rule 2 and the stall, see `labs.grade.gateway_grader`).
+
+Dialects: a card grades the gateway in one dialect, the one its clients speak, from the worker
+speaking that dialect or, for a translating route, another (the upstream dialect). A check runs
+in (dialect, upstream) when its scenario's worker settings mean something in both
+(`Scenario.speaks`) and the check says what it means there (`GatewayCheck.dialects`,
+`upstreams`): `reason-omitted` is a finish-reason defect where a terminator still comes (Chat's
+`[DONE]`, Messages' `message_stop`) but a cut in Responses, which has none besides its terminal
+events. Its title and evidence use the dialect's words (`WORDS`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from finishline import Verdict
+from finishline import Dialect, Verdict
 from labs.grade.card import Finding, Mark, shortened
 from labs.grade.reading import CLEAN_END, StreamReading
 from labs.hub.policy import TunnelDropPolicy
@@ -34,6 +43,9 @@ from labs.topology import PRIMARY, SPARE
 __all__ = [
     "BYTES_CLIENT",
     "DEFAULT_GATEWAY_CLIENTS",
+    "DEFAULT_GATEWAY_CLIENTS_BY_DIALECT",
+    "WORDS",
+    "Words",
     "GATEWAY_CHECKS",
     "GATEWAY_CHECK_IDS",
     "BOOKS_CHECK",
@@ -47,6 +59,37 @@ __all__ = [
 BYTES_CLIENT = "bytes"
 #: The clients a gateway is graded with unless `--client` says otherwise (the CLI, the plugin).
 DEFAULT_GATEWAY_CLIENTS = ("openai-python", "openai-node", "pi-ai")
+#: The same per dialect: each dialect's Python and Node SDKs, and pi-ai, which speaks all three.
+DEFAULT_GATEWAY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+    Dialect.CHAT: DEFAULT_GATEWAY_CLIENTS,
+    Dialect.MESSAGES: ("anthropic-python", "anthropic-node", "pi-ai"),
+    Dialect.RESPONSES: DEFAULT_GATEWAY_CLIENTS,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Words:
+    """A dialect's words for what the checks' titles and evidence name."""
+
+    #: The field that says why the answer ended.
+    reason: str
+    #: Its values for a natural stop, a token limit and a tool call.
+    stop: str
+    length: str
+    tool: str
+    #: What a well-ended stream ends with.
+    terminator: str
+
+
+WORDS: dict[Dialect, Words] = {
+    Dialect.CHAT: Words(reason="finish_reason", stop="stop", length="length", tool="tool_calls", terminator="[DONE]"),
+    Dialect.MESSAGES: Words(
+        reason="stop_reason", stop="end_turn", length="max_tokens", tool="tool_use", terminator="message_stop"
+    ),
+    Dialect.RESPONSES: Words(
+        reason="status", stop="completed", length="incomplete", tool="completed", terminator="response.completed"
+    ),
+}
 #: How long a clause of evidence quoting a client's words may be.
 _CLAUSE = 110
 #: Outcomes with which a client tells its application that the answer is incomplete.
@@ -98,6 +141,8 @@ class CheckRun:
     spare: bool
     #: What the hub did, one line per request it relayed.
     hub: list[str] = field(default_factory=list)
+    #: The dialect the clients spoke (the evidence is in its words).
+    dialect: Dialect = Dialect.CHAT
 
     @property
     def raw(self) -> RequestResult | None:
@@ -125,6 +170,32 @@ class GatewayCheck:
     booked_as_cut: bool = False
     #: Its deadline is the grader's stall deadline, not the scenario's.
     stall: bool = False
+    #: The client dialects it is a check of (None: every one its scenario runs in); a card of
+    #: another dialect does not list it.
+    dialects: tuple[Dialect, ...] | None = None
+    #: The worker dialects in which its scenario is the defect it names (None: every one), and
+    #: what it is in the others.
+    upstreams: tuple[Dialect, ...] | None = None
+    other_upstreams: str = ""
+    #: Why a card of a dialect outside `dialects` does not run it (listed under `not run`); empty:
+    #: such a card does not list it at all.
+    other_dialects: str = ""
+
+    def title_in(self, dialect: Dialect) -> str:
+        """The title in the dialect's words (`WORDS`)."""
+        return self.title.format_map(dataclasses.asdict(WORDS[dialect]))
+
+    def why_not(self, dialect: Dialect, upstream: Dialect, listed: tuple[Dialect, ...]) -> str | None:
+        """Why it does not run with `dialect` clients and a worker speaking `upstream` (its
+        scenario lists `listed`), or None when it does."""
+        if self.dialects is not None and dialect not in self.dialects:
+            return self.other_dialects or f"a check of {', '.join(d.value for d in self.dialects)} only"
+        if self.upstreams is not None and upstream not in self.upstreams:
+            return f"from a {upstream.value} worker its scenario ({self.scenario}) is {self.other_upstreams}"
+        for needed in dict.fromkeys((upstream, dialect)):
+            if needed not in listed:
+                return f"its scenario ({self.scenario}) runs in {', '.join(d.value for d in listed)}, not in {needed.value}"
+        return None
 
 
 def _all_ok(run: CheckRun) -> Finding:
@@ -183,21 +254,24 @@ def _explicit_error_after_tokens(run: CheckRun) -> Finding:
     if not raw.reached_primary:
         return Mark.NOT_TESTED, "the byte-level request never reached the faulty worker"
     reading = raw.reading
+    words = WORDS[run.dialect]
     invented = [c.finish_reason for c in reading.choices.values() if c.finish_reason]
     if reading.status != 200:
         problem = f"the gateway answered HTTP {reading.status} instead of streaming the tokens the worker had sent"
     elif invented:
         problem = (
-            f"the gateway made up finish_reason {invented[0]!r}"
-            + (" and [DONE]" if reading.done_positions else "")
+            f"the gateway made up {words.reason} {invented[0]!r}"
+            + (f" and {words.terminator}" if reading.done_positions else "")
             + " for a cut stream"
         )
     elif not reading.error_positions:
         how = "a clean end" if reading.ending == CLEAN_END else reading.ending
-        done = " with [DONE]" if reading.done_positions else ""
+        done = f" with {words.terminator}" if reading.done_positions else ""
         problem = f"the stream just stopped: {len(reading.events)} events{done}, then {how}, no error event"
     elif reading.done_positions and reading.done_positions[-1] > reading.error_positions[0]:
-        problem = "an error event, then [DONE] after it (clients that stop at [DONE] call that a success)"
+        problem = (
+            f"an error event, then {words.terminator} after it (clients that stop at {words.terminator} call that a success)"
+        )
     else:
         problem = None
     if problem is None and not quiet:
@@ -270,7 +344,7 @@ GATEWAY_CHECKS = (
     GatewayCheck(
         rule="rule 2",
         check="cut-after-tokens-fin",
-        title="cut after tokens (FIN): an error event, no [DONE], no made-up reason",
+        title="cut after tokens (FIN): an error event, no {terminator}, no made-up reason",
         scenario="cut-after-tokens-fin",
         judge=_explicit_error_after_tokens,
         booked_as_cut=True,
@@ -278,7 +352,7 @@ GATEWAY_CHECKS = (
     GatewayCheck(
         rule="rule 2",
         check="cut-after-tokens-reset",
-        title="cut after tokens (reset): an error event, no [DONE], no made-up reason",
+        title="cut after tokens (reset): an error event, no {terminator}, no made-up reason",
         scenario="cut-after-tokens-reset",
         judge=_explicit_error_after_tokens,
         booked_as_cut=True,
@@ -286,7 +360,7 @@ GATEWAY_CHECKS = (
     GatewayCheck(
         rule="rule 2",
         check="cut-after-tokens-hub-close",
-        title="cut after tokens, hub ends cleanly: an error event, no [DONE], no made-up reason",
+        title="cut after tokens, hub ends cleanly: an error event, no {terminator}, no made-up reason",
         scenario="cut-after-tokens-hub-close",
         judge=_explicit_error_after_tokens,
         booked_as_cut=True,
@@ -298,34 +372,65 @@ GATEWAY_CHECKS = (
         scenario="cut-after-tokens-hub-error-event",
         judge=_explicit_error_after_tokens,
         booked_as_cut=True,
+        dialects=(Dialect.CHAT,),
+        other_dialects="the lab's hub writes its error event in Chat's shape (a bare `data:` line), whatever the dialect",
     ),
     GatewayCheck(
         rule="finish reasons",
         check="reason-omitted",
-        title="upstream omits finish_reason: clients end with stop",
+        title="upstream omits {reason}: clients end with {stop}",
         scenario="reason-omitted",
         judge=_finish_reason,
+        # A Responses stream has no terminator besides its terminal events: without one it is cut.
+        upstreams=(Dialect.CHAT, Dialect.MESSAGES),
+        other_upstreams="a stream without a terminal event, a cut: the rule 2 checks cover it",
     ),
     GatewayCheck(
         rule="finish reasons",
         check="reason-empty",
-        title='upstream sends "finish_reason": "": clients end with stop',
+        title='upstream sends "{reason}": "": clients end with {stop}',
         scenario="reason-empty",
         judge=_finish_reason,
     ),
     GatewayCheck(
         rule="finish reasons",
         check="length-omitted",
-        title="max_tokens truncation, reason omitted: clients end with length",
+        title="max_tokens truncation, {reason} omitted: clients end with {length}",
         scenario="length-omitted",
         judge=_finish_reason,
     ),
     GatewayCheck(
         rule="finish reasons",
         check="tool-calls-omitted",
-        title="tool call, reason omitted: clients end with tool_calls",
+        title="tool call, {reason} omitted: clients end with {tool}",
         scenario="tool-calls-omitted",
         judge=_finish_reason,
+    ),
+    GatewayCheck(
+        rule="finish reasons",
+        check="stop-reason-null",
+        title="upstream sends stop_reason null before message_stop: clients end with end_turn",
+        scenario="stop-reason-null",
+        judge=_finish_reason,
+        dialects=(Dialect.MESSAGES,),
+    ),
+    GatewayCheck(
+        rule="rule 2",
+        check="close-after-reasoning",
+        title="clean close after the reasoning, no terminal event: an error event, no made-up {terminator}",
+        scenario="close-after-reasoning",
+        judge=_explicit_error_after_tokens,
+        booked_as_cut=True,
+        dialects=(Dialect.RESPONSES,),
+    ),
+    GatewayCheck(
+        rule="rule 2",
+        check="bare-error-frame",
+        title='a bare `data: {{"error": ...}}` frame after tokens: it reaches the client as an error',
+        scenario="bare-error-frame",
+        judge=_explicit_error_after_tokens,
+        booked_as_cut=True,
+        dialects=(Dialect.MESSAGES, Dialect.RESPONSES),
     ),
     GatewayCheck(
         rule="stalls",

@@ -9,6 +9,15 @@ the request id first (the gateway's books record it; `labs.scenario.cell_id_of` 
 the worker settings of the check's scenario next (so the gateway must pass the model name through
 to its upstream, as a wildcard route does), and the name the worker echoes pinned last, so the
 bytes, and with them the byte-exact cuts, do not depend on how the gateway renames the model.
+
+Dialects (`GatewayTarget.dialect`): the clients and the byte-level reader speak one dialect to the
+gateway, whose path and body are that dialect's; the worker speaks `upstream_dialect` (the same,
+unless the gateway translates), which is the dialect each check's fault is laid out on; the
+answers are judged in the clients' dialect. Which checks run in a (dialect, upstream) pair is the
+checks' own business (`GatewayCheck.why_not`); the others are listed under the card's `not run`.
+The request ids of every check are planned before the first one runs (`plan_checks`), so a gateway
+that must know its models before it starts (the lab's LiteLLM, for its routes to a Responses
+upstream) can be told them.
 """
 
 from __future__ import annotations
@@ -27,8 +36,11 @@ import httpx
 import trio
 
 from faults.toxiproxy_server import open_toxiproxy_server
-from labs.clients import LAB_API_KEY
+from finishline import Dialect
+from labs.clients import CLIENTS_BY_DIALECT, LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
+from labs.clients.python_messages import messages_body
+from labs.clients.python_responses import responses_body
 from labs.entry import leaf_errors
 from labs.fault_plan import build_fault
 from labs.grade.books import BOOKS_NO_ENTRY, read_books_file
@@ -38,6 +50,7 @@ from labs.grade.gateway_checks import (
     BOOKS_CHECK,
     BYTES_CLIENT,
     DEFAULT_GATEWAY_CLIENTS,
+    GATEWAY_CHECK_IDS,
     GATEWAY_CHECKS,
     CheckRun,
     GatewayCheck,
@@ -45,6 +58,7 @@ from labs.grade.gateway_checks import (
     judge_run,
 )
 from labs.grade.reading import CLEAN_END, TRANSPORT_ERROR, StreamReading
+from labs.grade.server_suites import SERVER_SUITES
 from labs.hub import TunnelDropPolicy, open_hub
 from labs.outcome import BOOKS_ERROR, ClientReport, judge
 
@@ -55,7 +69,17 @@ from labs.topology import PRIMARY, SPARE
 from labs.worker.server import RunningWorker, open_worker
 from labs.worker.settings import DEFAULT_MODEL_NAME
 
-__all__ = ["DEFAULT_STALL_DEADLINE_S", "GatewayTarget", "GradingLab", "grade_gateway", "grade_with", "open_grading_lab"]
+__all__ = [
+    "DEFAULT_STALL_DEADLINE_S",
+    "CheckPlan",
+    "GatewayTarget",
+    "GradingLab",
+    "grade_gateway",
+    "grade_with",
+    "open_grading_lab",
+    "plan_checks",
+    "require_dialect_clients",
+]
 
 #: How long a gateway has to end a stalled stream, when neither `--stall-deadline` nor the
 #: gateway's own setting says.
@@ -98,6 +122,15 @@ class GatewayTarget:
     #: Awaited with a check's request models before they are sent, for a gateway that must be told
     #: a model before it routes it (the lab's SMG: `labs.gateways.services.Gateway.prepare`).
     prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
+    #: The dialect the clients speak to the gateway.
+    dialect: Dialect = Dialect.CHAT
+    #: The dialect the worker speaks behind it: None for the same (a gateway that translates,
+    #: such as LiteLLM's Chat bridge, is graded with the worker in the dialect it translates from).
+    upstream_dialect: Dialect | None = None
+
+    @property
+    def upstream(self) -> Dialect:
+        return self.upstream_dialect or self.dialect
 
 
 def _require_free(port: int, option: str) -> None:
@@ -140,10 +173,27 @@ def _model(scenario: Scenario, request_id: str, prefix: str | None) -> str:
     return f"{prefix or ''}{scenario.model_name(request_id)};model={DEFAULT_MODEL_NAME}"
 
 
-async def _read_bytes(url: str, body: dict[str, Any], api_key: str, deadline_s: float) -> StreamReading:
+def _bytes_body(dialect: Dialect, model: str, request: dict[str, Any]) -> dict[str, Any]:
+    """The byte-level reader's request in `dialect`, shaped as the lab's drivers shape theirs."""
+    line = {"model": model, **request}
+    if dialect is Dialect.MESSAGES:
+        return {**messages_body(line), "stream": True}
+    if dialect is Dialect.RESPONSES:
+        return {**responses_body(line), "stream": True}
+    return {**line, "stream": True}
+
+
+async def _read_bytes(url: str, body: dict[str, Any], api_key: str, deadline_s: float, dialect: Dialect) -> StreamReading:
     """The gateway's response body as it arrived, and how it ended, within the deadline."""
-    async with grading_client(timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S), api_key=api_key) as client:
-        return await fetch_stream(client, f"{url}/chat/completions", body, what=_WHAT, deadline_s=deadline_s)
+    suite = SERVER_SUITES[dialect]  # where each dialect is asked, and with which headers
+    client = grading_client(
+        timeout=httpx.Timeout(None, connect=CONNECT_TIMEOUT_S),
+        api_key=api_key,
+        headers=suite.headers,
+        api_key_header=suite.api_key_header,
+    )
+    async with client:
+        return await fetch_stream(client, f"{url}{suite.path}", body, what=_WHAT, deadline_s=deadline_s, dialect=dialect)
 
 
 def _bytes_report(reading: StreamReading) -> ClientReport:
@@ -235,6 +285,65 @@ async def open_grading_lab(
             )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CheckPlan:
+    """One check as it will run: its scenario (as the check changes it) and its request ids."""
+
+    check: GatewayCheck
+    scenario: Scenario
+    client_ids: dict[str, str]
+    bytes_ids: tuple[str, ...]
+
+    def models(self, prefix: str | None = None) -> list[str]:
+        """Every model name this check's requests will ask for (after `prefix`)."""
+        return [_model(self.scenario, i, prefix) for i in (*self.client_ids.values(), *self.bytes_ids)]
+
+
+@dataclass(slots=True, kw_only=True)
+class Plan:
+    """What `grade_with` runs and what the card says without running it."""
+
+    checks: list[CheckPlan]
+    #: Checks that get a row without running (`not tested`: a spare is needed and there is none).
+    not_tested: list[CheckResult]
+    #: Checks the card does not run in this dialect, with why (`Card.not_run`).
+    not_run: dict[str, str]
+
+    def models(self, prefix: str | None = None) -> list[str]:
+        return [model for plan in self.checks for model in plan.models(prefix)]
+
+
+def plan_checks(lab: GradingLab, target: GatewayTarget) -> Plan:
+    """The checks `target` runs in its dialects, each with request ids of its own (taken from
+    `lab` now, in the order the checks run)."""
+    plan = Plan(checks=[], not_tested=[], not_run={})
+    for check in GATEWAY_CHECKS:
+        if target.only is not None and check.check not in target.only and check.check != "healthy":
+            continue  # the healthy check always runs: it proves the setup reaches the worker
+        scenario = _pinned(load_scenario(SCENARIO_DIR / f"{check.scenario}.toml"), check)
+        why = check.why_not(target.dialect, target.upstream, scenario.listed_dialects)
+        if why is not None:
+            # A check of other dialects only, with nothing to say to this one, is not on its card.
+            if check.dialects is None or target.dialect in check.dialects or check.other_dialects:
+                plan.not_run[check.check] = why
+            continue
+        if check.needs_spare and lab.spare is None:
+            plan.not_tested.append(
+                CheckResult(
+                    rule=check.rule,
+                    check=check.check,
+                    title=check.title_in(target.dialect),
+                    mark=Mark.NOT_TESTED,
+                    evidence=f"no {target.option_prefix}spare-port: nowhere to retry (give the gateway a second upstream and pass its port)",
+                )
+            )
+            continue
+        client_ids = {name: lab.new_id() for name in target.clients}
+        bytes_ids = tuple(lab.new_id() for _ in range(BYTES_ATTEMPTS))
+        plan.checks.append(CheckPlan(check=check, scenario=scenario, client_ids=client_ids, bytes_ids=bytes_ids))
+    return plan
+
+
 class _Grader:
     def __init__(self, target: GatewayTarget, lab: GradingLab) -> None:
         self.target, self.lab = target, lab
@@ -244,28 +353,28 @@ class _Grader:
     def workers_for(self, request_id: str) -> dict[str, int]:
         return self.lab.workers_for(request_id)
 
-    async def run(self, check: GatewayCheck) -> CheckRun:
-        scenario = _pinned(load_scenario(SCENARIO_DIR / f"{check.scenario}.toml"), check)
+    async def run(self, plan: CheckPlan) -> CheckRun:
+        check, scenario, dialect = plan.check, plan.scenario, self.target.dialect
         self.hub.on_tunnel_drop = check.hub or scenario.hub_policy or TunnelDropPolicy.ABORT
-        fault = build_fault(scenario)
+        # The fault is laid out on the bytes the worker sends: in the dialect it speaks.
+        fault = build_fault(scenario, self.target.upstream)
         deadline_s = self.stall_deadline_s if check.stall else scenario.deadline_s
-        expected = scenario.expected()
+        expected = scenario.expected(dialect)
         results: list[RequestResult] = []
         relayed_before = len(self.hub.exchanges)
         # A fresh tunnel for each check: nothing pooled from the last one outlives its fault.
         await trio.to_thread.run_sync(self.toxiproxy.client.set_enabled, _TUNNEL, False)
         await trio.to_thread.run_sync(self.toxiproxy.client.set_enabled, _TUNNEL, True)
 
-        client_ids = {name: self.lab.new_id() for name in self.target.clients}
-        bytes_ids = [self.lab.new_id() for _ in range(BYTES_ATTEMPTS)]
         if self.target.prepare is not None:
-            await self.target.prepare([_model(scenario, i, self.target.model) for i in (*client_ids.values(), *bytes_ids)])
+            await self.target.prepare(plan.models(self.target.model))
 
         async def client(name: str) -> None:
-            request_id = client_ids[name]
+            request_id = plan.client_ids[name]
             request = {
                 "id": request_id,
                 "client": name,
+                "dialect": dialect.value,
                 "base_url": self.target.url,
                 "model": _model(scenario, request_id, self.target.model),
                 "deadline_s": deadline_s,
@@ -278,9 +387,9 @@ class _Grader:
             results.append(RequestResult(client=name, request_id=request_id, outcome=judged.outcome, why=judged.reason))
 
         async def raw_bytes() -> None:
-            for request_id in bytes_ids:
-                body = {"model": _model(scenario, request_id, self.target.model), "stream": True, **scenario.request()}
-                reading = await _read_bytes(self.target.url, body, self.target.api_key or LAB_API_KEY, deadline_s)
+            for request_id in plan.bytes_ids:
+                body = _bytes_body(dialect, _model(scenario, request_id, self.target.model), scenario.request())
+                reading = await _read_bytes(self.target.url, body, self.target.api_key or LAB_API_KEY, deadline_s, dialect)
                 judged = judge(_bytes_report(reading), expected)
                 result = RequestResult(
                     client=BYTES_CLIENT,
@@ -305,7 +414,9 @@ class _Grader:
             result.workers = self.workers_for(result.request_id)
         hub_lines = [e.summary() for e in self.hub.exchanges[relayed_before:]]
         order = {name: i for i, name in enumerate((BYTES_CLIENT, *self.target.clients))}
-        return CheckRun(results=sorted(results, key=lambda r: order[r.client]), spare=self.spare is not None, hub=hub_lines)
+        return CheckRun(
+            results=sorted(results, key=lambda r: order[r.client]), spare=self.spare is not None, hub=hub_lines, dialect=dialect
+        )
 
 
 def _details(run: CheckRun) -> dict[str, Any]:
@@ -398,7 +509,23 @@ async def grade_gateway(target: GatewayTarget) -> Card:
         raise
 
 
+def require_dialect_clients(clients: Sequence[str], dialect: Dialect, option: str) -> None:
+    """Every client must speak the dialect graded.
+
+    Raises:
+        GradeError: one does not; the line names it, the dialects it speaks and those that do.
+    """
+    for name in clients:
+        if name not in CLIENTS_BY_DIALECT[dialect]:
+            speaks = ", ".join(d.value for d in Dialect if name in CLIENTS_BY_DIALECT[d]) or "no dialect"
+            raise GradeError(
+                f"{option} {name}: speaks {speaks}, not {dialect.value}; {dialect.value} clients: "
+                + ", ".join(CLIENTS_BY_DIALECT[dialect])
+            )
+
+
 async def _grade_gateway(target: GatewayTarget) -> Card:
+    require_dialect_clients(target.clients, target.dialect, f"{target.option_prefix}client")
     _require_free(target.upstream_port, f"{target.option_prefix}upstream-port")
     if target.spare_port is not None:
         _require_free(target.spare_port, f"{target.option_prefix}spare-port")
@@ -409,11 +536,13 @@ async def _grade_gateway(target: GatewayTarget) -> Card:
         return await grade_with(lab, target)
 
 
-async def grade_with(lab: GradingLab, target: GatewayTarget) -> Card:
-    """Run the checks through `target`'s gateway, whose upstream is `lab`'s hub (and spare)."""
+async def grade_with(lab: GradingLab, target: GatewayTarget, plan: Plan | None = None) -> Card:
+    """Run the checks through `target`'s gateway, whose upstream is `lab`'s hub (and spare); `plan`:
+    the checks as `plan_checks` planned them (planned here when not given)."""
     say = target.progress or (lambda line: None)
     grader = _Grader(target, lab)
-    card = Card(kind="gateway", target=target.url)
+    plan = plan if plan is not None else plan_checks(lab, target)
+    card = Card(kind="gateway", target=target.url, not_run=dict(plan.not_run))
     card.setup = {
         "upstream": f"hub on 127.0.0.1:{lab.hub.port} -> tunnel (toxiproxy) 127.0.0.1:{lab.tunnel_port} -> worker 127.0.0.1:{lab.primary.port}",
         "spare": f"worker on 127.0.0.1:{lab.spare.port}" if lab.spare is not None else "none (rule 1 not tested)",
@@ -422,37 +551,30 @@ async def grade_with(lab: GradingLab, target: GatewayTarget) -> Card:
         "versions": {host.runtime: host.hello.get("versions", {}) for host in lab.hosts.values()},
         "run_dir": str(lab.run_dir),
     }
+    if (target.dialect, target.upstream) != (Dialect.CHAT, Dialect.CHAT):
+        # Chat's card is as it was before there were dialects.
+        card.setup = {"dialect": str(target.dialect), "upstream_dialect": str(target.upstream), **card.setup}
+    card.results += plan.not_tested
     cut: list[RequestResult] = []
-    for check in GATEWAY_CHECKS:
-        if target.only is not None and check.check not in target.only and check.check != "healthy":
-            continue  # the healthy check always runs: it proves the setup reaches the worker
-        if check.needs_spare and lab.spare is None:
-            card.results.append(
-                CheckResult(
-                    rule=check.rule,
-                    check=check.check,
-                    title=check.title,
-                    mark=Mark.NOT_TESTED,
-                    evidence=f"no {target.option_prefix}spare-port: nowhere to retry (give the gateway a second upstream and pass its port)",
-                )
-            )
-            continue
-        say(f"{check.check}: {check.title}")
-        run = await grader.run(check)
+    for planned in plan.checks:
+        check = planned.check
+        title = check.title_in(target.dialect)
+        say(f"{check.check}: {title}")
+        run = await grader.run(planned)
         if check.check == "healthy":
             _require_upstream_reached(run, target, lab)
         mark, evidence = judge_run(check, run)
         card.results.append(
-            CheckResult(
-                rule=check.rule, check=check.check, title=check.title, mark=mark, evidence=evidence, details=_details(run)
-            )
+            CheckResult(rule=check.rule, check=check.check, title=title, mark=mark, evidence=evidence, details=_details(run))
         )
         if check.booked_as_cut:
             cut += run.results
     if target.only is None or BOOKS_CHECK[1] in target.only:
         say(f"{BOOKS_CHECK[1]}: reading the books")
         card.results.append(await _books_row(target, cut))
-    card.results.sort(key=lambda r: _RULE_ORDER.index(r.rule))
+    # Rows in card order (the rule 3 row after rule 2), whatever order they were made in.
+    order = {check: number for number, check in enumerate(GATEWAY_CHECK_IDS)}
+    card.results.sort(key=lambda r: (_RULE_ORDER.index(r.rule), order[r.check]))
     return card
 
 

@@ -13,13 +13,33 @@ the ports they got: no port is picked first and bound later (no race with anothe
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from labs.grade.card import Card
-from labs.grade.gateway_grader import GatewayTarget, GradingLab, grade_with, open_grading_lab
+from finishline import Dialect
+from labs.entry import error_line
+from labs.gateways.registry import lookup, missing_installs
+from labs.gateways.services import books_entry, open_gateways, read_books
+from labs.grade.card import Card, GradeError
+from labs.grade.gateway_grader import (
+    GatewayTarget,
+    GradingLab,
+    grade_with,
+    open_grading_lab,
+    plan_checks,
+    require_dialect_clients,
+)
 from labs.outcome import BOOKS_NONE
 
 __all__ = ["grade_lab_gateways"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Routes:
+    """The dialect the clients speak, and the one the worker speaks behind every gateway graded."""
+
+    dialect: Dialect
+    upstream: Dialect
 
 
 async def grade_lab_gateways(
@@ -29,16 +49,17 @@ async def grade_lab_gateways(
     stall_deadline_s: float,
     results_dir: Path,
     progress: Callable[[str], None] | None = None,
+    dialect: Dialect = Dialect.CHAT,
+    upstream_dialect: Dialect | None = None,
 ) -> tuple[dict[str, Card], dict[str, str]]:
     """({gateway name: its card}, {gateway name: why it could not be graded}), graded one after
-    another through one grading lab."""
-    from labs.gateways.registry import missing_installs
-
+    another through one grading lab, with `dialect` clients and the worker speaking
+    `upstream_dialect` (by default the same)."""
     missing = missing_installs(names)
     if missing:
-        from labs.grade.card import GradeError
-
         raise GradeError("not installed: " + "; ".join(missing) + " (run make setup)")
+    require_dialect_clients(clients, dialect, "--client")
+    routes = Routes(dialect=dialect, upstream=upstream_dialect or dialect)
     say = progress or (lambda line: None)
     cards: dict[str, Card] = {}
     failures: dict[str, str] = {}
@@ -47,10 +68,10 @@ async def grade_lab_gateways(
         upstream_port, spare_port = lab.hub.port, lab.spare.port
         for name in names:
             try:
-                cards[name] = await _grade_one(lab, name, upstream_port, spare_port, clients, stall_deadline_s, results_dir, say)
+                cards[name] = await _grade_one(
+                    lab, name, upstream_port, spare_port, clients, stall_deadline_s, results_dir, say, routes
+                )
             except Exception as error:  # one gateway that does not start must not hide the others
-                from labs.entry import error_line
-
                 failures[name] = error_line(error).removeprefix("error: ")
                 say(f"{name}: could not be graded: {failures[name]}")
     return cards, failures
@@ -65,18 +86,31 @@ async def _grade_one(
     stall_deadline_s: float,
     results_dir: Path,
     say: Callable[[str], None],
+    routes: Routes,
 ) -> Card:
     """Start one lab gateway with the hub (and the spare, if it takes two upstreams), grade it, stop it."""
-    from labs.gateways.registry import lookup
-    from labs.gateways.services import books_entry, open_gateways, read_books
-
     entry = lookup(name)
     say(f"{name}: starting")
     spare_url = f"http://127.0.0.1:{spare_port}" if entry.uses_spare else None
     run_dir = lab.run_dir / name.replace("+", "-")
     run_dir.mkdir(parents=True, exist_ok=True)
+    # The checks' request ids first: a gateway configured with every model before it starts (the
+    # lab's LiteLLM, for its routes to a Responses upstream) is told them (without its prefixes).
+    shape = GatewayTarget(
+        url="",
+        upstream_port=upstream_port,
+        spare_port=spare_port if entry.uses_spare else None,
+        clients=clients,
+        dialect=routes.dialect,
+        upstream_dialect=routes.upstream,
+    )
+    plan = plan_checks(lab, shape)
     async with open_gateways(
-        (name,), primary_url=f"http://127.0.0.1:{upstream_port}", spare_url=spare_url, run_dir=run_dir
+        (name,),
+        primary_url=f"http://127.0.0.1:{upstream_port}",
+        spare_url=spare_url,
+        run_dir=run_dir,
+        models={(name, routes.dialect): tuple(plan.models())},
     ) as gateways:
         gateway = gateways[name]
         books_lookup, no_books = None, None
@@ -97,12 +131,14 @@ async def _grade_one(
             books_lookup=books_lookup,
             no_books_reason=no_books,
             stall_deadline_s=stall_deadline_s,
-            model=gateway.model_prefix or None,
+            model=gateway.model_for(routes.dialect, "") or None,
+            dialect=routes.dialect,
+            upstream_dialect=routes.upstream,
             api_key=gateway.api_key,
             results_dir=results_dir,
             prepare=gateway.prepare,
             progress=lambda line: say(f"{name}: {line}"),
         )
-        card = await grade_with(lab, target)
-        card.setup["gateway"] = f"{name}: {entry.summary}"
+        card = await grade_with(lab, target, plan)
+        card.setup["gateway"] = f"{name}: {entry.route_text(routes.dialect)}"
         return card
