@@ -80,6 +80,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="the gateway's second upstream (a healthy spare worker listens there)",
     )
     group.addoption(
+        "--finishline-gateway-dialect",
+        choices=_DIALECTS,
+        default=_DIALECTS[0],
+        metavar="DIALECT",
+        help=f"the API the clients speak to the gateway: {', '.join(_DIALECTS)} (default chat)",
+    )
+    group.addoption(
+        "--finishline-upstream-dialect",
+        choices=_DIALECTS,
+        metavar="DIALECT",
+        help="the API the lab's worker speaks behind the gateway, for a route that translates (default: the gateway dialect)",
+    )
+    group.addoption(
         "--finishline-client", action="append", metavar="CLIENT", help="a client to grade the gateway with (repeatable)"
     )
     group.addoption(

@@ -395,14 +395,14 @@ GATEWAY_CHECKS = (
     GatewayCheck(
         rule="finish reasons",
         check="length-omitted",
-        title="max_tokens truncation, {reason} omitted: clients end with {length}",
+        title="max_tokens truncation, reason omitted: clients end with {length}",
         scenario="length-omitted",
         judge=_finish_reason,
     ),
     GatewayCheck(
         rule="finish reasons",
         check="tool-calls-omitted",
-        title="tool call, {reason} omitted: clients end with {tool}",
+        title="tool call, reason omitted: clients end with {tool}",
         scenario="tool-calls-omitted",
         judge=_finish_reason,
     ),

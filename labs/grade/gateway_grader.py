@@ -74,6 +74,8 @@ __all__ = [
     "CheckPlan",
     "GatewayTarget",
     "GradingLab",
+    "card_check_ids",
+    "card_checks",
     "grade_gateway",
     "grade_with",
     "open_grading_lab",
@@ -313,20 +315,38 @@ class Plan:
         return [model for plan in self.checks for model in plan.models(prefix)]
 
 
+def card_checks(dialect: Dialect, upstream: Dialect | None = None) -> tuple[list[GatewayCheck], dict[str, str]]:
+    """The checks a card of `dialect` clients and a worker speaking `upstream` (by default the
+    same) runs, in card order, and those it lists as not run, with why."""
+    upstream = upstream or dialect
+    runs, not_run = [], {}
+    for check in GATEWAY_CHECKS:
+        listed = load_scenario(SCENARIO_DIR / f"{check.scenario}.toml").listed_dialects
+        why = check.why_not(dialect, upstream, listed)
+        if why is None:
+            runs.append(check)
+        elif check.dialects is None or dialect in check.dialects or check.other_dialects:
+            # (A check of other dialects only, with nothing to say to this one, is not on its card.)
+            not_run[check.check] = why
+    return runs, not_run
+
+
+def card_check_ids(dialect: Dialect, upstream: Dialect | None = None) -> tuple[str, ...]:
+    """Every row of such a card, in card order (the rule 3 row after rule 2): the pytest plugin's
+    tests."""
+    ids = {check.check for check in card_checks(dialect, upstream)[0]} | {BOOKS_CHECK[1]}
+    return tuple(check for check in GATEWAY_CHECK_IDS if check in ids)
+
+
 def plan_checks(lab: GradingLab, target: GatewayTarget) -> Plan:
     """The checks `target` runs in its dialects, each with request ids of its own (taken from
     `lab` now, in the order the checks run)."""
-    plan = Plan(checks=[], not_tested=[], not_run={})
-    for check in GATEWAY_CHECKS:
+    runs, not_run = card_checks(target.dialect, target.upstream)
+    plan = Plan(checks=[], not_tested=[], not_run=not_run)
+    for check in runs:
         if target.only is not None and check.check not in target.only and check.check != "healthy":
             continue  # the healthy check always runs: it proves the setup reaches the worker
         scenario = _pinned(load_scenario(SCENARIO_DIR / f"{check.scenario}.toml"), check)
-        why = check.why_not(target.dialect, target.upstream, scenario.listed_dialects)
-        if why is not None:
-            # A check of other dialects only, with nothing to say to this one, is not on its card.
-            if check.dialects is None or target.dialect in check.dialects or check.other_dialects:
-                plan.not_run[check.check] = why
-            continue
         if check.needs_spare and lab.spare is None:
             plan.not_tested.append(
                 CheckResult(

@@ -25,8 +25,8 @@ from finishline import Dialect
 from labs.entry import error_line
 from labs.grade.background import serving_in_thread
 from labs.grade.card import Card, GradeError, Mark
-from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS, GATEWAY_CHECK_IDS
-from labs.grade.gateway_grader import GatewayTarget, grade_gateway
+from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS_BY_DIALECT
+from labs.grade.gateway_grader import GatewayTarget, card_check_ids, grade_gateway
 from labs.grade.server_grader import grade_server
 from labs.grade.server_suites import SERVER_SUITES
 from labs.hub import Hub, open_hub
@@ -118,7 +118,8 @@ def graded_checks(session: pytest.Session, config: pytest.Config) -> list[pytest
         card = GradedCard.from_parent(session, name=_SERVER, nodeid=_SERVER, checks=tuple(c.check for c in suite.checks))
         items.extend(card.collect())
     if config.getoption("--finishline-gateway-url"):
-        card = GradedCard.from_parent(session, name=_GATEWAY, nodeid=_GATEWAY, checks=GATEWAY_CHECK_IDS)
+        checks = card_check_ids(*_gateway_dialects(config))
+        card = GradedCard.from_parent(session, name=_GATEWAY, nodeid=_GATEWAY, checks=checks)
         items.extend(card.collect())
     return items
 
@@ -132,6 +133,12 @@ def record_selected(session: pytest.Session) -> None:
     session.config.stash[_SELECTED] = selected
 
 
+def _gateway_dialects(config: pytest.Config) -> tuple[Dialect, Dialect | None]:
+    """The gateway card's dialect and upstream dialect (None: the same), as the options say."""
+    upstream = config.getoption("--finishline-upstream-dialect")
+    return Dialect(config.getoption("--finishline-gateway-dialect")), Dialect(upstream) if upstream else None
+
+
 def _grade(config: pytest.Config, key: str) -> Card:
     option = config.getoption
     if key == _SERVER:
@@ -142,11 +149,14 @@ def _grade(config: pytest.Config, key: str) -> Card:
             dialect=Dialect(option("--finishline-server-dialect")),
         )
     books = option("--finishline-books")
+    dialect, upstream = _gateway_dialects(config)
     target = GatewayTarget(
         url=option("--finishline-gateway-url").rstrip("/"),
         upstream_port=option("--finishline-upstream-port"),
         spare_port=option("--finishline-spare-port"),
-        clients=tuple(option("--finishline-client") or DEFAULT_GATEWAY_CLIENTS),
+        clients=tuple(option("--finishline-client") or DEFAULT_GATEWAY_CLIENTS_BY_DIALECT[dialect]),
+        dialect=dialect,
+        upstream_dialect=upstream,
         books_path=Path(books) if books else None,
         stall_deadline_s=option("--finishline-stall-deadline"),
         model=option("--finishline-model"),
