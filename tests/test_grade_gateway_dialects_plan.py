@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from finishline import Dialect, sse_event
-from labs.grade.card import GradeError, Mark
+from labs.grade.card import Card, CheckResult, GradeError, Mark
 from labs.grade.gateway_checks import BOOKS_CHECK, GATEWAY_CHECK_IDS, GATEWAY_CHECKS, CheckRun, RequestResult
 from labs.grade.gateway_grader import card_check_ids, card_checks, require_dialect_clients
 from labs.grade.reading import read_stream
+from labs.grade.render import render_cards_markdown
 from labs.outcome import Outcome
 
 DIALECT_ONLY = ("stop-reason-null", "close-after-reasoning", "bare-error-frame")
@@ -144,3 +145,19 @@ def test_rule_2_fails_a_made_up_response_completed():
     mark, evidence = rule_2_on(body, Dialect.RESPONSES, Outcome.SILENT_TRUNCATION)
     assert mark is Mark.FAIL
     assert evidence.startswith("the gateway made up status 'completed' and response.completed for a cut stream")
+
+
+def test_a_table_of_cards_graded_in_another_dialect_has_a_dialect_column():
+    def card(mark: Mark, setup: dict) -> Card:
+        made = Card(kind="gateway", target="http://127.0.0.1:1/v1", setup=setup)
+        made.results.append(CheckResult(rule="rule 2", check="cut-after-tokens-fin", title="t", mark=mark, evidence="e"))
+        return made
+
+    translated = {"dialect": "messages", "upstream_dialect": "chat"}
+    assert render_cards_markdown({"litellm-chat-bridge": card(Mark.FAIL, translated), "x": card(Mark.PASS, translated)}) == (
+        "| dialect | rule | check | litellm-chat-bridge | x |\n"
+        "| --- | --- | --- | --- | --- |\n"
+        "| messages from chat | rule 2 | `cut-after-tokens-fin` | fail | pass |"
+    )
+    # Chat's table is as it was before there were dialects.
+    assert render_cards_markdown({"finish_fix": card(Mark.PASS, {})}).splitlines()[0] == "| rule | check | finish_fix |"

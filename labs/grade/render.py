@@ -39,9 +39,10 @@ def render_terminal(card: Card, *, colour: bool = False) -> str:
 
 
 def _heading(card: Card) -> str:
-    """`server http://.../v1`, with the dialect graded when the card names one (Messages, Responses)."""
-    dialect = card.setup.get("dialect")
-    return f"{card.kind} {card.target}" + (f" ({dialect})" if dialect else "")
+    """`server http://.../v1`, with the dialect graded when the card names one (Messages, Responses;
+    `messages from chat` for a gateway graded on a translating route)."""
+    label = dialect_label(card)
+    return f"{card.kind} {card.target}" + (f" ({label})" if label else "")
 
 
 def write_json(card: Card, path: Path) -> None:
@@ -91,15 +92,31 @@ def write_html(card: Card, path: Path) -> None:
     path.write_text(render_html(card), encoding="utf-8")
 
 
+def dialect_label(card: Card) -> str | None:
+    """The dialect a gateway card was graded in (`messages`, `messages from chat` for a translating
+    route), or None for Chat's card, which is laid out as before there were dialects."""
+    dialect = card.setup.get("dialect")
+    if dialect is None:
+        return None
+    upstream = card.setup.get("upstream_dialect", dialect)
+    return dialect if upstream == dialect else f"{dialect} from {upstream}"
+
+
 def render_cards_markdown(cards: dict[str, Card]) -> str:
-    """Several cards as one Markdown table: checks as rows, cards (gateways) as columns."""
+    """Several cards as one Markdown table: checks as rows, cards (gateways) as columns; with a
+    `dialect` column first when the cards were graded in another dialect than Chat."""
     names = list(cards)
     order: list[tuple[str, str]] = []
     for card in cards.values():
         for r in card.results:
             if (r.rule, r.check) not in order:
                 order.append((r.rule, r.check))
-    lines = ["| rule | check | " + " | ".join(names) + " |", "| --- | --- |" + " --- |" * len(names)]
+    labels = list(dict.fromkeys(label for card in cards.values() if (label := dialect_label(card))))
+    lead = f"| {', '.join(labels)} " if labels else ""
+    lines = [
+        ("| dialect " if labels else "") + "| rule | check | " + " | ".join(names) + " |",
+        ("| --- " if labels else "") + "| --- | --- |" + " --- |" * len(names),
+    ]
     for rule, check in order:
         cells = []
         for name in names:
@@ -107,5 +124,5 @@ def render_cards_markdown(cards: dict[str, Card]) -> str:
                 cells.append(str(cards[name].result(check).mark))
             except KeyError:
                 cells.append("")
-        lines.append(f"| {rule} | `{check}` | " + " | ".join(cells) + " |")
+        lines.append(f"{lead}| {rule} | `{check}` | " + " | ".join(cells) + " |")
     return "\n".join(lines)
