@@ -538,8 +538,10 @@ def test_the_default_run_takes_each_scenario_in_its_default_dialects_and_all_in_
     default = {s.name: s.dialects for s in select_scenarios(None, everything=False)}
     everything = {s.name: s.dialects for s in select_scenarios(None, everything=True)}
     assert default["tool-calls-omitted"] == (Dialect.CHAT, Dialect.MESSAGES)
-    assert default["reason-omitted"] == (Dialect.CHAT,)
-    assert everything["reason-omitted"] == tuple(Dialect)
+    assert default["reason-empty"] == (Dialect.CHAT,)
+    assert everything["reason-empty"] == (Dialect.CHAT, Dialect.MESSAGES)
+    # In all three: in Messages and Responses it is also the translation row of a Chat worker.
+    assert default["reason-omitted"] == tuple(Dialect)
     assert "sliced" not in default and everything["sliced"] == tuple(Dialect)
     # The Chat part of the default run is the scenarios it had before there were dialects.
     assert {name for name, dialects in default.items() if Dialect.CHAT in dialects} == DEFAULT_SET - {
@@ -560,6 +562,7 @@ def test_asking_for_dialects_narrows_every_scenario_to_them():
     assert all(s.dialects == (Dialect.MESSAGES,) for s in chosen)
     assert {s.name for s in chosen} == {
         "healthy",
+        "reason-omitted",
         "stop-reason-null",
         "tool-calls-omitted",
         "cut-after-tokens-fin",
