@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from finishline import Dialect
 from labs.clients import ALL_CLIENTS
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, Scenario, load_scenario
+from tests.fixtures_lab import run_trio
 
 #: Scenarios of the default set the pinned-behaviour tests read, through direct and finish_fix.
 PINNED_SCENARIOS = ("reason-omitted", "cut-after-tokens-fin", "length-omitted")
@@ -144,8 +144,4 @@ def small_matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
         results_dir=Path(tmp_path_factory.mktemp("lab-results")),
     )
 
-    async def bounded():
-        with trio.fail_after(SMALL_MATRIX_DEADLINE_S):
-            return await run_lab(config)
-
-    return Matrix(trio.run(bounded).to_json())
+    return Matrix(run_trio(run_lab, config, deadline=SMALL_MATRIX_DEADLINE_S).to_json())

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from finishline import Dialect
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.fixtures_chaos import in_dialects
+from tests.fixtures_lab import run_trio
 
 pytestmark = pytest.mark.e2e
 
@@ -68,11 +68,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
         results_dir=Path(tmp_path_factory.mktemp("gateway-matrix")),
     )
 
-    async def bounded():
-        with trio.fail_after(MATRIX_DEADLINE_S):
-            return await run_lab(config)
-
-    result = trio.run(bounded).to_json()
+    result = run_trio(run_lab, config, deadline=MATRIX_DEADLINE_S).to_json()
     return {(c["scenario"], c["client"], c["gateway"]): c for c in result["cells"]}
 
 

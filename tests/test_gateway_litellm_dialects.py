@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from finishline import Dialect
 from labs.clients import CLIENTS_BY_DIALECT
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.table import render_table
+from tests.fixtures_lab import run_trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -77,11 +77,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         results_dir=Path(tmp_path_factory.mktemp("litellm-dialects")),
     )
 
-    async def bounded():
-        with trio.fail_after(RUN_DEADLINE_S):
-            return await run_lab(config)
-
-    return trio.run(bounded).to_json()
+    return run_trio(run_lab, config, deadline=RUN_DEADLINE_S).to_json()
 
 
 @pytest.fixture(scope="module")

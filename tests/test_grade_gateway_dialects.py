@@ -18,12 +18,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-import trio
 
 from finishline import Dialect
 from labs.gateways.services import books_entry, open_gateways, read_books
 from labs.grade.card import EXIT_FAILED, EXIT_PASSED, Card, Mark
 from labs.grade.gateway_grader import GatewayTarget, grade_with, open_grading_lab, plan_checks
+from tests.fixtures_lab import run_trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -100,11 +100,7 @@ def cards(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, Dialect],
                     graded[(name, dialect)] = await grade_with(lab, target, plans[(name, dialect)])
                 return graded
 
-    async def bounded():
-        with trio.fail_after(RUN_DEADLINE_S):
-            return await grade_all()
-
-    return trio.run(bounded)
+    return run_trio(grade_all, deadline=RUN_DEADLINE_S)
 
 
 def marks(card: Card) -> dict[str, Mark]:

@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trio
 
 from labs.clients import DEFAULT_CLIENTS
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.fixtures_chaos import INCIDENT_DROP_S
+from tests.fixtures_lab import run_trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -76,11 +76,7 @@ def row(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[
         results_dir=Path(tmp_path_factory.mktemp("incident-row")),
     )
 
-    async def bounded():
-        with trio.fail_after(RUN_DEADLINE_S):
-            return await run_lab(config)
-
-    result = trio.run(bounded).to_json()
+    result = run_trio(run_lab, config, deadline=RUN_DEADLINE_S).to_json()
     return {(c["client"], c["gateway"]): c for c in result["cells"]}
 
 
