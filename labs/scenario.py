@@ -64,6 +64,7 @@ from labs.worker.settings import TOOL_NAME, WorkerSettings, parse_settings
 __all__ = [
     "CELL_ID_TEMPLATE",
     "MAX_CELLS",
+    "PINNED_MAX_TOKENS",
     "POOL_SIZES",
     "SCENARIO_DIR",
     "Scenario",
@@ -99,6 +100,13 @@ WORKER_TOOL: dict[str, Any] = {
 }
 
 DEFAULT_DEADLINE_S = 20.0
+#: The worker's output limit when a scenario sets none (`[request] max_tokens`): above every
+#: answer the scenarios ask for, so it never cuts one, and pinned, so that what a client asks for
+#: does not change the bytes. The worker echoes its settings in the response head and, in
+#: Responses, `max_output_tokens` in the response objects; the Anthropic SDKs ask for 4096, Claude
+#: Code for 32000, Pi's agent for its model's `maxTokens`. A byte-exact cut is laid out from the
+#: scenario's settings, so an echoed limit of another length would move it.
+PINNED_MAX_TOKENS = 4096
 #: `[pool] workers`: the primary alone, or the primary and one healthy spare.
 POOL_SIZES = (1, 2)
 
@@ -263,12 +271,13 @@ def load_scenario(path: Path) -> Scenario:
     if "tools" in request:
         _check_type(path, "[request] tools", request["tools"], bool, "true or false")
     # Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
-    # gateway may add `stream_options` or rename fields, and every cell must get the same bytes.
+    # gateway may add `stream_options` or rename fields, a client asks for its own limit, and every
+    # cell must get the same bytes (`PINNED_MAX_TOKENS` says where a limit shows).
     worker = dataclasses.replace(
         worker,
         n=worker.n if worker.n is not None else 1,
         include_usage=worker.include_usage if worker.include_usage is not None else False,
-        max_tokens=worker.max_tokens if worker.max_tokens is not None else max_tokens,
+        max_tokens=next(limit for limit in (worker.max_tokens, max_tokens, PINNED_MAX_TOKENS) if limit is not None),
     )
     fault = data.get("fault")
     if fault is not None and not isinstance(fault.get("kind"), str):

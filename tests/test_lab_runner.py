@@ -146,7 +146,9 @@ def test_the_fixed_hubs_error_event_reaches_the_client_as_an_error(small_matrix)
         cell = small_matrix.cell("cut-after-tokens-hub-error-event", client, "direct")
         assert cell["outcome"] == "error", cell
         assert "agent disconnected mid-request" in cell["why"]
-        assert cell["hub"] == ["tunnel fin after 1466 body bytes; hub error_event: error_event"]
+        # The role chunk and 5 token chunks, each echoing the model name (the cell id and settings,
+        # the pinned `max_tokens=4096` included).
+        assert cell["hub"] == ["tunnel fin after 1562 body bytes; hub error_event: error_event"]
 
 
 def test_rule_1_direct_never_reaches_the_spare(small_matrix):
