@@ -13,6 +13,7 @@ File format (every table optional except `title`):
     default_dialects = ["chat"]             # the default run's (default: all of `dialects`)
     order = 80                              # row order in the matrix
     default = false                         # not in the default run (`--all` or `--scenario` runs it)
+    agents = true                           # the coding agents run in it too (labs.clients.agent_clis)
 
     [worker]                                # labs.worker.settings.WorkerSettings fields
     tokens = 12
@@ -53,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Dialect
-from labs.clients import EVERY_CLIENT
+from labs.clients import AGENT_CLIENTS, EVERY_CLIENT
 from labs.gateways import GATEWAYS
 from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
@@ -62,6 +63,7 @@ from labs.worker.answer import dialect_reason, expected_answer
 from labs.worker.settings import TOOL_NAME, WorkerSettings, parse_settings
 
 __all__ = [
+    "AGENT_DEADLINE_S",
     "CELL_ID_TEMPLATE",
     "MAX_CELLS",
     "PINNED_MAX_TOKENS",
@@ -100,6 +102,11 @@ WORKER_TOOL: dict[str, Any] = {
 }
 
 DEFAULT_DEADLINE_S = 20.0
+#: The least time a coding agent's cell is given, whatever the scenario's deadline: an agent
+#: retries a failed turn on its own (Pi's agent 3 times, 2, 4 and 8 s apart; Codex 5 times in about
+#: 6 s), and the cell shows where its retries end. Claude Code's ladder for a 5xx (10 retries, up to
+#: 32 s apart, over 3 minutes) is longer: such a cell is a `hang` with its tries counted.
+AGENT_DEADLINE_S = 60.0
 #: The worker's output limit when a scenario sets none (`[request] max_tokens`): above every
 #: answer the scenarios ask for, so it never cuts one, and pinned, so that what a client asks for
 #: does not change the bytes. The worker echoes its settings in the response head and, in
@@ -152,6 +159,8 @@ class Scenario:
     hub_policy: TunnelDropPolicy | None = None
     #: `[pool] workers`.
     pool_workers: int = 1
+    #: `agents = true`: the coding agents run in it (they also run in every scenario asked for by name).
+    agents: bool = False
 
     @property
     def topology(self) -> Topology:
@@ -169,6 +178,10 @@ class Scenario:
         without `=` is ignored by the worker), then the settings. Gateways record the model name
         in their books, which is how a cell finds its books entry."""
         return self.worker.to_model_name(cell_id)
+
+    def deadline_for(self, client: str) -> float:
+        """The cell's deadline for `client`: the scenario's, and for an agent at least `AGENT_DEADLINE_S`."""
+        return max(self.deadline_s, AGENT_DEADLINE_S) if client in AGENT_CLIENTS else self.deadline_s
 
     def label(self, dialect: Dialect) -> str:
         """The scenario in one dialect, as progress lines and timings name it (`run_label`)."""
@@ -229,6 +242,7 @@ def load_scenario(path: Path) -> Scenario:
         "hub",
         "pool",
         "default",
+        "agents",
     }
     unknown = set(data) - known
     if unknown:
@@ -244,6 +258,8 @@ def load_scenario(path: Path) -> Scenario:
         _check_type(path, "order", data["order"], int, "an integer")
     if "default" in data:
         _check_type(path, "default", data["default"], bool, "true or false")
+    if "agents" in data:
+        _check_type(path, "agents", data["agents"], bool, "true or false")
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
@@ -301,6 +317,7 @@ def load_scenario(path: Path) -> Scenario:
         source=str(path),
         hub_policy=hub_policy,
         pool_workers=pool_workers,
+        agents=bool(data.get("agents", False)),
         **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
 
