@@ -17,6 +17,8 @@ NODE_CLIENTS := $(CURDIR)/labs/clients/node
 NODE_STAMP := $(NODE_CLIENTS)/node_modules/.installed
 PORTKEY := $(CURDIR)/labs/gateways/portkey
 PORTKEY_STAMP := $(PORTKEY)/node_modules/.installed
+AGENTS := $(CURDIR)/labs/clients/agents
+AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 # Gateways whose dependencies conflict with the lab's (LiteLLM pins many) get an environment each,
 # .tools/gateways/NAME, installed from the pinned, hashed labs/gateways/requirements/NAME.txt.
 GATEWAY_ENVS := $(TOOLS)/gateways
@@ -45,13 +47,13 @@ help:
 	@echo "make bench   finish_fix's cost next to plain mitmdump (ratios, one run)"
 	@echo "make lab     run the chaos lab (clients x gateways x faults) and print the matrix"
 	@echo "make ui      worker + toxiproxy + mitmweb with finish_fix, to watch and break streams live"
-	@echo "make setup   install only: .venv, uv, toxiproxy, the lab's Node clients and gateways"
+	@echo "make setup   install only: .venv, uv, toxiproxy, the lab's Node clients, coding agents and gateways"
 	@echo "make clean   remove everything make installed in this checkout"
 
 # A missing tool is one line saying what to install, not "command not found" halfway through.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "error: '$(1)' not found; $(2)" >&2; exit 1; }
 
-setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP) $(PORTKEY_STAMP) $(GATEWAY_ENV_STAMPS)
+setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP) $(PORTKEY_STAMP) $(AGENTS_STAMP) $(GATEWAY_ENV_STAMPS)
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (mitmproxy 12 needs it); install one or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -85,6 +87,13 @@ $(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 $(PORTKEY_STAMP): $(PORTKEY)/package.json $(PORTKEY)/package-lock.json
 	$(call need,npm,install Node.js 20 or newer with npm: the lab's Portkey gateway needs it)
 	cd $(PORTKEY) && npm ci --no-audit --no-fund
+	@touch $@
+
+# The coding agents the lab runs as clients (Pi's coding agent, Claude Code, Codex) and the Node 22
+# Pi's agent needs, from their lock file: about 1.2 GB, most of it Claude Code's and Codex's binaries.
+$(AGENTS_STAMP): $(AGENTS)/package.json $(AGENTS)/package-lock.json
+	$(call need,npm,install Node.js 20 or newer with npm: the lab's coding agents are installed with it)
+	cd $(AGENTS) && npm ci --no-audit --no-fund
 	@touch $@
 
 # Redone only when its requirements file changes (the stamp is older than it).
@@ -131,4 +140,4 @@ ui: setup
 	$(PY) -m labs.ui
 
 clean:
-	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis $(NODE_CLIENTS)/node_modules $(PORTKEY)/node_modules
+	rm -rf $(VENV) $(TOOLS) .pytest_cache .hypothesis $(NODE_CLIENTS)/node_modules $(PORTKEY)/node_modules $(AGENTS)/node_modules

@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=EVERY_CLIENT,
         metavar="CLIENT",
-        help=f"repeatable; one of {', '.join(EVERY_CLIENT)} (a name is that library in each dialect it "
-        f"speaks); default: Chat's {', '.join(DEFAULT_CLIENTS)}, and every client of the other dialects",
+        help=f"repeatable; one of {', '.join(EVERY_CLIENT)} (a name is that library or coding agent in each "
+        f"dialect it speaks; the agents run in the scenarios that say `agents = true` and in those asked "
+        f"for by name); default: Chat's {', '.join(DEFAULT_CLIENTS)}, and every library of the other dialects",
     )
     parser.add_argument(
         "--dialect",
@@ -131,7 +132,9 @@ def select_scenarios(
 ) -> list[Scenario]:
     """The scenarios asked for by name (default or not), else every one (`--all`), else the
     default run's: those whose file does not say `default = false`; each narrowed to the
-    `dialects` asked for (and, in the default run, to its `default_dialects`).
+    `dialects` asked for (and, in the default run, to its `default_dialects`). A scenario asked for
+    by name runs the coding agents too, as if its file said `agents = true`: the clients asked for
+    decide.
 
     Raises:
         ScenarioError: an unknown name or a bad file.
@@ -155,7 +158,7 @@ def select_scenarios(
         scenario = load_scenario(path)
         if not any(d in dialects for d in scenario.dialects):
             raise SelectionError(f"scenario {name!r} runs in {', '.join(scenario.dialects)}, not in {', '.join(dialects)}")
-        chosen.append(narrowed(scenario, scenario.dialects))
+        chosen.append(dataclasses.replace(narrowed(scenario, scenario.dialects), agents=True))
     return chosen
 
 
@@ -204,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.list:
         width = max((len(scenario.name) for scenario in scenarios), default=0)
         for scenario in scenarios:
-            print(f"{scenario.name:{width}}  {scenario.title}{_dialect_note(scenario)}")
+            agents = "  (the coding agents too)" if scenario.agents else ""
+            print(f"{scenario.name:{width}}  {scenario.title}{_dialect_note(scenario)}{agents}")
         return 0
     gateways = tuple(g for g in (*GATEWAYS, EXTERNAL) if g in (arguments.gateway or ()))
     gateways = gateways or tuple(GATEWAYS + ((EXTERNAL,) if arguments.gateway_url else ()))

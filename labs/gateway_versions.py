@@ -17,7 +17,6 @@ a few words, so a missing version never stops a run.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -27,10 +26,10 @@ from faults.child_processes import ChildStartError, run_child
 from labs.gateways.envoy import envoy_binary
 from labs.gateways.portkey import PORTKEY_PACKAGE
 from labs.gateways.tool_envs import GATEWAY_ENVS
+from labs.npm_versions import NOT_INSTALLED, installed_version
 
 __all__ = ["NOT_INSTALLED", "gateway_versions"]
 
-NOT_INSTALLED = "not installed"
 #: A version child run's time limit: a Python start and one metadata read take well under 1 s.
 _CHILD_TIMEOUT_S = 20.0
 # `envoy --version` prints `envoy  version: <sha>/1.40.0/Clean/RELEASE/BoringSSL`.
@@ -71,23 +70,13 @@ def _envoy() -> str:
     return found.group(1) if found else "unread (no version in --version)"
 
 
-def _portkey() -> str:
-    manifest = PORTKEY_PACKAGE / "node_modules" / "@portkey-ai" / "gateway" / "package.json"
-    try:
-        return str(json.loads(manifest.read_text(encoding="utf-8"))["version"])
-    except FileNotFoundError:
-        return NOT_INSTALLED
-    except (OSError, ValueError, KeyError):
-        return "unread (package.json)"
-
-
 #: Each gateway's product name and how its version is read.
 _READERS: dict[str, Callable[[], str]] = {
     "LiteLLM": lambda: _in_this_environment("litellm"),
     "SMG": lambda: _in_tool_environment("smg", "smg"),
     "vllm-router": lambda: _in_tool_environment("vllm-router", "vllm-router"),
     "Envoy": _envoy,
-    "Portkey": _portkey,
+    "Portkey": lambda: installed_version(PORTKEY_PACKAGE / "node_modules", "@portkey-ai/gateway"),
     "mitmproxy": lambda: _in_this_environment("mitmproxy"),
 }
 

@@ -27,6 +27,12 @@ end well", and which reason an application assumes when none is surfaced: Chat's
 with none, or with `in_progress`, is a silent truncation). The judgement itself is one function for
 every dialect.
 
+Coding agents (labs.clients.agent_host): their user sees an exit status and printed text, not a
+finish reason, so a report that carries an exit status is judged by those (`_judge_command`): exit
+0 with the worker's whole answer printed is `ok`, exit 0 with less (or after a worker that answered
+with an error) a `silent-truncation`, another status an `error`, the deadline a `hang`; never
+`flagged`.
+
 Books: a gateway that keeps books (finish_fix's ledger, LiteLLM's callbacks) says `ok` or `error`
 for the request; a mismatch is flagged when the books' word differs from what the client's outcome
 implies (a client-side `ok` needs books `ok`; anything else, `flagged` included, needs books
@@ -175,6 +181,12 @@ class ClientReport:
     timed_out: bool = False
     http_status: int | None = None
     connection: str | None = None
+    #: A coding agent's exit status (labs.clients.agent_host): its report is a command's, judged
+    #: by what its user saw (`judge`); None for a library, and for an agent stopped at the deadline.
+    exit_code: int | None = None
+    #: The network interfaces in the agent's namespace (`["lo"]`: nothing could leave the machine);
+    #: None for a library.
+    interfaces: list[str] | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClientReport:
@@ -216,6 +228,7 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
     Order matters: a deadline beats everything (a hung client may also hold partial text), then
     what the client said (raised: `error`; a failure reason: `flagged`), then what it did not say
     (short text, wrong reason). Reasons are read in the expected answer's dialect (`DIALECT_WORDS`).
+    A report with an exit status is a coding agent's, judged by what its user saw (`_judge_command`).
     """
     words = DIALECT_WORDS[expected.dialect]
     if report.timed_out:
@@ -223,6 +236,8 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
             outcome=Outcome.HANG,
             reason=f"no end within the deadline; {len(report.text)} of {len(expected.text)} characters received",
         )
+    if report.exit_code is not None:
+        return _judge_command(report, expected)
     if not report.completed:
         return Judgement(outcome=Outcome.ERROR, reason=f"{report.error_class}: {report.error_message}")
     surfaced = canonical_reason(report.finish_reason, expected.dialect)
@@ -273,6 +288,28 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
             reason=f"full text, but finish reason {surfaced!r} where the worker's was {expected.finish_reason!r}",
         )
     return Judgement(outcome=Outcome.OK, reason=f"full answer, finish reason {surfaced!r}")
+
+
+def _judge_command(report: ClientReport, expected: Expected) -> Judgement:
+    """A coding agent run headless, as its user sees it: the exit status, and the answer it
+    printed. A status other than 0 is an `error` (the user is told, in the agent's last line); 0
+    with the worker's whole answer printed is `ok`; 0 with less, or with anything else, or after
+    a worker that answered with an error, is a `silent-truncation`. An agent in text mode prints
+    no finish reason, so none is `flagged`, and none is judged by one."""
+    if report.exit_code != 0:
+        return Judgement(outcome=Outcome.ERROR, reason=f"exit {report.exit_code}: {report.error_message or '(no error line)'}")
+    if expected.http_error is not None or expected.finish_reason is None:
+        return Judgement(
+            outcome=Outcome.SILENT_TRUNCATION,
+            reason="exit 0 although the worker answered with an error or ended its stream early",
+        )
+    if report.text != expected.text:
+        shape = "shorter than" if expected.text.startswith(report.text) else "different from"
+        return Judgement(
+            outcome=Outcome.SILENT_TRUNCATION,
+            reason=f"exit 0 with {len(report.text)} characters printed, {shape} the worker's {len(expected.text)}",
+        )
+    return Judgement(outcome=Outcome.OK, reason="exit 0, the worker's whole answer printed")
 
 
 def same_arguments(got: object, want: str) -> bool:

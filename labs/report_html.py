@@ -15,7 +15,8 @@ dialect through (`n/a`, and why); a Chat-only run is laid out as before there we
 
 The outcome words are the cell text everywhere; clicking a cell opens its details: why that
 outcome, the error the client raised, the text it received, what the gateway's books say, and the
-worker's stream for that scenario with the fault that was applied to it.
+worker's stream for that scenario with the fault that was applied to it; for a coding agent, also
+its exit status, the requests the worker saw, and the network interfaces it had.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ function show(id) {
     ['completed', r.completed], ['finish reason surfaced', r.finish_reason], ['error', r.error_class ? r.error_class + ': ' + r.error_message : ''],
     ['time to first token', r.ttft_s == null ? '' : r.ttft_s.toFixed(3) + ' s'], ['duration', r.duration_s == null ? '' : r.duration_s.toFixed(3) + ' s'],
     ['HTTP status / Connection', (r.http_status ?? '') + ' / ' + (r.connection ?? '')],
+    // A coding agent's cell (labs.clients.agent_host): what its user saw, and where it ran.
+    ...(r.interfaces == null ? [] : [['exit status', r.exit_code ?? 'none: stopped at the deadline'],
+      ['requests the worker saw', c.tries ?? ''], ['network interfaces it had', r.interfaces.join(', ')],
+      ['its output and command', 'agents/' + c.cell_id + '/ in the run folder']]),
     ['books', (c.books ?? 'no books kept') + (c.books_mismatch ? '  (disagrees with what the client saw!)' : '')],
     ['topology', c.topology ?? ''],
     ['answered by', c.answered_by === undefined ? '' : (c.answered_by ?? 'no worker saw the request') +

@@ -53,7 +53,8 @@ import trio
 from faults.catalog import Fault
 from faults.toxiproxy_server import open_toxiproxy_server
 from finishline import Dialect
-from labs.clients import CLIENTS_BY_DIALECT, EVERY_CLIENT, LAB_API_KEY
+from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, EVERY_CLIENT, LAB_API_KEY
+from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
@@ -244,11 +245,14 @@ def _gateways(config: LabConfig, scenario: Scenario) -> list[str]:
 
 def _clients(config: LabConfig, scenario: Scenario, dialect: Dialect) -> list[str]:
     """The run's clients that speak `dialect`, in the run's order (the matrix's columns follow
-    the dialect's own order: `LabResult.clients_by_dialect`)."""
+    the dialect's own order: `LabResult.clients_by_dialect`); the coding agents only where the
+    scenario says `agents = true` (`python -m labs` sets it for a scenario asked for by name)."""
     return [
         client
         for client in config.clients
-        if client in CLIENTS_BY_DIALECT[dialect] and (scenario.clients is None or client in scenario.clients)
+        if client in CLIENTS_BY_DIALECT[dialect]
+        and (scenario.clients is None or client in scenario.clients)
+        and (scenario.agents or client not in AGENT_CLIENTS)
     ]
 
 
@@ -331,7 +335,7 @@ async def _run_cell(
         "dialect": dialect.value,
         "base_url": gateway.base_url,
         "model": model,
-        "deadline_s": scenario.deadline_s,
+        "deadline_s": scenario.deadline_for(client),
         **scenario.request(),
     }
     request["api_key"] = gateway.api_key or LAB_API_KEY
@@ -379,6 +383,10 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         raise LabError(
             f"{total} cells planned, at most {MAX_CELLS} fit in one run; run fewer scenarios, clients, gateways or repeats"
         )
+    # Before anything starts: agents that cannot run here are one line, not a run of failed cells.
+    refusal = await trio.to_thread.run_sync(agent_refusal, tuple(dict.fromkeys(cell.client for cell in planned)))
+    if refusal is not None:
+        raise LabError(refusal)
     run_dir = (config.results_dir / time.strftime("%Y%m%d-%H%M%S", time.localtime(started))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
 

@@ -14,6 +14,7 @@ File format (every table optional except `title`):
     upstream_dialect = "chat"               # the worker speaks this one in every cell (see below)
     order = 80                              # row order in the matrix
     default = false                         # not in the default run (`--all` or `--scenario` runs it)
+    agents = true                           # the coding agents run in it too (labs.clients.agent_clis)
 
     [worker]                                # labs.worker.settings.WorkerSettings fields
     tokens = 12
@@ -62,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Dialect
-from labs.clients import DEFAULT_MAX_TOKENS, EVERY_CLIENT
+from labs.clients import AGENT_CLIENTS, DEFAULT_MAX_TOKENS, EVERY_CLIENT
 from labs.gateways import GATEWAYS
 from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
@@ -71,8 +72,10 @@ from labs.worker.answer import dialect_reason, expected_answer
 from labs.worker.settings import TOOL_NAME, WorkerSettings, parse_settings
 
 __all__ = [
+    "AGENT_DEADLINE_S",
     "CELL_ID_TEMPLATE",
     "MAX_CELLS",
+    "PINNED_MAX_TOKENS",
     "POOL_SIZES",
     "SCENARIO_DIR",
     "Scenario",
@@ -108,6 +111,18 @@ WORKER_TOOL: dict[str, Any] = {
 }
 
 DEFAULT_DEADLINE_S = 20.0
+#: The least time a coding agent's cell is given, whatever the scenario's deadline: an agent
+#: retries a failed turn on its own (Pi's agent 3 times, 2, 4 and 8 s apart; Codex 5 times in about
+#: 6 s), and the cell shows where its retries end. Claude Code's ladder for a 5xx (10 retries, up to
+#: 32 s apart, over 3 minutes) is longer: such a cell is a `hang` with its tries counted.
+AGENT_DEADLINE_S = 60.0
+#: The worker's output limit when a scenario sets none (`[request] max_tokens`): above every
+#: answer the scenarios ask for, so it never cuts one, and pinned, so that what a client asks for
+#: does not change the bytes. The worker echoes its settings in the response head and, in
+#: Responses, `max_output_tokens` in the response objects; the Anthropic SDKs ask for 4096, Claude
+#: Code for 32000, Pi's agent for its model's `maxTokens`. A byte-exact cut is laid out from the
+#: scenario's settings, so an echoed limit of another length would move it.
+PINNED_MAX_TOKENS = DEFAULT_MAX_TOKENS
 #: `[pool] workers`: the primary alone, or the primary and one healthy spare.
 POOL_SIZES = (1, 2)
 
@@ -158,6 +173,8 @@ class Scenario:
     hub_policy: TunnelDropPolicy | None = None
     #: `[pool] workers`.
     pool_workers: int = 1
+    #: `agents = true`: the coding agents run in it (they also run in every scenario asked for by name).
+    agents: bool = False
 
     @property
     def topology(self) -> Topology:
@@ -175,6 +192,10 @@ class Scenario:
         without `=` is ignored by the worker), then the settings. Gateways record the model name
         in their books, which is how a cell finds its books entry."""
         return self.worker.to_model_name(cell_id)
+
+    def deadline_for(self, client: str) -> float:
+        """The cell's deadline for `client`: the scenario's, and for an agent at least `AGENT_DEADLINE_S`."""
+        return max(self.deadline_s, AGENT_DEADLINE_S) if client in AGENT_CLIENTS else self.deadline_s
 
     def label(self, dialect: Dialect) -> str:
         """The scenario in one dialect, as progress lines and timings name it (`run_label`)."""
@@ -243,6 +264,7 @@ def load_scenario(path: Path) -> Scenario:
         "hub",
         "pool",
         "default",
+        "agents",
     }
     unknown = set(data) - known
     if unknown:
@@ -258,6 +280,8 @@ def load_scenario(path: Path) -> Scenario:
         _check_type(path, "order", data["order"], int, "an integer")
     if "default" in data:
         _check_type(path, "default", data["default"], bool, "true or false")
+    if "agents" in data:
+        _check_type(path, "agents", data["agents"], bool, "true or false")
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
@@ -291,15 +315,13 @@ def load_scenario(path: Path) -> Scenario:
     if "tools" in request:
         _check_type(path, "[request] tools", request["tools"], bool, "true or false")
     # Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
-    # gateway may add `stream_options` or rename fields, a Messages client must send a
-    # `max_tokens` and an agent sends its own, the worker echoes its limit in its response head,
-    # and every cell must get the same bytes. Without a limit of the scenario's own, the one the
-    # clients send when they must send one (far above any answer).
+    # gateway may add `stream_options` or rename fields, a client asks for its own limit, and every
+    # cell must get the same bytes (`PINNED_MAX_TOKENS` says where a limit shows).
     worker = dataclasses.replace(
         worker,
         n=worker.n if worker.n is not None else 1,
         include_usage=worker.include_usage if worker.include_usage is not None else False,
-        max_tokens=next(limit for limit in (worker.max_tokens, max_tokens, DEFAULT_MAX_TOKENS) if limit is not None),
+        max_tokens=next(limit for limit in (worker.max_tokens, max_tokens, PINNED_MAX_TOKENS) if limit is not None),
     )
     fault = data.get("fault")
     if fault is not None and not isinstance(fault.get("kind"), str):
@@ -325,6 +347,7 @@ def load_scenario(path: Path) -> Scenario:
         source=str(path),
         hub_policy=hub_policy,
         pool_workers=pool_workers,
+        agents=bool(data.get("agents", False)),
         **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
 

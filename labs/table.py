@@ -8,6 +8,10 @@ Cells show the outcome words themselves (`ok`, `error`, `flagged`, `hang`, `sile
 coloured on a terminal; a trailing `!` marks a cell whose gateway books disagree with what the client saw,
 `(3)` that the upstream saw 3 tries for it, `~` that its repeats differ (`--repeat`, labs.repeat). For a
 gateway that keeps books, a last column counts what the books recorded for the row.
+
+The coding agents' cells (labs.clients.agent_host) are listed once more under the blocks, one line
+each, with what their user saw: the exit status, the requests the worker saw for the cell (agents
+retry), and the agent's own last error line.
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ def render_table(result: dict[str, Any], *, colour: bool = False) -> str:
     if unstable:
         lines.append(f"~ unstable: the cell's {result.get('repeat', '')} repeats differ in outcome or books:")
         lines += [f"    {c['gateway']} / {c['scenario']} ({dialect_of(c)}) / {c['client']}: {split_text(c)}" for c in unstable]
+    lines += _agent_lines(result)
     lines += _compared_with_direct(result, cells, headings)
     counts = Counter(c["outcome"] for c in result["cells"])
     lines.append(
@@ -155,6 +160,31 @@ def _dialect_blocks(
             lines.append(line)
         lines.append("")
     return lines
+
+
+def _agent_lines(result: dict[str, Any]) -> list[str]:
+    """One line per coding agent cell: where, the outcome, the exit status, the requests the worker
+    saw, and the agent's last error line as its user saw it."""
+    agent_cells = [c for c in result["cells"] if c["report"].get("interfaces") is not None]
+    if not agent_cells:
+        return []
+    rows = [
+        (
+            dialect_of(c),
+            c["gateway"],
+            c["scenario"],
+            c["client"],
+            c["outcome"],
+            "deadline" if c["report"]["exit_code"] is None else f"exit {c['report']['exit_code']}",
+            f"{c.get('tries') or 0} request{'' if c.get('tries') == 1 else 's'}",
+            c["report"].get("error_message") or "",
+        )
+        for c in agent_cells
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(7)]
+    lines = ["coding agents (outcome, exit status, requests the worker saw, the agent's last error line):"]
+    lines += ["  " + "  ".join(text.ljust(width) for text, width in zip(row, widths)) + "  " + row[7] for row in rows]
+    return [*lines, ""]
 
 
 #: The gateway the others are compared with (as in the HTML report).

@@ -31,7 +31,7 @@ import pytest
 import trio
 
 from finishline import Dialect
-from labs.clients import CLIENTS_BY_DIALECT, LAB_API_KEY
+from labs.clients import LAB_API_KEY, LIBRARY_CLIENTS_BY_DIALECT
 from labs.clients.hosts import open_driver_hosts
 from labs.worker.server import open_worker
 from tests.fixtures_lab import run_trio
@@ -117,7 +117,7 @@ CELLS = [
     (scenario, dialect, client)
     for scenario, (_, dialects) in SCENARIOS.items()
     for dialect in dialects
-    for client in CLIENTS_BY_DIALECT[dialect]
+    for client in LIBRARY_CLIENTS_BY_DIALECT[dialect]
 ]
 
 
@@ -125,7 +125,7 @@ def test_every_new_client_has_an_expectation_in_every_scenario():
     # The table above is the whole matrix: a client added to a dialect must be measured here too.
     for scenario, (_, dialects) in SCENARIOS.items():
         for dialect in dialects:
-            assert set(EXPECTED[(scenario, dialect)]) == set(CLIENTS_BY_DIALECT[dialect])
+            assert set(EXPECTED[(scenario, dialect)]) == set(LIBRARY_CLIENTS_BY_DIALECT[dialect])
 
 
 @pytest.fixture(scope="module")

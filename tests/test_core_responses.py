@@ -216,3 +216,31 @@ def test_the_transcript_numbers_the_events_and_reassembles_each_item():
     assert "    4 [response.output_text.delta] seq 3 response.output_text.delta 'Hel'" in text
     assert "--- item 0: message\nHello" in text
     assert "not JSON" in text
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("end", ["clean", "failure"])
+def test_r3_a_done_before_any_terminal_event_gets_the_error_and_response_failed_before_it(chunking, end):
+    # A server that ends every dialect the Chat way (`data: [DONE]`) and sends no terminal event
+    # (the lab worker's `finish=omitted`): both SDKs stop reading at `[DONE]`, so R3's two events go
+    # before it, and the stream is over there (its clean end or a later failure adds nothing).
+    stream = Stream().opening().text("Hel", "lo")
+    done = sse_frame(b"[DONE]")
+    out, repair = feed(stream.bytes + done, chunking, end=end)
+    assert out.startswith(stream.bytes) and out.endswith(done)
+    error, failed, last = events_of(out[len(stream.bytes) :])
+    assert (error["type"], failed["type"], last) == ("error", "response.failed", "[DONE]")
+    assert (error["sequence_number"], failed["sequence_number"]) == (stream.number, stream.number + 1)
+    assert failed["response"]["id"] == RESPONSE["id"]
+    assert repair.report.verdict is Verdict.INTERRUPTED
+    assert "clean end without a terminal event" in repair.report.detail
+    assert repair.report.malformed_events == 0
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_r3_a_done_with_on_cut_pass_is_passed_on_and_still_booked_interrupted(chunking):
+    stream = Stream().opening().text("Hi")
+    upstream = stream.bytes + sse_frame(b"[DONE]")
+    out, repair = feed(upstream, chunking, policy=RepairPolicy(on_cut=OnCut.PASS))
+    assert out == upstream
+    assert repair.report.verdict is Verdict.INTERRUPTED

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from finishline import Dialect, EventFramer
-from labs.clients import CLIENTS_BY_DIALECT
+from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
 from tests.dialect_streams import token_texts_of
 from tests.e2e_dialects_run import Phase, Request, Route, RunResult, cut_phase, run_topology
 from tests.e2e_support import RawResponse
@@ -52,7 +52,7 @@ RUN_DEADLINE_S = 300
 def _requests_for_every_client(case: str, dialect: Dialect, settings: str, route: Route) -> list[Request]:
     return [
         Request(key=f"{case}/{dialect}/{route}/{client}", dialect=dialect, settings=settings, route=route, client=client)
-        for client in CLIENTS_BY_DIALECT[dialect]
+        for client in LIBRARY_CLIENTS_BY_DIALECT[dialect]
     ]
 
 
@@ -199,7 +199,7 @@ NULL_REASON_THROUGH_FINISH_FIX = {
 }
 
 
-@pytest.mark.parametrize("client", CLIENTS_BY_DIALECT[Dialect.MESSAGES])
+@pytest.mark.parametrize("client", LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES])
 def test_null_stop_reason_through_finish_fix_is_a_finished_turn_for_every_messages_client(run, client):
     key = f"null-reason/{Dialect.MESSAGES}/{Route.FINISH_FIX_AT_WORKER}/{client}"
     report = _report(run, key)
@@ -254,7 +254,7 @@ def test_a_cut_responses_stream_ends_in_error_then_response_failed_through_finis
     assert (row["verdict"], row["dialect"]) == ("interrupted", "responses"), row
 
 
-CUT_CELLS = [(d, c) for d in DIALECTS for c in CLIENTS_BY_DIALECT[d]]
+CUT_CELLS = [(d, c) for d in DIALECTS for c in LIBRARY_CLIENTS_BY_DIALECT[d]]
 
 
 @pytest.mark.parametrize(("dialect", "client"), CUT_CELLS, ids=[f"{d}-{c}" for d, c in CUT_CELLS])
@@ -311,5 +311,5 @@ def test_without_finish_fix_the_same_cut_is_what_the_note_says(run, dialect, cli
 
 def test_every_client_of_both_dialects_is_in_the_tables():
     for dialect in DIALECTS:
-        assert set(CUT_WITHOUT_FINISH_FIX[dialect]) == set(CLIENTS_BY_DIALECT[dialect])
-    assert set(NULL_REASON_THROUGH_FINISH_FIX) == set(CLIENTS_BY_DIALECT[Dialect.MESSAGES])
+        assert set(CUT_WITHOUT_FINISH_FIX[dialect]) == set(LIBRARY_CLIENTS_BY_DIALECT[dialect])
+    assert set(NULL_REASON_THROUGH_FINISH_FIX) == set(LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES])

@@ -28,7 +28,7 @@ import pytest
 from langchain_core.messages import AIMessageChunk
 
 from finishline import Dialect, EventFramer
-from labs.clients import CLIENTS_BY_DIALECT
+from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
 from labs.worker.answer import TOOL_NAME
 from labs.worker.wire import ResponsePlan
 from tests.e2e_dialects_run import Phase, Request, Route, RunResult, cut_phase, model_name, plan_for, run_topology
@@ -36,7 +36,7 @@ from tests.e2e_dialects_run import Phase, Request, Route, RunResult, cut_phase, 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 MESSAGES = Dialect.MESSAGES
-CLIENTS = CLIENTS_BY_DIALECT[MESSAGES]
+CLIENTS = LIBRARY_CLIENTS_BY_DIALECT[MESSAGES]
 #: One text block, then one tool call; slow enough to be a stream.
 SETTINGS = "tokens=2;tool_calls=1;token_delay=0.01"
 #: Where the tunnel drops, by name: the tool call's arguments as far as they came (the worker's

@@ -161,3 +161,10 @@ def test_a_table_of_cards_graded_in_another_dialect_has_a_dialect_column():
     )
     # Chat's table is as it was before there were dialects.
     assert render_cards_markdown({"finish_fix": card(Mark.PASS, {})}).splitlines()[0] == "| rule | check | finish_fix |"
+
+
+def test_a_coding_agent_is_no_client_of_the_graders():
+    with pytest.raises(
+        GradeError, match="^--client codex: not a client library the grader drives; responses clients: openai-python"
+    ):
+        require_dialect_clients(("codex",), Dialect.RESPONSES, "--client")

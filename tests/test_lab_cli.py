@@ -65,10 +65,10 @@ def test_the_scenario_listing_puts_every_title_in_one_column():
 def test_the_scenario_listing_says_each_scenarios_dialects_and_the_default_runs():
     _, out, _ = lab("labs", "--list")
     lines = {line.split()[0]: line for line in out.splitlines()}
-    assert lines["healthy"].endswith("  [chat, messages, responses]")
+    assert lines["healthy"].endswith("  [chat, messages, responses]  (the coding agents too)")
     assert lines["tool-calls-omitted"].endswith("  [chat, messages]")
     assert lines["reason-empty"].endswith("  [chat, messages; default run: chat]")
-    assert lines["reason-omitted"].endswith("  [chat, messages, responses]")
+    assert lines["reason-omitted"].endswith("  [chat, messages, responses]  (the coding agents too)")
     assert lines["stop-reason-null"].endswith("  [messages]")
     assert lines["sliced"].endswith("  [chat, messages, responses]  (only with --all or --scenario)")
 

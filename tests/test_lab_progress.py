@@ -10,7 +10,7 @@ import pytest
 
 from finishline import Dialect
 from labs.__main__ import select_clients, select_scenarios
-from labs.clients import ALL_CLIENTS, CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, EVERY_CLIENT
+from labs.clients import AGENT_CLIENTS, ALL_CLIENTS, CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, EVERY_CLIENT, LIBRARY_CLIENTS_BY_DIALECT
 from labs.progress import Progress, format_elapsed
 from labs.scenario import ScenarioError, load_scenario
 
@@ -119,7 +119,8 @@ def test_default_must_be_true_or_false(tmp_path):
 
 def test_the_default_run_has_the_default_clients_and_all_lifts_it():
     assert select_clients(None, everything=False) == DEFAULT_CLIENTS
-    assert select_clients(None, everything=True) == ALL_CLIENTS
+    # `--all`: every Chat library, then Pi's coding agent (the one agent that speaks Chat).
+    assert select_clients(None, everything=True) == (*ALL_CLIENTS, "pi-coding-agent")
     assert set(DEFAULT_CLIENTS) < set(ALL_CLIENTS)
     # Asked for by name (in any order), clients come in the matrix's order, default or not.
     assert select_clients(["pi-ai", "httpx-sse"], everything=False) == ("httpx-sse", "pi-ai")
@@ -128,10 +129,12 @@ def test_the_default_run_has_the_default_clients_and_all_lifts_it():
 def test_the_default_run_has_every_client_of_the_new_dialects_and_chats_default_ones():
     every = tuple(Dialect)
     chosen = select_clients(None, everything=False, dialects=every)
-    assert set(chosen) == set(DEFAULT_CLIENTS) | set(CLIENTS_BY_DIALECT[Dialect.MESSAGES]) | set(
-        CLIENTS_BY_DIALECT[Dialect.RESPONSES]
+    assert set(chosen) == set(DEFAULT_CLIENTS) | set(LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES]) | set(
+        LIBRARY_CLIENTS_BY_DIALECT[Dialect.RESPONSES]
     )
     assert "httpx-sse" not in chosen and "anthropic-python-helper" in chosen
+    # No coding agent in the default run: they add a minute or more (docs/lab.md, "The coding agents").
+    assert not set(AGENT_CLIENTS) & set(chosen)
     assert select_clients(None, everything=True, dialects=(Dialect.MESSAGES,)) == tuple(
         c for c in EVERY_CLIENT if c in CLIENTS_BY_DIALECT[Dialect.MESSAGES]
     )

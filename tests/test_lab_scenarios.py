@@ -15,8 +15,18 @@ from labs.gateways import GATEWAYS
 from labs.gateways.registry import lookup, translates, upstream_dialect
 from labs.hub import TunnelDropPolicy
 from labs.runner import LabConfig, LabError, NotApplicable, plan_cells, plan_not_applicable, run_lab, scenario_runs
-from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, ScenarioError, Topology, cell_id_of, load_scenario, load_scenarios
+from labs.scenario import (
+    CELL_ID_TEMPLATE,
+    MAX_CELLS,
+    PINNED_MAX_TOKENS,
+    ScenarioError,
+    Topology,
+    cell_id_of,
+    load_scenario,
+    load_scenarios,
+)
 from labs.topology import topology_groups
+from labs.worker.request_reading import REQUEST_READINGS
 from labs.worker.server import settings_for_request
 from labs.worker.settings import Finish, WorkerSettings
 from labs.worker.wire import response_plan
@@ -571,3 +581,29 @@ def test_asking_for_dialects_narrows_every_scenario_to_them():
     }
     # By name: in the dialects it lists, default or not.
     assert [s.dialects for s in select_scenarios(["reason-empty"], everything=False)] == [(Dialect.CHAT, Dialect.MESSAGES)]
+
+
+#: The output limits clients ask for on their own: none (most libraries), 1024 (a model's
+#: `maxTokens` in Pi's models.json), the lab's Anthropic SDK drivers' 4096, Claude Code's 32000.
+ASKED_LIMITS = (None, 1024, 4096, 32000)
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("asked", ASKED_LIMITS)
+def test_a_clients_own_output_limit_does_not_change_the_workers_bytes(dialect, asked):
+    # The cut is laid out from `scenario.resolved`; the worker answers each request with the
+    # scenario's settings resolved against the request's body, and echoes them in the head (and, in
+    # Responses, `max_output_tokens`). With the limit pinned, every body gives the layout's bytes.
+    scenario = load_scenario_named("cut-after-tokens-hub-close")
+    # (Cell ids all have one length; the layout is made with the first's.)
+    body = {"model": scenario.model_name(CELL_ID_TEMPLATE.format(0)), "stream": True}
+    if asked is not None:
+        body[REQUEST_READINGS[dialect].max_tokens_keys[0]] = asked
+    served = scenario.worker.for_request(body, dialect)
+    assert served.max_tokens == PINNED_MAX_TOKENS
+    assert response_plan(served, dialect=dialect).to_bytes() == response_plan(scenario.resolved, dialect=dialect).to_bytes()
+
+
+def test_a_scenarios_own_limit_still_wins(tmp_path):
+    scenario = load_scenario(scenario_file(tmp_path, "[request]\nmax_tokens = 6\n"))
+    assert scenario.resolved.max_tokens == 6

@@ -109,6 +109,7 @@ class StreamRepair:
         "_ended",
         "_first_token_seen",
         "_last_event_at",
+        "_event_at",
         "_routine",
         "_steady",
         "_steady_numbered",
@@ -142,6 +143,8 @@ class StreamRepair:
         self._first_token_seen = False
         # The caller's clock at the last `receive_data` that completed an event (the idle deadline).
         self._last_event_at: float | None = None
+        # The time of the event the rules are reading (`_on_event`), for a rule that ends the stream there.
+        self._event_at: float | None = None
         self._dialect = dialect = Dialect(dialect)
         # Shapes of routine text chunks seen so far, for the fast path (`_on_routine_piece`).
         self._routine = RoutineChunks(enabled=fast_path, dialect=dialect)
@@ -374,6 +377,7 @@ class StreamRepair:
             self._first_event = False
             if self._maybe_wrong_dialect(message, kind):
                 return event.raw
+        self._event_at = now  # for a rule that ends the stream at this event (`_cut_at_done`)
         out = rules.on_event(event, kind, message)
         if self._phase is _STREAMING:  # the fast path learns the shapes of routine events it read
             self._routine.learn(event.raw, event.data, message, self.report.events)
@@ -390,6 +394,15 @@ class StreamRepair:
         return True
 
     # -- services for the dialect rules (`_chat`, `_messages`, `_responses`) -----------------------
+
+    def _cut_at_done(self) -> bytes:
+        """The upstream ended a stream that never finished with a `[DONE]` of its own (Responses,
+        which has no such terminator): a clean-end cut at this event, told before the `[DONE]` every
+        client stops reading at (R3), and from here on the stream is past its end."""
+        cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect)
+        out = self._on_cut(cut, self._event_at)
+        self._move(Signal.DONE)
+        return out
 
     def _token_seen(self) -> None:
         self._first_token_seen = True

@@ -10,7 +10,9 @@ cut, and finish_fix never writes `response.completed` (rule R2). The rules:
 
 * a well-formed stream passes byte-identical, a trailing `[DONE]` included (R1)
 * a cut (clean end, transport failure, stall) before a terminal event -> two events, then the end
-  of the response (R3): `event: error`, whose data has the documented flat fields and also a nested
+  of the response (R3). A `data: [DONE]` before any terminal event is the upstream's own clean end
+  (a server that ends every dialect the Chat way): the two events go before it, since both SDKs
+  stop reading at `[DONE]` and would never see them after it. The events: `event: error`, whose data has the documented flat fields and also a nested
   `error` object (openai-python raises only on the nested key, openai-node on the event name, and the
   AI SDK's schema needs `sequence_number`), then `event: response.failed` with the id of
   `response.created` (a changed id makes both SDKs raise "Lifecycle response identity changed"),
@@ -26,7 +28,7 @@ import copy
 from typing import TYPE_CHECKING, Any
 
 from ._dialect import Dialect
-from ._injected import ERROR_CODE, dialect_event
+from ._injected import DONE, ERROR_CODE, dialect_event
 from ._json import UNREADABLE
 from ._phases import Signal
 from ._sse import Event
@@ -88,6 +90,10 @@ class ResponsesRules(TypedEventRules):
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
         machine = self._machine
+        if (event.data or b"").startswith(DONE):
+            # No terminal event came (after one the machine passes `[DONE]` itself, R1): the
+            # upstream ended the stream here. R3's events first, where the client still reads.
+            return machine._cut_at_done() + event.raw
         if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule C8)
             machine.report.malformed_events += 1
         if not isinstance(message, dict):

@@ -8,13 +8,21 @@ A client name means one library in one dialect (each request line carries its `"
 `langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages and `ChatOpenAI(use_responses_api=
 True)` in Responses; `pi-ai` is its `openai-completions`, `anthropic-messages` or `openai-responses`
 API. A name's runtime is the same in every dialect (`runtime_of`).
+
+The coding agents (`pi-coding-agent`, `claude-code`, `codex`: labs.clients.agent_clis) are clients
+too, each in the dialects it speaks; they have no long-lived host: every cell runs the agent's
+command once, in a network namespace of its own (labs.clients.agent_host). They are in no default
+set: a scenario runs them when its file says `agents = true` or when it is asked for by name.
 """
 
 from __future__ import annotations
 
 from finishline import Dialect
+from labs.clients.agent_clis import AGENTS
 
 __all__ = [
+    "AGENT_CLIENTS",
+    "AGENT_CLIENTS_BY_DIALECT",
     "ALL_CLIENTS",
     "CLIENTS_BY_DIALECT",
     "DEFAULT_CLIENTS",
@@ -22,6 +30,7 @@ __all__ = [
     "DEFAULT_CLIENTS_BY_DIALECT",
     "EVERY_CLIENT",
     "LAB_API_KEY",
+    "LIBRARY_CLIENTS_BY_DIALECT",
     "NODE_CLIENTS",
     "NODE_CLIENTS_BY_DIALECT",
     "PYTHON_CLIENTS",
@@ -29,8 +38,8 @@ __all__ = [
     "runtime_of",
 ]
 
-#: Every client the lab knows, per dialect, by the runtime whose host runs it; the matrix shows
-#: them in this order.
+#: Every client library the lab knows, per dialect, by the runtime whose host runs it; the matrix
+#: shows them in this order, then the agents.
 PYTHON_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: ("openai-python", "openai-python-helper", "langchain", "litellm-sdk", "httpx-sse"),
     Dialect.MESSAGES: ("anthropic-python", "anthropic-python-helper", "langchain"),
@@ -41,40 +50,59 @@ NODE_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.MESSAGES: ("anthropic-node", "anthropic-node-helper", "ai-sdk-anthropic", "pi-ai"),
     Dialect.RESPONSES: ("openai-node", "openai-node-helper", "ai-sdk-openai", "pi-ai"),
 }
-CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+#: The client libraries (the drivers of labs.clients.hosts), per dialect.
+LIBRARY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     dialect: PYTHON_CLIENTS_BY_DIALECT[dialect] + NODE_CLIENTS_BY_DIALECT[dialect] for dialect in Dialect
 }
-#: Every client name of any dialect, once each, in matrix order (Chat's first).
-EVERY_CLIENT: tuple[str, ...] = tuple(dict.fromkeys(name for dialect in Dialect for name in CLIENTS_BY_DIALECT[dialect]))
+#: The coding agents, per dialect (Pi's agent in all three, Claude Code and Codex in one each).
+AGENT_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+    dialect: tuple(name for name, agent in AGENTS.items() if dialect in agent.dialects) for dialect in Dialect
+}
+#: The coding agents' names, in column order.
+AGENT_CLIENTS: tuple[str, ...] = tuple(AGENTS)
+#: Every client per dialect: the libraries, then the agents.
+CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
+    dialect: LIBRARY_CLIENTS_BY_DIALECT[dialect] + AGENT_CLIENTS_BY_DIALECT[dialect] for dialect in Dialect
+}
+#: Every client name of any dialect, once each, in matrix order (Chat's libraries first, the agents last).
+EVERY_CLIENT: tuple[str, ...] = (
+    tuple(dict.fromkeys(name for dialect in Dialect for name in LIBRARY_CLIENTS_BY_DIALECT[dialect])) + AGENT_CLIENTS
+)
 
-#: The Chat clients, by the names code outside this package has always used.
+#: The Chat client libraries, by the names code outside this package has always used.
 PYTHON_CLIENTS = PYTHON_CLIENTS_BY_DIALECT[Dialect.CHAT]
 NODE_CLIENTS = NODE_CLIENTS_BY_DIALECT[Dialect.CHAT]
-ALL_CLIENTS = CLIENTS_BY_DIALECT[Dialect.CHAT]
+ALL_CLIENTS = LIBRARY_CLIENTS_BY_DIALECT[Dialect.CHAT]
 #: The clients of the default run (`make lab`; `--all` or `--client` lifts it), so that it stays
 #: within minutes with every gateway in the matrix. Left out: the two that gave openai-python's
 #: word in every scenario, through direct and finish_fix (measured with every scenario, 2026-12):
 #: httpx-sse (the baseline SSE reader) and litellm-sdk (1.108.7 invents `stop` where openai-python
 #: surfaces none; the word is the same). LangChain stays: it raises on a body without any chunk.
 DEFAULT_CLIENTS = tuple(c for c in ALL_CLIENTS if c not in ("litellm-sdk", "httpx-sse"))
-#: The default run's clients per dialect: Chat's as above, every client of the two new dialects
-#: (the lab chooses which of their cells run by default).
+#: The default run's clients per dialect: Chat's as above, every library of the two new dialects
+#: (the lab chooses which of their cells run by default). No agent: they add a minute or more to a
+#: run that must stay within minutes (docs/lab.md, "The coding agents").
 DEFAULT_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: DEFAULT_CLIENTS,
-    Dialect.MESSAGES: CLIENTS_BY_DIALECT[Dialect.MESSAGES],
-    Dialect.RESPONSES: CLIENTS_BY_DIALECT[Dialect.RESPONSES],
+    Dialect.MESSAGES: LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES],
+    Dialect.RESPONSES: LIBRARY_CLIENTS_BY_DIALECT[Dialect.RESPONSES],
 }
 
 _RUNTIME_OF: dict[str, str] = {
     name: runtime
-    for runtime, by_dialect in (("python", PYTHON_CLIENTS_BY_DIALECT), ("node", NODE_CLIENTS_BY_DIALECT))
+    for runtime, by_dialect in (
+        ("python", PYTHON_CLIENTS_BY_DIALECT),
+        ("node", NODE_CLIENTS_BY_DIALECT),
+        ("agent", AGENT_CLIENTS_BY_DIALECT),
+    )
     for names in by_dialect.values()
     for name in names
 }
 
 
 def runtime_of(client: str) -> str:
-    """`"python"` or `"node"`: the driver host that runs this client, in whichever dialect.
+    """`"python"` or `"node"`: the driver host that runs this client, in whichever dialect;
+    `"agent"` for a coding agent (labs.clients.agent_host runs each cell's command).
 
     Raises:
         LookupError: no dialect has a client of that name.

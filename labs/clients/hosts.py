@@ -24,8 +24,9 @@ import trio
 from faults.child_processes import ChildStartError, TrioChildProcess, start_trio_child
 from finishline import Dialect
 from labs.clients import runtime_of
+from labs.clients.agent_host import AgentHost
 
-__all__ = ["DRIVER_HOST_CRASHED", "DriverHost", "NODE_PACKAGE", "open_driver_hosts"]
+__all__ = ["DRIVER_HOST_CRASHED", "ClientHost", "DriverHost", "NODE_PACKAGE", "open_driver_hosts"]
 
 #: The error class of a cell whose driver host died under it.
 DRIVER_HOST_CRASHED = "DriverHostCrashed"
@@ -136,6 +137,11 @@ class DriverHost:
             raise ChildStartError(f"the {self.runtime} driver host exited before saying hello (see its log)")
 
 
+#: What runs a client's requests: a library's driver host, or the agents' (one command per cell);
+#: both take a request line and answer a record, and name their runtime and versions in `hello`.
+ClientHost = DriverHost | AgentHost
+
+
 def _host_argv(runtime: str, clients: tuple[str, ...], dialects: tuple[Dialect, ...]) -> list[str]:
     if runtime == "python":
         # The dialects only choose what the host imports before its hello (python_host.PRELOAD).
@@ -154,9 +160,11 @@ def _host_argv(runtime: str, clients: tuple[str, ...], dialects: tuple[Dialect, 
 @asynccontextmanager
 async def open_driver_hosts(
     clients: tuple[str, ...], log_dir: Path, dialects: tuple[Dialect, ...] = (Dialect.CHAT,)
-) -> AsyncIterator[dict[str, DriverHost]]:
+) -> AsyncIterator[dict[str, ClientHost]]:
     """Start the hosts the given clients need (names of any dialect: a name's runtime is the same in
-    every dialect, and each request line says its dialect); yields {client name: its host}.
+    every dialect, and each request line says its dialect); yields {client name: its host}. The
+    coding agents get an `AgentHost`, which starts nothing until a cell runs (each cell's files go
+    under `log_dir`, the run folder).
     `dialects`: those the requests will speak, so the Python host imports their libraries before
     its hello (a request in another dialect still runs; its library is imported then).
 
@@ -164,7 +172,7 @@ async def open_driver_hosts(
         LookupError: a name no dialect knows.
     """
     wanted = {runtime: tuple(c for c in clients if runtime_of(c) == runtime) for runtime in ("python", "node")}
-    hosts: dict[str, DriverHost] = {}
+    hosts: dict[str, ClientHost] = {}
     log_dir.mkdir(parents=True, exist_ok=True)
     async with trio.open_nursery() as nursery:
         processes = []
@@ -187,6 +195,10 @@ async def open_driver_hosts(
                     await nursery.start(host._read)
                 for name in names:
                     hosts[name] = host
+            agents = tuple(c for c in clients if runtime_of(c) == "agent")
+            if agents:
+                agent_host = AgentHost(clients=agents, run_dir=log_dir)
+                hosts.update(dict.fromkeys(agents, agent_host))
             yield hosts
         finally:
             for process in processes:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
-from labs.clients import EVERY_CLIENT
+from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
 from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
 from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS_BY_DIALECT
 from labs.grade.render import render_terminal, write_html, write_json
@@ -46,6 +46,8 @@ def _url(text: str) -> str:
 
 
 _DIALECTS = [d.value for d in Dialect]
+#: The clients the graders drive: every dialect's client libraries (no coding agent).
+_GRADING_CLIENTS = tuple(dict.fromkeys(c for clients in LIBRARY_CLIENTS_BY_DIALECT.values() for c in clients))
 
 
 def _dialects(parser: argparse.ArgumentParser) -> None:
@@ -71,11 +73,11 @@ def _clients(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--client",
         action="append",
-        choices=EVERY_CLIENT,
+        choices=_GRADING_CLIENTS,
         metavar="CLIENT",
         help="a client to grade with (repeatable; one that speaks --dialect; default: "
         + "; ".join(f"{d.value}: {', '.join(c)}" for d, c in DEFAULT_GATEWAY_CLIENTS_BY_DIALECT.items())
-        + f"; known: {', '.join(EVERY_CLIENT)})",
+        + f"; known: {', '.join(_GRADING_CLIENTS)})",
     )
 
 

@@ -37,7 +37,7 @@ import trio
 
 from faults.toxiproxy_server import open_toxiproxy_server
 from finishline import Dialect
-from labs.clients import CLIENTS_BY_DIALECT, LAB_API_KEY
+from labs.clients import LAB_API_KEY, LIBRARY_CLIENTS_BY_DIALECT
 from labs.clients.hosts import open_driver_hosts
 from labs.clients.python_messages import messages_body
 from labs.clients.python_responses import responses_body
@@ -530,17 +530,20 @@ async def grade_gateway(target: GatewayTarget) -> Card:
 
 
 def require_dialect_clients(clients: Sequence[str], dialect: Dialect, option: str) -> None:
-    """Every client must speak the dialect graded.
+    """Every client must be a client library (the graders drive no coding agent) that speaks the
+    dialect graded.
 
     Raises:
-        GradeError: one does not; the line names it, the dialects it speaks and those that do.
+        GradeError: one is not; the line names it, the dialects it speaks and those that do.
     """
     for name in clients:
-        if name not in CLIENTS_BY_DIALECT[dialect]:
-            speaks = ", ".join(d.value for d in Dialect if name in CLIENTS_BY_DIALECT[d]) or "no dialect"
+        if name not in LIBRARY_CLIENTS_BY_DIALECT[dialect]:
+            speaks = ", ".join(d.value for d in Dialect if name in LIBRARY_CLIENTS_BY_DIALECT[d])
             raise GradeError(
-                f"{option} {name}: speaks {speaks}, not {dialect.value}; {dialect.value} clients: "
-                + ", ".join(CLIENTS_BY_DIALECT[dialect])
+                f"{option} {name}: "
+                + (f"speaks {speaks}, not {dialect.value}" if speaks else "not a client library the grader drives")
+                + f"; {dialect.value} clients: "
+                + ", ".join(LIBRARY_CLIENTS_BY_DIALECT[dialect])
             )
 
 
