@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 
 from finishline import Dialect
-from labs.clients import CLIENTS_BY_DIALECT
+from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.table import render_table
@@ -70,7 +70,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     config = LabConfig(
         scenarios=scenarios,
-        clients=tuple(dict.fromkeys(c for d in DIALECTS for c in CLIENTS_BY_DIALECT[d])),
+        clients=tuple(dict.fromkeys(c for d in DIALECTS for c in LIBRARY_CLIENTS_BY_DIALECT[d])),
         gateways=GATEWAYS,
         dialects=DIALECTS,
         jobs=64,
@@ -87,7 +87,7 @@ def matrix(run) -> Matrix:
 
 def row(matrix: Matrix, scenario: str, dialect: Dialect, gateway: str) -> dict[str, dict[str, Any]]:
     """The cells of one scenario, dialect and gateway, by client (every client of the dialect)."""
-    return {client: matrix[(scenario, dialect.value, client, gateway)] for client in CLIENTS_BY_DIALECT[dialect]}
+    return {client: matrix[(scenario, dialect.value, client, gateway)] for client in LIBRARY_CLIENTS_BY_DIALECT[dialect]}
 
 
 def words(cells: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -103,9 +103,9 @@ def test_through_the_chat_bridge_the_worker_speaks_chat_and_a_cut_becomes_a_comp
         assert {a["dialect"] for a in cell["attempts"]} == {"chat"}
     # A clean end is no error to LiteLLM: `end_turn` + `message_stop`, or `response.completed`,
     # after 5 tokens. Every client takes it for the whole answer, and LiteLLM books a success.
-    assert words(cells) == dict.fromkeys(CLIENTS_BY_DIALECT[dialect], "silent-truncation")
+    assert words(cells) == dict.fromkeys(LIBRARY_CLIENTS_BY_DIALECT[dialect], "silent-truncation")
     assert {cell["books"] for cell in cells.values()} == {"ok"}
-    sdk = CLIENTS_BY_DIALECT[dialect][0]
+    sdk = LIBRARY_CLIENTS_BY_DIALECT[dialect][0]
     assert cells[sdk]["report"]["text"] == "The quick brown fox jumps"
     assert cells[sdk]["report"]["finish_reason"] == ("end_turn" if dialect is Dialect.MESSAGES else "completed")
 
@@ -116,7 +116,7 @@ def test_behind_the_chat_bridge_finish_fix_turns_every_cut_into_an_error_before_
     # `response.failed` (openai-python's and openai-node's plain streams yield it without raising,
     # and openai-node's helper resolves with the failed response: `flagged`).
     messages = row(matrix, "cut-after-tokens-hub-close", Dialect.MESSAGES, "litellm-chat-bridge+finish_fix")
-    assert words(messages) == dict.fromkeys(CLIENTS_BY_DIALECT[Dialect.MESSAGES], "error")
+    assert words(messages) == dict.fromkeys(LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES], "error")
     responses = row(matrix, "cut-after-tokens-hub-close", Dialect.RESPONSES, "litellm-chat-bridge+finish_fix")
     assert words(responses) == {
         "openai-python": "flagged",
@@ -138,7 +138,7 @@ def test_a_chat_upstream_that_omits_its_finish_reason_gets_a_made_up_end_turn_or
     # here by luck (it would be `end_turn` for a lost `length` too). finish_fix, behind the bridge,
     # injects the `stop` itself. Messages: every client `ok`.
     assert words(row(matrix, "reason-omitted", Dialect.MESSAGES, gateway)) == dict.fromkeys(
-        CLIENTS_BY_DIALECT[Dialect.MESSAGES], "ok"
+        LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES], "ok"
     )
     # Responses: the scenario's reasoning deltas come out of the bridge as
     # `response.reasoning_summary_text.delta` events without `summary_index`, which the AI SDK's
@@ -146,7 +146,7 @@ def test_a_chat_upstream_that_omits_its_finish_reason_gets_a_made_up_end_turn_or
     # add them to ("missing content at index undefined"); the other clients read the text.
     responses = row(matrix, "reason-omitted", Dialect.RESPONSES, gateway)
     assert words(responses) == {
-        **dict.fromkeys(CLIENTS_BY_DIALECT[Dialect.RESPONSES], "ok"),
+        **dict.fromkeys(LIBRARY_CLIENTS_BY_DIALECT[Dialect.RESPONSES], "ok"),
         "openai-node-helper": "error",
         "ai-sdk-openai": "error",
     }
@@ -162,7 +162,7 @@ def test_the_responses_bridge_raises_on_a_stream_without_a_terminal_event(matrix
     # (Its books are not pinned: LiteLLM books such a request as a failure and then, depending on
     # when the client lets go, sometimes also as a success; labs/gateways/litellm_proxy.py.)
     cells = row(matrix, scenario, Dialect.MESSAGES, gateway)
-    assert words(cells) == dict.fromkeys(CLIENTS_BY_DIALECT[Dialect.MESSAGES], "error")
+    assert words(cells) == dict.fromkeys(LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES], "error")
     for cell in cells.values():
         assert cell["upstream_dialect"] == "responses"
     if not gateway.endswith("+finish_fix"):

@@ -18,9 +18,9 @@ first: re-read the code named below, then the pins):
   before a terminal response event`); through finish_fix, finish_fix's "stream was interrupted:
   ..." (in Messages the raw JSON of the `error` event: pi-ai throws `new Error(sse.data)`). The
   omitted reason is repaired (`ok`) in Chat and Messages; in Responses the worker ends that stream
-  with `data: [DONE]` in place of a terminal event, finish_fix sends its `error` and
-  `response.failed` after it, and openai-node's stream (pi-ai's Responses client) reads nothing
-  after `[DONE]`, so Pi still says "ended before a terminal response event" (an `error`, 4 requests).
+  with `data: [DONE]` in place of a terminal event, a cut: finish_fix sends its `error` and
+  `response.failed` before the `[DONE]` (openai-node's stream, pi-ai's Responses client, reads
+  nothing after it, rule R3), so Pi says finish_fix's words and retries (an `error`, 4 requests).
 - Claude Code 2.1.332 (strings of its binary): a stream that ends cleanly without `message_stop`
   after some text is `truncated`: retried streaming once, then asked again without streaming
   (`F6("truncations",1,...)`, then `retryWithoutStreaming`): 3 requests, and the non-streaming
@@ -108,12 +108,7 @@ EXPECTED: dict[tuple[str, str, str, str], tuple[str, int, int, str | None]] = {
         "OpenAI Responses stream ended before a terminal response event",
     ),
     ("reason-omitted", "responses", "direct", "codex"): ("error", 1, 6, CODEX_DISCONNECTED),
-    ("reason-omitted", "responses", "finish_fix", "pi-coding-agent"): (
-        "error",
-        1,
-        4,
-        "OpenAI Responses stream ended before a terminal response event",
-    ),
+    ("reason-omitted", "responses", "finish_fix", "pi-coding-agent"): ("error", 1, 4, FINISH_FIX_WORDS),
     ("reason-omitted", "responses", "finish_fix", "codex"): ("error", 1, 6, CODEX_INTERRUPTED),
     ("cut-after-tokens-hub-close", "chat", "direct", "pi-coding-agent"): ("error", 1, 4, "Stream ended without finish_reason"),
     ("cut-after-tokens-hub-close", "chat", "finish_fix", "pi-coding-agent"): ("error", 1, 4, FINISH_FIX_WORDS),
