@@ -106,12 +106,14 @@ $(GATEWAY_ENVS)/%/.installed: labs/gateways/requirements/%.txt | $(UV)
 # Both run pytest over TEST_WORKERS processes (pytest-xdist); each starts its own services (the
 # session's toxiproxy, a module's mitmdump) on ports of its own. A test file stays on one worker, and
 # the files that share a lab run share a worker (--dist loadgroup, tests/worker_groups.py), so a
-# module's services and the lab run start once. `make test TEST_WORKERS=1` runs in this process.
+# module's services and the lab run start once; the costliest groups go first, in the order
+# tests/worker_groups.py puts them (--no-loadscope-reorder keeps it). `make test TEST_WORKERS=1`
+# runs in this process.
 # Python may write its bytecode caches (__pycache__, ignored by git) even where the environment says
 # not to: without them every one of those starts compiles its modules again, and pytest rewrites
 # every test module's asserts again in each worker.
 TEST_WORKERS ?= 2
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 # The whole suite, after the linters (their findings fail it too).
 test: setup lint

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
-from tests.worker_groups import ungrouped
+from tests.worker_groups import SHARED_RUNS, costliest_first, group_seconds, seconds_from_junit, ungrouped
 
 pytest_plugins = ["pytester"]
 
@@ -48,3 +49,35 @@ def test_under_xdist_each_files_tests_run_on_one_worker(pytester):
         if match:
             workers.setdefault(match[2], set()).add(match[1])
     assert len(workers) == 3 and all(len(ran_on) == 1 for ran_on in workers.values()), workers
+
+
+class _Item:
+    def __init__(self, nodeid: str) -> None:
+        self.nodeid = nodeid
+
+
+def test_the_costliest_groups_go_first_each_group_together_unknown_ones_last_as_collected():
+    items = [_Item(n) for n in ("a.py::1", "b.py::1", "c.py::1", "a.py::2", "d.py::1", "b.py::2")]
+    group_of = {item.nodeid: item.nodeid.split("::")[0] for item in items}
+    ordered = costliest_first(items, group_of, {"b.py": 90.0, "c.py": 5.0})
+    assert [item.nodeid for item in ordered] == ["b.py::1", "b.py::2", "c.py::1", "a.py::1", "a.py::2", "d.py::1"]
+
+
+def test_a_junit_report_gives_each_groups_seconds(tmp_path):
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        "<testsuites><testsuite>"
+        '<testcase classname="tests.test_a" name="test_x@small_matrix" time="1.5"/>'
+        '<testcase classname="tests.test_b" name="test_y[p@q]@small_matrix" time="2"/>'
+        '<testcase classname="tests.test_c" name="test_z@tests/test_c.py" time="0.25"/>'
+        '<testcase classname="tests.test_d" name="test_w[a@b]" time="1"/>'
+        "</testsuite></testsuites>"
+    )
+    assert seconds_from_junit(report) == {"small_matrix": 3.5, "tests/test_d.py": 1.0, "tests/test_c.py": 0.2}
+
+
+def test_the_committed_seconds_name_groups_that_exist():
+    # A group renamed or removed leaves a stale number behind: it would only cost time, but the
+    # file should say what the suite is.
+    files = {path.as_posix() for path in Path("tests").glob("test_*.py")}
+    assert set(group_seconds()) - files - set(SHARED_RUNS) == set()
