@@ -25,9 +25,10 @@ from labs.entry import EXIT_ERROR, run_command
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.outcome import Outcome
+from labs.plan import LabConfig, run_labels
 from labs.progress import Progress
 from labs.report_html import write_html
-from labs.runner import LabConfig, run_lab, run_labels
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
 from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text
 from labs.table import render_table

@@ -28,7 +28,8 @@ from labs.worker.attempts import Attempt, HasAttempts, attempts_of
 from labs.worker.server import RunningWorker
 
 if TYPE_CHECKING:
-    from labs.runner import CellResult, PlannedCell
+    from labs.plan import PlannedCell
+    from labs.runner import CellResult
 
 __all__ = [
     "HUB",

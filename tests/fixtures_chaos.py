@@ -18,7 +18,8 @@ import pytest
 
 from finishline import Dialect
 from labs.clients import ALL_CLIENTS
-from labs.runner import LabConfig, run_lab
+from labs.plan import LabConfig
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, Scenario, load_scenario
 from tests.fixtures_lab import run_trio
 

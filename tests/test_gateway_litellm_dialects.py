@@ -38,7 +38,8 @@ import pytest
 
 from finishline import Dialect
 from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
-from labs.runner import LabConfig, run_lab
+from labs.plan import LabConfig
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.table import render_table
 from tests.fixtures_lab import run_trio

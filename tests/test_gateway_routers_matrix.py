@@ -31,7 +31,8 @@ import pytest
 import trio
 
 from finishline import Dialect
-from labs.runner import LabConfig, run_lab
+from labs.plan import LabConfig
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.fixtures_chaos import in_dialects
 from tests.fixtures_lab import run_trio

@@ -22,7 +22,7 @@ from labs.clients.agent_bridge import open_lab_side, serve_namespace_side
 from labs.clients.agent_clis import AGENTS, AgentCell, missing_agents
 from labs.clients.agent_host import last_line
 from labs.outcome import ClientReport, Expected, Outcome, judge
-from labs.runner import LabConfig, plan_cells
+from labs.plan import LabConfig, plan_cells
 from labs.scenario import AGENT_DEADLINE_S, SCENARIO_DIR, ScenarioError, load_scenario
 from labs.table import render_table
 from labs.worker.server import reset_on_close

@@ -50,7 +50,8 @@ import trio
 from finishline import Dialect
 from labs.clients import AGENT_CLIENTS, AGENT_CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
-from labs.runner import LabConfig, run_lab
+from labs.plan import LabConfig
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.worker.wire import ResponsePlan, response_plan
 

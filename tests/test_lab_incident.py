@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 
 from labs.clients import DEFAULT_CLIENTS
-from labs.runner import LabConfig, run_lab
+from labs.plan import LabConfig
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.fixtures_chaos import INCIDENT_DROP_S
 from tests.fixtures_lab import run_trio

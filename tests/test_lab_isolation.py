@@ -20,7 +20,8 @@ import pytest
 import trio
 
 from labs.outcome import Outcome
-from labs.runner import LabConfig, run_lab
+from labs.plan import LabConfig
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.fixtures_lab import chat_request
 

@@ -14,7 +14,8 @@ from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import GATEWAYS
 from labs.gateways.registry import lookup, translates, upstream_dialect
 from labs.hub import TunnelDropPolicy
-from labs.runner import LabConfig, LabError, NotApplicable, plan_cells, plan_not_applicable, run_lab, scenario_runs
+from labs.plan import LabConfig, NotApplicable, plan_cells, plan_not_applicable, scenario_runs
+from labs.runner import LabError, run_lab
 from labs.scenario import (
     CELL_ID_TEMPLATE,
     MAX_CELLS,
