@@ -208,6 +208,14 @@ def test_messages_usage_counts_cached_input_and_the_last_output_count(chunking):
     assert report.usage == TokenUsage(input_tokens=17, output_tokens=7)
 
 
+def test_a_cut_messages_stream_books_its_input_not_the_placeholder_output_count():
+    # message_start's `output_tokens` is the count of a turn just begun, not the answer's.
+    report = feed(messages_stream(["Hi", " there"], closed=False), "whole", dialect=Dialect.MESSAGES).report
+    assert report.verdict is Verdict.INTERRUPTED
+    assert report.usage is not None and report.usage.output_tokens is None
+    assert report.usage.input_tokens is not None
+
+
 @pytest.mark.parametrize("chunking", CHUNKINGS)
 def test_responses_usage_is_the_terminal_responses(chunking):
     events = responses_stream(["a", "b", "c"])

@@ -100,6 +100,9 @@ class MessagesRules(TypedEventRules):
         self._output_tokens: int | None = None
         # Every input token the usage counted so far, cached ones included (`TokenUsage`).
         self._input_tokens: int | None = None
+        # The output tokens a `message_delta` counted (`message_start`'s count is the placeholder
+        # of a turn just begun: a cut stream's books do not take it for the answer's).
+        self._counted_output_tokens: int | None = None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -143,7 +146,10 @@ class MessagesRules(TypedEventRules):
             reason = delta.get("stop_reason") if isinstance(delta, dict) else None
             if isinstance(reason, str) and reason:
                 self._stop_reason = reason
-            self._note_usage(message.get("usage"))
+            usage = message.get("usage")
+            self._note_usage(usage)
+            if isinstance(usage, dict) and _is_int(usage.get("output_tokens")):
+                self._counted_output_tokens = usage["output_tokens"]
         elif kind == "message_stop":
             before = b"" if self._stop_reason is not None else self._finishing(wording.BEFORE_MESSAGE_STOP)
             machine._move(Signal.DONE)
@@ -166,8 +172,8 @@ class MessagesRules(TypedEventRules):
         report = self._machine.report
         if self._stop_reason is not None:
             report.finish_reasons = [self._stop_reason]
-        if self._input_tokens is not None or self._output_tokens is not None:
-            report.usage = TokenUsage(input_tokens=self._input_tokens, output_tokens=self._output_tokens)
+        if self._input_tokens is not None or self._counted_output_tokens is not None:
+            report.usage = TokenUsage(input_tokens=self._input_tokens, output_tokens=self._counted_output_tokens)
 
     # -- the end ------------------------------------------------------------------------------
 

@@ -136,7 +136,8 @@ class TokenUsage:
         input_tokens: every input token, cached ones included: Chat's `prompt_tokens`, Responses'
             `input_tokens`; Messages' `input_tokens` plus its `cache_read_input_tokens` and
             `cache_creation_input_tokens` (Anthropic counts those apart).
-        output_tokens: Chat's `completion_tokens`, Messages' and Responses' `output_tokens`.
+        output_tokens: Chat's `completion_tokens`, Responses' `output_tokens`, Messages' last
+            `message_delta` count (`message_start`'s is a placeholder, not the answer's).
     """
 
     input_tokens: int | None = None
