@@ -1,9 +1,10 @@
 """finish_fix's books as OpenTelemetry spans (`finish_fix_otlp=URL`): one span per flow in scope,
 following the GenAI semantic conventions v1.41.0 (`SEMCONV_VERSION`), sent over OTLP/HTTP.
 
-The span is made when the flow's books close, from the core's booking (`finishline.Booking`) as it
-is, and handed to the SDK's batch processor, whose thread encodes and sends it: nothing on the
-proxy's event loop waits for the network. A collector that is down or slow costs one warning in
+When a flow's books close its facts are queued: the core's booking (`finishline.Booking`) as it
+is, the request's, the trace context. A thread of this module's makes the spans from them in runs,
+and the SDK's batch processor encodes and sends them from its own: nothing on the proxy's event
+loop waits for the network or does the SDK's work. A collector that is down or slow costs one warning in
 the log (`_ExportWatch`) and the spans it did not take; every stream is sent to its client as
 without the option. The addon imports this module only when the option is set, so finish_fix with
 it off never imports OpenTelemetry.
@@ -27,8 +28,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -66,8 +68,12 @@ INJECTION_EVENT = "finish_fix.injection"
 # still queued (then they are given up: a dead collector never holds the proxy's exit for long).
 EXPORT_TIMEOUT_S = 2.0
 SHUTDOWN_TIMEOUT_S = 3.0
-# How long a span may wait in the queue before its batch goes out.
+# How long a flow's span may wait to be made, and then to be sent (each a queue of its own).
 SCHEDULE_DELAY_MS = 1000
+# Flows queued for their spans at most (as many as the SDK's own queue holds); past it the oldest go.
+MAX_QUEUED = 2048
+# The W3C trace context headers a span's parent is read from.
+_TRACE_CONTEXT = ("traceparent", "tracestate")
 # The SDK's exporter and batch processor log every failed batch and every dropped span themselves;
 # `_ExportWatch` says it once instead.
 _OTEL_LOGGERS = ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "opentelemetry.sdk._shared_internal")
@@ -195,9 +201,28 @@ class _ExportWatch(SpanExporter, logging.Filter):
         return self._exporter.force_flush(timeout_millis)
 
 
+class _Booked(NamedTuple):
+    """What the event loop hands the span maker for one flow: the facts, none of the SDK's work."""
+
+    booking: Booking
+    request: RequestFacts
+    server: tuple[str, int]
+    trace_context: dict[str, str]  # the request's `traceparent` and `tracestate`, those it had
+    started_at: float
+    ended_at: float
+
+
 class SpanExport:
-    """A tracer whose spans go to `endpoint` (the full OTLP/HTTP traces URL) in batches, from a
-    thread of the SDK's. `close` flushes and stops it within `SHUTDOWN_TIMEOUT_S`."""
+    """Spans to `endpoint` (the full OTLP/HTTP traces URL): `booked` queues a flow's facts, a thread
+    of its own makes the spans from them every `SCHEDULE_DELAY_MS` (or at `MAX_QUEUED` flows) and
+    the SDK's batch processor sends them from its thread. `close` sends what is left and stops,
+    within `SHUTDOWN_TIMEOUT_S`.
+
+    Why a thread makes the spans: an SDK span costs about 100 µs (its attribute checks, the
+    sampler, the span objects), which on the event loop, between the pieces of other streams whose
+    work keeps the caches cold, cost several times that in `make bench`'s race; made in a run, one
+    after another, they cost what they cost alone, and no stream waits for them.
+    """
 
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
@@ -211,6 +236,13 @@ class SpanExport:
         self._provider.add_span_processor(BatchSpanProcessor(self._watch, schedule_delay_millis=SCHEDULE_DELAY_MS))
         self._tracer = self._provider.get_tracer("finish_fix", schema_url=SCHEMA_URL)
         self._propagator = TraceContextTextMapPropagator()
+        # Flows booked and not made into spans yet (appended on the event loop, taken by the maker:
+        # a deque's append and popleft are atomic). Past `MAX_QUEUED` the oldest are dropped.
+        self._queued: deque[_Booked] = deque(maxlen=MAX_QUEUED)
+        self._wake = threading.Event()
+        self._closing = False
+        self._maker = threading.Thread(target=self._make_spans_until_closed, name="finish_fix span maker", daemon=True)
+        self._maker.start()
 
     def booked(
         self,
@@ -222,7 +254,7 @@ class SpanExport:
         started_at: float,
         ended_at: float,
     ) -> None:
-        """Makes and ends the span of one flow whose books closed.
+        """Queues the span of one flow whose books closed (made and sent from other threads).
 
         Args:
             request: what the request's body said (its model, whether it asked for a stream).
@@ -230,13 +262,39 @@ class SpanExport:
             headers: the request's headers (a `traceparent` there makes the span its child).
             started_at, ended_at: the request's start and the books' close, in seconds since the epoch.
         """
-        parent = self._propagator.extract(carrier=headers)
+        trace_context = {name: value for name in _TRACE_CONTEXT if (value := headers.get(name)) is not None}
+        queued = self._queued
+        queued.append(_Booked(booking, request, server, trace_context, started_at, ended_at))
+        if len(queued) >= MAX_QUEUED // 4:
+            self._wake.set()
+
+    def _make_spans_until_closed(self) -> None:
+        while not self._closing:
+            self._wake.wait(SCHEDULE_DELAY_MS / 1000)
+            self._wake.clear()
+            self._make_queued_spans()
+
+    def _make_queued_spans(self) -> None:
+        queued = self._queued
+        while True:
+            try:
+                booked = queued.popleft()
+            except IndexError:  # (`flush` may take from the queue at the same time)
+                return
+            try:
+                self._make_span(booked)
+            except Exception as error:  # a bug of ours: this span is lost, the others are not
+                logger.error(f"finish_fix: could not make a span ({error!r})")
+
+    def _make_span(self, booked: _Booked) -> None:
+        booking, request = booked.booking, booked.request
+        parent = self._propagator.extract(carrier=booked.trace_context)
         name = f"{OPERATION} {request.model}" if request.model else OPERATION
-        attributes = span_attributes(booking, request, server=server)
+        attributes = span_attributes(booking, request, server=booked.server)
         span = self._tracer.start_span(
-            name, context=parent, kind=SpanKind.CLIENT, attributes=attributes, start_time=_nanoseconds(started_at)
+            name, context=parent, kind=SpanKind.CLIENT, attributes=attributes, start_time=_nanoseconds(booked.started_at)
         )
-        ended = _nanoseconds(ended_at)
+        ended = _nanoseconds(booked.ended_at)
         for injection in booking.injected:
             span.add_event(INJECTION_EVENT, _injection_attributes(injection), timestamp=ended)
         if "error.type" in attributes:
@@ -244,8 +302,9 @@ class SpanExport:
         span.end(end_time=ended)
 
     def flush(self) -> None:
-        """Sends every span made so far now, on the calling thread (the SDK's `force_flush`): for a
-        caller that must know they went, such as a test."""
+        """Makes and sends every span booked so far, on the calling thread (then the SDK's
+        `force_flush`): for a caller that must know they went, such as a test."""
+        self._make_queued_spans()
         self._provider.force_flush()
 
     @property
@@ -254,9 +313,18 @@ class SpanExport:
         return self._watch.dropped
 
     def close(self) -> None:
-        """Sends what is queued and stops; gives up on it after `SHUTDOWN_TIMEOUT_S` (the SDK's
-        shutdown has no limit of its own while a collector does not answer)."""
-        closing = threading.Thread(target=self._provider.shutdown, name="finish_fix span export shutdown", daemon=True)
+        """Makes the spans still queued, sends them and stops; gives up on them after
+        `SHUTDOWN_TIMEOUT_S` (the SDK's shutdown has no limit of its own while a collector does not
+        answer)."""
+        self._closing = True
+        self._wake.set()
+
+        def finish() -> None:
+            self._maker.join()
+            self._make_queued_spans()
+            self._provider.shutdown()
+
+        closing = threading.Thread(target=finish, name="finish_fix span export shutdown", daemon=True)
         closing.start()
         closing.join(SHUTDOWN_TIMEOUT_S)
         if closing.is_alive():

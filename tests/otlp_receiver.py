@@ -11,6 +11,7 @@ test sees it.
 from __future__ import annotations
 
 import gzip
+import socket
 import threading
 import time
 import zlib
@@ -25,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-__all__ = ["OtlpReceiver", "ReceivedSpan", "running_otlp_receiver"]
+__all__ = ["OtlpReceiver", "ReceivedSpan", "refusing_otlp_endpoint", "running_otlp_receiver"]
 
 TRACES_PATH = "/v1/traces"
 
@@ -179,3 +180,12 @@ def running_otlp_receiver() -> Iterator[OtlpReceiver]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
+
+
+@contextmanager
+def refusing_otlp_endpoint() -> Iterator[str]:
+    """An OTLP traces URL on a port bound but not listening, for the block: a dead collector that
+    refuses every connection, and whose port nothing else can take meanwhile."""
+    with socket.socket() as bound:
+        bound.bind(("127.0.0.1", 0))
+        yield f"http://127.0.0.1:{bound.getsockname()[1]}{TRACES_PATH}"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import socket
 import subprocess
 import sys
 from collections import Counter
@@ -21,17 +20,17 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from labs.gateways.finish_fix_scrape import metrics_url_in
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.chat_streams import chat_stream
 from tests.e2e_support import ANSWER, CUTS, chat_url, raw_post
 from tests.fixtures_e2e import FinishFixProxy
-from tests.otlp_receiver import ReceivedSpan, running_otlp_receiver
+from tests.otlp_receiver import ReceivedSpan, refusing_otlp_endpoint, running_otlp_receiver
 from tests.upstream_server import Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
-SERVING = re.compile(r"finish_fix: metrics at (http://127\.0\.0\.1:\d+/metrics)")
 SPAN_WAIT_S = 30
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
@@ -54,18 +53,12 @@ def streams_total(metrics_text: str) -> dict[tuple[str, str, str], float]:
 
 
 def scrape(proxy: FinishFixProxy) -> str:
-    url = proxy.mitmdump.wait_for_output(SERVING, timeout=10).group(1)
+    proxy.mitmdump.wait_for_output("finish_fix: metrics at", timeout=10)
+    url = metrics_url_in(proxy.mitmdump.output)
+    assert url is not None, proxy.mitmdump.output
     response = httpx.get(url, timeout=10, trust_env=False)
     assert response.status_code == 200
     return response.text
-
-
-@pytest.fixture
-def refusing_endpoint() -> Iterator[str]:
-    """An OTLP URL on a port bound but not listening: every connection is refused."""
-    with socket.socket() as bound:
-        bound.bind(("127.0.0.1", 0))
-        yield f"http://127.0.0.1:{bound.getsockname()[1]}/v1/traces"
 
 
 def test_three_streams_are_counted_and_each_is_one_span(
@@ -115,6 +108,12 @@ def test_three_streams_are_counted_and_each_is_one_span(
     # The request's traceparent: the cut's span continues that trace; the others start their own.
     assert (cut.trace_id, cut.parent_span_id) == (TRACE_ID, PARENT_ID)
     assert by_verdict["clean"].parent_span_id == "" and by_verdict["clean"].trace_id != TRACE_ID
+
+
+@pytest.fixture
+def refusing_endpoint() -> Iterator[str]:
+    with refusing_otlp_endpoint() as endpoint:
+        yield endpoint
 
 
 # The cut's error event says how long the stream ran ("after 2 events and 0.0 s"): the one part of

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 import time
 import zipfile
@@ -21,6 +20,7 @@ import pytest
 from faults.child_processes import run_child, start_child
 from finish_fix_command import addon_path
 from finishline import RepairPolicy, RequestFacts, StreamRepair, Verdict
+from labs.gateways.finish_fix_scrape import metrics_url_in
 from labs.gateways.services import MITM_LISTENING
 from tests.otlp_receiver import running_otlp_receiver
 
@@ -221,9 +221,9 @@ def test_the_installed_finish_fix_repairs_a_stream_in_front_of_the_worker(instal
             direct = client.post(f"{worker}/chat/completions", json=BODY).content
             through = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=BODY).content
             [span] = receiver.wait_for(1, 30)
-            metrics_url = re.search(r"finish_fix: metrics at (\S+)", finish_fix.log_text())
+            metrics_url = metrics_url_in(finish_fix.log_text())
             assert metrics_url is not None, finish_fix.log_text()
-            metrics = client.get(metrics_url.group(1)).text
+            metrics = client.get(metrics_url).text
         assert f"Loading script {addon}" in finish_fix.log_text()
     assert span.attributes["finish_fix.verdict"] == "repaired"
     assert 'finish_fix_streams_total{cause="none",dialect="chat",verdict="repaired"} 1.0' in metrics

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Verdict
-from labs.gateways.finish_fix_scrape import METRICS_OPTION, keep_last_scrape, metrics_url_in_log
+from labs.gateways.finish_fix_scrape import METRICS_OPTION, keep_last_scrape, metrics_url_in
 from labs.gateways.registry import EVERY_DIALECT, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
@@ -99,7 +99,7 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         try:
             yield RunningFinishFix(base_url=f"http://127.0.0.1:{port}/v1", ledger=ledger, capture=capture, metrics=metrics)
         finally:
-            await keep_last_scrape(metrics_url_in_log(log), metrics)
+            await keep_last_scrape(metrics_url_in(log.read_text(errors="replace")), metrics)
 
 
 async def shared_finish_fix(ctx: GatewayContext, topology: str | None = None) -> RunningFinishFix:

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import trio
 
-__all__ = ["METRICS_OPTION", "keep_last_scrape", "metrics_url_in_log"]
+__all__ = ["METRICS_OPTION", "keep_last_scrape", "metrics_url_in"]
 
 #: The `--set` value: metrics on 127.0.0.1, on a port the kernel picks (no race for a free port).
 METRICS_OPTION = "finish_fix_metrics=127.0.0.1:0"
@@ -20,9 +20,10 @@ _SERVING = re.compile(r"finish_fix: metrics at (http://127\.0\.0\.1:\d+/metrics)
 _SCRAPE_TIMEOUT_S = 5.0
 
 
-def metrics_url_in_log(log: Path) -> str | None:
-    """The metrics URL finish_fix logged (it does so before mitmdump says it listens)."""
-    found = _SERVING.search(log.read_text(errors="replace")) if log.exists() else None
+def metrics_url_in(log_text: str) -> str | None:
+    """The metrics URL finish_fix logged in a mitmdump's output (it does so before mitmdump says it
+    listens), or None."""
+    found = _SERVING.search(log_text)
     return found.group(1) if found else None
 
 
