@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import subprocess
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,6 +19,7 @@ import pytest
 import trio
 from prometheus_client.parser import text_string_to_metric_families
 
+from faults.child_processes import run_child
 from labs.gateways.finish_fix_scrape import metrics_url_in
 from labs.runner import LabConfig, run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
@@ -156,7 +156,7 @@ def test_with_both_off_neither_library_is_imported(tmp_path: Path):
         "    tctx.configure(fix)\n"
         "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('prometheus_client', 'opentelemetry')}))\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    result = run_child([sys.executable, "-c", probe], timeout=60, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
