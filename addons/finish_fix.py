@@ -13,8 +13,13 @@ unless `finish_fix_on_cut=stop`.
 Each flow in scope gets a verdict (flow.metadata["finish_fix"], a mark and comment in mitmweb, and a
 line in the optional ledger). The rules are in docs/repair-rules.md; this module only adapts them to mitmproxy.
 
+Optionally the books also go where operators look: Prometheus metrics (`finish_fix_metrics`,
+addons/finish_fix_metrics.py) and one OpenTelemetry span per flow (`finish_fix_otlp`,
+addons/finish_fix_traces.py), both updated when a flow's books close, never per piece, and imported
+only when their option is set.
+
 Only this file hot-reloads; its sibling modules (the core, the stream callable, the cut hook, books,
-view) are imported once, so editing those needs a restart.
+view, metrics, traces) are imported once, so editing those needs a restart.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mitmproxy import contentviews, ctx, exceptions, http
 
@@ -45,6 +50,10 @@ from finishline import (
     read_number,
     repair_completion,
 )
+
+if TYPE_CHECKING:
+    from finish_fix_metrics import MetricsServer, StreamMetrics
+    from finish_fix_traces import SpanExport
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +87,12 @@ class FinishFix:
         self.copy_limit = 4 * 1024 * 1024
         self.ledger: Ledger | None = None
         self.verdicts: Counter[str] = Counter()
+        # The process's metrics and their server while `finish_fix_metrics` is set.
+        self.metrics: StreamMetrics | None = None
+        self.metrics_server: MetricsServer | None = None
+        # The span export while `finish_fix_otlp` is set.
+        self.traces: SpanExport | None = None
+        self._telemetry_failed = False
 
     # -- options ------------------------------------------------------------------------------
 
@@ -168,6 +183,25 @@ class FinishFix:
             "may think for minutes, or a long prompt prefill, before its first token (a role-only "
             "chunk sent at once does not start the idle deadline while this one runs).",
         )
+        loader.add_option(
+            "finish_fix_metrics",
+            str,
+            "",
+            "Serve finish_fix's Prometheus metrics at http://HOST:PORT/metrics (e.g. 127.0.0.1:9464; "
+            "port 0 picks a free one, logged) from a thread of its own: flows by dialect, verdict and "
+            "cause, injections, streams in flight, time to first token, durations, events per "
+            "stream. Label values come from closed sets: no model, path or id. Empty: off.",
+        )
+        loader.add_option(
+            "finish_fix_otlp",
+            str,
+            "",
+            "Send one OpenTelemetry span per flow in scope, following the GenAI semantic conventions "
+            "v1.41.0, to this OTLP/HTTP traces endpoint (e.g. http://127.0.0.1:4318/v1/traces; a URL "
+            "without a path gets /v1/traces), in batches from a thread of its own; a request's "
+            "traceparent makes the span its child. A collector that does not answer costs one "
+            "warning in the log, never a stream. Empty: off.",
+        )
         contentviews.add(SseChatView)
 
     def configure(self, updated: set[str]) -> None:
@@ -208,6 +242,49 @@ class FinishFix:
                     raise exceptions.OptionsError(
                         f"finish_fix_ledger: cannot append to {options.finish_fix_ledger!r} ({e.strerror})"
                     ) from None
+        if "finish_fix_metrics" in updated:
+            self._serve_metrics(options.finish_fix_metrics)
+        if "finish_fix_otlp" in updated:
+            self._export_spans(options.finish_fix_otlp)
+
+    def _serve_metrics(self, address: str) -> None:
+        if self.metrics_server is not None:
+            self.metrics_server.close()
+            self.metrics_server = None
+        self.metrics = None
+        if not address:
+            return
+        # Imported here, once the option asks for it: finish_fix without metrics never imports
+        # prometheus-client.
+        import finish_fix_metrics
+
+        try:
+            host, port = finish_fix_metrics.parse_listen_address(address)
+        except ValueError as e:
+            raise exceptions.OptionsError(f"finish_fix_metrics: {e}") from None
+        metrics = finish_fix_metrics.process_metrics()
+        try:
+            self.metrics_server = finish_fix_metrics.MetricsServer(host, port, metrics.registry)
+        except OSError as e:
+            raise exceptions.OptionsError(f"finish_fix_metrics: cannot listen on {address!r} ({e.strerror or e})") from None
+        self.metrics = metrics
+        logger.info(f"finish_fix: metrics at {self.metrics_server.url}")
+
+    def _export_spans(self, url: str) -> None:
+        if self.traces is not None:
+            self.traces.close()
+            self.traces = None
+        if not url:
+            return
+        # Imported here, once the option asks for it: finish_fix without spans never imports OpenTelemetry.
+        import finish_fix_traces
+
+        try:
+            endpoint = finish_fix_traces.traces_endpoint(url)
+        except ValueError as e:
+            raise exceptions.OptionsError(f"finish_fix_otlp: {e}") from None
+        self.traces = finish_fix_traces.SpanExport(endpoint)
+        logger.info(f"finish_fix: spans to {endpoint} (GenAI semantic conventions v{finish_fix_traces.SEMCONV_VERSION})")
 
     def running(self) -> None:
         # The hook finds each flow's handler on the flow (its ClientStream), not on this instance:
@@ -223,6 +300,8 @@ class FinishFix:
         if self.ledger is not None:
             self.ledger.close()
             self.ledger = None
+        self._serve_metrics("")
+        self._export_spans("")
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -253,7 +332,10 @@ class FinishFix:
         )
         if repair.repairing:
             _let_the_body_length_change(flow)
-        response.stream = ClientStream(repair, BodyCopy(self.copy_limit, plain=not encoding))
+        stream = response.stream = ClientStream(repair, BodyCopy(self.copy_limit, plain=not encoding))
+        if self.metrics is not None:
+            self.metrics.stream_started(dialect)
+            stream.in_flight = self.metrics
 
     def response(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
@@ -272,8 +354,9 @@ class FinishFix:
             dialect = self._dialect_of(flow)
             if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")
-                model = RequestFacts.from_body(flow.request.raw_content).model
-                self._book(flow, book_missing_response(flow.error.msg, client_gone=client_gone, model=model, dialect=dialect))
+                request = RequestFacts.from_body(flow.request.raw_content)
+                missing = book_missing_response(flow.error.msg, client_gone=client_gone, model=request.model, dialect=dialect)
+                self._book(flow, missing, request)
             return
         # An upstream cut or a stall came through the hook first; anything else ended on the client's side.
         stream.on_client_gone(flow.error.msg if flow.error else "unknown error")
@@ -305,6 +388,7 @@ class FinishFix:
                 client_bytes=len(result.body),
                 repairs=tuple(result.repairs),
             ),
+            request,
         )
 
     # -- books --------------------------------------------------------------------------------
@@ -313,19 +397,33 @@ class FinishFix:
         if flow.response is not None and stream.copy.limit:
             flow.response.raw_content = stream.copy.value()
         report = stream.repair.report
+        if stream.in_flight is not None:
+            stream.in_flight.stream_ended(report.dialect)
+            stream.in_flight = None
         comment = report.detail
         if report.upstream_error_message:
             comment += f": {report.upstream_error_message}"
-        self._book(flow, report.booking(), account=report.as_json(), comment=comment)
+        self._book(
+            flow,
+            report.booking(),
+            stream.repair.request,
+            account=report.as_json(),
+            comment=comment,
+        )
 
     def _book(
-        self, flow: http.HTTPFlow, booking: Booking, *, account: dict[str, Any] | None = None, comment: str | None = None
+        self,
+        flow: http.HTTPFlow,
+        booking: Booking,
+        request: RequestFacts,
+        *,
+        account: dict[str, Any] | None = None,
+        comment: str | None = None,
     ) -> None:
         """Books one flow: its metadata (the booking, over a stream's fuller `account`), mark,
-        comment and ledger line."""
-        request = flow.request
+        comment, ledger line, metrics and span (`request`: what its request body said)."""
         if booking.duration is None and flow.response is not None and flow.response.timestamp_end:
-            booking = replace(booking, duration=flow.response.timestamp_end - request.timestamp_start)
+            booking = replace(booking, duration=flow.response.timestamp_end - flow.request.timestamp_start)
         flow.metadata[METADATA_KEY] = {**(account or {}), **booking.to_json()}
         verdict = booking.verdict
         if verdict in MARKS:
@@ -335,6 +433,28 @@ class FinishFix:
         self.verdicts[str(verdict)] += 1
         if self.ledger is not None:
             self.ledger.write(flow, booking)
+        if self.metrics is not None or self.traces is not None:
+            self._telemetry(flow, booking, request)
+
+    def _telemetry(self, flow: http.HTTPFlow, booking: Booking, request: RequestFacts) -> None:
+        """The flow's metrics and span. A failure here is logged once and never breaks a flow."""
+        try:
+            if self.metrics is not None:
+                self.metrics.booked(booking)
+            if self.traces is not None:
+                started = flow.request.timestamp_start
+                self.traces.booked(
+                    booking,
+                    request,
+                    server=(flow.request.host, flow.request.port),
+                    headers=flow.request.headers,
+                    started_at=started,
+                    ended_at=started + booking.duration if booking.duration is not None else time.time(),
+                )
+        except Exception as error:
+            if not self._telemetry_failed:
+                self._telemetry_failed = True
+                logger.error(f"finish_fix: metrics or spans failed ({error!r}); the flows are booked as before (said once)")
 
     def _dialect_of(self, flow: http.HTTPFlow) -> Dialect | None:
         """The dialect whose path option matches the request's path (without the query), tried in

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
 from finish_fix_books import BodyCopy
 from finish_fix_cut_hook import CutHandler
 from finishline import ClientEnding, StreamRepair
+
+if TYPE_CHECKING:
+    from finish_fix_metrics import StreamMetrics
 
 __all__ = ["ClientStream", "stream_of"]
 
@@ -33,7 +37,7 @@ class ClientStream(CutHandler):
         copy: the bounded copy of what the client was sent.
     """
 
-    __slots__ = ("repair", "copy", "_copy_pending", "_copy_block", "_logged")
+    __slots__ = ("repair", "copy", "in_flight", "_copy_pending", "_copy_block", "_logged")
 
     def __init__(self, repair: StreamRepair, copy: BodyCopy) -> None:
         super().__init__()
@@ -43,6 +47,8 @@ class ClientStream(CutHandler):
         self._copy_pending = copy.pending if copy.limit else None
         self._copy_block = copy.block
         self._logged = False
+        #: The metrics that count this stream in flight until its books close (None: none do).
+        self.in_flight: StreamMetrics | None = None
 
     @property
     def called(self) -> bool:

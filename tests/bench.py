@@ -40,6 +40,13 @@ worker's and the tests' streams, `tests.dialect_streams`), served on `.../v1/mes
 and finish_fix in paired rounds and raced, and the core alone on each one's routine text deltas.
 `--dialect` picks the dialects (default all three; Chat's figures are everything above).
 
+With Chat, finish_fix also runs a third time with its metrics and spans on (`finish_fix_metrics`
+on a port of its own, `finish_fix_otlp` to a real OTLP receiver in this process, which decodes
+every span): paired with the others, and raced against finish_fix with both off on the long stream
+and the concurrent shape, whose 200-event streams make the per-stream work (counters, a span)
+show; target 0.95x of finish_fix alone. Its counters and the spans received are checked at the end,
+so the ratio is never that of a configuration that did nothing.
+
 Every stream read to its end, through any path, must be the upstream's body byte for byte
 (`UpstreamBody.check`): a healthy stream passes every proxy untouched, so a ratio never compares
 different work; the bench stops with an error otherwise.
@@ -67,12 +74,15 @@ from pathlib import Path
 from typing import TypeVar
 
 import h11
+import httpx
 
 from finishline import Dialect, RequestFacts, StreamRepair
+from labs.gateways.finish_fix_scrape import metrics_url_in
 from tests import mitmdump_process
 from tests.chat_streams import chat_chunk, sse_event
 from tests.dialect_streams import messages_stream, responses_stream
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
+from tests.otlp_receiver import OtlpReceiver, running_otlp_receiver
 from tests.upstream_server import Script, UpstreamServer
 
 _DATA_MARK = b"data: "
@@ -673,10 +683,12 @@ def print_concurrent_table(rows: list[Row], *, streams: int, events: int, runs: 
     print("the time runs from the first request sent to the end of the last stream.")
 
 
-#: Issue 9's and issue 13's targets: a finish_fix stream at 0.9x plain mitmdump's or better, and the
-#: core alone at 200k routine events per second or more.
+#: The targets: a finish_fix stream at 0.9x plain mitmdump's or better, the core alone at 200k
+#: routine events per second or more, and finish_fix with metrics and spans on at 0.95x finish_fix alone.
 _RATIO_TARGET = 0.9
+_TELEMETRY_TARGET = 0.95
 _CORE_TARGET = 200_000
+_TELEMETRY_ROW = "  same, metrics and OTLP on (receiver up)"
 _DIALECT_NAMES = {Dialect.CHAT: "Chat", Dialect.MESSAGES: "Messages", Dialect.RESPONSES: "Responses"}
 # The routine events the core's figure is about, per dialect (the fast path's, `_routine_chunks`).
 _ROUTINE_EVENTS = {
@@ -704,7 +716,7 @@ def print_targets(
     core: dict[Dialect, tuple[float, float]],
     race_ratios: dict[str, list[float]],
 ) -> None:
-    """The speed figures of issues 9 and 13, each next to its target (figures from this one run).
+    """The speed figures, each next to its target (figures from this one run).
 
     Args:
         chat: Chat's (plain mitmdump, finish_fix) rows; None when Chat was not run.
@@ -767,6 +779,58 @@ def print_targets(
         print_core(f"{lead}{_DIALECT_NAMES[dialect]} ", dialect)
 
 
+def print_telemetry(
+    *, long_events: int, concurrent_streams: int, telemetry: Row, alone: Row, race_ratios: dict[str, list[float]], checked: str
+) -> None:
+    """finish_fix with metrics and spans on next to finish_fix with both off, this run."""
+
+    def raced(shape: str, what: str) -> None:
+        ratio = statistics.median(race_ratios[shape])
+        print(
+            f"      raced, {what} {ratio:.2f}x ({_rounds(race_ratios[shape])}; "
+            f"target >= {_TELEMETRY_TARGET:.2f}x: {_verdict(ratio >= _TELEMETRY_TARGET)})"
+        )
+
+    print()
+    print(
+        "finish_fix with finish_fix_metrics and finish_fix_otlp on (an OTLP receiver listening) next to finish_fix with both off, this run:"
+    )
+    long = statistics.median(_round_ratios_of(telemetry.round_ratios, alone.round_ratios))
+    print(
+        f"  (g) one {long_events // 1000}k-event Chat stream: {telemetry.events_per_second:,.0f} vs {alone.events_per_second:,.0f} "
+        f"events/s (medians); paired {long:.2f}x; mitmdump CPU {telemetry.cpu_us_per_event:.1f} vs {alone.cpu_us_per_event:.1f} us/event"
+    )
+    raced("telemetry long", "both streaming it at once on one CPU:")
+    assert telemetry.concurrent_ratio is not None and alone.concurrent_ratio is not None
+    print(
+        f"      {concurrent_streams} concurrent: {telemetry.streams_per_second:,.1f} vs {alone.streams_per_second:,.1f} streams/s "
+        f"(medians); mitmdump CPU {telemetry.concurrent_cpu_us_per_event:.1f} vs {alone.concurrent_cpu_us_per_event:.1f} us/event"
+    )
+    raced("telemetry concurrent", f"{concurrent_streams} streams through each at once on one CPU: events")
+    print(f"      {checked}")
+
+
+def _round_ratios_of(ratios: list[float], baseline_ratios: list[float]) -> list[float]:
+    """Per round, one path's ratio over another's (both against the same baseline in that round)."""
+    return [ratio / base for ratio, base in zip(ratios, baseline_ratios)]
+
+
+def telemetry_check(mitmdump: Mitmdump, receiver: OtlpReceiver) -> str:
+    """What finish_fix with metrics and spans on counted and sent; raises RuntimeError when it counted
+    or sent nothing (its ratio would then be that of a configuration that did no such work)."""
+    url = metrics_url_in(mitmdump.output)
+    if url is None:
+        raise RuntimeError(f"finish_fix with metrics on never said where it serves them:\n{mitmdump.output}")
+    scraped = httpx.get(url, timeout=10, trust_env=False).text
+    counted = sum(float(line.rsplit(" ", 1)[1]) for line in scraped.splitlines() if line.startswith("finish_fix_streams_total{"))
+    spans = receiver.wait_for(1, 30)
+    if not counted or receiver.errors:
+        raise RuntimeError(
+            f"finish_fix with metrics and spans on counted {counted:.0f} flows, the receiver refused {receiver.errors}"
+        )
+    return f"checked: its /metrics counted {counted:,.0f} flows; the receiver had decoded {len(spans):,} of their spans by then"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -809,7 +873,7 @@ def main(argv: list[str] | None = None) -> int:
     if not FINISH_FIX_SCRIPT.exists():
         print(f"error: {FINISH_FIX_SCRIPT} does not exist", file=sys.stderr)
         return 1
-    with UpstreamServer() as upstream, tempfile.TemporaryDirectory() as confdir_name:
+    with UpstreamServer() as upstream, tempfile.TemporaryDirectory() as confdir_name, running_otlp_receiver() as receiver:
         confdir = Path(confdir_name)
 
         def served(dialect: Dialect, pieces: list[bytes], *, batched: bool = True) -> Route:
@@ -846,6 +910,13 @@ def main(argv: list[str] | None = None) -> int:
             )
             if not args.skip_buffering:
                 configurations.append(("mitmdump (reverse, defaults: buffers body)", [], {}))
+            configurations.append(
+                (
+                    _TELEMETRY_ROW,
+                    [FINISH_FIX_SCRIPT],
+                    {"finish_fix_metrics": "127.0.0.1:0", "finish_fix_otlp": receiver.endpoint},
+                )
+            )
 
         targets = [Target("direct, no proxy (reference)", upstream.port, None, concurrent=True)]
         try:
@@ -883,18 +954,29 @@ def main(argv: list[str] | None = None) -> int:
                 )
             for dialect in others:
                 long_rounds([plain, finish_fix], long_routes[dialect], rounds=args.long_runs)
-            # The races: plain streaming mitmdump and finish_fix at once, every shape in every round.
-            races = [(str(dialect), long_routes[dialect], 1) for dialect in others]
+            # The races: plain streaming mitmdump and finish_fix at once, every shape in every round;
+            # and finish_fix alone against finish_fix with metrics and spans on.
+            races = [(str(dialect), long_routes[dialect], 1, plain, finish_fix) for dialect in others]
             if chat:
-                races[:0] = [("long", chat_routes["long"], 1), ("concurrent", chat_routes["concurrent"], args.concurrent_streams)]
-            race_ratios: dict[str, list[float]] = {shape: [] for shape, _, _ in races}
+                telemetry = targets[-1]
+                races[:0] = [
+                    ("long", chat_routes["long"], 1, plain, finish_fix),
+                    ("concurrent", chat_routes["concurrent"], args.concurrent_streams, plain, finish_fix),
+                    ("telemetry long", chat_routes["long"], 1, finish_fix, telemetry),
+                    ("telemetry concurrent", chat_routes["concurrent"], args.concurrent_streams, finish_fix, telemetry),
+                ]
+            race_ratios: dict[str, list[float]] = {shape: [] for shape, *_ in races}
             for round_number in range(args.race_runs):
-                for shape, route, streams_each in races:
+                for shape, route, streams_each, base, raced in races:
                     # Every other round the other one's request goes out first.
-                    ports = [plain.port, finish_fix.port][:: 1 if round_number % 2 == 0 else -1]
+                    ports = [base.port, raced.port][:: 1 if round_number % 2 == 0 else -1]
                     events = dict(zip(ports, race(ports, route, streams_each=streams_each)))
-                    race_ratios[shape].append(events[finish_fix.port] / events[plain.port])
+                    race_ratios[shape].append(events[raced.port] / events[base.port])
                     time.sleep(0.5)  # the streams left unfinished are torn down before the next race
+            checked = ""
+            if chat:
+                assert telemetry.mitmdump is not None
+                checked = telemetry_check(telemetry.mitmdump, receiver)
         except BaseException:
             for target in targets:
                 if target.mitmdump is not None:
@@ -937,6 +1019,15 @@ def main(argv: list[str] | None = None) -> int:
             core=core,
             race_ratios=race_ratios,
         )
+        if rows is not None:
+            print_telemetry(
+                long_events=args.events,
+                concurrent_streams=args.concurrent_streams,
+                telemetry=rows[-1],
+                alone=rows[2],
+                race_ratios=race_ratios,
+                checked=checked,
+            )
     return 0
 
 

@@ -79,6 +79,24 @@ def _as_list(result):
         ("finish_fix_idle_timeout", "soon", "finish_fix_idle_timeout: 'soon' is not a number of seconds >= 0 (0 = no limit)"),
         ("finish_fix_first_token_timeout", "-1", "finish_fix_first_token_timeout: '-1' is not a number of seconds >= 0"),
         ("finish_fix_idle_timeout", "inf", "finish_fix_idle_timeout: 'inf' is not a number of seconds >= 0"),
+        (
+            "finish_fix_metrics",
+            "9464",
+            "finish_fix_metrics: '9464' is not HOST:PORT, e.g. 127.0.0.1:9464 or [::1]:9464 (empty = off)",
+        ),
+        ("finish_fix_metrics", "127.0.0.1:99999", "finish_fix_metrics: '127.0.0.1:99999' is not HOST:PORT"),
+        ("finish_fix_metrics", "localhost:http", "finish_fix_metrics: 'localhost:http' is not HOST:PORT"),
+        (
+            "finish_fix_otlp",
+            "127.0.0.1:4318",
+            "finish_fix_otlp: '127.0.0.1:4318' is not an http(s) URL, e.g. http://127.0.0.1:4318/v1/traces (empty = off)",
+        ),
+        ("finish_fix_otlp", "grpc://127.0.0.1:4317", "finish_fix_otlp: 'grpc://127.0.0.1:4317' is not an http(s) URL"),
+        (
+            "finish_fix_otlp",
+            "http://127.0.0.1:port/v1/traces",
+            "finish_fix_otlp: 'http://127.0.0.1:port/v1/traces' is not an http(s) URL",
+        ),
     ],
 )
 def test_bad_option_is_refused_naming_the_option(addon, option, value, message):
@@ -99,6 +117,8 @@ def test_every_option_has_help_and_the_prefix(addon):
             "finish_fix_body_copy",
             "finish_fix_idle_timeout",
             "finish_fix_first_token_timeout",
+            "finish_fix_metrics",
+            "finish_fix_otlp",
         ]
     )
     for name in ours:

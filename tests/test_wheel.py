@@ -20,7 +20,9 @@ import pytest
 from faults.child_processes import run_child, start_child
 from finish_fix_command import addon_path
 from finishline import RepairPolicy, RequestFacts, StreamRepair, Verdict
+from labs.gateways.finish_fix_scrape import metrics_url_in
 from labs.gateways.services import MITM_LISTENING
+from tests.otlp_receiver import running_otlp_receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 UV = ROOT / ".tools" / "uv" / "bin" / "uv"
@@ -200,13 +202,31 @@ def test_the_installed_finish_fix_repairs_a_stream_in_front_of_the_worker(instal
         f"confdir={tmp_path}",
         "--set",
         f"finish_fix_ledger={tmp_path / 'ledger.jsonl'}",
+        # Metrics and spans on: the runtime dependencies alone serve them.
+        "--set",
+        "finish_fix_metrics=127.0.0.1:0",
     ]
-    with start_child(argv, name="finish-fix", log_path=tmp_path / "finish-fix.log", cwd=tmp_path, env=_child_env()) as finish_fix:
+    with (
+        running_otlp_receiver() as receiver,
+        start_child(
+            [*argv, "--set", f"finish_fix_otlp={receiver.endpoint}"],
+            name="finish-fix",
+            log_path=tmp_path / "finish-fix.log",
+            cwd=tmp_path,
+            env=_child_env(),
+        ) as finish_fix,
+    ):
         port = finish_fix.wait_until_listening(0, timeout=60, port_in_log=MITM_LISTENING)
         with httpx.Client(trust_env=False, timeout=30) as client:
             direct = client.post(f"{worker}/chat/completions", json=BODY).content
             through = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=BODY).content
+            [span] = receiver.wait_for(1, 30)
+            metrics_url = metrics_url_in(finish_fix.log_text())
+            assert metrics_url is not None, finish_fix.log_text()
+            metrics = client.get(metrics_url).text
         assert f"Loading script {addon}" in finish_fix.log_text()
+    assert span.attributes["finish_fix.verdict"] == "repaired"
+    assert 'finish_fix_streams_total{cause="none",dialect="chat",verdict="repaired"} 1.0' in metrics
     assert _judged(direct) is Verdict.REPAIRED  # the worker forgot finish_reason ...
     assert _judged(through) is Verdict.CLEAN, through  # ... and what finish-fix sent on has it before [DONE]
     assert through.endswith(b"data: [DONE]\n\n")

@@ -35,6 +35,7 @@ from ._json import UNREADABLE, json_or_unreadable
 from ._phases import Signal
 from ._routine_chunks import DECLINE, MAY_STEADY, NOT_STEADY
 from ._sse import Event
+from ._verdict import InjectionKind, TokenUsage
 
 if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
     from ._repair import StreamRepair
@@ -156,6 +157,11 @@ class ChatRules:
             tokens = usage.get("completion_tokens")
             if isinstance(tokens, int) and not isinstance(tokens, bool):
                 self.completion_tokens = tokens
+            prompt_tokens = usage.get("prompt_tokens")
+            self._machine.report.usage = TokenUsage(
+                input_tokens=prompt_tokens if isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool) else None,
+                output_tokens=self.completion_tokens,
+            )
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -167,12 +173,12 @@ class ChatRules:
         """Rule C4: every choice finished, only [DONE] is missing."""
         machine = self._machine
         machine._repaired(wording.appended_done(how))
-        machine.report.injected.append({"kind": "done"})
+        machine.report.injected.append({"kind": InjectionKind.DONE})
         return done_event(machine._line_ending())
 
     def cut_frames(self, message: str) -> bytes:
         """Rule C6: the one error event a cut ends with."""
-        self._machine.report.injected.append({"kind": "error_event", "code": ERROR_CODE})
+        self._machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "code": ERROR_CODE})
         return error_event(message, self._machine._line_ending())
 
     def stop_frames(self) -> bytes:
@@ -180,13 +186,16 @@ class ChatRules:
         if not self.choices:
             self.choices[0] = ChoiceState()
         finishing = self._finish_choices(wording.AFTER_CUT_STOPPED)
-        self._machine.report.injected.append({"kind": "done"})
+        self._machine.report.injected.append({"kind": InjectionKind.DONE})
         return finishing + done_event(self._machine._line_ending())
 
     def closing_books(self) -> None:
         """What the report says at the end about the whole stream (rule C2's count, content after an
-        injected finish)."""
+        injected finish, each choice's finish reason)."""
         report = self._machine.report
+        report.finish_reasons = [
+            state.finish_reason for _, state in sorted(self.choices.items()) if state.finish_reason is not None
+        ]
         if self.empty_rewritten:
             report.repairs.insert(0, wording.rewrote_empty_reasons(self.empty_rewritten))
             self._machine._repaired_verdict()
@@ -210,6 +219,6 @@ class ChatRules:
             state.finish_reason = reason
             fields, model = self.chunk_fields, machine._request.model or ""
             out.append(finishing_event(index, reason, chunk_fields=fields, model=model, line_ending=machine._line_ending()))
-            machine.report.injected.append({"kind": "finish", "choice": index, "finish_reason": reason})
+            machine.report.injected.append({"kind": InjectionKind.FINISH, "choice": index, "finish_reason": reason})
             machine._repaired(wording.injected_finish(reason, index, where))
         return b"".join(out)

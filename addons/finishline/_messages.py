@@ -25,7 +25,7 @@ Every frame finish_fix writes carries `event: <type>`: both Anthropic SDKs skip 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import _wording as wording
 from ._dialect import Dialect
@@ -34,6 +34,7 @@ from ._json import UNREADABLE
 from ._phases import Signal
 from ._sse import Event
 from ._typed_rules import TypedEventRules
+from ._verdict import InjectionKind, TokenUsage
 
 if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
     from ._repair import StreamRepair
@@ -97,6 +98,11 @@ class MessagesRules(TypedEventRules):
         # The non-empty stop_reason a message_delta carried (the stream's answer is complete then).
         self._stop_reason: str | None = None
         self._output_tokens: int | None = None
+        # Every input token the usage counted so far, cached ones included (`TokenUsage`).
+        self._input_tokens: int | None = None
+        # The output tokens a `message_delta` counted (`message_start`'s count is the placeholder
+        # of a turn just begun: a cut stream's books do not take it for the answer's).
+        self._counted_output_tokens: int | None = None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -140,7 +146,10 @@ class MessagesRules(TypedEventRules):
             reason = delta.get("stop_reason") if isinstance(delta, dict) else None
             if isinstance(reason, str) and reason:
                 self._stop_reason = reason
-            self._note_usage(message.get("usage"))
+            usage = message.get("usage")
+            self._note_usage(usage)
+            if isinstance(usage, dict) and _is_int(usage.get("output_tokens")):
+                self._counted_output_tokens = usage["output_tokens"]
         elif kind == "message_stop":
             before = b"" if self._stop_reason is not None else self._finishing(wording.BEFORE_MESSAGE_STOP)
             machine._move(Signal.DONE)
@@ -148,8 +157,23 @@ class MessagesRules(TypedEventRules):
         return event.raw
 
     def _note_usage(self, usage: object) -> None:
-        if isinstance(usage, dict) and _is_int(usage.get("output_tokens")):
+        """`message_start`'s usage, then `message_delta`'s (cumulative counts: the last one holds)."""
+        if not isinstance(usage, dict):
+            return
+        if _is_int(usage.get("output_tokens")):
             self._output_tokens = usage["output_tokens"]
+        # Anthropic counts cached input apart from `input_tokens`; the total is their sum.
+        counts = [usage.get(key) for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")]
+        if any(_is_int(count) for count in counts):
+            self._input_tokens = sum(count for count in counts if _is_int(count))
+
+    def closing_books(self) -> None:
+        """The stop_reason the client was sent (the upstream's or injected) and the usage seen."""
+        report = self._machine.report
+        if self._stop_reason is not None:
+            report.finish_reasons = [self._stop_reason]
+        if self._input_tokens is not None or self._counted_output_tokens is not None:
+            report.usage = TokenUsage(input_tokens=self._input_tokens, output_tokens=self._counted_output_tokens)
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -161,20 +185,20 @@ class MessagesRules(TypedEventRules):
         """M3: the `message_stop` a finished stream lost, booked as such."""
         machine = self._machine
         machine._repaired(wording.terminator_lost("message_stop", how))
-        machine.report.injected.append({"kind": "message_stop"})
+        machine.report.injected.append({"kind": InjectionKind.MESSAGE_STOP})
         return dialect_event("message_stop", {"type": "message_stop"}, machine._line_ending())
 
     def cut_frames(self, message: str) -> bytes:
         """M4: the one error event a cut ends with; no `message_stop` follows an error."""
         machine = self._machine
-        machine.report.injected.append({"kind": "error_event", "type": CUT_ERROR_TYPE})
+        machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "type": CUT_ERROR_TYPE})
         payload = {"type": "error", "error": {"type": CUT_ERROR_TYPE, "message": message}}
         return dialect_event("error", payload, machine._line_ending())
 
     def stop_frames(self) -> bytes:
         """finish_fix_on_cut=stop: the cut told as a finished turn (the books still say interrupted)."""
         finishing = self._finishing(wording.AFTER_CUT_STOPPED)
-        self._machine.report.injected.append({"kind": "message_stop"})
+        self._machine.report.injected.append({"kind": InjectionKind.MESSAGE_STOP})
         return finishing + dialect_event("message_stop", {"type": "message_stop"}, self._machine._line_ending())
 
     def _finishing(self, where: str) -> bytes:
@@ -184,7 +208,7 @@ class MessagesRules(TypedEventRules):
         out = b""
         if self._open_block is not None:
             out += dialect_event("content_block_stop", {"type": "content_block_stop", "index": self._open_block}, ending)
-            machine.report.injected.append({"kind": "content_block_stop", "index": self._open_block})
+            machine.report.injected.append({"kind": InjectionKind.CONTENT_BLOCK_STOP, "index": self._open_block})
             self._open_block = None
         reason = infer_stop_reason(
             tool_use=self._tool_use, output_tokens=self._output_tokens, max_tokens=machine._request.max_tokens
@@ -196,10 +220,10 @@ class MessagesRules(TypedEventRules):
             "usage": {"output_tokens": self._output_tokens or 0},
         }
         out += dialect_event("message_delta", payload, ending)
-        machine.report.injected.append({"kind": "finish", "stop_reason": reason})
+        machine.report.injected.append({"kind": InjectionKind.FINISH, "stop_reason": reason})
         machine._repaired(wording.injected_stop_reason(reason, where))
         return out
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)

@@ -328,6 +328,11 @@ class StreamRepair:
         return self._ended
 
     @property
+    def request(self) -> RequestFacts:
+        """The request's facts the repair was made with."""
+        return self._request
+
+    @property
     def repairing(self) -> bool:
         """False once every byte passes unchanged: an error status, a compressed body, or given up
         (then the upstream's Content-Length still holds)."""
@@ -379,6 +384,8 @@ class StreamRepair:
                 return event.raw
         self._event_at = now  # for a rule that ends the stream at this event (`_cut_at_done`)
         out = rules.on_event(event, kind, message)
+        if self._first_token_seen and self.report.time_to_first_token is None:
+            self._note_first_token(now)
         if self._phase is _STREAMING:  # the fast path learns the shapes of routine events it read
             self._routine.learn(event.raw, event.data, message, self.report.events)
         return out
@@ -406,6 +413,12 @@ class StreamRepair:
 
     def _token_seen(self) -> None:
         self._first_token_seen = True
+
+    def _note_first_token(self, now: float | None) -> None:
+        """The event just read carried the first token: its time goes to the report. (The rules
+        only flag the token; the time is the machine's, which has the caller's clock.)"""
+        if now is not None and self._started_at is not None:
+            self.report.time_to_first_token = now - self._started_at
 
     def _note_model(self, model: object) -> None:
         if self.report.model is None and isinstance(model, str):
@@ -443,6 +456,8 @@ class StreamRepair:
         self._last_event_at = now
         if report.time_to_first_event is None and now is not None and self._started_at is not None:
             report.time_to_first_event = now - self._started_at
+        if self._first_token_seen and report.time_to_first_token is None:
+            self._note_first_token(now)
         # The steady path may take the next pieces if, for another piece of this shape, all of the
         # above would change nothing but the counts and the time of the last event. Whatever could
         # change that goes through the full path or ends the stream, and both clear it.

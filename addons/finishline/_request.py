@@ -1,4 +1,5 @@
-"""What the request tells the repair: the token limit and the model (in every dialect)."""
+"""What the request tells the repair: the token limit, the model and whether it asked for a stream
+(in every dialect)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ class RequestFacts:
         max_tokens: `max_completion_tokens`, else `max_tokens` (Chat, Messages), else
             `max_output_tokens` (Responses), when a positive integer.
         model: the requested model name, used only when no upstream chunk named one.
+        stream: the request asked for a stream (`"stream": true`); the books' spans say so.
     """
 
     max_tokens: int | None = None
     model: str | None = None
+    stream: bool = False
 
     @classmethod
     def from_body(cls, body: bytes | None) -> RequestFacts:
@@ -36,4 +39,4 @@ class RequestFacts:
                 max_tokens = value
                 break
         model = request.get("model")
-        return cls(max_tokens=max_tokens, model=model if isinstance(model, str) else None)
+        return cls(max_tokens=max_tokens, model=model if isinstance(model, str) else None, stream=request.get("stream") is True)

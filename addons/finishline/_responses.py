@@ -33,6 +33,7 @@ from ._json import UNREADABLE
 from ._phases import Signal
 from ._sse import Event
 from ._typed_rules import TypedEventRules
+from ._verdict import InjectionKind, TokenUsage
 
 if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
     from ._repair import StreamRepair
@@ -106,6 +107,7 @@ class ResponsesRules(TypedEventRules):
                 machine._token_seen()
         elif kind in TERMINAL_EVENTS:
             machine._move(Signal.DONE)
+            self._note_terminal(kind, message.get("response"))
         elif kind == "response.failed":
             response = message.get("response")
             error = response.get("error") if isinstance(response, dict) else None
@@ -126,6 +128,21 @@ class ResponsesRules(TypedEventRules):
                 self._snapshot = response
                 machine._note_model(response.get("model"))
         return event.raw
+
+    def _note_terminal(self, kind: str, response: object) -> None:
+        """The finish reason and the usage of a terminal event's response (`StreamReport` says which words)."""
+        report = self._machine.report
+        reason = "completed"
+        if kind == "response.incomplete":
+            details = response.get("incomplete_details") if isinstance(response, dict) else None
+            cause = details.get("reason") if isinstance(details, dict) else None
+            reason = cause if isinstance(cause, str) and cause else "incomplete"
+        report.finish_reasons = [reason]
+        usage = response.get("usage") if isinstance(response, dict) else None
+        if isinstance(usage, dict):
+            report.usage = TokenUsage(
+                input_tokens=_maybe_int(usage.get("input_tokens")), output_tokens=_maybe_int(usage.get("output_tokens"))
+            )
 
     # -- the end ------------------------------------------------------------------------------
 
@@ -161,9 +178,13 @@ class ResponsesRules(TypedEventRules):
         response["status"] = "failed"
         response["error"] = {"code": "server_error", "message": message}
         failed = {"type": "response.failed", "sequence_number": number + 2, "response": response}
-        machine.report.injected.append({"kind": "error_event", "code": ERROR_CODE})
-        machine.report.injected.append({"kind": "response.failed", "id": response.get("id")})
+        machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "code": ERROR_CODE})
+        machine.report.injected.append({"kind": InjectionKind.RESPONSE_FAILED, "id": response.get("id")})
         return dialect_event("error", error, ending) + dialect_event("response.failed", failed, ending)
 
     def stop_frames(self) -> bytes:  # pragma: no cover - `may_stop` is False
         raise AssertionError("finish_fix_on_cut=stop never writes response.completed (R2)")
+
+
+def _maybe_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

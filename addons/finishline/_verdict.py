@@ -14,10 +14,12 @@ __all__ = [
     "ClientEnding",
     "CutCause",
     "Injection",
+    "InjectionKind",
     "Interruption",
     "OnCut",
     "RepairPolicy",
     "StreamReport",
+    "TokenUsage",
     "Verdict",
     "book_missing_response",
 ]
@@ -108,6 +110,40 @@ class Interruption:
         return how_it_was_cut(self.cause, self.reason, self.dialect)
 
 
+class InjectionKind(enum.StrEnum):
+    """What an event finish_fix wrote into a stream is (`Injection.kind`). The values are the words
+    of the ledger's `injected` list and of the `kind` label of finish_fix's metrics."""
+
+    # A finishing event: Chat's finish chunk for one choice (C3), Messages' `message_delta` (M2).
+    FINISH = "finish"
+    # Chat's `data: [DONE]` (C4, and after a cut told as a success).
+    DONE = "done"
+    # The dialect's error event after a cut or stall (C6, M4, R3).
+    ERROR_EVENT = "error_event"
+    # Messages' `message_stop` (M2, M3).
+    MESSAGE_STOP = "message_stop"
+    # Messages' `content_block_stop` for a block left open (M2).
+    CONTENT_BLOCK_STOP = "content_block_stop"
+    # Responses' `response.failed` after the error event (R3).
+    RESPONSE_FAILED = "response.failed"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenUsage:
+    """The token counts the upstream reported, in every dialect's terms made one (None: not reported).
+
+    Attributes:
+        input_tokens: every input token, cached ones included: Chat's `prompt_tokens`, Responses'
+            `input_tokens`; Messages' `input_tokens` plus its `cache_read_input_tokens` and
+            `cache_creation_input_tokens` (Anthropic counts those apart).
+        output_tokens: Chat's `completion_tokens`, Responses' `output_tokens`, Messages' last
+            `message_delta` count (`message_start`'s is a placeholder, not the answer's).
+    """
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+
+
 class ClientEnding(NamedTuple):
     """How the client's response ends after a cut or a stall (`StreamRepair.receive_failure`,
     `receive_timer`). finish_fix's cut hook applies it as is."""
@@ -128,7 +164,9 @@ class Booking:
     write different lines.
 
     Counts a path does not have (a whole body has no events) are None; times are seconds in the
-    caller's clock, None when it gave none.
+    caller's clock, None when it gave none. `cause` is the interruption's (None unless
+    `interrupted`); `time_to_first_token`, `finish_reasons` and `usage` are a stream's
+    (`StreamReport` says what each holds).
     """
 
     verdict: Verdict
@@ -142,6 +180,11 @@ class Booking:
     duration: float | None = None
     injected: tuple[Injection, ...] = ()
     repairs: tuple[str, ...] = ()
+    # Not in the ledger line: what finish_fix's metrics and spans read besides the above.
+    cause: CutCause | None = None
+    time_to_first_token: float | None = None
+    finish_reasons: tuple[str, ...] = ()
+    usage: TokenUsage | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The flow's keys of its ledger line, in the ledger's order (docs/repair-rules.md, "The
@@ -156,13 +199,18 @@ class Booking:
             "client_bytes": self.client_bytes,
             "time_to_first_event": _seconds(self.time_to_first_event),
             "duration": _seconds(self.duration),
-            "injected": [dict(injection) for injection in self.injected],
+            "injected": [_plain(injection) for injection in self.injected],
             "repairs": list(self.repairs),
         }
 
 
 def _seconds(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
+
+
+def _plain(injection: Injection) -> dict[str, Any]:
+    """An injection as plain JSON values (its kind as the word, not the enum member)."""
+    return {**injection, "kind": str(injection["kind"])}
 
 
 def book_missing_response(
@@ -182,7 +230,7 @@ class Injection(TypedDict, total=False):
     """One event finish_fix wrote into a stream (`StreamReport.injected`): its `kind`, and what the
     lab and the fuzz contracts need to know which event it was."""
 
-    kind: Required[str]
+    kind: Required[InjectionKind]
     # Chat `finish`: the choice it finished and the reason it gave.
     choice: int
     finish_reason: str
@@ -202,6 +250,16 @@ class StreamReport:
 
     Times are in the caller's clock (seconds), counted from the `started_at` it gave (finish_fix
     gives the request's start); None when the caller passed no clock.
+
+    Attributes (besides the ledger's own, `Booking`):
+        time_to_first_token: until the first event that carried a token (content, reasoning, a
+            refusal or a tool call: rules C7, M6, R5), where `time_to_first_event` counts any event.
+        finish_reasons: the reasons the stream finished with as the client was sent them, the
+            upstream's or injected: Chat's `finish_reason` per choice (by index), Messages'
+            `stop_reason`; Responses' terminal event as a word, `completed`, or for
+            `response.incomplete` its `incomplete_details.reason` (`max_output_tokens`,
+            `content_filter`), else `incomplete`. Empty when none came (a cut, an error).
+        usage: the token counts the upstream reported, if it did.
     """
 
     verdict: Verdict = Verdict.CLEAN
@@ -217,7 +275,10 @@ class StreamReport:
     client_bytes: int = 0
     dropped_incomplete_bytes: int = 0
     time_to_first_event: float | None = None
+    time_to_first_token: float | None = None
     duration: float | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    usage: TokenUsage | None = None
     # The upstream error event's own message. Kept out of `detail` (which goes to the ledger) because
     # it may quote message content; mitmweb shows it in the flow's comment.
     upstream_error_message: str | None = None
@@ -238,6 +299,10 @@ class StreamReport:
             duration=self.duration,
             injected=tuple(self.injected),
             repairs=tuple(self.repairs),
+            cause=self.interruption.cause if self.interruption is not None else None,
+            time_to_first_token=self.time_to_first_token,
+            finish_reasons=tuple(self.finish_reasons),
+            usage=self.usage,
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -245,6 +310,7 @@ class StreamReport:
         record = asdict(self)
         record["verdict"] = str(self.verdict)
         record["dialect"] = str(self.dialect)
+        record["injected"] = [_plain(injection) for injection in self.injected]
         if self.interruption is not None:
             record["interruption"] = {
                 "before_first_token": self.interruption.before_first_token,

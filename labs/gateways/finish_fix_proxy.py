@@ -7,7 +7,8 @@ LiteLLM routes to every topology's finish_fix, so each is a run-wide service
 (`RunServices.shared_async`), whichever topology asks first. It has one upstream (mitmproxy's
 reverse mode takes one), so it uses the first worker only.
 
-Books: finish_fix's ledger (`--set finish_fix_ledger=...`), one JSON line per flow with its verdict.
+Books: finish_fix's ledger (`--set finish_fix_ledger=...`), one JSON line per flow with its verdict;
+its metrics' last scrape is kept next to it (labs.gateways.finish_fix_scrape).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Verdict
+from labs.gateways.finish_fix_scrape import METRICS_OPTION, keep_last_scrape, metrics_url_in
 from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
@@ -46,6 +48,8 @@ class RunningFinishFix:
     ledger: Path
     #: JSON lines of the streams finish_fix sent on (labs/gateways/stream_capture.py).
     capture: Path
+    #: finish_fix's metrics as the run ended (written then).
+    metrics: Path
 
 
 @asynccontextmanager
@@ -70,6 +74,8 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         f"confdir={confdir}",
         "--set",
         f"finish_fix_ledger={ledger}",
+        "--set",
+        METRICS_OPTION,
         # A short idle deadline so the stall scenario ends in finish_fix's error event within its
         # deadline; the first-token deadline stays at its default (the incident's prefill is long).
         "--set",
@@ -89,7 +95,11 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         _,
         port,
     ):
-        yield RunningFinishFix(base_url=f"http://127.0.0.1:{port}/v1", ledger=ledger, capture=capture)
+        metrics = run_dir / f"{label}-metrics.prom"
+        try:
+            yield RunningFinishFix(base_url=f"http://127.0.0.1:{port}/v1", ledger=ledger, capture=capture, metrics=metrics)
+        finally:
+            await keep_last_scrape(metrics_url_in(log.read_text(errors="replace")), metrics)
 
 
 async def shared_finish_fix(ctx: GatewayContext, topology: str | None = None) -> RunningFinishFix:

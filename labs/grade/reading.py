@@ -36,6 +36,7 @@ from finishline import (
     Dialect,
     Event,
     EventFramer,
+    InjectionKind,
     RepairPolicy,
     RequestFacts,
     StreamRepair,
@@ -68,7 +69,7 @@ TIMEOUT = "timeout: "
 #: Responses data event (`event`); and in every dialect error events, the terminator, unreadable data.
 _CHUNK, _USAGE, _EVENT, _ERROR, _DONE, _UNREADABLE = "chunk", "usage", "event", "error", "done", "unreadable"
 #: Terminators the core appends of its own when only they were missing (Chat rule C4, Messages M3).
-_APPENDED_TERMINATORS = frozenset({"done", "message_stop"})
+_APPENDED_TERMINATORS = frozenset({InjectionKind.DONE, InjectionKind.MESSAGE_STOP})
 
 
 @dataclass(slots=True, kw_only=True)
@@ -306,7 +307,7 @@ def _kind_by_the_core(event: Event, *, first: bool, dialect: Dialect = Dialect.C
         return None
     if report.verdict is Verdict.UPSTREAM_ERROR:
         return _ERROR
-    appended = any(injected.get("kind") in _APPENDED_TERMINATORS for injected in report.injected)
+    appended = any(injected["kind"] in _APPENDED_TERMINATORS for injected in report.injected)
     if report.interruption is None and not appended and report.verdict in (Verdict.CLEAN, Verdict.REPAIRED):
         return _DONE
     return "data"
