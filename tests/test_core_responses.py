@@ -244,3 +244,15 @@ def test_r3_a_done_with_on_cut_pass_is_passed_on_and_still_booked_interrupted(ch
     out, repair = feed(upstream, chunking, policy=RepairPolicy(on_cut=OnCut.PASS))
     assert out == upstream
     assert repair.report.verdict is Verdict.INTERRUPTED
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("name", [None, b"\x00", b"message"])
+def test_r4_a_bare_error_frame_is_the_upstreams_error_under_any_event_name(chunking, name):
+    # Found by the fuzz contracts: a `{"error": ...}` frame under an odd `event:` name was read as an
+    # unknown event, and the stream's clean end then got finish_fix's cut events after it.
+    frame = sse_frame({"error": {"message": "boom", "type": "server_error"}}, event=name.decode() if name else None)
+    upstream = Stream().opening().text("Hi").bytes + frame
+    out, repair = feed(upstream, chunking)
+    assert out == upstream
+    assert repair.report.verdict is Verdict.UPSTREAM_ERROR

@@ -115,8 +115,9 @@ class ResponsesRules(TypedEventRules):
                 machine._upstream_error(label=error.get("code"), message=error.get("message"))
             else:
                 machine._upstream_error(label="response.failed", message=None)
-        elif kind == "error" or (kind is None and message.get("error") is not None):
-            # The documented flat shape, OpenAI's nested one, or vLLM's bare `{"error": ...}` frame.
+        elif kind == "error" or ("type" not in message and message.get("error") is not None):
+            # The documented flat shape, OpenAI's nested one, or vLLM's bare `{"error": ...}` frame,
+            # whatever `event:` name it came under: both SDKs raise on data with a top-level `error`.
             nested = message.get("error")
             source = nested if isinstance(nested, dict) else message
             label = source.get("code") or source.get("type")
