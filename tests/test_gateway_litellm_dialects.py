@@ -38,6 +38,7 @@ import pytest
 
 from finishline import Dialect
 from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
+from labs.gateways.litellm_proxy import VARIANTS
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
@@ -47,15 +48,9 @@ from tests.fixtures_lab import run_trio
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
 SCENARIOS = ("reason-omitted", "cut-after-tokens-hub-close")
-GATEWAYS = (
-    "direct",
-    "litellm",
-    "litellm+finish_fix",
-    "litellm-chat-bridge",
-    "litellm-chat-bridge+finish_fix",
-    "litellm-responses-bridge",
-    "litellm-responses-bridge+finish_fix",
-)
+#: `direct`, and every LiteLLM variant: its native routes and its two bridges, each alone and with
+#: finish_fix behind it.
+GATEWAYS = ("direct", *VARIANTS)
 DIALECTS = (Dialect.MESSAGES, Dialect.RESPONSES)
 #: LiteLLM takes 25-90 s to start on a busy 2-core machine; the cells then take seconds.
 RUN_DEADLINE_S = 300
