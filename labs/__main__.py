@@ -20,7 +20,8 @@ from pathlib import Path
 
 from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
-from labs.clients import CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, DEFAULT_CLIENTS_BY_DIALECT, EVERY_CLIENT
+from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, DEFAULT_CLIENTS_BY_DIALECT, EVERY_CLIENT
+from labs.clients.agent_host import agent_refusal
 from labs.entry import EXIT_ERROR, run_command
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
@@ -205,6 +206,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, SelectionError, FaultPlanError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
+    if arguments.all and not arguments.client and not arguments.list:
+        # `--all` takes the coding agents where they can run; asked for by name, they must.
+        refusal = agent_refusal(clients)
+        if refusal is not None:
+            clients = tuple(client for client in clients if client not in AGENT_CLIENTS)
+            print(f"note: the coding agents are left out: {refusal}", file=sys.stderr)
     if arguments.list:
         width = max((len(scenario.name) for scenario in scenarios), default=0)
         for scenario in scenarios:

@@ -16,16 +16,17 @@ from pathlib import Path
 
 import httpx
 import pytest
-import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from faults.child_processes import run_child
 from labs.gateways.finish_fix_scrape import metrics_url_in
-from labs.runner import LabConfig, run_lab
+from labs.plan import LabConfig
+from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.chat_streams import chat_stream
 from tests.e2e_support import ANSWER, CUTS, chat_url, raw_post
 from tests.fixtures_e2e import FinishFixProxy
+from tests.fixtures_lab import run_trio
 from tests.otlp_receiver import ReceivedSpan, refusing_otlp_endpoint, running_otlp_receiver
 from tests.upstream_server import Script, UpstreamServer
 
@@ -174,11 +175,7 @@ def test_after_a_lab_run_the_counters_are_the_ledgers_counts(tmp_path: Path):
     )
     config = LabConfig(scenarios=scenarios, clients=("httpx-sse",), gateways=("finish_fix",), results_dir=tmp_path)
 
-    async def bounded():
-        with trio.fail_after(LAB_DEADLINE_S):
-            return await run_lab(config)
-
-    result = trio.run(bounded)
+    result = run_trio(run_lab, config, deadline=LAB_DEADLINE_S)
     assert len(result.cells) == len(LAB_SCENARIOS)
     [ledger] = tmp_path.rglob("finish_fix-ledger.jsonl")
     [metrics] = tmp_path.rglob("finish_fix-metrics.prom")

@@ -21,6 +21,7 @@ exit status as a command's (what the user saw: the exit status and the printed a
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -59,7 +60,10 @@ def agent_refusal(clients: tuple[str, ...], *, unshare_check: Sequence[str] = UN
     missing = missing_agents(agents)
     if missing is not None:
         return missing
-    check = run_child(unshare_check, timeout=30)
+    try:
+        check = run_child(unshare_check, timeout=30)
+    except subprocess.TimeoutExpired:
+        return f"the coding agents ({', '.join(agents)}) need a network namespace of their own, and making one did not finish within 30 s"
     if check.returncode != 0:
         cause = (check.stderr.strip().splitlines() or ["unknown"])[-1]
         return (

@@ -11,8 +11,10 @@ socket. Then it runs the agent (the one launcher, faults.child_processes), which
 namespace, with its output in two files, until it exits or the deadline passes, and writes a JSON
 report: `{"interfaces", "exit_code", "timed_out", "duration_s"}`.
 
-The agent runs in a session of its own, so that when it ends (or is stopped at the deadline) what
-it started goes with it (`os.killpg`), and the namespace then goes away with this process.
+The agent runs in a session of its own, so that when it ends, or is stopped at the deadline or
+because this process was told to stop (SIGTERM, SIGINT: the lab stopping, or the launcher's
+parent-death signal), what it started goes with it (`os.killpg`), and the namespace then goes away
+with this process.
 """
 
 from __future__ import annotations
@@ -61,6 +63,13 @@ def _signal_group(pid: int, number: int) -> None:
         pass  # the agent and everything it started are gone
 
 
+async def _cancel_on_signal(scope: trio.CancelScope) -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
+
+
 async def _run_agent(arguments: argparse.Namespace) -> tuple[int | None, bool, float]:
     """Serve the bridge, run the agent to its end or its deadline; (exit status, timed out, seconds)."""
     async with trio.open_nursery() as nursery:
@@ -76,7 +85,11 @@ async def _run_agent(arguments: argparse.Namespace) -> tuple[int | None, bool, f
                 new_session=True,
             )
         status: int | None = None
-        with trio.move_on_after(arguments.deadline):
+        # The deadline, or this process told to stop (the lab stopping, or dying: the launcher's
+        # parent-death signal): either way the agent's whole session goes, not just this process.
+        waiting = trio.CancelScope(deadline=trio.current_time() + arguments.deadline)
+        nursery.start_soon(_cancel_on_signal, waiting)
+        with waiting:
             status = await agent.wait()
         took = time.monotonic() - began
         if status is None:

@@ -31,5 +31,7 @@ ENTRIES = (
         name=EXTERNAL,
         summary="your own gateway at --gateway-url, pointed at the tunnel (not started, no books read)",
         start=_start_external,
+        # Whatever dialects you ask for; a scenario's `upstream_dialect` says when it translates.
+        routes=NATIVE_ROUTES,
     ),
 )
