@@ -29,13 +29,14 @@ import re
 import time
 from collections import Counter
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mitmproxy import contentviews, ctx, exceptions, http
 
 import finish_fix_cut_hook
 from finish_fix_books import BodyCopy, Ledger, parse_size
 from finish_fix_stream import ClientStream, stream_of
+from finish_fix_telemetry import Telemetry
 from finish_fix_view import SseChatView
 from finishline import (
     Booking,
@@ -50,10 +51,6 @@ from finishline import (
     read_number,
     repair_completion,
 )
-
-if TYPE_CHECKING:
-    from finish_fix_metrics import MetricsServer, StreamMetrics
-    from finish_fix_traces import SpanExport
 
 logger = logging.getLogger(__name__)
 
@@ -87,12 +84,8 @@ class FinishFix:
         self.copy_limit = 4 * 1024 * 1024
         self.ledger: Ledger | None = None
         self.verdicts: Counter[str] = Counter()
-        # The process's metrics and their server while `finish_fix_metrics` is set.
-        self.metrics: StreamMetrics | None = None
-        self.metrics_server: MetricsServer | None = None
-        # The span export while `finish_fix_otlp` is set.
-        self.traces: SpanExport | None = None
-        self._telemetry_failed = False
+        # The metrics and spans, while `finish_fix_metrics` and `finish_fix_otlp` ask for them.
+        self.telemetry = Telemetry()
 
     # -- options ------------------------------------------------------------------------------
 
@@ -248,43 +241,16 @@ class FinishFix:
             self._export_spans(options.finish_fix_otlp)
 
     def _serve_metrics(self, address: str) -> None:
-        if self.metrics_server is not None:
-            self.metrics_server.close()
-            self.metrics_server = None
-        self.metrics = None
-        if not address:
-            return
-        # Imported here, once the option asks for it: finish_fix without metrics never imports
-        # prometheus-client.
-        import finish_fix_metrics
-
         try:
-            host, port = finish_fix_metrics.parse_listen_address(address)
+            self.telemetry.serve_metrics(address)
         except ValueError as e:
             raise exceptions.OptionsError(f"finish_fix_metrics: {e}") from None
-        metrics = finish_fix_metrics.process_metrics()
-        try:
-            self.metrics_server = finish_fix_metrics.MetricsServer(host, port, metrics.registry)
-        except OSError as e:
-            raise exceptions.OptionsError(f"finish_fix_metrics: cannot listen on {address!r} ({e.strerror or e})") from None
-        self.metrics = metrics
-        logger.info(f"finish_fix: metrics at {self.metrics_server.url}")
 
     def _export_spans(self, url: str) -> None:
-        if self.traces is not None:
-            self.traces.close()
-            self.traces = None
-        if not url:
-            return
-        # Imported here, once the option asks for it: finish_fix without spans never imports OpenTelemetry.
-        import finish_fix_traces
-
         try:
-            endpoint = finish_fix_traces.traces_endpoint(url)
+            self.telemetry.export_spans(url)
         except ValueError as e:
             raise exceptions.OptionsError(f"finish_fix_otlp: {e}") from None
-        self.traces = finish_fix_traces.SpanExport(endpoint)
-        logger.info(f"finish_fix: spans to {endpoint} (GenAI semantic conventions v{finish_fix_traces.SEMCONV_VERSION})")
 
     def running(self) -> None:
         # The hook finds each flow's handler on the flow (its ClientStream), not on this instance:
@@ -300,8 +266,7 @@ class FinishFix:
         if self.ledger is not None:
             self.ledger.close()
             self.ledger = None
-        self._serve_metrics("")
-        self._export_spans("")
+        self.telemetry.close()
 
     # -- hooks --------------------------------------------------------------------------------
 
@@ -333,9 +298,7 @@ class FinishFix:
         if repair.repairing:
             _let_the_body_length_change(flow)
         stream = response.stream = ClientStream(repair, BodyCopy(self.copy_limit, plain=not encoding))
-        if self.metrics is not None:
-            self.metrics.stream_started(dialect)
-            stream.in_flight = self.metrics
+        stream.in_flight = self.telemetry.stream_started(dialect)
 
     def response(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
@@ -433,28 +396,14 @@ class FinishFix:
         self.verdicts[str(verdict)] += 1
         if self.ledger is not None:
             self.ledger.write(flow, booking)
-        if self.metrics is not None or self.traces is not None:
-            self._telemetry(flow, booking, request)
-
-    def _telemetry(self, flow: http.HTTPFlow, booking: Booking, request: RequestFacts) -> None:
-        """The flow's metrics and span. A failure here is logged once and never breaks a flow."""
-        try:
-            if self.metrics is not None:
-                self.metrics.booked(booking)
-            if self.traces is not None:
-                started = flow.request.timestamp_start
-                self.traces.booked(
-                    booking,
-                    request,
-                    server=(flow.request.host, flow.request.port),
-                    headers=flow.request.headers,
-                    started_at=started,
-                    ended_at=started + booking.duration if booking.duration is not None else time.time(),
-                )
-        except Exception as error:
-            if not self._telemetry_failed:
-                self._telemetry_failed = True
-                logger.error(f"finish_fix: metrics or spans failed ({error!r}); the flows are booked as before (said once)")
+        if self.telemetry.on:
+            self.telemetry.booked(
+                booking,
+                request,
+                server=(flow.request.host, flow.request.port),
+                headers=flow.request.headers,
+                started_at=flow.request.timestamp_start,
+            )
 
     def _dialect_of(self, flow: http.HTTPFlow) -> Dialect | None:
         """The dialect whose path option matches the request's path (without the query), tried in

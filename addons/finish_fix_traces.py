@@ -27,11 +27,12 @@ The span (docs/telemetry.md says the same for users):
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
@@ -95,7 +96,9 @@ def traces_endpoint(text: str) -> str:
         valid = False
     if not valid:
         raise ValueError(f"{text!r} is not an http(s) URL, e.g. http://127.0.0.1:4318/v1/traces (empty = off)")
-    return url if urlsplit(url).path.strip("/") else url.rstrip("/") + "/v1/traces"
+    if parts.path.strip("/"):
+        return url
+    return urlunsplit(parts._replace(path="/v1/traces"))
 
 
 def error_type(booking: Booking) -> str | None:
@@ -232,7 +235,11 @@ class SpanExport:
         # Its own provider, not the global one: finish_fix shares the process with other addons.
         # `shutdown_on_exit=False`: `close` does it, bounded; the SDK's atexit hook would wait for a
         # dead collector.
-        self._provider = TracerProvider(resource=Resource.create({"service.name": "finish_fix"}), shutdown_on_exit=False)
+        # `finish_fix` unless the environment names the service (OTEL_SERVICE_NAME, or service.name in
+        # OTEL_RESOURCE_ATTRIBUTES): the SDK merges the attributes given here over the environment's.
+        named = os.environ.get("OTEL_SERVICE_NAME") or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+        resource = Resource.create({} if named else {"service.name": "finish_fix"})
+        self._provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         self._provider.add_span_processor(BatchSpanProcessor(self._watch, schedule_delay_millis=SCHEDULE_DELAY_MS))
         self._tracer = self._provider.get_tracer("finish_fix", schema_url=SCHEMA_URL)
         self._propagator = TraceContextTextMapPropagator()

@@ -225,5 +225,5 @@ def _compared_with_direct(
         else "compared with direct (same scenario and client):"
     )
     if any(" from " in label for label, _ in rows):
-        title = title[:-2] + "; `from chat`: the gateway translated from the worker's chat, compared untranslated):"
+        title = title[:-2] + "; `from D`: the gateway translated from the worker's D, compared untranslated):"
     return [title, *lines, ""]

@@ -303,3 +303,12 @@ def test_the_ledger_line_is_unchanged_by_the_new_facts():
 )
 def test_request_facts_say_whether_it_asked_for_a_stream(body, stream):
     assert RequestFacts.from_body(body).stream is stream
+
+
+def test_a_cut_booked_anything_but_interrupted_has_no_cause():
+    # The metrics' `cause` label is for interrupted streams only; a report whose verdict was changed
+    # after its cut (a stream given up on: `skipped`) books none.
+    report = feed([sse(chunk("Hi"))], "whole", end="clean").report
+    assert report.interruption is not None
+    report.verdict = Verdict.SKIPPED
+    assert report.booking().cause is None

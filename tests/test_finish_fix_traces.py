@@ -92,6 +92,7 @@ def test_unknown_facts_are_left_out():
         ("http://127.0.0.1:4318", "http://127.0.0.1:4318/v1/traces"),
         ("http://127.0.0.1:4318/", "http://127.0.0.1:4318/v1/traces"),
         ("https://collector.example/otlp/v1/traces", "https://collector.example/otlp/v1/traces"),
+        ("http://127.0.0.1:4318?tenant=a", "http://127.0.0.1:4318/v1/traces?tenant=a"),
     ],
 )
 def test_traces_endpoint(text, endpoint):
@@ -194,3 +195,15 @@ def test_a_dead_collector_costs_one_warning_and_the_spans(refusing_endpoint, cap
     assert [record.name for record in warnings] == [finish_fix_traces.__name__], [r.getMessage() for r in warnings]
     assert warnings[0].getMessage().startswith(f"finish_fix: cannot export spans to {refusing_endpoint} (")
     assert not [record for record in caplog.records if record.name.startswith("opentelemetry")]
+
+
+def test_the_environment_names_the_service_when_it_says_one(monkeypatch):
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "gateway-east")
+    with running_otlp_receiver() as receiver:
+        export = SpanExport(receiver.endpoint)
+        try:
+            export_one(export, booking(Verdict.CLEAN, detail="clean"), {})
+            [span] = receiver.wait_for(1, SPAN_WAIT_S)
+        finally:
+            export.close()
+    assert span.resource["service.name"] == "gateway-east"

@@ -16,7 +16,8 @@ from faults.child_processes import free_port
 from labs.grade.books import books_word, read_books_file
 from labs.grade.card import EXIT_CANNOT_RUN, GradeError, Mark
 from labs.grade.cli import main
-from labs.grade.gateway_grader import GatewayTarget, grade_gateway
+from labs.grade.gateway_grader import grade_gateway
+from labs.grade.gateway_plan import GatewayTarget
 from tests.mitmdump_process import FINISH_FIX_SCRIPT
 
 pytestmark = pytest.mark.e2e

@@ -22,7 +22,8 @@ import pytest
 from finishline import Dialect
 from labs.gateways.services import books_entry, open_gateways, read_books
 from labs.grade.card import EXIT_FAILED, EXIT_PASSED, Card, Mark
-from labs.grade.gateway_grader import GatewayTarget, grade_with, open_grading_lab, plan_checks
+from labs.grade.gateway_grader import grade_with, open_grading_lab
+from labs.grade.gateway_plan import GatewayTarget, plan_checks
 from tests.fixtures_lab import run_trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]

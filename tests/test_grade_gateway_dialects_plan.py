@@ -9,7 +9,7 @@ import pytest
 from finishline import Dialect, sse_event
 from labs.grade.card import Card, CheckResult, GradeError, Mark
 from labs.grade.gateway_checks import BOOKS_CHECK, GATEWAY_CHECK_IDS, GATEWAY_CHECKS, CheckRun, RequestResult
-from labs.grade.gateway_grader import card_check_ids, card_checks, require_dialect_clients
+from labs.grade.gateway_plan import card_check_ids, card_checks, require_dialect_clients
 from labs.grade.reading import read_stream
 from labs.grade.render import render_cards_markdown
 from labs.outcome import Outcome

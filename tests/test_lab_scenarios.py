@@ -584,8 +584,8 @@ def test_asking_for_dialects_narrows_every_scenario_to_them():
     assert [s.dialects for s in select_scenarios(["reason-empty"], everything=False)] == [(Dialect.CHAT, Dialect.MESSAGES)]
 
 
-#: The output limits clients ask for on their own: none (most libraries), 1024 (a model's
-#: `maxTokens` in Pi's models.json), the lab's Anthropic SDK drivers' 4096, Claude Code's 32000.
+#: The output limits clients ask for on their own: none (most libraries), another than the lab's
+#: (1024), the lab's (4096: its Anthropic SDK drivers' and, in Pi's models.json, Pi's), Claude Code's 32000.
 ASKED_LIMITS = (None, 1024, 4096, 32000)
 
 

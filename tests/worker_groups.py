@@ -1,4 +1,5 @@
-"""Which tests share a pytest-xdist worker (`make test` runs `-n 2 --dist loadgroup`).
+"""Which tests share a pytest-xdist worker, and in which order the groups go (`make test` runs
+`-n 3 --dist loadgroup --no-loadscope-reorder`).
 
 Registered in tests/conftest.py (`pytest_plugins`). Each test gets pytest-xdist's public
 `xdist_group` mark, and `--dist loadgroup` keeps a group on one worker:

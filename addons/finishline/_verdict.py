@@ -299,7 +299,9 @@ class StreamReport:
             duration=self.duration,
             injected=tuple(self.injected),
             repairs=tuple(self.repairs),
-            cause=self.interruption.cause if self.interruption is not None else None,
+            # A cause only for an interrupted stream: a stream given up on after its cut (a bug of
+            # ours passes it through) is booked `skipped`, and the metrics know no cause for that.
+            cause=self.interruption.cause if self.interruption is not None and self.verdict is Verdict.INTERRUPTED else None,
             time_to_first_token=self.time_to_first_token,
             finish_reasons=tuple(self.finish_reasons),
             usage=self.usage,

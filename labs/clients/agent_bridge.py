@@ -100,9 +100,10 @@ async def splice(stream: trio.SocketStream, packets: trio.socket.SocketType) -> 
             await stream.aclose()
 
 
-async def serve_namespace_side(port: int, path: Path, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Listen on 127.0.0.1:`port` (inside the namespace) and carry each connection to the lab's
-    side at `path`; `task_status.started()` once listening."""
+async def serve_namespace_side(port: int, path: Path, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Listen on 127.0.0.1:`port` (inside the namespace; 0: one the kernel picks) and carry each
+    connection to the lab's side at `path`; `task_status.started(port)` once listening, with the
+    port it listens on."""
     listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
 
     async def carry(stream: trio.SocketStream) -> None:
@@ -116,7 +117,7 @@ async def serve_namespace_side(port: int, path: Path, *, task_status: trio.TaskS
             return
         await splice(stream, packets)
 
-    task_status.started()
+    task_status.started(listeners[0].socket.getsockname()[1])
     await trio.serve_listeners(carry, listeners)
 
 

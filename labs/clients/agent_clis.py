@@ -128,6 +128,7 @@ def _pi(cell: AgentCell) -> AgentCommand:
         "id": cell.model,
         "name": "finishline worker",
         "contextWindow": 128000,
+        # The lab's own limit (labs.clients.DEFAULT_MAX_TOKENS; that package imports this module).
         "maxTokens": 4096,
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0},
     }

@@ -61,7 +61,6 @@ __all__ = [
     "GatewayContext",
     "GatewayEntry",
     "RunServices",
-    "EVERY_DIALECT",
     "NATIVE_ROUTES",
     "REQUEST_PATHS",
     "TopologyPlan",
@@ -77,8 +76,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-#: Every dialect, in `Dialect` order.
-EVERY_DIALECT: tuple[Dialect, ...] = tuple(Dialect)
 #: An entry's `routes` when it passes every dialect on as it is (a relay that reads no dialect, or
 #: one that speaks each natively): each client dialect goes to the worker in the same dialect.
 NATIVE_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in Dialect})

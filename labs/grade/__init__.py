@@ -7,7 +7,8 @@
 - `labs.grade.server_checks` (Chat, and what every dialect shares), `server_checks_messages`,
   `server_checks_responses`, `server_suites` (all three by dialect), `labs.grade.server_grader`:
   `python -m labs.grade server [--dialect chat|messages|responses]`.
-- `labs.grade.gateway_checks`, `labs.grade.gateway_grader`: `python -m labs.grade gateway`.
+- `labs.grade.gateway_checks`, `labs.grade.gateway_plan`, `labs.grade.gateway_grader`:
+  `python -m labs.grade gateway`.
 - `labs.grade.render`: the card for a terminal, as JSON, as HTML, and cards side by side (Markdown).
 - `labs.grade.cli`: the command line (also `finishline grade`); `labs.grade.pytest_plugin`: the same checks as pytest tests, loaded on first use by the plugin entry `finishline_pytest`.
 """

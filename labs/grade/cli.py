@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.books is not None and not arguments.books.parent.is_dir():
         parser.error(f"--books {arguments.books}: no directory {arguments.books.parent}")
     from labs.entry import run_command
-    from labs.grade.gateway_grader import GatewayTarget, grade_gateway
+    from labs.grade.gateway_grader import grade_gateway
+    from labs.grade.gateway_plan import GatewayTarget
 
     target = GatewayTarget(
         url=arguments.url,

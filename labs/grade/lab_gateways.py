@@ -21,14 +21,8 @@ from labs.entry import error_line
 from labs.gateways.registry import lookup, missing_installs
 from labs.gateways.services import books_entry, open_gateways, read_books
 from labs.grade.card import Card, GradeError
-from labs.grade.gateway_grader import (
-    GatewayTarget,
-    GradingLab,
-    grade_with,
-    open_grading_lab,
-    plan_checks,
-    require_dialect_clients,
-)
+from labs.grade.gateway_grader import GradingLab, grade_with, open_grading_lab
+from labs.grade.gateway_plan import GatewayTarget, plan_checks, require_dialect_clients
 from labs.outcome import BOOKS_NONE
 
 __all__ = ["grade_lab_gateways"]

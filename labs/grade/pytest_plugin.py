@@ -26,7 +26,8 @@ from labs.entry import error_line
 from labs.grade.background import serving_in_thread
 from labs.grade.card import Card, GradeError, Mark
 from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS_BY_DIALECT
-from labs.grade.gateway_grader import GatewayTarget, card_check_ids, grade_gateway
+from labs.grade.gateway_grader import grade_gateway
+from labs.grade.gateway_plan import GatewayTarget, card_check_ids
 from labs.grade.server_grader import grade_server
 from labs.grade.server_suites import SERVER_SUITES
 from labs.hub import Hub, open_hub
