@@ -6,7 +6,11 @@ One simulated worker (in this process), one toxiproxy server with one proxy ("th
 front of the worker, the gateways in front of the tunnel, and one driver host per client runtime.
 Scenarios run one after another, because a fault belongs to the tunnel and every cell of a scenario
 must go through it; the cells of one scenario run at once (at most `jobs` at a time), which is what
-makes a full matrix take a minute rather than ten.
+makes a full matrix take a minute rather than ten. A scenario's agent cells (the coding-agent CLIs,
+labs.clients.agent_clis) run after its library cells, under the same fault, at most `AGENT_JOBS` at
+a time: each CLI's start costs a second or more of CPU, and a scenario's worth of them starting at
+once beside the library cells starved those past their deadlines (a `--all` run on a 2-core
+machine booked healthy cells as hangs).
 
 Topologies (labs.scenario.Topology): a scenario with `[hub]` puts the hub (labs.hub, in this
 process, in front of the tunnel) between the gateways and the tunnel, and sets its policy for the
@@ -52,7 +56,7 @@ import trio
 from faults.catalog import Fault
 from faults.toxiproxy_server import open_toxiproxy_server
 from finishline import Dialect
-from labs.clients import CLIENTS_BY_DIALECT, LAB_API_KEY
+from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, LAB_API_KEY
 from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
@@ -90,6 +94,10 @@ __all__ = [
 
 #: The toxiproxy proxy in front of the worker (the lab's and `make ui`'s).
 TUNNEL = "worker"
+#: Agent cells in flight at once (after the scenario's library cells; module docstring). A `--all`
+#: run had 28 of them at once beside 70 library cells and none missed its 60 s deadline, so 8 alone
+#: leave room; `--jobs` lower than this lowers it too.
+AGENT_JOBS = 8
 #: LiteLLM's callbacks write their books after the response went out: the runner waits until every
 #: cell of a books-keeping gateway has its entry, at most this many seconds after the cell ended
 #: (so a cell that ended early in the run costs no wait at its end); a cell still without one is
@@ -317,6 +325,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
         versions[GATEWAYS_RUNTIME] = gateways_versions
         limiter = trio.CapacityLimiter(max(1, config.jobs))
+        agent_limiter = trio.CapacityLimiter(max(1, min(config.jobs, AGENT_JOBS)))
         done = 0
         #: When each cell ended (trio's clock), for the books' deadline.
         ended: dict[str, float] = {}
@@ -369,6 +378,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                         gateways=gateways,
                         hosts=hosts,
                         limiter=limiter,
+                        agent_limiter=agent_limiter,
                         toxiproxy=toxiproxy,
                         on_cell=on_cell,
                     )
@@ -439,26 +449,33 @@ async def _run_scenario(
     gateways: dict[str, Gateway],
     hosts: dict,
     limiter: trio.CapacityLimiter,
+    agent_limiter: trio.CapacityLimiter,
     toxiproxy,
     on_cell: Callable[[str, CellResult], None],
     label: str | None = None,
 ) -> list[CellResult]:
-    """All cells of one scenario whose worker speaks `upstream`, at once (`cells`: number, client,
-    gateway, the client's dialect), with its fault on the tunnel for as long as any runs;
+    """All cells of one scenario whose worker speaks `upstream` (`cells`: number, client, gateway,
+    the client's dialect): its library cells at once (`limiter`), then its agent cells
+    (`agent_limiter`; module docstring), with its fault on the tunnel for as long as any runs;
     `on_cell(label, result)` as each ends (`label`: the run's, by default the scenario's in
     `upstream`)."""
     results: list[CellResult] = []
     label = label or scenario.label(upstream)
 
-    async def one(cell_id: str, client: str, gateway: str, dialect: Dialect) -> None:
-        result = await _run_cell(scenario, dialect, upstream, client, gateways[gateway], cell_id, hosts, limiter)
+    async def one(cell_id: str, client: str, gateway: str, dialect: Dialect, cells_limiter: trio.CapacityLimiter) -> None:
+        result = await _run_cell(scenario, dialect, upstream, client, gateways[gateway], cell_id, hosts, cells_limiter)
         results.append(result)
         on_cell(label, result)
 
+    waves = (
+        ([c for c in cells if c[1] not in AGENT_CLIENTS], limiter),
+        ([c for c in cells if c[1] in AGENT_CLIENTS], agent_limiter),
+    )
     async with fault.applied(toxiproxy.client, TUNNEL) if fault is not None else contextlib.nullcontext():
-        async with trio.open_nursery() as nursery:
-            for number, client, gateway, dialect in cells:
-                nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway, dialect)
+        for wave, wave_limiter in waves:
+            async with trio.open_nursery() as nursery:
+                for number, client, gateway, dialect in wave:
+                    nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway, dialect, wave_limiter)
     return sorted(results, key=lambda r: r.cell_id)
 
 

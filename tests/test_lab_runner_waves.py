@@ -1,0 +1,83 @@
+"""How the runner schedules one scenario's cells: its library cells at once, then its agent cells,
+a few at a time (labs/runner.py, `AGENT_JOBS`). A `--all` run that started a scenario's 28 agent
+CLIs beside its 70 library cells starved those past their deadlines on a 2-core machine.
+
+The hosts here only record when each request began and ended (trio's mock clock): what is tested is
+the runner's order, not a client."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+
+from finishline import Dialect
+from labs.clients import AGENT_CLIENTS
+from labs.gateways.services import Gateway
+from labs.runner import _run_scenario
+from labs.scenario import CELL_ID_TEMPLATE, SCENARIO_DIR, load_scenario
+from tests.fixtures_lab import run_trio
+
+LIBRARIES = ("openai-python", "pi-ai")
+
+
+class _RecordingHost:
+    """A driver host that takes `seconds` to answer, and writes down when each request ran."""
+
+    def __init__(self, seconds: float, spans: dict[str, tuple[float, float]]) -> None:
+        self.seconds = seconds
+        self.spans = spans
+
+    async def run(self, request: dict) -> dict:
+        began = trio.current_time()
+        await trio.sleep(self.seconds)
+        self.spans[request["client"] + "/" + request["id"]] = (began, trio.current_time())
+        return {"completed": True, "text": "", "finish_reason": "stop", "duration_s": self.seconds}
+
+
+def _run(agent_jobs: int) -> dict[str, tuple[float, float]]:
+    scenario = load_scenario(SCENARIO_DIR / "healthy.toml")
+    spans: dict[str, tuple[float, float]] = {}
+    # Libraries answer in 1 s, agents take 5 s: run together, every agent would overlap them.
+    hosts = {name: _RecordingHost(1.0, spans) for name in LIBRARIES} | {
+        name: _RecordingHost(5.0, spans) for name in AGENT_CLIENTS
+    }
+    clients = (*AGENT_CLIENTS, *LIBRARIES, *AGENT_CLIENTS)  # agents planned first and last
+    cells = [(n, client, "direct", Dialect.CHAT) for n, client in enumerate(clients, start=1)]
+    ended: list[str] = []
+
+    async def main() -> None:
+        await _run_scenario(
+            scenario,
+            Dialect.CHAT,
+            cells,
+            None,
+            gateways={"direct": Gateway(name="direct", base_url="http://127.0.0.1:9/v1")},
+            hosts=hosts,
+            limiter=trio.CapacityLimiter(64),
+            agent_limiter=trio.CapacityLimiter(agent_jobs),
+            toxiproxy=None,
+            on_cell=lambda label, result: ended.append(result.cell_id),
+        )
+
+    run_trio(main, deadline=600, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert sorted(ended) == [CELL_ID_TEMPLATE.format(n) for n in range(1, len(clients) + 1)]
+    return spans
+
+
+def test_a_scenarios_agent_cells_start_after_its_library_cells_ended():
+    spans = _run(agent_jobs=8)
+    libraries = [span for key, span in spans.items() if key.split("/")[0] in LIBRARIES]
+    agents = [span for key, span in spans.items() if key.split("/")[0] in AGENT_CLIENTS]
+    assert len(libraries) == 2 and len(agents) == 2 * len(AGENT_CLIENTS)
+    # The libraries all at once, the agents all after the last of them.
+    assert {began for began, _ in libraries} == {0.0}
+    assert min(began for began, _ in agents) >= max(end for _, end in libraries)
+
+
+def test_agent_cells_run_at_most_the_agent_limit_at_a_time():
+    spans = _run(agent_jobs=2)
+    agents = sorted(span for key, span in spans.items() if key.split("/")[0] in AGENT_CLIENTS)
+    for began, _ in agents:
+        assert sum(1 for b, e in agents if b <= began < e) <= 2
+    # Six agents two at a time after the 1 s of the libraries: three rounds of 5 s.
+    assert max(end for _, end in agents) == 1.0 + 3 * 5.0
