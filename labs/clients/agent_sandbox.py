@@ -63,8 +63,9 @@ def _signal_group(pid: int, number: int) -> None:
         pass  # the agent and everything it started are gone
 
 
-async def _cancel_on_signal(scope: trio.CancelScope) -> None:
+async def _cancel_on_signal(scope: trio.CancelScope, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
         async for _ in signals:
             scope.cancel()
             return
@@ -72,7 +73,13 @@ async def _cancel_on_signal(scope: trio.CancelScope) -> None:
 
 async def _run_agent(arguments: argparse.Namespace) -> tuple[int | None, bool, float]:
     """Serve the bridge, run the agent to its end or its deadline; (exit status, timed out, seconds)."""
+    # The deadline, or this process told to stop (the lab stopping, or dying: the launcher's
+    # parent-death signal): either way the agent's whole session goes, not just this process. The
+    # signals are taken before the agent starts: one that came between its start and a receiver
+    # opened after it would end this process at once, and what the agent started would outlive it.
+    waiting = trio.CancelScope()
     async with trio.open_nursery() as nursery:
+        await nursery.start(_cancel_on_signal, waiting)
         await nursery.start(serve_namespace_side, arguments.port, Path(arguments.bridge))
         with open(arguments.stdout, "wb") as stdout, open(arguments.stderr, "wb") as stderr:
             began = time.monotonic()
@@ -85,10 +92,7 @@ async def _run_agent(arguments: argparse.Namespace) -> tuple[int | None, bool, f
                 new_session=True,
             )
         status: int | None = None
-        # The deadline, or this process told to stop (the lab stopping, or dying: the launcher's
-        # parent-death signal): either way the agent's whole session goes, not just this process.
-        waiting = trio.CancelScope(deadline=trio.current_time() + arguments.deadline)
-        nursery.start_soon(_cancel_on_signal, waiting)
+        waiting.deadline = trio.current_time() + arguments.deadline
         with waiting:
             status = await agent.wait()
         took = time.monotonic() - began
