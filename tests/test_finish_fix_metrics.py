@@ -69,7 +69,7 @@ def test_the_metrics_and_their_labels_are_the_contracts():
             assert set(sample.labels) - {"le"} == CONTRACT[scraped], sample
 
 
-def test_every_series_exists_at_zero_and_every_label_value_is_from_a_closed_set():
+def test_every_series_exists_at_zero_and_every_label_value_is_from_a_closed_set() -> None:
     samples = samples_of(StreamMetrics())
     seen: dict[str, set[str]] = {label: set() for label in CLOSED_SETS}
     for (name, labels), number in samples.items():

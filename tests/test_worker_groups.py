@@ -35,7 +35,7 @@ def test_an_id_without_its_group_suffix_is_found():
 
 
 @pytest.mark.e2e
-def test_under_xdist_each_files_tests_run_on_one_worker(pytester):
+def test_under_xdist_each_files_tests_run_on_one_worker(pytester: pytest.Pytester) -> None:
     # What `make test` relies on: with pytest 9.2 and pytest-xdist 3.8.0 the marks were there but
     # each test was scheduled alone, and every module's services started once per worker.
     pytester.makeconftest('pytest_plugins = ["tests.worker_groups"]\n')
