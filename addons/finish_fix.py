@@ -198,6 +198,19 @@ class FinishFix:
         contentviews.add(SseChatView)
 
     def configure(self, updated: set[str]) -> None:
+        try:
+            self._apply_options(updated)
+        except exceptions.OptionsError as refused:
+            ours = {name for name in ctx.options.keys() if name.startswith("finish_fix_")}
+            if not ours <= updated:
+                raise  # a change while running: mitmproxy keeps the old value and shows this line
+            # Every option at once is the script loader's call (at start, or a hot reload), which
+            # logs what configure raises with its traceback around the one line that matters. The
+            # line alone, logged as an error at start, makes mitmdump and mitmweb exit 1 all the
+            # same (their ErrorCheck addon).
+            logger.error(str(refused))
+
+    def _apply_options(self, updated: set[str]) -> None:
         options = ctx.options
         for dialect, (option, _) in PATH_OPTIONS.items():
             if option in updated:

@@ -148,6 +148,7 @@ def _assert_refused(confdir, upstream: UpstreamServer, name: str, value: str) ->
         code = mitmdump.process.returncode
         assert code != 0, f"mitmdump exited 0 with --set {name}={value}:\n{mitmdump.output}"
         assert name in mitmdump.output, f"the error does not name {name}:\n{mitmdump.output}"
+        assert "Traceback" not in mitmdump.output, f"a traceback, not one line:\n{mitmdump.output}"
     finally:
         mitmdump.stop()
 
