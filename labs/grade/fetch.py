@@ -73,8 +73,8 @@ def _named(error: BaseException) -> str:
     reader can look it up (httpx's public name), and its own words."""
     kind = type(error)
     name = f"httpx.{kind.__name__}" if kind.__module__.split(".")[0] == "httpx" else f"{kind.__module__}.{kind.__qualname__}"
-    words = str(error).strip().rstrip(".")
-    if words in ("", kind.__name__):  # httpx's timeouts say only their own name
+    words = str(error).strip().rstrip(".") or failure_words(error)  # empty: the OS's words, if any
+    if words == kind.__name__:  # httpx's timeouts say only their own name
         return name
     return f"{name}: {words}"
 

@@ -377,7 +377,9 @@ def tool_call_check(
 
     def judge(readings: Readings) -> Finding:
         label = readings.label(name)
-        called, uncalled, unjudged = [], [], []
+        called: list[str] = []
+        uncalled: list[tuple[str, str]] = []  # (side, what the model did instead)
+        unjudged: list[str] = []
         for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
             if reading is None:
                 continue
@@ -393,11 +395,11 @@ def tool_call_check(
                 if reason == want and reason_names_a_call:
                     return Mark.FAIL, f"{side} {label}: {reason_words} {choice.finish_reason} but no tool call"
                 to_the_limit = " to the limit" if reason == limit else ""
-                uncalled.append(f"{side}: plain text{to_the_limit} ({given}, {len(choice.content)} characters)")
+                uncalled.append((side, f"plain text{to_the_limit} ({given}, {len(choice.content)} characters)"))
             elif reason is None:
                 unjudged.append(f"{side}: none")
             elif reason == limit and reason != want:
-                uncalled.append(f"{side}: a call cut at the limit ({given})")
+                uncalled.append((side, f"a call cut at the limit ({given})"))
             elif reason != want:
                 return (
                     Mark.FAIL,
@@ -408,10 +410,12 @@ def tool_call_check(
             else:
                 called.append(f"{side}: {want}")
         if called:
-            return Mark.PASS, f"{label}: " + ", ".join([*called, *(f"{u}, the model made no whole call" for u in uncalled)])
+            made_none = [f"{side}: no whole call, {instead}" for side, instead in uncalled]
+            return Mark.PASS, f"{label}: " + ", ".join([*called, *made_none])
         if uncalled:
             return Mark.NOT_TESTED, (
-                f"{label}: the model made no whole tool call ({'; '.join(uncalled)}): the check needs a model that "
+                f"{label}: the model made no whole tool call ({'; '.join(f'{side}: {instead}' for side, instead in uncalled)}): "
+                "the check needs a model that "
                 "calls tools; not a protocol fault"
             )
         return Mark.NOT_TESTED, f"{label}: no {reason_words} given to judge (see {see})"
