@@ -305,7 +305,7 @@ def _get_json(url: str) -> Any:
 # -- the child: `python -m labs.worker.llama_cpp` -----------------------------------------------
 
 
-def serve(model: Path, *, n_parallel: int, n_ctx_per_slot: int, seed: int) -> None:
+def serve(model: Path, *, n_parallel: int, n_ctx_per_slot: int, seed: int, threads: int = 1) -> None:
     """Start llama.cpp's server in this process on 127.0.0.1, port 0, and sleep until a signal ends it."""
     # Only the child loads the binding (and its 34 MB of llama.cpp); it ships no type information.
     import xllamacpp  # type: ignore[import-untyped]
@@ -321,6 +321,12 @@ def serve(model: Path, *, n_parallel: int, n_ctx_per_slot: int, seed: int) -> No
     params.use_jinja = True  # the model's own chat template (SmolLM2's ChatML)
     params.sampling.temp = 0.0
     params.sampling.seed = seed
+    # One thread, and no spinning: on a shared 2-core machine llama.cpp's default (a thread per
+    # core, busy-waiting at each step's barrier) slowed a 10-token answer to 73 s under load
+    # (14 runnable jobs), as the spinning threads waited on each other's preempted peers.
+    for cpu in (params.cpuparams, params.cpuparams_batch):
+        cpu.n_threads = threads
+        cpu.poll = 0
     _server = xllamacpp.Server(params)  # listens at once; loads and serves on its own threads; kept referenced
     # SIGTERM's default action ends the process; its threads go with it. Nothing to clean up: the
     # server holds no file of ours, and its port goes with the process.
@@ -335,8 +341,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-parallel", type=int, required=True)
     parser.add_argument("--n-ctx-per-slot", type=int, default=DEFAULT_CTX_PER_SLOT)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--threads", type=int, default=1)
     options = parser.parse_args(argv)
-    serve(options.model, n_parallel=options.n_parallel, n_ctx_per_slot=options.n_ctx_per_slot, seed=options.seed)
+    serve(
+        options.model,
+        n_parallel=options.n_parallel,
+        n_ctx_per_slot=options.n_ctx_per_slot,
+        seed=options.seed,
+        threads=options.threads,
+    )
 
 
 if __name__ == "__main__":
