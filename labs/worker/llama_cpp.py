@@ -74,6 +74,8 @@ DEFAULT_CTX_PER_SLOT = 1024
 #: six other jobs share it.
 DEFAULT_START_TIMEOUT = 120.0
 _HOST = "127.0.0.1"
+#: Tokens per llama.cpp decoding step (`serve` says why so few).
+_BATCH_TOKENS = 64
 
 
 class LlamaCppError(ChildStartError):
@@ -327,6 +329,12 @@ def serve(model: Path, *, n_parallel: int, n_ctx_per_slot: int, seed: int, threa
     for cpu in (params.cpuparams, params.cpuparams_batch):
         cpu.n_threads = threads
         cpu.poll = 0
+    # Small batches: llama.cpp decodes every slot's next token and new prompts in one batch per
+    # step, so sixteen prompts arriving at once (a lab scenario's cells) made one long step in
+    # which the slots already streaming sent nothing for over 2 s (finish_fix's idle deadline in
+    # the lab). In steps of at most 64 tokens the prompts are taken in a few short steps.
+    params.n_batch = _BATCH_TOKENS
+    params.n_ubatch = _BATCH_TOKENS
     _server = xllamacpp.Server(params)  # listens at once; loads and serves on its own threads; kept referenced
     # SIGTERM's default action ends the process; its threads go with it. Nothing to clean up: the
     # server holds no file of ours, and its port goes with the process.
