@@ -80,7 +80,7 @@ from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
 from labs.topology import HUB, PRIMARY, SPARE, AnyWorker, attach_workers, open_gateway_sets, topology_groups, topology_line
 from labs.worker.real import SIMULATED, needs_simulated_worker
 from labs.worker.truth import ComputedTruth, WorkerTruth
-from labs.workers import open_lab_workers, prepare_real_workers, worker_truth
+from labs.workers import REAL_WORKER_IDLE_TIMEOUT_S, for_real_worker, open_lab_workers, prepare_real_workers, worker_truth
 
 __all__ = [
     "PRIMARY",
@@ -264,6 +264,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     (`"<scenario>: starting, N cells"`) and as cells finish (`"<scenario>: <client> via <gateway>: <outcome>"`)."""
     started = time.time()
     clock = time.monotonic()
+    if config.worker != SIMULATED:
+        config = dataclasses.replace(config, scenarios=tuple(for_real_worker(s) for s in config.scenarios))
     planned = plan_cells(config)
     total = len(planned) * config.repeat
     if total > MAX_CELLS:
@@ -349,6 +351,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 external_url=config.external_url,
                 external_api_key=config.external_api_key,
                 models=models_by_topology(planned, config.repeat),
+                finish_fix_idle_timeout_s=REAL_WORKER_IDLE_TIMEOUT_S if config.worker != SIMULATED else 2.0,
             )
         )
         # The dialects the run's clients speak: the Python host imports their libraries before its hello.

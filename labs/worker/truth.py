@@ -37,7 +37,7 @@ from labs.worker.wire import response_plan
 __all__ = ["CaptureError", "CapturedTruth", "ComputedTruth", "WorkerTruth", "capture_truth", "real_max_tokens"]
 
 
-class CaptureError(RuntimeError):
+class CaptureError(ValueError):
     """A real worker's healthy answer could not be captured, or varied; the message says which."""
 
 
