@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from finishline import Dialect
-from labs.__main__ import main, select_scenarios, split_by_worker
+from labs.__main__ import REAL_SERVER_GATEWAYS, REAL_SERVER_SECTION, _plain_default_run, main, select_scenarios, split_by_worker
 from labs.worker.real import LLAMA_CPP, RealWorkerError, needs_simulated_worker, parse_worker_url, pinned_body
 from labs.worker.settings import WorkerSettings
 
@@ -92,3 +92,19 @@ def test_a_url_worker_is_host_port_and_path(url, parsed):
 def test_a_url_worker_must_be_plain_http_with_a_host(url):
     with pytest.raises(RealWorkerError, match="not simulated, llama.cpp or an http:// base URL"):
         parse_worker_url(url)
+
+
+@pytest.mark.parametrize(
+    ("argv", "plain"),
+    [([], True), (["--jobs", "8"], True), (["--results=/tmp/x"], True), (["--scenario", "healthy"], False), (["--all"], False)],
+)
+def test_only_the_plain_default_run_ends_with_the_real_server_section(argv, plain):
+    assert _plain_default_run(argv) is plain
+
+
+def test_the_real_server_section_is_llama_cpp_healthy_and_a_hidden_cut_in_every_dialect():
+    scenarios = select_scenarios(list(REAL_SERVER_SECTION), False, dialects=tuple(Dialect))
+    assert [s.name for s in scenarios] == ["healthy", "cut-after-tokens-hub-close"]
+    assert all(s.dialects == tuple(Dialect) for s in scenarios)
+    assert split_by_worker(scenarios, LLAMA_CPP) == (scenarios, [])
+    assert REAL_SERVER_GATEWAYS == ("direct", "finish_fix")
