@@ -121,3 +121,19 @@ def test_two_captures_with_a_token_of_another_length_are_refused():
         same_layout(
             [layout_from_capture(capture("The"), Dialect.RESPONSES), layout_from_capture(capture("A"), Dialect.RESPONSES)]
         )
+
+
+@pytest.mark.parametrize(
+    ("path", "dialect"),
+    [
+        ("/v1/chat/completions", Dialect.CHAT),
+        ("/v1/messages", Dialect.MESSAGES),
+        ("/anthropic/v1/messages/", Dialect.MESSAGES),
+        ("/v1/responses?x=1", Dialect.RESPONSES),
+        ("/v1/completions", Dialect.CHAT),
+    ],
+)
+def test_the_fault_cli_probes_count_the_token_events_of_the_dialect_its_path_names(path, dialect):
+    from faults.cli import _dialect_of_path
+
+    assert _dialect_of_path(path) is dialect
