@@ -314,14 +314,6 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             )
         )
         worker = workers[PRIMARY]
-        if config.worker != SIMULATED:
-            report(f"{config.worker}: capturing its healthy answers", 0, total)
-        # The truth about the worker's answers, and one fault per scenario and dialect the worker
-        # speaks in it, laid out on those answers' bytes (they differ per dialect).
-        truth = await worker_truth(workers, [(s, d) for s in config.scenarios for d in spoken_dialects(planned, s)])
-        faults = {
-            (s.name, u): build_fault(s, u, layout=truth.layout(s, u)) for s in config.scenarios for u in scenario_runs(planned, s)
-        }
         toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
         tunnel = await trio.to_thread.run_sync(
             lambda: toxiproxy.client.create_proxy(
@@ -357,6 +349,15 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         # The dialects the run's clients speak: the Python host imports their libraries before its hello.
         run_dialects = tuple(d for d in Dialect if any(c.dialect == d for c in planned))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
+        if config.worker != SIMULATED:
+            report(f"{config.worker}: capturing its healthy answers", 0, total)
+        # While the gateways start: the truth about the worker's answers (labs.worker.truth), and
+        # one fault per scenario and dialect the worker speaks in it, laid out on those answers'
+        # bytes (they differ per dialect).
+        truth = await worker_truth(workers, [(s, d) for s in config.scenarios for d in spoken_dialects(planned, s)])
+        faults = {
+            (s.name, u): build_fault(s, u, layout=truth.layout(s, u)) for s in config.scenarios for u in scenario_runs(planned, s)
+        }
         # Read while the first gateways start (a few short child runs; labs.gateway_versions).
         gateways_versions = await trio.to_thread.run_sync(gateway_versions)
         if groups:
@@ -402,7 +403,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # counted, never served under this run's policy and fault. Set before SMG's
                     # registration, whose probes name this run's cells.
                     _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells))
-                    prepare_real_workers(workers, scenario)
+                    prepare_real_workers(workers, scenario, truth)
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import trio
 
+from faults.layout import CapturedLayout
 from finishline import Dialect
 from labs.plan import LabConfig
 from labs.scenario import Scenario
@@ -95,11 +96,20 @@ def for_real_worker(scenario: Scenario) -> Scenario:
     return dataclasses.replace(scenario, deadline_s=max(scenario.deadline_s, REAL_WORKER_DEADLINE_S))
 
 
-def prepare_real_workers(workers: dict[str, AnyWorker], scenario: Scenario) -> None:
-    """Before a scenario run: every real worker's front gives the scenario's output limit."""
+def prepare_real_workers(workers: dict[str, AnyWorker], scenario: Scenario, truth: WorkerTruth) -> None:
+    """Before a scenario run: every real worker's front gives the scenario's output limit, and
+    knows where the captured answer's first token ends in each dialect (its attempts' first-token time)."""
     for worker in workers.values():
         if isinstance(worker, RealWorker):
             worker.max_tokens = real_max_tokens(scenario)
+            worker.first_token_ends = {}
+            for dialect in Dialect:
+                try:
+                    layout = truth.layout(scenario, dialect)
+                except KeyError:  # not captured: no cell of the run has the server speak it
+                    continue
+                if isinstance(layout, CapturedLayout) and layout.token_events:
+                    worker.first_token_ends[dialect] = layout.offset_after_tokens(1)
 
 
 async def worker_truth(workers: dict[str, AnyWorker], needed: Iterable[tuple[Scenario, Dialect]]) -> WorkerTruth:

@@ -85,6 +85,9 @@ def test_a_healthy_cell_against_the_real_server_is_ok(real_matrix, dialect, gate
     assert found["outcome"] == "ok", found["why"]
     assert found["report"]["text"] == expected(real_matrix, "healthy", dialect)["text"]
     assert found["answered_by"] == "primary"
+    # The front saw the server's first token go by, where the captured answer has it end.
+    (attempt,) = [a for a in found["attempts"] if a["at"] == "primary"]
+    assert attempt["ended"] == "complete" and attempt["first_token_s"] is not None
 
 
 @pytest.mark.parametrize("dialect", list(Dialect), ids=lambda d: d.value)

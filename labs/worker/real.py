@@ -208,6 +208,10 @@ class RealWorker:
     stale_refused: int = 0
     #: The cells that had their first attempt here (`reset_before_head` fails only that one).
     attempted_cells: set[str | None] = field(default_factory=set)
+    #: Per dialect, where the server's first token event ends in its response (bytes from the
+    #: first, head included: the captured layout's), for the attempts' first-token time; set per
+    #: scenario run by the runner. A dialect not in it: no first-token time.
+    first_token_ends: dict[Dialect, int] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -337,6 +341,8 @@ async def _relay(
     data = b"\r\n".join(lines) + b"\r\n\r\n" + body
     status: int | None = None
     head = b""
+    relayed = 0
+    first_token_end = worker.first_token_ends.get(attempt.dialect) if attempt.dialect is not None else None
     try:
         server = await trio.open_tcp_stream(upstream.host, upstream.port)
     except OSError as error:
@@ -364,6 +370,9 @@ async def _relay(
                         status = int(match.group(1))
                         attempt.note_head(trio.current_time())
                 await stream.send_all(chunk)
+                relayed += len(chunk)
+                if first_token_end is not None and status is not None and status < 300 and relayed >= first_token_end:
+                    attempt.note_first_token(trio.current_time())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             attempt.close(worker, ENDED_CLIENT_GONE, status)
             return False
