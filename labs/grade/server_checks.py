@@ -8,15 +8,17 @@ Messages and Responses suites are in `server_checks_messages` and `server_checks
 Theory of operation
 -------------------
 The grader sends five requests (`REQUESTS`), each streamed and not streamed: a natural stop, a
-`max_tokens` truncation, a forced tool call (`tool_choice: "required"`), `n=2`, and
-`stream_options.include_usage`. Every answer is read once (`labs.grade.reading`, finishline's core
-as the judge) and the checks below read those readings; a check never sends anything itself.
+`max_tokens` truncation, a forced tool call (`tool_choice: "required"`, at most `TOOL_CALL_TOKENS`),
+`n=2`, and `stream_options.include_usage`. Every answer is read once (`labs.grade.reading`,
+finishline's core as the judge) and the checks below read those readings; a check never sends
+anything itself.
 
 Each check tests one thing, so that each way of ending badly fails the check named after it and
 no other: a missing reason fails `stream-finish-reason` (and `json-finish-reason`), not the check
 that the truncation's reason is `length`. A check whose subject is missing (no reason to compare,
 a stream that ended in an error) is `not tested`, with the check that failed named in its evidence:
-it is never a pass.
+it is never a pass. So is a check that needs the model to do something it did not do (the forced
+tool call answered in prose: `tool_call_check`): a real model's limit is not the server's fault.
 """
 
 from __future__ import annotations

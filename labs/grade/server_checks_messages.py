@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The grader sends three requests, each streamed and not: a natural stop, a `max_tokens=5`
-truncation and a forced tool call (`tool_choice: {"type": "any"}` with one `get_weather` tool); every
+truncation and a forced tool call (`tool_choice: {"type": "any"}` with one `get_weather` tool,
+`max_tokens` 64); every
 request carries `max_tokens`, which the Messages API requires. The core reads every stream as a
 Messages stream (`StreamRepair(dialect=Dialect.MESSAGES)`) and every JSON `message` with rule M7;
 its verdicts are what the checks map to marks:

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The grader sends three requests, each streamed and not: a natural stop, a `max_output_tokens=16`
 truncation (16 is the least OpenAI accepts) and a forced tool call (`tool_choice: "required"` with
-one `get_weather` function). The core reads every stream as a Responses stream
+one `get_weather` function, `max_output_tokens` 64). The core reads every stream as a Responses stream
 (`StreamRepair(dialect=Dialect.RESPONSES)`); its verdicts are what the checks map to marks:
 
 - `responses-no-error`: the core booked no stream `upstream_error` (`event: error`,
@@ -17,7 +17,9 @@ The core has no rule on the terminal response's `status`, on `sequence_number`s 
 `response` (it passes one as it came), so those checks read the answers themselves, as Chat's
 `stream-null-not-empty` does: `responses-terminal-status` (the status is the terminal event's own
 word), `responses-sequence-numbers` (each event's number above the one before; the AI SDK requires
-them) and `responses-json-status`.
+them), `responses-json-status`, and `responses-reason-incomplete` (a truncation ends with the event,
+the status and the `incomplete_details.reason` the spec gives it: llama.cpp and Ollama say
+`completed`, which this check exists to catch).
 
 Chat's `stream-null-not-empty`, `stream-usage-after-finish` and `n-choices` mean nothing here
 (`RESPONSES_SUITE.not_run` says why).
@@ -353,7 +355,7 @@ RESPONSES_SUITE = ServerSuite(
         ServerCheck(
             rule="statuses",
             check="responses-reason-incomplete",
-            title="a max_output_tokens truncation ends incomplete",
+            title="a max_output_tokens truncation ends response.incomplete, incomplete_details.reason max_output_tokens",
             judge=_truncation("length"),
         ),
         ServerCheck(
