@@ -13,6 +13,7 @@ do (`open_response`), and the reading carries a note saying so.
 
 from __future__ import annotations
 
+import enum
 import errno
 import math
 import os
@@ -79,24 +80,30 @@ def _named(error: BaseException) -> str:
     return f"{name}: {words}"
 
 
-#: How the connection broke, as `_how_it_broke` words it; only the first two are a peer that let
-#: go of the connection (what a retry on a fresh one is for), the last is bytes httpx could not read.
-_CLOSED, _RESET, _GARBLED, _BROKE = "closed", "reset", "garbled", "broke"
+class _Break(enum.Enum):
+    """How a connection broke under a request, as the evidence words it. Only `CLOSED` and `RESET`
+    are a peer that let go of the connection, what a retry on a fresh one is for."""
+
+    #: A FIN: httpcore's `Server disconnected without sending a response`, h11's `peer closed
+    #: connection without sending complete message body`, a broken pipe.
+    CLOSED = "closed the connection"
+    #: A TCP reset.
+    RESET = "reset the connection"
+    #: Bytes httpx could not read as HTTP/1.1 (a bad status line, bad chunk framing).
+    GARBLED = "sent bytes that are not HTTP/1.1"
+    OTHER = "broke the connection"
 
 
-def _how_it_broke(error: BaseException) -> str:
-    """`_CLOSED` (a FIN: httpcore's `Server disconnected without sending a response`, h11's `peer
-    closed connection without sending complete message body`, a broken pipe), `_RESET` (a TCP
-    reset), `_GARBLED` (bytes that are not HTTP/1.1), or `_BROKE` (anything else)."""
+def _how_it_broke(error: BaseException) -> _Break:
     os_error = _maybe_os_error(error)
     if os_error is not None and os_error.errno == errno.ECONNRESET:
-        return _RESET
+        return _Break.RESET
     if os_error is not None and os_error.errno == errno.EPIPE:
-        return _CLOSED
+        return _Break.CLOSED
     if isinstance(error, httpx.RemoteProtocolError):
         words = str(error).lower()
-        return _CLOSED if "disconnected" in words or "closed" in words else _GARBLED
-    return _BROKE
+        return _Break.CLOSED if "disconnected" in words or "closed" in words else _Break.GARBLED
+    return _Break.OTHER
 
 
 def transport_words(error: BaseException, *, what: str, before_head: bool, timeout_s: float | None = None) -> str:
@@ -109,14 +116,7 @@ def transport_words(error: BaseException, *, what: str, before_head: bool, timeo
     if isinstance(error, httpx.TimeoutException):
         waited = f" within {timeout_s:g} s" if timeout_s is not None else " in time"
         return f"{what} sent {'no response head' if before_head else 'no more of the body'}{waited} ({_named(error)})"
-    how = _how_it_broke(error)
-    verb = {
-        _CLOSED: "closed the connection",
-        _RESET: "reset the connection",
-        _GARBLED: "sent bytes that are not HTTP/1.1",
-        _BROKE: "broke the connection",
-    }[how]
-    return f"{what} {verb} {where} ({_named(error)})"
+    return f"{what} {_how_it_broke(error).value} {where} ({_named(error)})"
 
 
 def cannot_connect(what: str, url: str, error: BaseException) -> GradeError:
@@ -140,7 +140,7 @@ def grading_client(
 
 def _kept_alive_note(error: BaseException, *, what: str) -> str:
     """The evidence's note for a first attempt sent again (`open_response`)."""
-    verb = "reset" if _how_it_broke(error) == _RESET else "closed"
+    verb = "reset" if _how_it_broke(error) is _Break.RESET else "closed"
     return (
         f"{what} {verb} a kept-alive connection without `Connection: close` before any byte of the next "
         f"response ({_named(error)}); retried once on a fresh connection, as the SDKs do"
@@ -154,7 +154,7 @@ async def open_response(
     caller reads it, then closes it), and a note when the first attempt was sent again (else None).
 
     A server may close a kept-alive connection without saying `Connection: close` (llama.cpp does,
-    after a stream that ended at its `max_tokens`): its FIN can arrive after httpx handed the idle
+    right after a stream's last chunk, though it answered `Keep-Alive: timeout=5`): its FIN can arrive after httpx handed the idle
     connection to the next request, which then fails before any byte of its response
     (`httpx.RemoteProtocolError: Server disconnected without sending a response`). openai-python
     and anthropic-python retry that (`httpx.TransportError`, their `max_retries`), so the grader
@@ -173,7 +173,7 @@ async def open_response(
         try:
             return await client.send(request, stream=True), note
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:
-            if note is not None or opened or _how_it_broke(error) not in (_CLOSED, _RESET):
+            if note is not None or opened or _how_it_broke(error) not in (_Break.CLOSED, _Break.RESET):
                 raise
             note = _kept_alive_note(error, what=what)
 
