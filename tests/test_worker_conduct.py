@@ -16,7 +16,7 @@ from finishline import Dialect
 from labs.scenario import CELL_ID_TEMPLATE
 from labs.worker import Attempt, WorkerSettings, attempts_of, open_worker, response_plan
 from labs.worker.attempts import request_cell_id
-from labs.worker.wire import MALFORMED_DATA
+from labs.worker.wire import MALFORMED_EVENTS
 from tests.fixtures_lab import chat_request, client_exchange, run_trio
 
 CELL = CELL_ID_TEMPLATE.format(7)
@@ -232,10 +232,12 @@ def test_malformed_chunk_is_one_bad_event_mid_stream_in_the_dialects_framing(dia
     for status, _, text in answers:
         assert status == 200
         events = text.split("\n\n")
-        bad = [e for e in events if MALFORMED_DATA.decode() in e]
+        # The dialect's own token event, cut in half: its name (Messages, Responses), then bad JSON.
+        name, data = MALFORMED_EVENTS[dialect]
+        bad = [e for e in events if e == (f"event: {name}\n" if name else "") + f"data: {data.decode()}"]
         assert len(bad) == 1
-        if dialect is not Dialect.CHAT:
-            assert bad[0].startswith("event: ")
+        with pytest.raises(ValueError):
+            json.loads(data)
         # The rest of the stream is the healthy one, in order, around it.
         healthy = response_plan(WorkerSettings(tokens=4).for_request(request, dialect), dialect=dialect)
         assert [e for e in events if e not in bad] == [s.event.decode().removesuffix("\n\n") for s in healthy.segments] + [""]
