@@ -7,7 +7,9 @@ response from its first byte. The response is read with h11 (as a client) and re
 arrives: the head as received, the body in its own framing (chunked: each complete chunk as one
 chunk of the same size; close-delimited and Content-Length: the bytes as they come), so a healthy
 response reaches the gateway byte for byte. When the tunnel fails, `labs.hub.policy` says what the
-gateway gets.
+gateway gets; for `error_event`, the request's dialect's error ending after the body relayed so far
+(read as it goes out by `finishline.StreamErrorWriter`: a Responses ending continues the stream's
+response id and sequence numbers).
 
 The policy is read once per request, when it arrives: the lab's runner sets `Hub.on_tunnel_drop`
 before each scenario, and a request already in flight keeps the policy it started with.
