@@ -18,6 +18,7 @@ from faults.child_processes import run_child
 from faults.toxiproxy_client import Toxic
 from finishline import Dialect, EventFramer
 from labs.hub import (
+    BAD_GATEWAY_BODY,
     ERROR_EVENT,
     ERROR_MESSAGE,
     AfterDrop,
@@ -25,6 +26,8 @@ from labs.hub import (
     TunnelDropPolicy,
     TunnelFailure,
     after_tunnel_drop,
+    bad_gateway_body,
+    error_writer,
     open_hub,
     serve_hub,
 )
@@ -128,6 +131,19 @@ def test_error_event_writes_the_frames_it_is_given_for_the_requests_dialect(fram
     chunked = b"%x\r\n%s\r\n" % (len(frames), frames) + TERMINATOR
     assert answer.send == (chunked if framing is Framing.CHUNKED else frames)
     assert answer.action == "error_event"
+
+
+@pytest.mark.parametrize("dialect", [None, *Dialect])
+def test_the_502s_body_is_in_the_requests_dialects_error_shape(dialect):
+    body = bad_gateway_body(dialect)
+    if dialect is Dialect.MESSAGES:
+        assert body == {"type": "error", "error": {"type": "api_error", "message": BAD_GATEWAY_BODY["error"]["message"]}}
+    else:
+        assert body == BAD_GATEWAY_BODY and body["error"]["code"] == "worker_unreachable"
+
+
+def test_a_request_on_no_completion_route_gets_chats_error_event():
+    assert error_writer(None).error_frames(ERROR_MESSAGE, code="worker_disconnected") == EXACT_ERROR_EVENT
 
 
 def test_before_the_head_close_and_error_event_answer_502_and_abort_passes_the_failure_on():
