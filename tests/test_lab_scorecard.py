@@ -9,6 +9,7 @@ import re
 
 import pytest
 
+from labs.gateways.finish_fix_proxy import finish_fix_books
 from labs.outcome import Outcome
 from labs.report_html import render_html
 from labs.scorecard import COLUMNS, Score, build_scorecard, render_scorecard_markdown, render_scorecard_text
@@ -95,6 +96,7 @@ SCENARIOS = [
     _scenario("rule1-prefill-cut-hub-abort-spare"),
     _scenario("http-429-retry-after", worker="http_429_retry_after=2"),
     _scenario("http-400-context-length", finish_reason=None, worker="http_400_context_length=1"),
+    _scenario("malformed-chunk", worker="malformed_chunk=1"),
 ]
 
 
@@ -187,6 +189,21 @@ def test_books_say_error_for_every_request_whose_client_did_not_get_the_answer(b
 def test_books_ok_for_a_client_that_raises_on_a_delivered_length_by_design(scenario, error_class, score):
     card = _card(_cell(scenario, "g", "error", books="ok", error_class=error_class, client="openai-python-helper"))
     assert _score(card, "g", "books-say-error") == score
+
+
+@pytest.mark.parametrize(
+    ("verdict", "score", "why"),
+    [
+        ("malformed", "pass", "1 of 1 cells: error, books error (malformed)"),
+        ("clean", "fail", "1 of 1 cells: error, books ok (clean)"),  # what the books said before issue 25
+    ],
+)
+def test_a_malformed_chunk_through_finish_fix_is_judged_by_its_ledger_verdict(verdict, score, why):
+    # The word as the lab reads finish_fix's ledger line (its books reader), the line as the cell keeps it.
+    entry = {"model": "c0001;malformed_chunk=1", "verdict": verdict, "detail": f"{verdict}: ..."}
+    cell = {**_cell("malformed-chunk", "finish_fix", "error", books=finish_fix_books(entry)), "books_entry": entry}
+    column = _card(cell)["gateways"]["finish_fix"]["books-say-error"]
+    assert (column["score"], column["why"]) == (score, why)
 
 
 def test_a_gateway_without_books_is_n_a_in_the_books_column():
