@@ -13,7 +13,16 @@ import json
 
 import pytest
 
-from finishline import MALFORMED_OUTRANKS, CutCause, Dialect, EventFramer, RepairPolicy, StreamRepair, Verdict
+from finishline import (
+    MALFORMED_OUTRANKS,
+    CutCause,
+    Dialect,
+    EventFramer,
+    RepairPolicy,
+    StreamRepair,
+    Verdict,
+    transcribe_stream,
+)
 from labs.worker.answer import anthropic_error, error_object
 from labs.worker.wire import malformed_event
 from tests.dialect_streams import messages_stream, responses_stream
@@ -64,11 +73,11 @@ def errored(dialect: Dialect) -> list[bytes]:
 
 def with_malformed(events: list[bytes], dialect: Dialect, *, at: int | None = None) -> tuple[bytes, int]:
     """The stream with the malformed event after its first token event (or at index `at`), and the
-    event's number as the books count events: from 1, without Messages' `ping` (a keep-alive, M6)."""
+    event's number in the stream, from 1 (every item of `events` is one event with data, a Messages
+    `ping` too, as a client dispatches it)."""
     if at is None:
         at = next(i for i, event in enumerate(events) if b"Hel" in event) + 1
-    number = 1 + sum(1 for event in events[:at] if b"event: ping" not in event)
-    return b"".join([*events[:at], malformed_event(dialect), *events[at:]]), number
+    return b"".join([*events[:at], malformed_event(dialect), *events[at:]]), at + 1
 
 
 def feed(upstream: bytes, chunking: str, dialect: Dialect, end: str = "clean") -> tuple[bytes, StreamRepair]:
@@ -246,13 +255,16 @@ def test_what_malformed_outranks_is_the_precedence_table_of_the_docs(chunking):
     assert not MALFORMED_OUTRANKS & {Verdict.SKIPPED, Verdict.HTTP_ERROR, Verdict.MALFORMED}
 
 
-def test_the_number_in_the_detail_is_the_event_a_client_reads(chunking):
-    # Counted by an independent reader: the n-th event with data (a comment is none) is the one
-    # whose data does not parse.
-    upstream = sse(chunk("a")) + b": keep-alive\n\n" + sse(chunk("b")) + b"data: {\n\n" + sse(chunk("c"), b"[DONE]")
-    out, repair = feed(upstream, chunking, Dialect.CHAT)
-    events = [event.data for event in EventFramer().receive_data(upstream) if event.data is not None]
+@pytest.mark.parametrize("dialect", DIALECTS)
+def test_the_number_in_the_detail_is_the_event_a_client_reads(chunking, dialect):
+    # Counted by an independent reader: the n-th event with data (a comment is none, a Messages
+    # ping is one) is the one whose data does not parse; mitmweb's view numbers it so too.
+    events = healthy(dialect)
+    upstream = b"".join([events[0], b": keep-alive\n\n", events[1], b"data: {\n\n", *events[2:]])
+    _, repair = feed(upstream, chunking, dialect)
+    data = [event.data for event in EventFramer().receive_data(upstream) if event.data is not None]
     number = repair.report.first_malformed_event
     assert number == 3
     with pytest.raises(json.JSONDecodeError):
-        json.loads(events[number - 1])
+        json.loads(data[number - 1])
+    assert f"\n{number:>5} not JSON: {{" in transcribe_stream(upstream, dialect)

@@ -120,6 +120,7 @@ class StreamRepair:
         "_rules",
         "_dialect",
         "_first_event",
+        "_keepalives",
         "report",
         "__dict__",
     )
@@ -161,6 +162,9 @@ class StreamRepair:
         self._rules = DIALECT_RULES[dialect](self)
         # No event has been read yet: the first one is checked against the dialect.
         self._first_event = True
+        # Keep-alive events (`ping`) so far: not in `report.events`, but a client and mitmweb's view
+        # number them, so the number of a malformed event counts them (`_malformed`).
+        self._keepalives = 0
         self.report = StreamReport(model=request.model, dialect=dialect)
         encoding = content_encoding.strip().lower()
         if status >= 400:
@@ -375,6 +379,7 @@ class StreamRepair:
         rules = self._rules
         kind, message = rules.read(event)
         if kind in rules.keepalives:  # `ping`: a keep-alive, like a comment (M6)
+            self._keepalives += 1
             return event.raw
         self.report.events += 1
         if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
@@ -417,11 +422,12 @@ class StreamRepair:
     def _malformed(self) -> None:
         """The event the rules are reading has data that is not JSON (or not UTF-8): it passes as it
         came (rule C8), and the stream is booked `malformed` when it ends (`_finish`), naming the
-        first such event. Called only for such an event: one that parsed costs nothing here."""
+        first such event by its place among the stream's events (keep-alives included, as a client
+        dispatches them). Called only for such an event: one that parsed costs nothing here."""
         report = self.report
         report.malformed_events += 1
         if report.first_malformed_event is None:
-            report.first_malformed_event = report.events
+            report.first_malformed_event = report.events + self._keepalives
 
     def _token_seen(self) -> None:
         self._first_token_seen = True

@@ -278,8 +278,10 @@ class StreamReport:
         usage: the token counts the upstream reported, if it did.
         malformed_events: events whose data was not JSON (rule C8), read before the stream's end
             (after `[DONE]`, a terminal or an error event nothing is read).
-        first_malformed_event: the number of the first of them, counted from 1 as `events` counts
-            (comments and keep-alives not counted); the `malformed` detail names it.
+        first_malformed_event: the number of the first of them, counted from 1 over the stream's
+            events as a client dispatches them (every event with data, Messages' `ping` included,
+            so one more per ping than `events` counts; not comments or blank lines); the
+            `malformed` detail names it.
     """
 
     verdict: Verdict = Verdict.CLEAN
