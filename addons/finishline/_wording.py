@@ -201,8 +201,8 @@ def upstream_error_detail(label: str | None) -> str:
 
 
 def malformed_detail(*, event: int, count: int, other: str | None) -> str:
-    """`malformed`: the number of the first event whose data is not JSON (from 1, as the ledger's
-    `events` counts), how many more there were, and the detail of what else the stream ended as
+    """`malformed`: the number of the first event whose data is not JSON (from 1, among the events
+    a client dispatches), how many there were, and the detail of what else the stream ended as
     (`other`, None for a stream that was otherwise clean), which starts with its own verdict word."""
     detail = f"malformed: event {event}'s data is not JSON"
     detail += f" ({count} such events in all); passed on as they came" if count > 1 else "; passed on as it came"
