@@ -45,6 +45,7 @@ __all__ = [
     "CREATED",
     "MALFORMED_DATA",
     "MALFORMED_EVENTS",
+    "malformed_event",
     "ResponsePlan",
     "Segment",
     "completion_plan",
@@ -194,9 +195,13 @@ def _with_malformed_event(events: list[tuple[str, int | None, bytes]], dialect: 
     is one token, before the end when there are none)."""
     tokens = [i for i, (kind, _, _) in enumerate(events) if kind == "token"]
     at = tokens[(len(tokens) - 1) // 2] + 1 if tokens else len(events) - 1 if events else 0
+    return [*events[:at], ("malformed", None, malformed_event(dialect)), *events[at:]]
+
+
+def malformed_event(dialect: Dialect, line_ending: bytes = b"\n") -> bytes:
+    """The one event `malformed_chunk` adds, framed in `dialect` (the tests build theirs with it)."""
     name, data = MALFORMED_EVENTS[dialect]
-    event = sse_frame(data, event=name)
-    return [*events[:at], ("malformed", None, event), *events[at:]]
+    return sse_frame(data, event=name, line_ending=line_ending)
 
 
 def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]]:
