@@ -374,14 +374,15 @@ def tool_call_check(
     chat template has no tools, such as SmolLM2 on llama.cpp, writes prose however the server is
     asked), or when its call did not fit in the limit (`limit`, the dialect's word for a cap hit).
     A fail is kept for a protocol fault: a call made and a reason other than `want` given, a call
-    that is not a JSON `get_weather` call (`shape`, default `tool_call_shape`), or, where `reason_names_a_call`, the reason
-    `want` with no call at all. No reason on either side is `not tested`, naming the checks `see`."""
+    that is not a JSON `get_weather` call (`shape`, default `tool_call_shape`), or, where
+    `reason_names_a_call`, the reason `want` with no call at all. A call with no reason is `not
+    tested`, naming the checks `see` that fail it."""
 
     def judge(readings: Readings) -> Finding:
         label = readings.label(name)
         called: list[str] = []
         uncalled: list[tuple[str, str]] = []  # (side, what the model did instead)
-        unjudged: list[str] = []
+        reasonless_call = False  # a call with no reason: the presence checks `see` fail it
         for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
             if reading is None:
                 continue
@@ -399,7 +400,7 @@ def tool_call_check(
                 to_the_limit = " to the limit" if reason == limit else ""
                 uncalled.append((side, f"plain text{to_the_limit} ({given}, {len(choice.content)} characters)"))
             elif reason is None:
-                unjudged.append(f"{side}: none")
+                reasonless_call = True
             elif reason == limit and reason != want:
                 uncalled.append((side, f"a call cut at the limit ({given})"))
             elif reason != want:
@@ -414,11 +415,11 @@ def tool_call_check(
         if called:
             made_none = [f"{side}: no whole call, {instead}" for side, instead in uncalled]
             return Mark.PASS, f"{label}: " + ", ".join([*called, *made_none])
-        if uncalled:
+        if uncalled and not reasonless_call:
+            instead = "; ".join(f"{side}: {what}" for side, what in uncalled)
             return Mark.NOT_TESTED, (
-                f"{label}: the model made no whole tool call ({'; '.join(f'{side}: {instead}' for side, instead in uncalled)}): "
-                "the check needs a model that "
-                "calls tools; not a protocol fault"
+                f"{label}: the model made no whole tool call ({instead}): the check needs a model that calls tools; "
+                "not a protocol fault"
             )
         return Mark.NOT_TESTED, f"{label}: no {reason_words} given to judge (see {see})"
 
