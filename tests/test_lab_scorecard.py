@@ -9,9 +9,13 @@ import re
 
 import pytest
 
+from finishline import Dialect
+from labs.gateways.finish_fix_proxy import finish_fix_books
 from labs.outcome import Outcome
 from labs.report_html import render_html
 from labs.scorecard import COLUMNS, Score, build_scorecard, render_scorecard_markdown, render_scorecard_text
+from tests.feeding import run
+from tests.test_core_malformed import healthy, with_malformed
 
 _numbers = itertools.count(1)
 
@@ -189,6 +193,33 @@ def test_books_ok_for_a_client_that_raises_on_a_delivered_length_by_design(scena
     assert _score(card, "g", "books-say-error") == score
 
 
+@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("before_issue_25", [False, True])
+def test_a_malformed_chunk_through_finish_fix_is_judged_by_its_ledger_verdict(dialect, before_issue_25):
+    # The ledger line as the core writes it for the worker's malformed event, the word as the lab's
+    # finish_fix books reader takes it, the line as the cell keeps it. Booked `clean`, as before
+    # issue 25, the same cell fails the column.
+    _, repair = run(with_malformed(healthy(dialect), dialect)[0], dialect=dialect)
+    entry = {**repair.report.booking().to_json(), "model": "c0001;malformed_chunk=1"}
+    if before_issue_25:
+        entry["verdict"] = "clean"
+    cell = {
+        **_cell("malformed-chunk", "finish_fix", "error", books=finish_fix_books(entry)),
+        "dialect": str(dialect),
+        "books_entry": entry,
+    }
+    result = {
+        "scenarios": [{**_scenario("malformed-chunk", worker="malformed_chunk=1"), "dialect": str(dialect)}],
+        "cells": [cell],
+        "gateways": ["finish_fix"],
+    }
+    column = build_scorecard(result)["gateways"]["finish_fix"]["books-say-error"]
+    if before_issue_25:
+        assert (column["score"], column["why"]) == ("fail", "1 of 1 cells: error, books ok (clean)")
+    else:
+        assert (column["score"], column["why"]) == ("pass", "1 of 1 cells: error, books error (malformed)")
+
+
 def test_a_gateway_without_books_is_n_a_in_the_books_column():
     card = _card(_cell("healthy", "vllm-router", "ok", books="none"), _cell("healthy", "direct", "ok"))
     assert _score(card, "vllm-router", "books-say-error") == "n/a"
@@ -327,3 +358,30 @@ def test_the_report_puts_the_card_first_with_each_evidence_a_link_to_its_cell():
         row = row[: row.index("</tr>")]
         assert re.findall(r"<b>([^<]+)</b>", row) == [scores[name]["score"] for name in card["columns"]]
     assert Score.FAIL.value in page
+
+
+@pytest.mark.parametrize("dialect", ["messages", "responses"])
+@pytest.mark.parametrize(
+    ("scenario", "worker", "column", "failing"),
+    [
+        # A retry 0.3 s after a 429 that asked for 2 s.
+        ("http-429-retry-after", "http_429_retry_after=2", "retry-after-honoured", {"outcome": "ok", "tries": 2}),
+        # The 400 sent three times.
+        ("http-400-context-length", "http_400_context_length=1", "no-retry-of-a-400", {"outcome": "error", "tries": 3}),
+    ],
+)
+def test_the_conduct_columns_read_the_cells_of_every_dialect(dialect, scenario, worker, column, failing):
+    # Chat passes; the same scenario's cell in another dialect decides the column and is its evidence.
+    retried_early = [_attempt("primary", 10.0), _attempt("primary", 10.3)]
+    chat = _cell(scenario, "g", "error" if column == "no-retry-of-a-400" else "ok", tries=1, attempts=[_attempt("primary", 10.0)])
+    other = {
+        **_cell(scenario, "g", failing["outcome"], client="anthropic-python", tries=failing["tries"], attempts=retried_early),
+        "dialect": dialect,
+    }
+    scenarios = [{**_scenario(scenario, worker=worker), "dialect": d} for d in ("chat", dialect)]
+    card = build_scorecard({"scenarios": scenarios, "cells": [chat, other], "gateways": ["g"], "versions": {}})
+    entry = card["gateways"]["g"][column]
+    assert entry["score"] == "fail"
+    assert [(e["dialect"], e["client"]) for e in entry["evidence"]] == [(dialect, "anthropic-python")]
+    only_chat = build_scorecard({"scenarios": scenarios, "cells": [chat], "gateways": ["g"], "versions": {}})
+    assert only_chat["gateways"]["g"][column]["score"] == "pass"

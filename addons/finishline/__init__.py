@@ -20,10 +20,13 @@ Times are optional: pass `started_at=` and `now=` from your own clock for durati
 for when to look again and `receive_timer(now)` then; it returns a `ClientEnding` once the upstream
 stalled. `receive_*` never raises on what the upstream sent; calling it after the end raises
 `LocalProtocolError`. `repair_completion` does the same for a whole, non-streaming body.
+`StreamErrorWriter` gives a relay that is not finish_fix (the lab's hub) the error ending finish_fix
+writes for a cut, in the stream's dialect, with the relay's own message and code.
 """
 
 from ._completion import CompletionRepair, repair_completion
 from ._dialect import Dialect
+from ._error_ending import StreamErrorWriter
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
 from ._injected import sse_event
@@ -33,6 +36,7 @@ from ._request import RequestFacts
 from ._sse import Event, EventFramer
 from ._transcript import looks_like_chat_stream, stream_dialect, transcribe_chat_stream, transcribe_stream
 from ._verdict import (
+    MALFORMED_OUTRANKS,
     Booking,
     ClientEnding,
     CutCause,
@@ -59,12 +63,14 @@ __all__ = [
     "InjectionKind",
     "Interruption",
     "LocalProtocolError",
+    "MALFORMED_OUTRANKS",
     "MAX_HELD_BYTES",
     "NumberRefused",
     "OnCut",
     "RepairPolicy",
     "RequestFacts",
     "StreamRepair",
+    "StreamErrorWriter",
     "StreamReport",
     "TokenUsage",
     "Verdict",
