@@ -97,6 +97,9 @@ def test_a_cut_the_hub_hides_is_silent_direct_and_an_error_through_finish_fix(re
     # The client got the server's first 5 tokens, and nothing said the answer was cut.
     assert direct["outcome"] == "silent-truncation", direct["why"]
     assert truth.startswith(direct["report"]["text"]) and 0 < len(direct["report"]["text"]) < len(truth)
+    # The hub saw the server's first token go by (where the captured answer has it), then the cut.
+    (hub,) = [a for a in direct["attempts"] if a["at"] == "hub"]
+    assert hub["first_token_s"] is not None and hub["ended"] == "tunnel_fin"
     fixed = cell(real_matrix, "cut-after-tokens-hub-close", dialect, "finish_fix")
     assert fixed["outcome"] == "error", fixed["why"]
     assert fixed["books"] == "error"
