@@ -212,6 +212,11 @@ def select_clients(names: list[str] | None, everything: bool, dialects: Sequence
 
 #: The word for a scenario a real worker cannot run.
 NEEDS_SIMULATED = "needs the simulated worker"
+#: Why the coding agents do not run against a real worker.
+AGENTS_NEED_SIMULATED = (
+    "the coding agents need the simulated worker (their requests carry their own system prompt and "
+    "tools, which a real model answers otherwise than the lab's captured request)"
+)
 
 
 def split_by_worker(scenarios: list[Scenario], worker: str) -> tuple[list[Scenario], list[dict[str, str]]]:
@@ -267,6 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.worker_model and arguments.worker in (SIMULATED, LLAMA_CPP):
         print(f"error: --worker-model names the model of a URL worker, not of --worker {arguments.worker}", file=sys.stderr)
         return EXIT_ERROR
+    asked_agents = [client for client in clients if client in AGENT_CLIENTS]
+    if arguments.worker != SIMULATED and asked_agents:
+        # A coding agent's request carries its own system prompt and tools, thousands of tokens: a
+        # real worker's answer to it is not the captured one (and exceeds SmolLM2's slot context).
+        if arguments.client:
+            print(f"error: {asked_agents[0]}: {AGENTS_NEED_SIMULATED}; leave out --worker {arguments.worker}", file=sys.stderr)
+            return EXIT_ERROR
+        clients = tuple(client for client in clients if client not in AGENT_CLIENTS)
+        if arguments.all:
+            print(f"note: the coding agents are left out: {AGENTS_NEED_SIMULATED}", file=sys.stderr)
     if arguments.all and not arguments.client and not arguments.list:
         # `--all` takes the coding agents where they can run; asked for by name, they must.
         refusal = agent_refusal(clients)

@@ -79,7 +79,7 @@ from labs.repeat import merge_repeats
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
 from labs.topology import HUB, PRIMARY, SPARE, AnyWorker, attach_workers, open_gateway_sets, topology_groups, topology_line
 from labs.worker.real import SIMULATED, needs_simulated_worker
-from labs.worker.truth import ComputedTruth, WorkerTruth
+from labs.worker.truth import CapturedTruth, ComputedTruth, WorkerTruth
 from labs.workers import REAL_WORKER_IDLE_TIMEOUT_S, for_real_worker, open_lab_workers, prepare_real_workers, worker_truth
 
 __all__ = [
@@ -404,6 +404,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # registration, whose probes name this run's cells.
                     _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells))
                     prepare_real_workers(workers, scenario, truth)
+                    if hub is not None and isinstance(truth, CapturedTruth):
+                        hub.first_token_body_ends = truth.first_token_body_ends(scenario)
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)

@@ -18,8 +18,8 @@ from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.worker.llama_cpp import MODEL_FILE, LlamaCppServer
-from labs.worker.real import discover_model
-from tests.fixtures_lab import run_trio
+from labs.worker.real import RealUpstream, RealWorker, discover_model, open_real_worker
+from tests.fixtures_lab import Received, chat_request, client_exchange, run_trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -97,6 +97,9 @@ def test_a_cut_the_hub_hides_is_silent_direct_and_an_error_through_finish_fix(re
     # The client got the server's first 5 tokens, and nothing said the answer was cut.
     assert direct["outcome"] == "silent-truncation", direct["why"]
     assert truth.startswith(direct["report"]["text"]) and 0 < len(direct["report"]["text"]) < len(truth)
+    # The hub saw the server's first token go by (where the captured answer has it), then the cut.
+    (hub,) = [a for a in direct["attempts"] if a["at"] == "hub"]
+    assert hub["first_token_s"] is not None and hub["ended"] == "tunnel_fin"
     fixed = cell(real_matrix, "cut-after-tokens-hub-close", dialect, "finish_fix")
     assert fixed["outcome"] == "error", fixed["why"]
     assert fixed["books"] == "error"
@@ -107,3 +110,44 @@ def test_the_run_keeps_the_servers_stream_for_the_report(real_matrix):
     assert "SmolLM2-135M-Instruct" in streams[("healthy", "chat")]
     assert "content_block_delta" in streams[("healthy", "messages")]
     assert Path(real_matrix["run_dir"]).is_dir()
+
+
+def front_request(model: str, dialect: Dialect = Dialect.CHAT) -> bytes:
+    """A cell's streamed request to the front, on a connection the client closes after it."""
+    body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": 4096, "temperature": 1.5}
+    body["input" if dialect is Dialect.RESPONSES else "messages"] = [{"role": "user", "content": "Say hello."}]
+    path = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}[dialect]
+    return chat_request(body, path=path, headers={"connection": "close"})
+
+
+def test_the_front_resets_a_cells_first_attempt_when_its_settings_say_so_then_serves_it(llama_cpp: LlamaCppServer):
+    upstream = RealUpstream(host=llama_cpp.host, port=llama_cpp.port, path="/v1", model=llama_cpp.model, facts=llama_cpp.facts())
+
+    async def body() -> tuple[Received, Received, RealWorker]:
+        async with open_real_worker(upstream) as worker:
+            worker.max_tokens = 4
+            model = "c0007;reset_before_head=1"
+            first = await client_exchange(worker.port, front_request(model))
+            second = await client_exchange(worker.port, front_request(model))
+            return first, second, worker
+
+    first, second, worker = run_trio(body, deadline=120)
+    assert (first.ending, first.data) == ("reset", b"")
+    assert second.ending == "fin" and second.data.startswith(b"HTTP/1.1 200")
+    # The server was asked for its own model, the run's limit, greedy; its head says the connection closes.
+    assert b'"model":"SmolLM2-135M-Instruct.Q4_1.gguf"' in second.data and b'"finish_reason":"length"' in second.data
+    assert b"Connection: close" in second.data.split(b"\r\n\r\n", 1)[0]
+    assert [a.ended for a in worker.attempts] == ["reset", "complete"] and worker.arrivals == ["c0007;reset_before_head=1"]
+
+
+def test_the_front_refuses_a_late_request_of_a_finished_cell_without_asking_the_server(llama_cpp: LlamaCppServer):
+    upstream = RealUpstream(host=llama_cpp.host, port=llama_cpp.port, path="/v1", model=llama_cpp.model, facts={})
+
+    async def body() -> tuple[Received, RealWorker]:
+        async with open_real_worker(upstream) as worker:
+            worker.current_cells = frozenset({"c0002"})
+            return await client_exchange(worker.port, front_request("c0001", Dialect.MESSAGES)), worker
+
+    received, worker = run_trio(body, deadline=60)
+    assert received.data.startswith(b"HTTP/1.1 409") and b"not one of the lab's current cells" in received.data
+    assert worker.stale_refused == 1 and worker.arrivals == []

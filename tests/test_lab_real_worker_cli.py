@@ -108,3 +108,8 @@ def test_the_real_server_section_is_llama_cpp_healthy_and_a_hidden_cut_in_every_
     assert all(s.dialects == tuple(Dialect) for s in scenarios)
     assert split_by_worker(scenarios, LLAMA_CPP) == (scenarios, [])
     assert REAL_SERVER_GATEWAYS == ("direct", "finish_fix")
+
+
+def test_a_coding_agent_asked_for_with_a_real_worker_is_refused_in_one_line(capsys):
+    assert main(["--worker", LLAMA_CPP, "--client", "claude-code", "--scenario", "healthy"]) == 2
+    assert "claude-code: the coding agents need the simulated worker" in one_line_error(capsys)

@@ -259,6 +259,10 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
     method = request.method.decode()
     path = request.target.decode("latin-1").split("?", 1)[0]
     dialect = completion_dialect(path) if method == "POST" else None
+    # An answer of the front's own keeps the connection unless the client asked to close it.
+    keep_open = request.http_version == b"1.1" and not any(
+        name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()
+    )
     if dialect is None:
         if method == "GET" and path.endswith("/models"):
             entry = {"id": worker.upstream.model, "object": "model", "created": 1764000000, "owned_by": "finishline"}
@@ -267,14 +271,14 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
             await send_quietly(stream, json_plan(200, _PROBES[probe]))
         else:
             await send_quietly(stream, refusal_plan(404, f"no route for {method} {path}", "not_found", None))
-        return True
+        return keep_open
     try:
         payload = json.loads(body or b"{}")
         if not isinstance(payload, dict):
             raise ValueError("the body must be a JSON object")
     except ValueError as error:
         await send_quietly(stream, refusal_plan(400, str(error), "invalid_worker_request", dialect))
-        return True
+        return keep_open
     cell = request_cell_id(payload.get("model"))
     attempt = AttemptInProgress.open(worker, cell, dialect, arrived_at)
     if worker.current_cells is not None and cell is not None and cell not in worker.current_cells:
@@ -282,7 +286,7 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
         attempt.note_head(trio.current_time())
         await send_quietly(stream, stale_refusal(cell, dialect))
         attempt.close(worker, ENDED_REFUSED_STALE, 409)
-        return True
+        return keep_open
     first_attempt = cell not in worker.attempted_cells
     worker.attempted_cells.add(cell)
     if cell is None:
