@@ -12,8 +12,10 @@ one SMG worker per request model through SMG's worker API (`POST /workers` with 
 in `models`, SMG's documented way to add a backend at run time). Each registration needs a URL of
 its own (SMG keeps one worker per URL), so it points at `<upstream>/cells/<cell id>`; the lab's
 worker serves any path that ends in a route (labs/worker/server.py). Registration happens before
-the scenario's fault is applied and before the runner drops pooled connections, so no probe
-shares a connection (and so toxiproxy's per-connection byte count) with a request. A side effect
+the scenario's fault is applied and before the runner drops pooled connections; and the worker
+answers every probe with `Connection: close` (labs/worker/server.py, `_probe_answer`), so no
+probe SMG sends later shares a connection (and so toxiproxy's per-connection byte count) with a
+request. A side effect
 the lab wants: each cell's workers have circuit breakers of their own, so the failures of the
 cells running at once never open the breaker for the next one (SMG opens it after 10 failures,
 `--cb-failure-threshold`), and a cell's outcome does not depend on the order cells arrive in.
