@@ -91,7 +91,7 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         "flow_detail=0",
     ]
     log = run_dir / ("mitmdump.log" if label == "finish_fix" else f"mitmdump-{label}.log")
-    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log, start_timeout=30) as (
+    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log) as (
         _,
         port,
     ):

@@ -61,7 +61,7 @@ from typing import Any
 
 import trio
 
-from faults.child_processes import ChildStartError
+from faults.child_processes import START_DEADLINE_S, ChildStartError
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, books_reader_from, cell_id_of, open_service_on_free_ports
@@ -69,8 +69,9 @@ from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
 PIN = "smg==1.13.0"
-#: A registered worker is ready within a second here; this bounds a registration that never is.
-REGISTRATION_DEADLINE_S = 30.0
+#: A registered worker is ready within a second here; this bounds a registration that never is,
+#: with a loaded machine's room (faults.child_processes.START_DEADLINE_S).
+REGISTRATION_DEADLINE_S = START_DEADLINE_S
 #: Where a cell's SMG worker points, under an upstream (labs/worker/server.py serves any prefix).
 CELL_PATH = "/cells/{cell}"
 _CELL_IN_URL = re.compile(r"/cells/([^/]+)")
@@ -174,7 +175,7 @@ async def open_smg(upstreams: Sequence[str], run_dir: Path, label: str) -> Async
             "debug",
         ]
 
-    async with open_service_on_free_ports(f"SMG ({label})", argv, log_path=log, health_path="/health", start_timeout=60) as port:
+    async with open_service_on_free_ports(f"SMG ({label})", argv, log_path=log, health_path="/health") as port:
         url = f"http://127.0.0.1:{port}"
         yield RunningSmg(base_url=f"{url}/v1", admin_url=url, log=log, upstreams=tuple(upstreams))
 
