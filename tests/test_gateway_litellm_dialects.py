@@ -56,7 +56,7 @@ from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.table import render_table
-from tests.fixtures_lab import run_trio
+from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -69,7 +69,7 @@ DIALECTS = (Dialect.MESSAGES, Dialect.RESPONSES)
 #: C++ build; the cells then take seconds. A backstop: the run ends when its cells have.
 RUN_DEADLINE_S = 600
 #: Every cell's deadline: a backstop for a real hang only (the module docstring says why).
-CELL_DEADLINE_S = 120.0
+CELL_DEADLINE_S = CELL_BACKSTOP_S
 
 Matrix = dict[tuple[str, str, str, str], dict[str, Any]]
 
