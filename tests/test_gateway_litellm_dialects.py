@@ -37,8 +37,10 @@ for the run's first 28 cells than for the same 28 later, read from /proc), on it
 on an almost idle machine every first cell's request reached the worker within the same 50 ms,
 3.4 s after the scenario began, where later cells take 0.5 s in all. `/health/liveliness` answers
 before that work is done, so no readiness check sees it; a loaded machine stretches it, and the
-requests queued behind it, past 15 s. So the cells' deadline has a loaded machine's room, and so
-has the run's (`RUN_DEADLINE_S`, LiteLLM's start included); an idle machine still takes 40 s.
+requests queued behind it, past 15 s: stopping LiteLLM (SIGSTOP) for 16 s as the first cells
+start makes exactly those 28 cells `hang` with 15 s, and leaves every cell's word as on an idle
+machine with `CELL_DEADLINE_S`. So the cells' deadline has a loaded machine's room, and so has the
+run's (`RUN_DEADLINE_S`, LiteLLM's start included); an idle machine still takes 40 s.
 """
 
 from __future__ import annotations
