@@ -55,7 +55,9 @@ class RunningFinishFix:
 
 
 @asynccontextmanager
-async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish_fix") -> AsyncIterator[RunningFinishFix]:
+async def open_finish_fix(
+    upstream_url: str, run_dir: Path, label: str = "finish_fix", *, idle_timeout_s: float = 2.0
+) -> AsyncIterator[RunningFinishFix]:
     """A mitmdump with finish_fix in reverse mode in front of `upstream_url` (no `/v1`), its files
     named after `label` in `run_dir`."""
     ledger = run_dir / f"{label}-ledger.jsonl"
@@ -81,7 +83,7 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         # A short idle deadline so the stall scenario ends in finish_fix's error event within its
         # deadline; the first-token deadline stays at its default (the incident's prefill is long).
         "--set",
-        "finish_fix_idle_timeout=2",
+        f"finish_fix_idle_timeout={idle_timeout_s:g}",
         "-s",
         str(STREAM_CAPTURE_SCRIPT),
         "--set",
@@ -112,7 +114,10 @@ async def shared_finish_fix(ctx: GatewayContext, topology: str | None = None) ->
     primary_url = plan.primary_url
     if not primary_url:
         raise ValueError("finish_fix needs the worker's tunnel (primary_url)")
-    return await ctx.run.shared_async((SERVICE, label), lambda: ctx.run.enter(open_finish_fix(primary_url, plan.run_dir)))
+    return await ctx.run.shared_async(
+        (SERVICE, label),
+        lambda: ctx.run.enter(open_finish_fix(primary_url, plan.run_dir, idle_timeout_s=ctx.run.finish_fix_idle_timeout_s)),
+    )
 
 
 def finish_fix_books(entry: dict[str, Any]) -> str | None:
