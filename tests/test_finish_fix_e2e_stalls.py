@@ -92,8 +92,11 @@ def test_events_then_only_comments_get_the_idle_error_after_the_deadline(stallin
     error_event = json.loads(last)["error"]
     assert error_event["type"] == "server_error" and error_event["code"] == "stream_interrupted"
     assert "stream was interrupted: no event for 2 s after 3 events; the upstream stalled" in error_event["message"]
+    # Never before the deadline (a lower bound: a loaded machine only makes it later), and long
+    # before the upstream ends: told by what arrived, not by a clock, so load cannot fail it.
     waited = arrival_of(pieces, b'"error"') - arrival_of(pieces, b"".join(THREE_EVENTS))
-    assert 1.0 < waited < 12, waited  # about 2 s; never before the deadline, long before the upstream ends
+    assert waited > 1.0, waited
+    assert len(between) // len(KEEP_ALIVE) < len(COMMENTS), "the error came only after the upstream's last comment"
 
     assert upstream.wait_abandoned(prefix), "finish_fix must close the stalled upstream connection"
     [record] = stalling_proxy.wait_ledger_lines(prefix)

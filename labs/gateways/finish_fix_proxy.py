@@ -95,7 +95,7 @@ async def open_finish_fix(
         "flow_detail=0",
     ]
     log = run_dir / ("mitmdump.log" if label == "finish_fix" else f"mitmdump-{label}.log")
-    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log, start_timeout=30) as (
+    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log) as (
         _,
         port,
     ):

@@ -265,7 +265,6 @@ async def open_litellm(routes: list[LiteLLMRoutes], run_dir: Path) -> AsyncItera
         log_path=run_dir / "litellm.log",
         env=env,
         health_path="/health/liveliness",
-        start_timeout=120,
     ) as port:
         yield RunningLiteLLM(base_url=f"http://127.0.0.1:{port}/v1", books=books, master_key=master_key)
 

@@ -157,7 +157,6 @@ async def open_portkey(
         port_in_log=PORTKEY_LISTENING,
         log_path=run_dir / f"{name}.log",
         env=env,
-        start_timeout=60,
     ) as (_, port):
         yield PortkeyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", request_log=request_log)
 
