@@ -57,7 +57,7 @@ def test_every_event_moves_the_idle_deadline():
     assert repair.next_stall_check(6.4) == 6.5
 
 
-def test_first_token_deadline_counts_from_the_head_and_only_tokens_stop_it():
+def test_first_token_deadline_counts_from_the_request_and_only_tokens_stop_it():
     repair = machine(idle=0, first_token=2)
     # The role chunk is an event but carries no token (its content is empty).
     repair.receive_data(sse(chunk(delta={"role": "assistant", "content": ""})), now=0.5)
