@@ -19,7 +19,7 @@ Why it is needed, for a response body that is being streamed:
 * When the upstream never sends a response head (a dead worker behind a live load balancer),
   mitmproxy waits on its server read for as long as the connection lives, and no public API ends
   that wait: `flow.kill()` only marks the flow, which `HttpStream` reads after a hook (mitmproxy's
-  own TODO in `Flow.kill`, issue 4711: flows in transit cannot be killed), and a `flow.response`
+  own TODO in `Flow.kill`: flows in transit cannot be killed), and a `flow.response`
   assigned meanwhile is overwritten by `state_wait_for_response_headers` when a head comes, and
   sent by nothing if none does. Here, once the request went upstream (the event that moved the
   client side to `state_done` left the server side in `state_wait_for_response_headers`), the
