@@ -14,7 +14,9 @@ import pytest
 import finish_fix_traces
 from finish_fix_traces import SCHEMA_URL, SpanExport, error_type, span_attributes, traces_endpoint
 from finishline import Booking, CutCause, Dialect, InjectionKind, RequestFacts, TokenUsage, Verdict, answer_no_head
+from tests.feeding import run
 from tests.otlp_receiver import refusing_otlp_endpoint, running_otlp_receiver
+from tests.test_core_malformed import cut, healthy, with_malformed
 
 REQUEST = RequestFacts(model="gpt-test", stream=True)
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -39,6 +41,8 @@ def booking(verdict: Verdict = Verdict.CLEAN, **fields: object) -> Booking:
         (Verdict.INTERRUPTED, CutCause.CLIENT_GONE, "client_gone"),
         (Verdict.INTERRUPTED, CutCause.NO_RESPONSE_HEAD, "no_response_head"),
         (Verdict.UPSTREAM_ERROR, None, "upstream_error"),
+        (Verdict.MALFORMED, None, "malformed"),
+        (Verdict.MALFORMED, CutCause.STALLED, "malformed"),
         (Verdict.HTTP_ERROR, None, "http_error"),
     ],
 )
@@ -79,6 +83,22 @@ def test_a_request_without_a_response_head_is_an_error_with_its_cause():
     assert attributes["finish_fix.cause"] == "no_response_head"
     assert attributes["finish_fix.verdict"] == "interrupted"
     assert attributes["gen_ai.response.finish_reasons"] == ["error"]
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_malformed_stream_is_an_error_span_whatever_else_it_was(dialect):
+    # The core's bookings as they are: a malformed stream that ended well, one also cut.
+    _, repair = run(with_malformed(healthy(dialect), dialect)[0], dialect=dialect)
+    attributes = span_attributes(repair.report.booking(), REQUEST, server=("h", 1))
+    assert attributes["finish_fix.verdict"] == "malformed"
+    assert attributes["error.type"] == "malformed"
+    assert attributes["gen_ai.response.finish_reasons"] == ["error"]
+    assert attributes["finish_fix.detail"].startswith("malformed: event ")
+    assert "finish_fix.cause" not in attributes
+    _, repair = run(with_malformed(cut(dialect), dialect)[0], dialect=dialect, end="failure")
+    attributes = span_attributes(repair.report.booking(), REQUEST, server=("h", 1))
+    assert attributes["error.type"] == "malformed"
+    assert attributes["finish_fix.cause"] == "transport_error"
 
 
 @pytest.mark.parametrize(
