@@ -311,13 +311,16 @@ class FinishFix:
             response.stream = True
             return
         encoding = _content_encoding(response)
+        # The request's watch, if it waited for this head: the first-token deadline counts from the
+        # moment the request went upstream, not from this head, and its facts are read already.
+        watch = finish_fix_cut_hook.head_watch_of(flow)
+        waited = watch if isinstance(watch, HeadWait) else None
         repair = StreamRepair(
             dialect=dialect,
-            request=RequestFacts.from_body(flow.request.raw_content),
+            request=waited.request if waited is not None else RequestFacts.from_body(flow.request.raw_content),
             policy=self.policy,
             started_at=flow.request.timestamp_start,
-            # The first-token deadline counts from the request going upstream, not from this head.
-            sent_at=watch.sent_at if (watch := finish_fix_cut_hook.head_watch_of(flow)) is not None else None,
+            sent_at=waited.sent_at if waited is not None else None,
             status=response.status_code,
             content_encoding=encoding,
         )

@@ -116,7 +116,7 @@ def test_a_finish_fix_table_gives_finish_fixs_options_while_the_scenario_runs(tm
 
 
 def test_no_response_ends_each_attempt_through_finish_fix_within_a_second():
-    assert load_scenario_named("no-response").finish_fix_options == {"finish_fix_first_token_timeout": "1"}
+    assert load_scenario_named("no-response").finish_fix_options == {"finish_fix_first_token_timeout": "0.5"}
 
 
 def test_unknown_top_level_key_is_refused(tmp_path):
