@@ -105,9 +105,10 @@ class Script:
     # {piece index: event} (HTTP/1.1): wait for the event before sending that piece, so a test can
     # prove that what came before it reached the client while the upstream held back the rest.
     gates: Mapping[int, threading.Event] = field(default_factory=dict)
-    # (HTTP/1.1) Wait for this event before sending the response head: a test that saw the request
-    # arrive (`wait_request`) lets the head go when it chooses, or never (an upstream that accepts
-    # and never answers). A peer that closes the connection meanwhile is recorded in `abandoned`.
+    # Wait for this event before sending the response head: a test that saw the request arrive
+    # (`wait_request`) lets the head go when it chooses, or never (an upstream that accepts and never
+    # answers). Over plain HTTP/1.1 a peer that closes the connection meanwhile is recorded in
+    # `abandoned` (TLS cannot peek; HTTP/2 waits on its connection's thread, one request at a time).
     head_gate: threading.Event | None = None
     # Write pieces (each still its own HTTP chunk) in socket writes of at least this many bytes; 0
     # writes each piece at once. The benchmark batches so the Python upstream is not the bottleneck.
@@ -390,8 +391,11 @@ def _wait_for_gate(connection: socket.socket, gate: threading.Event) -> None:
     proxy gave up waiting for the head), TimeoutError after `_GATE_TIMEOUT_S`."""
     deadline = time.monotonic() + _GATE_TIMEOUT_S
     while not gate.wait(0.02):
-        readable, _, _ = select.select([connection], [], [], 0)
-        if readable and connection.recv(1, socket.MSG_PEEK) == b"":
+        try:
+            readable, _, _ = select.select([connection], [], [], 0)
+        except ValueError:  # its descriptor is -1: UpstreamServer.close closed it
+            raise OSError("the server closed the connection") from None
+        if readable and not isinstance(connection, ssl.SSLSocket) and connection.recv(1, socket.MSG_PEEK) == b"":
             raise ConnectionError("the peer closed the connection while the response head was held back")
         if time.monotonic() > deadline:
             raise TimeoutError(f"head gate not opened in {_GATE_TIMEOUT_S} s")
@@ -476,6 +480,8 @@ def _send_http2_response(
     resets the TCP connection. Pieces must fit the peer's flow-control window (tests are small).
     """
     pieces = list(script.iter_pieces())
+    if script.head_gate is not None and not script.head_gate.wait(_GATE_TIMEOUT_S):
+        raise TimeoutError(f"head gate not opened in {_GATE_TIMEOUT_S} s")
     headers = [(":status", str(script.status))]
     if script.content_type is not None:
         headers.append(("content-type", script.content_type))
