@@ -53,7 +53,7 @@ of the scenario instead: only the gateways whose route brings that dialect to th
 
 `[finish_fix]`: every finish_fix of the run (the `finish_fix` gateway's, and the one behind each
 `...+finish_fix` gateway) runs the scenario's cells with these deadlines instead of the lab's
-(labs/gateways/finish_fix_proxy.py `LAB_OPTIONS`), set as the scenario starts and put back after it.
+(labs/gateways/finish_fix_proxy.py `open_finish_fix`), set as the scenario starts and put back after it.
 
 No `[hub]` table: the gateways talk to the tunnel itself. With `workers = 2` every gateway that can
 have more than one upstream also gets the spare, reachable without the tunnel (and without the

@@ -7,7 +7,7 @@ LiteLLM routes to every topology's finish_fix, so each is a run-wide service
 (`RunServices.shared_async`), whichever topology asks first. It has one upstream (mitmproxy's
 reverse mode takes one), so it uses the first worker only.
 
-Options: the lab's own (`LAB_OPTIONS`), and a scenario's `[finish_fix]` table while it runs
+Options: the lab's own (`open_finish_fix`), and a scenario's `[finish_fix]` table while it runs
 (`FinishFixOptions.apply`, through the lab-only script labs/gateways/finish_fix_options.py): every
 `Gateway` with a finish_fix in its path gets `configure` for it.
 
@@ -39,11 +39,6 @@ STREAM_CAPTURE_SCRIPT = Path(__file__).resolve().parent / "stream_capture.py"
 OPTIONS_SCRIPT = Path(__file__).resolve().parent / "finish_fix_options.py"
 #: The path OPTIONS_SCRIPT answers (labs/gateways/finish_fix_options.py `OPTIONS_PATH`).
 OPTIONS_PATH = "/.finishline-lab/options"
-#: finish_fix's options in every lab run. A short idle deadline so the stall scenario ends in
-#: finish_fix's error event within its deadline; the first-token deadline stays at its default (the
-#: incident's prefill is long, slow-first-token's first token comes after 20 s), and a scenario that
-#: needs another sets it in its `[finish_fix]` table (no-response).
-LAB_OPTIONS = {"finish_fix_idle_timeout": "2"}
 #: The shared-service key of the run's one finish_fix mitmdump in front of the primary upstream.
 SERVICE = "finish_fix"
 
@@ -115,7 +110,9 @@ class RunningFinishFix:
 
 
 @asynccontextmanager
-async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish_fix") -> AsyncIterator[RunningFinishFix]:
+async def open_finish_fix(
+    upstream_url: str, run_dir: Path, label: str = "finish_fix", *, idle_timeout_s: float = 2.0
+) -> AsyncIterator[RunningFinishFix]:
     """A mitmdump with finish_fix in reverse mode in front of `upstream_url` (no `/v1`), its files
     named after `label` in `run_dir`."""
     ledger = run_dir / f"{label}-ledger.jsonl"
@@ -138,7 +135,12 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         f"finish_fix_ledger={ledger}",
         "--set",
         METRICS_OPTION,
-        *(argument for name, value in LAB_OPTIONS.items() for argument in ("--set", f"{name}={value}")),
+        # A short idle deadline so the stall scenario ends in finish_fix's error event within its
+        # deadline; the first-token deadline stays at its default (the incident's prefill is long,
+        # slow-first-token's first token comes after 20 s): a scenario that needs other deadlines
+        # sets them in its `[finish_fix]` table (no-response), through OPTIONS_SCRIPT.
+        "--set",
+        f"finish_fix_idle_timeout={idle_timeout_s:g}",
         "-s",
         str(OPTIONS_SCRIPT),
         "-s",
@@ -177,7 +179,10 @@ async def shared_finish_fix(ctx: GatewayContext, topology: str | None = None) ->
     primary_url = plan.primary_url
     if not primary_url:
         raise ValueError("finish_fix needs the worker's tunnel (primary_url)")
-    return await ctx.run.shared_async((SERVICE, label), lambda: ctx.run.enter(open_finish_fix(primary_url, plan.run_dir)))
+    return await ctx.run.shared_async(
+        (SERVICE, label),
+        lambda: ctx.run.enter(open_finish_fix(primary_url, plan.run_dir, idle_timeout_s=ctx.run.finish_fix_idle_timeout_s)),
+    )
 
 
 def finish_fix_books(entry: dict[str, Any]) -> str | None:

@@ -240,7 +240,9 @@ async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
     if behind_finish_fix:
         # A finish_fix of its own: the shared one serves `/v1` on the primary for other gateways,
         # this one sees SMG's per-cell paths; its ledger is not the gateway's books.
-        finish_fix = await ctx.enter(open_finish_fix(primary, ctx.run_dir, label="smg-finish_fix"))
+        finish_fix = await ctx.enter(
+            open_finish_fix(primary, ctx.run_dir, label="smg-finish_fix", idle_timeout_s=ctx.run.finish_fix_idle_timeout_s)
+        )
         primary, capture, configure = finish_fix.base_url.removesuffix("/v1"), finish_fix.capture, finish_fix.options.apply
     upstreams = (primary, ctx.spare_url) if ctx.spare_url else (primary,)
     running = await ctx.enter(open_smg(upstreams, ctx.run_dir, label=name.replace("+", "-")))
