@@ -195,6 +195,7 @@ async def _start_behind_finish_fix(ctx: GatewayContext) -> Gateway:
         base_url=running.base_url,
         books_path=running.request_log,
         capture_path=finish_fix.capture,
+        configure=finish_fix.options.apply,
     )
 
 

@@ -238,7 +238,7 @@ read_smg_books = books_reader_from(smg_books, cells_of=_cells_of, records=lambda
 
 async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
     name = "smg+finish_fix" if behind_finish_fix else "smg"
-    capture = None
+    capture = configure = None
     primary = ctx.upstream()
     if behind_finish_fix:
         # A finish_fix of its own: the shared one serves `/v1` on the primary for other gateways,
@@ -246,7 +246,7 @@ async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
         finish_fix = await ctx.enter(
             open_finish_fix(primary, ctx.run_dir, label="smg-finish_fix", idle_timeout_s=ctx.run.finish_fix_idle_timeout_s)
         )
-        primary, capture = finish_fix.base_url.removesuffix("/v1"), finish_fix.capture
+        primary, capture, configure = finish_fix.base_url.removesuffix("/v1"), finish_fix.capture, finish_fix.options.apply
     upstreams = (primary, ctx.spare_url) if ctx.spare_url else (primary,)
     running = await ctx.enter(open_smg(upstreams, ctx.run_dir, label=name.replace("+", "-")))
     return Gateway(
@@ -255,6 +255,7 @@ async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
         books_path=running.log,
         capture_path=capture,
         prepare=running.register_models,
+        configure=configure,
     )
 
 
