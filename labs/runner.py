@@ -61,7 +61,15 @@ from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
-from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
+from labs.gateways.services import (
+    BOOKS_NONE,
+    Gateway,
+    books_entry,
+    captured_stream,
+    configure_gateways,
+    prepare_gateways,
+    read_books,
+)
 from labs.hub import Hub, open_hub
 from labs.outcome import ClientReport, Expected, Outcome, books_mismatch, judge
 from labs.plan import (
@@ -409,6 +417,11 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)
+                    # Every finish_fix in this run's paths runs it with the scenario's options
+                    # (`[finish_fix]`), the lab's own when it has none (as the hub's policy above).
+                    await configure_gateways(
+                        [gateways[name] for name in dict.fromkeys(g for _, _, g, _ in cells)], scenario.finish_fix_options
+                    )
                     # Before the fault and the drop: SMG registers each model's workers (probes).
                     await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n, d)) for n, _, g, d in cells])
                     await _drop_pooled_connections(toxiproxy, TUNNEL)

@@ -60,7 +60,9 @@ from labs.worker.attempts import (
 )
 from labs.worker.server import (
     _PROBES,
+    _error_body,
     _probe,
+    _probe_answer,
     completion_dialect,
     refusal_plan,
     reset_on_close,
@@ -69,7 +71,6 @@ from labs.worker.server import (
     stale_refusal,
 )
 from labs.worker.settings import SettingsError, WorkerSettings, parse_settings
-from labs.worker.wire import json_plan
 
 __all__ = [
     "LLAMA_CPP",
@@ -259,19 +260,22 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
     method = request.method.decode()
     path = request.target.decode("latin-1").split("?", 1)[0]
     dialect = completion_dialect(path) if method == "POST" else None
-    # An answer of the front's own keeps the connection unless the client asked to close it.
+    # An answer of the front's own to a completion request (400, 409) keeps the connection unless
+    # the client asked to close it.
     keep_open = request.http_version == b"1.1" and not any(
         name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()
     )
     if dialect is None:
+        # Anything else closes, as the simulated worker's answers do (`_probe_answer` says why: a
+        # probe on a connection a router pools would spend a cell's byte budget on the tunnel).
         if method == "GET" and path.endswith("/models"):
             entry = {"id": worker.upstream.model, "object": "model", "created": 1764000000, "owned_by": "finishline"}
-            await send_quietly(stream, json_plan(200, {"object": "list", "data": [entry]}))
+            await send_quietly(stream, _probe_answer(200, {"object": "list", "data": [entry]}))
         elif method == "GET" and (probe := _probe(path)) is not None:
-            await send_quietly(stream, json_plan(200, _PROBES[probe]))
+            await send_quietly(stream, _probe_answer(200, _PROBES[probe]))
         else:
-            await send_quietly(stream, refusal_plan(404, f"no route for {method} {path}", "not_found", None))
-        return keep_open
+            await send_quietly(stream, _probe_answer(404, _error_body(f"no route for {method} {path}", "not_found")))
+        return False
     try:
         payload = json.loads(body or b"{}")
         if not isinstance(payload, dict):
