@@ -176,8 +176,8 @@ def is_correction(upstream_event, client_event, repair: StreamRepair) -> bool:
             event_type = upstream_event.event_type
     delta, original_delta = undone.get("delta"), before.get("delta")
     if isinstance(delta, dict) and isinstance(original_delta, dict) and original_delta.get("stop_reason") == "end_turn":
-        corrected = {"max_tokens": "limit_reason", "stop_sequence": "stop_sequence_reason"}.get(delta.get("stop_reason"))
-        if corrected in corrections:
+        rules = {"max_tokens": "limit_reason", "stop_sequence": "stop_sequence_reason"}
+        if rules.get(str(delta.get("stop_reason"))) in corrections:
             delta["stop_reason"] = "end_turn"
     choices, original_choices = undone.get("choices"), before.get("choices")
     if (
