@@ -74,6 +74,8 @@ def _as_list(result):
         ("finish_fix_on_cut", "bogus", "finish_fix_on_cut: 'bogus' is not one of error, stop, pass"),
         ("finish_fix_paths", "(", "finish_fix_paths: '(' is not a valid regex"),
         ("finish_fix_empty_to_null", "maybe", "finish_fix_empty_to_null: 'maybe' is not one of true, false"),
+        ("finish_fix_limit_reasons", "maybe", "finish_fix_limit_reasons: 'maybe' is not one of true, false"),
+        ("finish_fix_responses_indexes", "2", "finish_fix_responses_indexes: '2' is not one of true, false"),
         ("finish_fix_body_copy", "lots", "finish_fix_body_copy: 'lots' is not a size; use a number of bytes or e.g. 512KB"),
         ("finish_fix_ledger", "/nonexistent-dir/ledger.jsonl", "finish_fix_ledger: cannot append to"),
         ("finish_fix_idle_timeout", "soon", "finish_fix_idle_timeout: 'soon' is not a number of seconds >= 0 (0 = no limit)"),
@@ -109,6 +111,8 @@ def test_every_option_has_help_and_the_prefix(addon):
     assert sorted(ours) == sorted(
         [
             "finish_fix_paths",
+            "finish_fix_limit_reasons",
+            "finish_fix_responses_indexes",
             "finish_fix_messages_paths",
             "finish_fix_responses_paths",
             "finish_fix_on_cut",

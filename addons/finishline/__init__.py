@@ -35,6 +35,7 @@ from ._transcript import looks_like_chat_stream, stream_dialect, transcribe_chat
 from ._verdict import (
     Booking,
     ClientEnding,
+    Correction,
     CutCause,
     Injection,
     InjectionKind,
@@ -51,6 +52,7 @@ __all__ = [
     "Booking",
     "ClientEnding",
     "CompletionRepair",
+    "Correction",
     "CutCause",
     "Dialect",
     "Event",

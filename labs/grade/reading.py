@@ -317,8 +317,8 @@ def read_completion(
     body: bytes, *, status: int = 200, request: dict[str, Any] | None = None, dialect: Dialect = Dialect.CHAT
 ) -> CompletionReading:
     """Read a non-streamed body: its choices, and the core's verdict on its reasons (rule C9 for a
-    chat completion, M7 for a Messages `message`; a whole Responses body the core passes as it came,
-    `skipped`). A Messages or Responses answer is choice 0; an error body has no choice."""
+    chat completion, M7 for a Messages `message`, and the limit rules C11, M8 and R6 when the request
+    set a limit). A Messages or Responses answer is choice 0; an error body has no choice."""
     try:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError):
