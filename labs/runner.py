@@ -63,7 +63,7 @@ from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
 from labs.hub import Hub, open_hub
-from labs.outcome import ClientReport, Outcome, books_mismatch, judge
+from labs.outcome import ClientReport, Expected, Outcome, books_mismatch, judge
 from labs.plan import (
     LabConfig,
     NotApplicable,
@@ -77,9 +77,10 @@ from labs.plan import (
 )
 from labs.repeat import merge_repeats
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
-from labs.topology import HUB, PRIMARY, SPARE, attach_workers, open_gateway_sets, topology_groups, topology_line
-from labs.worker.server import RunningWorker, open_worker
-from labs.worker.wire import response_plan
+from labs.topology import HUB, PRIMARY, SPARE, AnyWorker, attach_workers, open_gateway_sets, topology_groups, topology_line
+from labs.worker.real import SIMULATED, needs_simulated_worker
+from labs.worker.truth import ComputedTruth, WorkerTruth
+from labs.workers import open_lab_workers, prepare_real_workers, worker_truth
 
 __all__ = [
     "PRIMARY",
@@ -185,6 +186,12 @@ class LabResult:
     #: Per gateway of the run, per dialect its cells' clients spoke, how the request went through
     #: it (the registry entry's route: e.g. LiteLLM's Chat bridge to the worker's Chat endpoint).
     routes: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The worker the cells met (`--worker`): `worker` (`simulated`, `llama.cpp` or the URL) and,
+    #: for a real one, `model`, and for llama.cpp `model_file`, `xllamacpp_version`, `llama_cpp_version`.
+    worker: dict[str, Any] = field(default_factory=lambda: {"worker": SIMULATED})
+    #: The scenarios left out because they need the simulated worker's knobs (`--worker` real):
+    #: each `{"name", "why", "settings"}`, shown `n/a (needs the simulated worker)`.
+    needs_simulated: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -207,6 +214,7 @@ async def _run_cell(
     cell_id: str,
     hosts: dict,
     limiter: trio.CapacityLimiter,
+    expected: Expected,
 ) -> CellResult:
     model = _request_model(scenario, gateway, cell_id, dialect)
     request = {
@@ -225,7 +233,7 @@ async def _run_cell(
         raw = await hosts[client].run(request)
         took = trio.current_time() - began
     report = ClientReport.from_json({"client": client, "completed": False, **raw})
-    judgement = judge(report, scenario.expected(dialect))
+    judgement = judge(report, expected)
     return CellResult(
         scenario=scenario.name,
         dialect=dialect,
@@ -268,19 +276,50 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     refusal = await trio.to_thread.run_sync(agent_refusal, tuple(dict.fromkeys(cell.client for cell in planned)))
     if refusal is not None:
         raise LabError(refusal)
+    if config.worker != SIMULATED:
+        for scenario in config.scenarios:
+            if knobs := needs_simulated_worker(scenario.worker, faulted=scenario.fault is not None):
+                raise LabError(
+                    f"scenario {scenario.name!r} needs the simulated worker ({', '.join(knobs)}): not with --worker {config.worker}"
+                )
     run_dir = (config.results_dir / time.strftime("%Y%m%d-%H%M%S", time.localtime(started))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
 
     report = progress or (lambda message, done, total: None)
     results: list[CellResult] = []
     client_names = tuple(dict.fromkeys(cell.client for cell in planned))
-    # One fault per scenario and dialect the worker speaks in it (its bytes differ per dialect); a
-    # bad one is refused before anything starts.
-    faults = {(s.name, u): build_fault(s, u) for s in config.scenarios for u in scenario_runs(planned, s)}
     groups = topology_groups(config.scenarios, planned)
+    if config.worker == SIMULATED:
+        # A bad fault is refused before anything starts (a real worker's are laid out on its
+        # captured answers, once it runs).
+        for s in config.scenarios:
+            for u in scenario_runs(planned, s):
+                build_fault(s, u)
 
     async with AsyncExitStack() as stack:
-        worker = await stack.enter_async_context(open_worker(name=PRIMARY))
+        # The most cells of one scenario run: what a real server must serve at once.
+        slots = max(
+            (
+                sum(1 for c in planned if c.scenario is s and c.upstream == u)
+                for s in config.scenarios
+                for u in scenario_runs(planned, s)
+            ),
+            default=1,
+        )
+        workers = await stack.enter_async_context(
+            open_lab_workers(
+                config, spare=any(topology.workers == 2 for topology in groups), slots=min(slots, config.jobs), run_dir=run_dir
+            )
+        )
+        worker = workers[PRIMARY]
+        if config.worker != SIMULATED:
+            report(f"{config.worker}: capturing its healthy answers", 0, total)
+        # The truth about the worker's answers, and one fault per scenario and dialect the worker
+        # speaks in it, laid out on those answers' bytes (they differ per dialect).
+        truth = await worker_truth(workers, [(s, d) for s in config.scenarios for d in spoken_dialects(planned, s)])
+        faults = {
+            (s.name, u): build_fault(s, u, layout=truth.layout(s, u)) for s in config.scenarios for u in scenario_runs(planned, s)
+        }
         toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
         tunnel = await trio.to_thread.run_sync(
             lambda: toxiproxy.client.create_proxy(
@@ -288,9 +327,6 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             )
         )
         tunnel_url = f"http://127.0.0.1:{tunnel.listen_port}"
-        workers = {PRIMARY: worker}
-        if any(topology.workers == 2 for topology in groups):
-            workers[SPARE] = await stack.enter_async_context(open_worker(name=SPARE))
         hub = None
         if any(topology.hub for topology in groups):
             hub = await stack.enter_async_context(open_hub(upstream_port=tunnel.listen_port))
@@ -363,6 +399,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # counted, never served under this run's policy and fault. Set before SMG's
                     # registration, whose probes name this run's cells.
                     _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells))
+                    prepare_real_workers(workers, scenario)
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)
@@ -381,6 +418,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                         agent_limiter=agent_limiter,
                         toxiproxy=toxiproxy,
                         on_cell=on_cell,
+                        truth=truth,
                     )
                     for result in run_results:
                         result.repeat = repeat
@@ -413,8 +451,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 "fault": s.fault,
                 "fault_summary": fault.summary if (fault := faults.get((s.name, d))) else None,
                 "worker": s.worker.to_header(),
-                "expected": dataclasses.asdict(s.expected(d)),
-                "worker_stream": _worker_stream(s, d),
+                "expected": dataclasses.asdict(truth.expected(s, d)),
+                "worker_stream": truth.stream(s, d),
                 "topology": s.topology.label,
                 "hub": s.hub_policy.value if s.hub_policy else None,
                 "workers": s.pool_workers,
@@ -437,6 +475,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         repeat=config.repeat,
         stale_refused={name: count for name, count in stale.items() if count},
         routes=routes_of(planned),
+        worker=dict(truth.facts),
     )
 
 
@@ -452,6 +491,7 @@ async def _run_scenario(
     agent_limiter: trio.CapacityLimiter,
     toxiproxy,
     on_cell: Callable[[str, CellResult], None],
+    truth: WorkerTruth | None = None,
     label: str | None = None,
 ) -> list[CellResult]:
     """All cells of one scenario whose worker speaks `upstream` (`cells`: number, client, gateway,
@@ -461,9 +501,11 @@ async def _run_scenario(
     `upstream`)."""
     results: list[CellResult] = []
     label = label or scenario.label(upstream)
+    known = truth or ComputedTruth()
 
     async def one(cell_id: str, client: str, gateway: str, dialect: Dialect, cells_limiter: trio.CapacityLimiter) -> None:
-        result = await _run_cell(scenario, dialect, upstream, client, gateways[gateway], cell_id, hosts, cells_limiter)
+        expected = known.expected(scenario, dialect)
+        result = await _run_cell(scenario, dialect, upstream, client, gateways[gateway], cell_id, hosts, cells_limiter, expected)
         results.append(result)
         on_cell(label, result)
 
@@ -479,22 +521,16 @@ async def _run_scenario(
     return sorted(results, key=lambda r: r.cell_id)
 
 
-def _servers(workers: dict[str, RunningWorker], hub: Hub | None) -> dict[str, RunningWorker | Hub]:
+def _servers(workers: dict[str, AnyWorker], hub: Hub | None) -> dict[str, AnyWorker | Hub]:
     """The servers that see a cell's requests, by the name `stale_refused` counts them under."""
     return {**workers, **({HUB: hub} if hub is not None else {})}
 
 
-def _serve_only(servers: dict[str, RunningWorker | Hub], cells: frozenset[str] | None) -> None:
+def _serve_only(servers: dict[str, AnyWorker | Hub], cells: frozenset[str] | None) -> None:
     """Tell every server which cells are current (labs.worker.attempts: a request of any other
     cell is refused 409 and counted); None: every request is served (the lab is done)."""
     for server in servers.values():
         server.current_cells = cells
-
-
-def _worker_stream(scenario: Scenario, dialect: Dialect) -> str:
-    """What the worker sends for the scenario in `dialect` on a healthy tunnel (head, framing and
-    events), for the report: the fault summary next to it says where the tunnel cut it."""
-    return response_plan(scenario.resolved, dialect=dialect).to_bytes().decode("utf-8", errors="replace")
 
 
 def _missing_books(results: list[CellResult], gateways: dict[str, Gateway]) -> list[CellResult]:

@@ -25,6 +25,7 @@ from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
 from labs.scenario import Scenario, Topology, cell_id_of
 from labs.worker.attempts import Attempt, HasAttempts, attempts_of
+from labs.worker.real import RealWorker
 from labs.worker.server import RunningWorker
 
 if TYPE_CHECKING:
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HUB",
+    "AnyWorker",
     "PRIMARY",
     "SPARE",
     "GatewaySets",
@@ -76,8 +78,14 @@ def route_prefix(topology: Topology) -> str:
     return "" if topology == Topology() else f"{topology.label}/"
 
 
-def topology_line(worker: RunningWorker, tunnel_port: int, spare: RunningWorker | None, hub: Hub | None) -> str:
+#: The lab's worker: the simulated one, or the front of a real server (labs.worker.real).
+AnyWorker = RunningWorker | RealWorker
+
+
+def topology_line(worker: AnyWorker, tunnel_port: int, spare: AnyWorker | None, hub: Hub | None) -> str:
     line = f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel_port}"
+    if isinstance(worker, RealWorker):
+        line = f"{worker.facts['worker']} at {worker.upstream.base_url} (model {worker.upstream.model}) behind its front; " + line
     if hub is not None:
         line += f", hub on 127.0.0.1:{hub.port}"
     if spare is not None:
@@ -176,7 +184,7 @@ async def open_gateway_sets(
             release.set()
 
 
-def attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
+def attach_workers(results: list[CellResult], workers: dict[str, AnyWorker], hub: Hub | None) -> None:
     """Which worker answered each cell, how often each was asked, what the hub did, and every
     request the hub and the workers saw for it (`attempts`, oldest first) with the count of tries:
     the requests at the first server behind the gateway (the hub when the cell's topology has
