@@ -394,6 +394,29 @@ def test_rule_9_non_streaming_completion_gets_a_reason(addon):
     assert flow.metadata["finish_fix"]["verdict"] == "repaired"
 
 
+def test_limit_reasons_book_the_rule_in_the_comment_and_the_mark(addon):
+    body = b'{"object":"response","status":"completed","incomplete_details":null,"usage":{"output_tokens":8}}'
+    flow = make_flow("/v1/responses", body=b'{"max_output_tokens": 8}', content_type="application/json")
+    flow.response.content = body
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert json.loads(flow.response.content)["status"] == "incomplete"
+    assert flow.comment == (
+        "finish_fix: repaired: limit reason (R6): 'completed' at 8 output tokens of the request's 8 sent as 'incomplete'"
+    )
+    assert flow.marked == ":wrench:"
+    assert addon.policy.limit_reasons is True
+    addon.tctx.configure(addon, finish_fix_limit_reasons="off")
+    assert addon.policy.limit_reasons is False and addon.policy.responses_indexes is True
+    flow = make_flow("/v1/responses", body=b'{"max_output_tokens": 8}', content_type="application/json")
+    flow.response.content = body
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert flow.response.content == body and flow.metadata["finish_fix"]["verdict"] == "clean"
+
+
 def test_rule_9_finished_completion_is_left_as_sent(addon):
     body = b'{"object": "chat.completion", "choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}]}'
     flow = make_flow(content_type="application/json")

@@ -153,6 +153,8 @@ def test_a_responses_stream_completed_at_the_limit_ends_incomplete_with_its_inde
     assert terminal["response"]["incomplete_details"] == {"reason": "max_output_tokens"}
     row = proxy.ledger_row(model)
     assert row["verdict"] == "repaired" and row["dialect"] == "responses"
+    # mitmweb's comment is `finish_fix: ` and this detail: it names both rules.
+    assert row["detail"] == "repaired: " + "; ".join(row["repairs"])
     assert (
         row["repairs"][0]
         == f"limit reason (R6): 'response.completed' at {LIMIT} output tokens of the request's {LIMIT} sent as 'response.incomplete'"
