@@ -64,7 +64,7 @@ PATH_OPTIONS = {
     Dialect.MESSAGES: ("finish_fix_messages_paths", DEFAULT_MESSAGES_PATHS),
     Dialect.RESPONSES: ("finish_fix_responses_paths", DEFAULT_RESPONSES_PATHS),
 }
-MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:"}
+MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:", Verdict.MALFORMED: ":x:"}
 BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
 # Stall deadlines, in seconds (docs/options.md "Why the deadlines' defaults" says why these values).
 DEFAULT_IDLE_TIMEOUT = "120"

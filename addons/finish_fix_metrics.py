@@ -6,8 +6,8 @@ event loop. The addon imports this module only when the option is set, so finish
 never imports prometheus-client.
 
 Every label value comes from a closed set the core defines: `dialect` (`Dialect`), `verdict`
-(`Verdict`), `cause` (`CutCause` for `interrupted`, else `none`), `kind` (`InjectionKind`), `rule`
-(`Correction`); never a
+(`Verdict`), `cause` (`CutCause` for `interrupted`, and for `malformed` when it was also cut, else
+`none`), `kind` (`InjectionKind`), `rule` (`Correction`); never a
 model, a path or an id. Each series exists from the start, at 0, so a rate or a share is defined
 before the first stream of its kind.
 
@@ -43,9 +43,12 @@ _EVENT_BUCKETS = (1, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000, 50_000, 100_000)
 
 
 def _verdict_causes() -> Iterator[tuple[Verdict, str]]:
-    """Every (verdict, cause) pair a booking can have: a cause only for `interrupted`, which always has one."""
+    """Every (verdict, cause) pair a booking can have: `interrupted` always has a cause, `malformed`
+    one when the stream was also cut (`Booking.cause`), every other verdict none."""
     for verdict in Verdict:
-        if verdict is Verdict.INTERRUPTED:
+        if verdict is Verdict.MALFORMED:
+            yield verdict, NO_CAUSE
+        if verdict in (Verdict.INTERRUPTED, Verdict.MALFORMED):
             yield from ((verdict, str(cause)) for cause in CutCause)
         else:
             yield verdict, NO_CAUSE

@@ -19,7 +19,7 @@ The span (docs/telemetry.md says the same for users):
   `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens` when the upstream reported them,
   `gen_ai.response.time_to_first_chunk`, `server.address` and `server.port` of the upstream;
 - finish_fix's own: `finish_fix.verdict`, `finish_fix.dialect`, `finish_fix.detail`,
-  `finish_fix.cause` (interrupted only), `finish_fix.time_to_first_token`, `finish_fix.events`;
+  `finish_fix.cause` (interrupted, or malformed and cut), `finish_fix.time_to_first_token`, `finish_fix.events`;
 - one span event `finish_fix.injection` per event finish_fix wrote, at the end of the stream
   (where it writes them), with `finish_fix.injection.kind` and what else the core says of it.
 """
@@ -60,6 +60,9 @@ PROVIDERS = {Dialect.CHAT: "openai", Dialect.MESSAGES: "anthropic", Dialect.RESP
 ERROR_TYPES = {
     Verdict.INTERRUPTED: "stream_interrupted",
     Verdict.UPSTREAM_ERROR: "upstream_error",
+    # The client read an event that is not JSON, however the stream ended (`finish_fix.cause` says
+    # how it was cut, if it was).
+    Verdict.MALFORMED: "malformed",
     Verdict.HTTP_ERROR: "http_error",
 }
 #: `error.type` of an interrupted stream whose cause has a word of its own.

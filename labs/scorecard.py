@@ -154,11 +154,20 @@ def _books(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
     books = cell.get("books")
     # A client that raises on a correct `length` by design got the answer the books say it got.
     failed = cell["outcome"] is not Outcome.OK and not _raised_on_length_by_design(cell, scenario)
+    said = f"books {books}{_books_verdict(cell)}"
     if books == BOOKS_ERROR:
-        return (Score.PASS, f"{cell['outcome']}, books error") if failed else (Score.SAFE, "ok, books error")
+        return (Score.PASS, f"{cell['outcome']}, {said}") if failed else (Score.SAFE, f"ok, {said}")
     if books == BOOKS_OK:
-        return (Score.FAIL, f"{cell['outcome']}, books ok") if failed else (Score.PASS, "ok, books ok")
+        return (Score.FAIL, f"{cell['outcome']}, {said}") if failed else (Score.PASS, f"ok, {said}")
     return Score.FAIL, f"{cell['outcome']}, books {books or 'no entry'}"
+
+
+def _books_verdict(cell: dict[str, Any]) -> str:
+    """The books' own verdict for the cell, where they keep one (finish_fix's ledger: `malformed`,
+    `interrupted`, ...), as ` (word)`; "" otherwise."""
+    entry = cell.get("books_entry")
+    verdict = entry.get("verdict") if isinstance(entry, dict) else None
+    return f" ({verdict})" if isinstance(verdict, str) and verdict else ""
 
 
 def _retry_after_seconds(scenario: dict[str, Any]) -> float:

@@ -179,6 +179,17 @@ def test_repaired_stream_is_marked_and_commented(addon):
     assert flow.comment == "finish_fix: repaired: injected finish_reason 'stop' for choice 0 before [DONE]"
 
 
+def test_malformed_stream_passes_byte_for_byte_and_is_marked_and_commented(addon):
+    upstream = sse(chunk("Hel"), b"not json", chunk(finish_reason="stop"), b"[DONE]")
+    flow = make_flow()
+    assert stream_through(addon, flow, [upstream[:30], upstream[30:]]) == upstream
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "malformed"
+    assert record["first_malformed_event"] == 2
+    assert flow.marked == ":x:"
+    assert flow.comment == "finish_fix: malformed: event 2's data is not JSON; passed on as it came"
+
+
 def test_cut_through_the_hook_sends_an_error_event_and_books_it(addon):
     flow = make_flow()
     sent = stream_through(addon, flow, [sse(chunk("x")) + b'data: {"par'], end="cut")

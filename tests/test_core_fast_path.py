@@ -26,6 +26,7 @@ from finishline import Dialect, OnCut, RepairPolicy, RequestFacts, StreamRepair
 from finishline._routine_chunks import RoutineChunks
 from finishline._sse import EventFramer
 from finishline._wording import content_after_injection
+from labs.worker.wire import malformed_event
 from tests.bench import healthy_stream
 from tests.feeding import chunk
 
@@ -136,9 +137,11 @@ def _chunk_data(draw, style: dict) -> bytes:
 
 @st.composite
 def _event(draw, ending: bytes, style: dict) -> bytes:
-    kind = draw(st.sampled_from(["data"] * 20 + ["comment", "event_error", "no_space", "two_lines", "blank"]))
+    kind = draw(st.sampled_from(["data"] * 20 + ["comment", "event_error", "no_space", "two_lines", "blank", "malformed"]))
     if kind == "comment":
         return b": keep-alive" + ending + ending
+    if kind == "malformed":  # rule C8: booked malformed, by either path
+        return malformed_event(Dialect.CHAT, ending)
     if kind == "blank":
         return ending
     data = draw(_chunk_data(style))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from finishline import Dialect, StreamRepair
 from finishline._routine_chunks import RoutineChunks
 from labs.worker.frames import sse_frame
+from labs.worker.wire import malformed_event
 from tests.dialect_streams import messages_stream, responses_stream
 from tests.test_core_fast_path import _ENDS, _POLICIES, _REQUESTS, _TEXTS, SETTINGS, _run_both, framed  # noqa: F401 (a fixture)
 
@@ -53,6 +54,8 @@ def _messages_pieces(draw) -> list[bytes]:
             )
         )
         pieces.append(frame(other))
+        if draw(st.integers(0, 3)) == 0:  # rule C8: booked malformed, by either path
+            pieces.append(malformed_event(Dialect.MESSAGES, ending))
     tail = draw(st.sampled_from(["stop", "null", "none", "cut"]))
     if tail != "cut":
         reason = {"stop": "end_turn", "null": None, "none": ""}[tail]
@@ -97,6 +100,8 @@ def _responses_pieces(draw) -> list[bytes]:
             pieces.append(frame(kind, item_id=f"it_{item}", output_index=item, content_index=0, delta=text, **extra))
             if draw(st.integers(0, 30)) == 0:
                 number += draw(st.integers(1, 3))  # a gap in the numbering: the last one seen still counts
+            if draw(st.integers(0, 30)) == 0:  # rule C8: booked malformed, by either path
+                pieces.append(malformed_event(Dialect.RESPONSES, ending))
         pieces.append(
             frame(
                 draw(st.sampled_from(["response.output_text.done", "response.output_item.done", "response.some_future_event"])),

@@ -18,6 +18,9 @@ Contracts (what `StreamRepair` promises for every input; each test below checks 
 3. It ends, as a client reads it (up to the first `[DONE]` or error event), either in a finish for
    every choice that carried deltas and `[DONE]`, or in exactly one error event. With on_cut=pass
    nothing is added at a cut or stall, so only (2) applies.
+4. Its books say `malformed` exactly when an event a client reads (up to the first `[DONE]` or error
+   event) has data that is not JSON, and name the first such event by its number (unless it gave
+   up on the stream: `skipped`).
 
 Ends are: clean (`receive_end`), failure (`receive_failure`), or stall (`receive_timer` past the
 deadlines). A timer that goes off before a deadline never ends the stream.
@@ -31,7 +34,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from finishline import ClientEnding, Dialect, EventFramer, OnCut, RepairPolicy, RequestFacts, StreamRepair
+from finishline import ClientEnding, Dialect, EventFramer, OnCut, RepairPolicy, RequestFacts, StreamRepair, Verdict
 from tests.feeding import chunk
 from tests.test_core_properties import frame, splits
 
@@ -296,3 +299,37 @@ def _choices_without_deltas(events: list) -> set:
                 if isinstance(choice.get("delta"), dict):
                     with_deltas.add(choice["index"])
     return indices - with_deltas
+
+
+def _first_unreadable(upstream: bytes) -> int | None:
+    """Contract 4's reader: the number (from 1, as a client counts dispatched events) of the first
+    event a client reads whose data is not JSON, up to the first `[DONE]` or error event; None
+    when every one parses."""
+    number = 0
+    for event in EventFramer().receive_data(upstream):
+        if event.data is None:
+            continue
+        number += 1
+        if event.data.startswith(b"[DONE]") or event.event_type == b"error":
+            return None
+        try:
+            parsed = json.loads(event.data)
+        except ValueError:  # not JSON, or not UTF-8
+            return number
+        if isinstance(parsed, dict) and parsed.get("error") is not None:
+            return None
+    return None
+
+
+@given(st.data())
+@SETTINGS
+def test_contract_4_malformed_exactly_when_a_client_reads_an_event_that_is_not_json(data):
+    upstream, repair, _, _ = run(data, on_cut=data.draw(st.sampled_from(list(OnCut))))
+    report = repair.report
+    if report.verdict is Verdict.SKIPPED:
+        return
+    first = _first_unreadable(upstream)
+    assert (report.verdict is Verdict.MALFORMED) == (first is not None), (upstream, report.detail)
+    assert report.first_malformed_event == first, (upstream, report.detail)
+    if first is not None:
+        assert report.detail.startswith(f"malformed: event {first}'s data is not JSON"), report.detail

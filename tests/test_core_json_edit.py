@@ -70,7 +70,7 @@ def _paths(value: Any, prefix: tuple = ()) -> list[tuple]:
 
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
-def test_an_edit_made_in_place_reads_back_as_the_value_meant(data):
+def test_an_edit_made_in_place_reads_back_as_the_value_meant(data: st.DataObject) -> None:
     document = data.draw(st.dictionaries(st.text(max_size=4), _JSON, max_size=4))
     separators = data.draw(st.sampled_from([(",", ":"), (", ", ": ")]))
     text = json.dumps(document, separators=separators, ensure_ascii=data.draw(st.booleans())).encode()

@@ -8,7 +8,9 @@ import os
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 import openai
@@ -16,6 +18,7 @@ import pytest
 from mitmproxy import http
 from mitmproxy import io as mitmproxy_io
 
+from finishline import Dialect
 from tests.chat_streams import chat_stream
 from tests.e2e_support import (
     ANSWER,
@@ -31,7 +34,10 @@ from tests.feeding import complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, MitmdumpError
 from tests.mitmdump_process import start as start_mitmdump_process
-from tests.upstream_server import Script, UpstreamServer
+from tests.otlp_receiver import running_otlp_receiver
+from tests.test_core_malformed import cut, healthy, with_malformed
+from tests.test_finish_fix_e2e_telemetry import SPAN_WAIT_S, scrape, streams_total
+from tests.upstream_server import Ending, Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 
@@ -284,3 +290,73 @@ def test_a_client_that_goes_away_is_booked_as_such_not_as_an_upstream_cut(
     assert record["verdict"] == "interrupted", record
     assert "client" in record["detail"].lower(), record
     assert record["injected"] == [], record
+
+
+# -- rule C8's books: a malformed stream, on the wire -------------------------------------------------
+
+#: Each dialect's path (the default path options match them).
+_PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
+
+
+def test_a_malformed_stream_reaches_the_client_byte_for_byte_and_is_booked_malformed_in_every_dialect(
+    start_finish_fix: Callable[..., FinishFixProxy], upstream: UpstreamServer, tmp_path
+) -> None:
+    # In each dialect: the worker's malformed event in a stream that ends well, and in one cut by a
+    # FIN mid-chunk. The ledger line (and the flow mitmweb would hold), the metrics and the span say
+    # malformed, the ledger names the event, and all keep the cut; the client got every upstream byte.
+    flows_file = tmp_path / "flows.mitm"
+    with running_otlp_receiver() as receiver:
+        proxy = start_finish_fix(
+            save_stream_file=str(flows_file), finish_fix_metrics="127.0.0.1:0", finish_fix_otlp=receiver.endpoint
+        )
+        _a_malformed_stream_in_every_dialect(proxy, upstream, flows_file)
+        spans = receiver.wait_for(2 * len(Dialect), SPAN_WAIT_S)
+    assert receiver.errors == []
+    assert len(spans) == 2 * len(Dialect)
+    for span in spans:
+        assert span.attributes["finish_fix.verdict"] == "malformed", span.attributes
+        assert span.attributes["error.type"] == "malformed", span.attributes
+        assert span.status_code == "STATUS_CODE_ERROR"
+    causes = Counter((span.attributes["finish_fix.dialect"], span.attributes.get("finish_fix.cause")) for span in spans)
+    assert causes == {key: 1 for dialect in Dialect for key in ((str(dialect), None), (str(dialect), "transport_error"))}
+
+
+def _a_malformed_stream_in_every_dialect(proxy: FinishFixProxy, upstream: UpstreamServer, flows_file: Path) -> None:
+    """The streams, the ledger, the metrics, then (once mitmdump stopped, so its spans went) the flows it saved."""
+    cases: dict[tuple[Dialect, str], tuple[str, bytes, int]] = {}
+    for dialect in Dialect:
+        for name, events, ending in (("ended", healthy(dialect), Ending.CLEAN), ("cut", cut(dialect), Ending.FIN_MID_CHUNK)):
+            body, number = with_malformed(events, dialect)
+            prefix = upstream.route(Script(pieces=[body], ending=ending, cut_tail=b"data: {"))
+            cases[dialect, name] = (prefix, body, number)
+    sent = {key: raw_post(f"{proxy.mitmdump.url}{prefix}{_PATHS[key[0]]}") for key, (prefix, _, _) in cases.items()}
+    for (dialect, name), (prefix, body, number) in cases.items():
+        [record] = proxy.wait_ledger_lines(prefix, timeout=60)
+        assert record["dialect"] == str(dialect), record
+        assert record["verdict"] == "malformed", record
+        assert record["detail"].startswith(f"malformed: event {number}'s data is not JSON; passed on as it came"), record
+        received = sent[dialect, name]
+        assert received.error is None, received
+        if name == "ended":
+            assert received.body == body, f"{dialect}: the client did not get the upstream's bytes"
+            assert record["detail"] == f"malformed: event {number}'s data is not JSON; passed on as it came", record
+            assert record["injected"] == [], record
+        else:  # the cut is kept: its detail follows, and the error event went out after the upstream's bytes
+            assert received.body.startswith(body), f"{dialect}: the client did not get the upstream's bytes"
+            assert "; interrupted after the first token (transport error: " in record["detail"], record
+            assert record["injected"][0]["kind"] == "error_event", record
+    counted = {key: count for key, count in streams_total(scrape(proxy)).items() if count}
+    assert counted == {
+        key: 1
+        for dialect in Dialect
+        for key in ((str(dialect), "malformed", "none"), (str(dialect), "malformed", "transport_error"))
+    }
+    proxy.mitmdump.stop()
+
+    with flows_file.open("rb") as saved:
+        flows = [flow for flow in mitmproxy_io.FlowReader(saved).stream() if isinstance(flow, http.HTTPFlow)]
+    assert len(flows) == len(cases)
+    for flow in flows:
+        assert flow.metadata["finish_fix"]["verdict"] == "malformed", flow.metadata
+        assert flow.marked == ":x:", flow.marked
+        assert flow.comment.startswith("finish_fix: malformed: event "), flow.comment

@@ -19,8 +19,9 @@ import finish_fix_stream
 from faults.child_processes import listening_ports
 from finish_fix_metrics import NO_CAUSE, MetricsServer, StreamMetrics, parse_listen_address
 from finishline import Booking, Correction, CutCause, Dialect, InjectionKind, Verdict
-from tests.feeding import chunk, sse
+from tests.feeding import chunk, run, sse
 from tests.test_addon import HEALTHY, addon, make_flow, stream_through  # noqa: F401  (`addon` is a fixture)
+from tests.test_core_malformed import cut, healthy, with_malformed
 
 #: The contract: every metric's name as scraped and its label names.
 CONTRACT = {
@@ -81,8 +82,10 @@ def test_every_series_exists_at_zero_and_every_label_value_is_from_a_closed_set(
             if label != "le":
                 seen[label].add(word)
     assert seen == CLOSED_SETS
-    # A cause only for interrupted, which always has one.
+    # A cause for interrupted, which always has one, and for malformed, which has one when it was also cut.
     assert value(samples, "finish_fix_streams_total", dialect="chat", verdict="interrupted", cause="stalled") == 0
+    assert value(samples, "finish_fix_streams_total", dialect="chat", verdict="malformed", cause=NO_CAUSE) == 0
+    assert value(samples, "finish_fix_streams_total", dialect="chat", verdict="malformed", cause="stalled") == 0
     assert (
         "finish_fix_streams_total",
         frozenset({"dialect": "chat", "verdict": "clean", "cause": "stalled"}.items()),
@@ -127,6 +130,20 @@ def test_a_correction_counts_once_per_flow_under_its_rule():
     assert value(samples, "finish_fix_corrections_total", dialect="responses", rule="limit_reason") == 1
     assert value(samples, "finish_fix_corrections_total", dialect="responses", rule="responses_indexes") == 1
     assert value(samples, "finish_fix_corrections_total", dialect="messages", rule="limit_reason") == 0
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_malformed_stream_counts_as_malformed_with_its_cut_as_the_cause(dialect):
+    # The core's bookings as they are: one malformed stream that ended well, one also cut.
+    metrics = StreamMetrics()
+    for events in (healthy(dialect), cut(dialect)):
+        _, repair = run(with_malformed(events, dialect)[0], dialect=dialect)
+        metrics.booked(repair.report.booking())
+    samples = samples_of(metrics)
+    assert value(samples, "finish_fix_streams_total", dialect=str(dialect), verdict="malformed", cause=NO_CAUSE) == 1
+    assert value(samples, "finish_fix_streams_total", dialect=str(dialect), verdict="malformed", cause="clean_end") == 1
+    assert sum(n for (name, _), n in samples.items() if name == "finish_fix_streams_total") == 2
+    assert value(samples, "finish_fix_injections_total", dialect=str(dialect), kind="error_event") == 1
 
 
 def test_a_whole_response_counts_but_has_no_event_count_nor_first_token():

@@ -14,7 +14,9 @@ import pytest
 import finish_fix_traces
 from finish_fix_traces import SCHEMA_URL, SpanExport, error_type, span_attributes, traces_endpoint
 from finishline import Booking, CutCause, Dialect, InjectionKind, RequestFacts, TokenUsage, Verdict
+from tests.feeding import run
 from tests.otlp_receiver import refusing_otlp_endpoint, running_otlp_receiver
+from tests.test_core_malformed import cut, healthy, with_malformed
 
 REQUEST = RequestFacts(model="gpt-test", stream=True)
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -38,6 +40,8 @@ def booking(verdict: Verdict = Verdict.CLEAN, **fields: object) -> Booking:
         (Verdict.INTERRUPTED, CutCause.STALLED, "stalled"),
         (Verdict.INTERRUPTED, CutCause.CLIENT_GONE, "client_gone"),
         (Verdict.UPSTREAM_ERROR, None, "upstream_error"),
+        (Verdict.MALFORMED, None, "malformed"),
+        (Verdict.MALFORMED, CutCause.STALLED, "malformed"),
         (Verdict.HTTP_ERROR, None, "http_error"),
     ],
 )
@@ -68,6 +72,22 @@ def test_a_stream_that_ended_in_an_error_says_error_whatever_it_was_sent():
     assert attributes["gen_ai.response.finish_reasons"] == ["error"]
     assert attributes["error.type"] == "stalled"
     assert attributes["finish_fix.cause"] == "stalled"
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_malformed_stream_is_an_error_span_whatever_else_it_was(dialect):
+    # The core's bookings as they are: a malformed stream that ended well, one also cut.
+    _, repair = run(with_malformed(healthy(dialect), dialect)[0], dialect=dialect)
+    attributes = span_attributes(repair.report.booking(), REQUEST, server=("h", 1))
+    assert attributes["finish_fix.verdict"] == "malformed"
+    assert attributes["error.type"] == "malformed"
+    assert attributes["gen_ai.response.finish_reasons"] == ["error"]
+    assert attributes["finish_fix.detail"].startswith("malformed: event ")
+    assert "finish_fix.cause" not in attributes
+    _, repair = run(with_malformed(cut(dialect), dialect)[0], dialect=dialect, end="failure")
+    attributes = span_attributes(repair.report.booking(), REQUEST, server=("h", 1))
+    assert attributes["error.type"] == "malformed"
+    assert attributes["finish_fix.cause"] == "transport_error"
 
 
 @pytest.mark.parametrize(

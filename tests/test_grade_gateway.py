@@ -157,6 +157,7 @@ def test_a_gateway_whose_upstream_is_elsewhere_cannot_be_graded(start_mitmdump, 
     ("entry", "word"),
     [
         ({"verdict": "interrupted"}, "error"),
+        ({"verdict": "malformed", "status": 200}, "error"),  # the client read garbage, whatever the status
         ({"verdict": "repaired", "status": 200}, "ok"),
         ({"verdict": "clean"}, "ok"),
         ({"status": 502}, "error"),

@@ -93,13 +93,14 @@ def test_finish_fix_verdicts_map_to_books_words():
     gateway = Gateway(name="finish_fix", base_url="http://x", books_path=Path("b"), books_kind="finish_fix")
     words = {
         verdict: books_entry(gateway, [{"model": "c0001;x=1", "verdict": verdict}], "c0001")[0]
-        for verdict in ("clean", "repaired", "interrupted", "upstream_error", "http_error", "skipped")
+        for verdict in ("clean", "repaired", "interrupted", "upstream_error", "malformed", "http_error", "skipped")
     }
     assert words == {
         "clean": "ok",
         "repaired": "ok",
         "interrupted": "error",
         "upstream_error": "error",
+        "malformed": "error",
         "http_error": "error",
         "skipped": None,
     }

@@ -9,9 +9,13 @@ import re
 
 import pytest
 
+from finishline import Dialect
+from labs.gateways.finish_fix_proxy import finish_fix_books
 from labs.outcome import Outcome
 from labs.report_html import render_html
 from labs.scorecard import COLUMNS, Score, build_scorecard, render_scorecard_markdown, render_scorecard_text
+from tests.feeding import run
+from tests.test_core_malformed import healthy, with_malformed
 
 _numbers = itertools.count(1)
 
@@ -187,6 +191,33 @@ def test_books_say_error_for_every_request_whose_client_did_not_get_the_answer(b
 def test_books_ok_for_a_client_that_raises_on_a_delivered_length_by_design(scenario, error_class, score):
     card = _card(_cell(scenario, "g", "error", books="ok", error_class=error_class, client="openai-python-helper"))
     assert _score(card, "g", "books-say-error") == score
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("before_issue_25", [False, True])
+def test_a_malformed_chunk_through_finish_fix_is_judged_by_its_ledger_verdict(dialect, before_issue_25):
+    # The ledger line as the core writes it for the worker's malformed event, the word as the lab's
+    # finish_fix books reader takes it, the line as the cell keeps it. Booked `clean`, as before
+    # issue 25, the same cell fails the column.
+    _, repair = run(with_malformed(healthy(dialect), dialect)[0], dialect=dialect)
+    entry = {**repair.report.booking().to_json(), "model": "c0001;malformed_chunk=1"}
+    if before_issue_25:
+        entry["verdict"] = "clean"
+    cell = {
+        **_cell("malformed-chunk", "finish_fix", "error", books=finish_fix_books(entry)),
+        "dialect": str(dialect),
+        "books_entry": entry,
+    }
+    result = {
+        "scenarios": [{**_scenario("malformed-chunk", worker="malformed_chunk=1"), "dialect": str(dialect)}],
+        "cells": [cell],
+        "gateways": ["finish_fix"],
+    }
+    column = build_scorecard(result)["gateways"]["finish_fix"]["books-say-error"]
+    if before_issue_25:
+        assert (column["score"], column["why"]) == ("fail", "1 of 1 cells: error, books ok (clean)")
+    else:
+        assert (column["score"], column["why"]) == ("pass", "1 of 1 cells: error, books error (malformed)")
 
 
 def test_a_gateway_without_books_is_n_a_in_the_books_column():

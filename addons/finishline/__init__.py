@@ -33,6 +33,7 @@ from ._request import RequestFacts
 from ._sse import Event, EventFramer
 from ._transcript import looks_like_chat_stream, stream_dialect, transcribe_chat_stream, transcribe_stream
 from ._verdict import (
+    MALFORMED_OUTRANKS,
     Booking,
     ClientEnding,
     Correction,
@@ -61,6 +62,7 @@ __all__ = [
     "InjectionKind",
     "Interruption",
     "LocalProtocolError",
+    "MALFORMED_OUTRANKS",
     "MAX_HELD_BYTES",
     "NumberRefused",
     "OnCut",

@@ -104,8 +104,8 @@ class ChatRules:
             return before + event.raw
         if event.event_type == b"error":
             return self._on_error_event(event, chunk if isinstance(chunk, dict) else None)
-        if chunk is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule C8)
-            machine.report.malformed_events += 1
+        if chunk is UNREADABLE:  # not JSON, or not UTF-8: passed on as it came, booked `malformed` (rule C8)
+            machine._malformed()
             return event.raw
         if not isinstance(chunk, dict):
             return event.raw

@@ -172,14 +172,16 @@ class MessagesRules(TypedEventRules):
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
         machine = self._machine
         self._other_events += 1  # undone below for a token delta
-        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule C8)
-            machine.report.malformed_events += 1
         if kind == "error":
             error = message.get("error") if isinstance(message, dict) else None
             if isinstance(error, dict):
                 machine._upstream_error(label=error.get("type"), message=error.get("message"))
             else:
                 machine._upstream_error(label=None, message=event.data)
+            return event.raw
+        if message is UNREADABLE:  # not JSON, or not UTF-8: passed on as it came, booked `malformed` (rule C8)
+            # (An `event: error` is the upstream's error whatever its data, as in Chat: rule M5 above.)
+            machine._malformed()
             return event.raw
         if not isinstance(message, dict):
             return event.raw

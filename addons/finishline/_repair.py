@@ -39,7 +39,10 @@ Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`,
 A response the core is told not to repair (an HTTP error status, a compressed body) starts in
 passthrough with its verdict already decided (`http_error`, `skipped`): the caller only applies it.
 
-Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through.
+Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through. An
+event whose data is not JSON, read before the stream's end, is noted by the rules (`_malformed`)
+and books the stream `malformed` when it ends (`_finish`; `MALFORMED_OUTRANKS` says over which
+verdicts).
 """
 
 from __future__ import annotations
@@ -59,7 +62,17 @@ from ._responses import ResponsesRules
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
-from ._verdict import ClientEnding, Correction, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
+from ._verdict import (
+    MALFORMED_OUTRANKS,
+    ClientEnding,
+    Correction,
+    CutCause,
+    Interruption,
+    OnCut,
+    RepairPolicy,
+    StreamReport,
+    Verdict,
+)
 
 __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
 
@@ -117,6 +130,7 @@ class StreamRepair:
         "_rules",
         "_dialect",
         "_first_event",
+        "_keepalives",
         "report",
         "__dict__",
     )
@@ -158,6 +172,9 @@ class StreamRepair:
         self._rules = DIALECT_RULES[dialect](self)
         # No event has been read yet: the first one is checked against the dialect.
         self._first_event = True
+        # Keep-alive events (`ping`) so far: not in `report.events`, but a client and mitmweb's view
+        # number them, so the number of a malformed event counts them (`_malformed`).
+        self._keepalives = 0
         self.report = StreamReport(model=request.model, dialect=dialect)
         encoding = content_encoding.strip().lower()
         if status >= 400:
@@ -374,6 +391,7 @@ class StreamRepair:
         rules = self._rules
         kind, message = rules.read(event)
         if kind in rules.keepalives:  # `ping`: a keep-alive, like a comment (M6)
+            self._keepalives += 1
             return event.raw
         self.report.events += 1
         if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
@@ -412,6 +430,16 @@ class StreamRepair:
         out = self._on_cut(cut, self._event_at)
         self._move(Signal.DONE)
         return out
+
+    def _malformed(self) -> None:
+        """The event the rules are reading has data that is not JSON (or not UTF-8): it passes as it
+        came (rule C8), and the stream is booked `malformed` when it ends (`_finish`), naming the
+        first such event by its place among the stream's events (keep-alives included, as a client
+        dispatches them). Called only for such an event: one that parsed costs nothing here."""
+        report = self.report
+        report.malformed_events += 1
+        if report.first_malformed_event is None:
+            report.first_malformed_event = report.events + self._keepalives
 
     def _token_seen(self) -> None:
         self._first_token_seen = True
@@ -602,8 +630,18 @@ class StreamRepair:
 
     def _finish(self, now: float | None) -> None:
         self._rules.closing_books()
-        if self.report.verdict is Verdict.REPAIRED:
-            self.report.detail = wording.repaired_detail(self.report.repairs)
+        report = self.report
+        if report.verdict is Verdict.REPAIRED:
+            report.detail = wording.repaired_detail(report.repairs)
+        if report.first_malformed_event is not None and report.verdict in MALFORMED_OUTRANKS:
+            # The client read garbage: that is what the books say first, and what else the stream
+            # ended as follows in the detail (its repairs, injections and cut stay as they are).
+            report.detail = wording.malformed_detail(
+                event=report.first_malformed_event,
+                count=report.malformed_events,
+                other=None if report.verdict is Verdict.CLEAN else report.detail,
+            )
+            report.verdict = Verdict.MALFORMED
         if now is not None and self._started_at is not None:
             self.report.duration = now - self._started_at
 

@@ -133,8 +133,8 @@ class ResponsesRules(TypedEventRules):
             # No terminal event came (after one the machine passes `[DONE]` itself, R1): the
             # upstream ended the stream here. R3's events first, where the client still reads.
             return machine._cut_at_done() + event.raw
-        if message is UNREADABLE:  # not JSON, or not UTF-8: data, not our business (rule C8)
-            machine.report.malformed_events += 1
+        if message is UNREADABLE:  # not JSON, or not UTF-8: passed on as it came, booked `malformed` (rule C8)
+            machine._malformed()
         if not isinstance(message, dict):
             return event.raw
         edits: dict[JsonPath, bytes] = {}

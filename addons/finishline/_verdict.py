@@ -17,6 +17,7 @@ __all__ = [
     "Injection",
     "InjectionKind",
     "Interruption",
+    "MALFORMED_OUTRANKS",
     "OnCut",
     "RepairPolicy",
     "StreamReport",
@@ -37,10 +38,21 @@ class Verdict(enum.StrEnum):
     INTERRUPTED = "interrupted"
     # The upstream itself reported an error in the stream (an error event); passed on as is.
     UPSTREAM_ERROR = "upstream_error"
+    # An event the client reads had data that is not JSON (rule C8): passed on as it came, but the
+    # client saw garbage. Outranks what else the stream ended as (`MALFORMED_OUTRANKS`).
+    MALFORMED = "malformed"
     # The upstream answered with an HTTP error status; passed on as is.
     HTTP_ERROR = "http_error"
     # Not repaired, and why (compressed body, not a chat completion, internal fallback).
     SKIPPED = "skipped"
+
+
+#: The verdicts a malformed event outranks (docs/repair-rules.md, "Which verdict a stream gets"): a
+#: stream with an event whose data is not JSON is booked `malformed` however it ended, and what it
+#: ended as stays in its books (the detail goes on with that verdict's own; its repairs, injections
+#: and cut cause are kept). `skipped` and `http_error` are not outranked: finish_fix did not read
+#: those streams (from some event on), so it books no event of theirs.
+MALFORMED_OUTRANKS = frozenset({Verdict.CLEAN, Verdict.REPAIRED, Verdict.INTERRUPTED, Verdict.UPSTREAM_ERROR})
 
 
 class OnCut(enum.StrEnum):
@@ -187,7 +199,7 @@ class Booking:
 
     Counts a path does not have (a whole body has no events) are None; times are seconds in the
     caller's clock, None when it gave none. `cause` is the interruption's (None unless
-    `interrupted`); `time_to_first_token`, `finish_reasons` and `usage` are a stream's
+    `interrupted`, or `malformed` and also cut); `time_to_first_token`, `finish_reasons` and `usage` are a stream's
     (`StreamReport` says what each holds).
     """
 
@@ -226,6 +238,10 @@ class Booking:
             "injected": [_plain(injection) for injection in self.injected],
             "repairs": list(self.repairs),
         }
+
+
+# The verdicts that keep a cut's cause in the books.
+_CUT_VERDICTS = frozenset({Verdict.INTERRUPTED, Verdict.MALFORMED})
 
 
 def _seconds(value: float | None) -> float | None:
@@ -284,6 +300,12 @@ class StreamReport:
             `response.incomplete` its `incomplete_details.reason` (`max_output_tokens`,
             `content_filter`), else `incomplete`. Empty when none came (a cut, an error).
         usage: the token counts the upstream reported, if it did.
+        malformed_events: events whose data was not JSON (rule C8), read before the stream's end
+            (after `[DONE]`, a terminal or an error event nothing is read).
+        first_malformed_event: the number of the first of them, counted from 1 over the stream's
+            events as a client dispatches them (every event with data, Messages' `ping` included,
+            so one more per ping than `events` counts; not comments or blank lines); the
+            `malformed` detail names it.
         corrections: per rule that changed upstream events (`Correction`), how many it changed.
     """
 
@@ -296,6 +318,7 @@ class StreamReport:
     model: str | None = None
     events: int = 0
     malformed_events: int = 0
+    first_malformed_event: int | None = None
     upstream_bytes: int = 0
     client_bytes: int = 0
     dropped_incomplete_bytes: int = 0
@@ -325,9 +348,10 @@ class StreamReport:
             duration=self.duration,
             injected=tuple(self.injected),
             repairs=tuple(self.repairs),
-            # A cause only for an interrupted stream: a stream given up on after its cut (a bug of
-            # ours passes it through) is booked `skipped`, and the metrics know no cause for that.
-            cause=self.interruption.cause if self.interruption is not None and self.verdict is Verdict.INTERRUPTED else None,
+            # A cause only for an interrupted stream, or a malformed one that was also cut: a stream
+            # given up on after its cut (a bug of ours passes it through) is booked `skipped`, and
+            # the metrics know no cause for that.
+            cause=self.interruption.cause if self.interruption is not None and self.verdict in _CUT_VERDICTS else None,
             time_to_first_token=self.time_to_first_token,
             finish_reasons=tuple(self.finish_reasons),
             usage=self.usage,

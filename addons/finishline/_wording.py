@@ -35,6 +35,7 @@ __all__ = [
     "injected_stop_reason",
     "limit_reason_corrected",
     "internal_error",
+    "malformed_detail",
     "no_response_detail",
     "one_line",
     "repaired_detail",
@@ -219,6 +220,15 @@ def repaired_detail(repairs: list[str]) -> str:
 
 def upstream_error_detail(label: str | None) -> str:
     return "upstream_error: error event" + (f" ({one_line(label, 60)})" if label else "")
+
+
+def malformed_detail(*, event: int, count: int, other: str | None) -> str:
+    """`malformed`: the number of the first event whose data is not JSON (from 1, among the events
+    a client dispatches), how many there were, and the detail of what else the stream ended as
+    (`other`, None for a stream that was otherwise clean), which starts with its own verdict word."""
+    detail = f"malformed: event {event}'s data is not JSON"
+    detail += f" ({count} such events in all); passed on as they came" if count > 1 else "; passed on as it came"
+    return detail if other is None else f"{detail}; {other}"
 
 
 def skipped_detail(why: str, *, from_event: int | None = None) -> str:

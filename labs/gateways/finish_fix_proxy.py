@@ -31,12 +31,14 @@ STREAM_CAPTURE_SCRIPT = Path(__file__).resolve().parent / "stream_capture.py"
 SERVICE = "finish_fix"
 
 # finish_fix's verdicts, as the books column words (docs/grading.md "The books file": clean and
-# repaired are successes; interrupted, upstream_error and http_error failures; skipped says nothing).
+# repaired are successes; interrupted, upstream_error, malformed and http_error failures; skipped
+# says nothing). A malformed stream is an error whatever else it was: its client read garbage.
 VERDICT_BOOKS: dict[str, str] = {  # looked up by the ledger's word (a Verdict is its word)
     Verdict.CLEAN: BOOKS_OK,
     Verdict.REPAIRED: BOOKS_OK,
     Verdict.INTERRUPTED: BOOKS_ERROR,
     Verdict.UPSTREAM_ERROR: BOOKS_ERROR,
+    Verdict.MALFORMED: BOOKS_ERROR,
     Verdict.HTTP_ERROR: BOOKS_ERROR,
 }
 

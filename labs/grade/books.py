@@ -7,7 +7,7 @@ The schema (`--books FILE`), one JSON object per line, any other keys ignored:
   is the request id: the grader sends it there (`c0007;tokens=12;...`);
 - what the books say: `verdict` and/or `status`. A verdict of `ok`, `success`, `completed`, `clean`
   or `repaired` is a success; `error`, `failure`, `failed`, `interrupted`, `upstream_error`,
-  `http_error`, `cancelled` or `timeout` an error. Without a known verdict, `status` decides: an
+  `malformed`, `http_error`, `cancelled` or `timeout` an error. Without a known verdict, `status` decides: an
   HTTP status (>= 400 an error, else a success) or one of the same words.
 
 finish_fix's ledger (`--set finish_fix_ledger=FILE`) is such a file as it is: its lines have
@@ -34,6 +34,7 @@ _FAILURE = {
     BOOKS_ERROR,
     Verdict.INTERRUPTED,
     Verdict.UPSTREAM_ERROR,
+    Verdict.MALFORMED,
     Verdict.HTTP_ERROR,
     "failure",
     "failed",

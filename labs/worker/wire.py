@@ -45,6 +45,7 @@ __all__ = [
     "CHUNK_ID",
     "CREATED",
     "MALFORMED_DATA",
+    "malformed_event",
     "ResponsePlan",
     "Segment",
     "completion_plan",
@@ -190,8 +191,12 @@ def _with_malformed_event(events: list[tuple[str, int | None, bytes]], dialect: 
     is one token, before the end when there are none)."""
     tokens = [i for i, (kind, _, _) in enumerate(events) if kind == "token"]
     at = tokens[(len(tokens) - 1) // 2] + 1 if tokens else len(events) - 1 if events else 0
-    event = sse_frame(MALFORMED_DATA, event=_MALFORMED_EVENT_NAMES[dialect])
-    return [*events[:at], ("malformed", None, event), *events[at:]]
+    return [*events[:at], ("malformed", None, malformed_event(dialect)), *events[at:]]
+
+
+def malformed_event(dialect: Dialect, line_ending: bytes = b"\n") -> bytes:
+    """The one event `malformed_chunk` adds, framed in `dialect` (the tests build theirs with it)."""
+    return sse_frame(MALFORMED_DATA, event=_MALFORMED_EVENT_NAMES[dialect], line_ending=line_ending)
 
 
 def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]]:
