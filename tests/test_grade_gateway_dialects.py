@@ -35,9 +35,20 @@ CARDS = (
         "finish_fix",
         Dialect.MESSAGES,
         Dialect.MESSAGES,
-        ("cut-after-tokens-hub-close", "stop-reason-null", "cuts-booked-as-errors", "length-omitted"),
+        (
+            "cut-after-tokens-hub-close",
+            "cut-after-tokens-hub-error-event",
+            "stop-reason-null",
+            "cuts-booked-as-errors",
+            "length-omitted",
+        ),
     ),
-    ("finish_fix", Dialect.RESPONSES, Dialect.RESPONSES, ("cut-after-tokens-hub-close", "close-after-reasoning")),
+    (
+        "finish_fix",
+        Dialect.RESPONSES,
+        Dialect.RESPONSES,
+        ("cut-after-tokens-hub-close", "cut-after-tokens-hub-error-event", "close-after-reasoning"),
+    ),
     ("litellm", Dialect.RESPONSES, Dialect.RESPONSES, ("cut-after-tokens-hub-close", "cuts-booked-as-errors")),
     (
         "litellm-chat-bridge",
@@ -113,6 +124,7 @@ def test_finish_fix_passes_in_messages_and_its_card_says_so_in_messages_words(ca
     assert marks(card) == {
         "healthy": Mark.PASS,
         "cut-after-tokens-hub-close": Mark.PASS,
+        "cut-after-tokens-hub-error-event": Mark.PASS,
         "cuts-booked-as-errors": Mark.PASS,
         "stop-reason-null": Mark.PASS,
         # No `message_delta` at all: the token deltas reach the request's max_tokens (rule M2).
@@ -120,16 +132,26 @@ def test_finish_fix_passes_in_messages_and_its_card_says_so_in_messages_words(ca
     }
     assert card.exit_status == EXIT_PASSED
     assert card.setup["dialect"] == "messages" and card.setup["upstream_dialect"] == "messages"
+    # The hub's error ending is Anthropic's `event: error`, which both SDK clients and pi-ai raise on.
+    assert "agent disconnected mid-request" in card.result("cut-after-tokens-hub-error-event").evidence
     assert card.result("cut-after-tokens-hub-close").title == (
         "cut after tokens, hub ends cleanly: an error event, no message_stop, no made-up reason"
     )
-    # What the card does not run in Messages, and why (not a row, never counted).
-    assert "cut-after-tokens-hub-error-event" in card.not_run
+    # Every check means something in Messages: nothing is left out (the hub's error event is the
+    # client's dialect's since issue 25).
+    assert card.not_run == {}
 
 
 def test_finish_fix_passes_in_responses_where_a_cut_and_a_close_after_reasoning_are_errors(cards):
     card = cards[("finish_fix", Dialect.RESPONSES)]
-    assert marks(card) == {"healthy": Mark.PASS, "cut-after-tokens-hub-close": Mark.PASS, "close-after-reasoning": Mark.PASS}
+    assert marks(card) == {
+        "healthy": Mark.PASS,
+        "cut-after-tokens-hub-close": Mark.PASS,
+        "cut-after-tokens-hub-error-event": Mark.PASS,
+        "close-after-reasoning": Mark.PASS,
+    }
+    # The hub's own error ending reached every client: openai-python and pi-ai raised on its words.
+    assert "agent disconnected mid-request" in card.result("cut-after-tokens-hub-error-event").evidence
     assert card.exit_status == EXIT_PASSED
     assert "reason-omitted" in card.not_run
 

@@ -3,6 +3,7 @@ bodies, with the real toxiproxy cutting the tunnel (FIN or reset) between the hu
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from functools import partial
@@ -15,19 +16,25 @@ import trio
 from faults.catalog import Fault, cut_after_tokens, cut_during_prefill, down
 from faults.child_processes import run_child
 from faults.toxiproxy_client import Toxic
+from finishline import Dialect, EventFramer
 from labs.hub import (
+    BAD_GATEWAY_BODY,
     ERROR_EVENT,
+    ERROR_MESSAGE,
     AfterDrop,
     ConnectionEnd,
     TunnelDropPolicy,
     TunnelFailure,
     after_tunnel_drop,
+    bad_gateway_body,
+    error_writer,
     open_hub,
     serve_hub,
 )
 from labs.processes import open_service
 from labs.worker import open_worker, parse_settings
 from labs.worker.settings import Framing
+from labs.worker.wire import response_plan
 from tests.fixtures_lab import chat_request, client_exchange, open_proxy, request_for, run_trio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,17 +48,36 @@ HUB_LISTENING = re.compile(r"hub listening on http://127\.0\.0\.1:(\d+)/v1")
 QUIET_S = 0.5
 
 
-def raw_exchange_for(model: str) -> tuple[bytes, bytes, object]:
+PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
+
+
+def raw_exchange_for(model: str, dialect: Dialect = Dialect.CHAT, *, close: bool = False) -> tuple[bytes, bytes, object]:
     """The raw request, the worker's whole healthy response and its plan, for a model name
-    (`tests.fixtures_lab.request_for`, as bytes on the wire)."""
-    body, plan = request_for(parse_settings(model))
-    return chat_request(body), plan.to_bytes(), plan
+    (`tests.fixtures_lab.request_for`, as bytes on the wire), in `dialect`; `close`: the request
+    says `Connection: close`, so the hub closes after the response (read to its end, no wait)."""
+    if dialect is Dialect.CHAT:
+        body, plan = request_for(parse_settings(model))
+    else:
+        body = {"model": model, "stream": True, "max_tokens": 100}
+        body["input" if dialect is Dialect.RESPONSES else "messages"] = [{"role": "user", "content": "hi"}]
+        plan = response_plan(parse_settings(model).for_request(body, dialect), dialect=dialect)
+    headers = {"connection": "close"} if close else None
+    return chat_request(body, path=PATHS[dialect], headers=headers), plan.to_bytes(), plan
 
 
-def through_hub(policy, model: str, fault_for=None, toxiproxy=None, *, expect_bytes: int | None = None):
+def through_hub(
+    policy,
+    model: str,
+    fault_for=None,
+    toxiproxy=None,
+    *,
+    expect_bytes: int | None = None,
+    dialect: Dialect = Dialect.CHAT,
+    close: bool = False,
+):
     """Send one request gateway-side to a hub in front of the real toxiproxy in front of the worker,
     with `fault_for(plan)` applied to the tunnel; returns what the gateway got and the hub's record."""
-    request, _, plan = raw_exchange_for(model)
+    request, _, plan = raw_exchange_for(model, dialect, close=close)
 
     async def scenario():
         async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as tunnel:
@@ -96,6 +122,28 @@ def test_policy_table_mid_body(failure):
 
 def test_the_error_event_is_the_issues_bytes():
     assert ERROR_EVENT == EXACT_ERROR_EVENT
+
+
+@pytest.mark.parametrize("framing", [Framing.CHUNKED, Framing.CLOSE])
+def test_error_event_writes_the_frames_it_is_given_for_the_requests_dialect(framing):
+    frames = b"event: error\ndata: {}\n\n"
+    answer = after_tunnel_drop(TunnelDropPolicy.ERROR_EVENT, TunnelFailure.FIN, framing=framing, error_frames=frames)
+    chunked = b"%x\r\n%s\r\n" % (len(frames), frames) + TERMINATOR
+    assert answer.send == (chunked if framing is Framing.CHUNKED else frames)
+    assert answer.action == "error_event"
+
+
+@pytest.mark.parametrize("dialect", [None, *Dialect])
+def test_the_502s_body_is_in_the_requests_dialects_error_shape(dialect):
+    body = bad_gateway_body(dialect)
+    if dialect is Dialect.MESSAGES:
+        assert body == {"type": "error", "error": {"type": "api_error", "message": BAD_GATEWAY_BODY["error"]["message"]}}
+    else:
+        assert body == BAD_GATEWAY_BODY and body["error"]["code"] == "worker_unreachable"
+
+
+def test_a_request_on_no_completion_route_gets_chats_error_event():
+    assert error_writer(None).error_frames(ERROR_MESSAGE, code="worker_disconnected") == EXACT_ERROR_EVENT
 
 
 def test_before_the_head_close_and_error_event_answer_502_and_abort_passes_the_failure_on():
@@ -152,6 +200,83 @@ def test_error_event_sends_the_event_as_a_chunk_then_the_terminator(toxiproxy, r
     received, _ = through_hub("error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, expect_bytes=len(expected))
     assert received.data == expected
     assert received.ending == "open"
+
+
+def body_events(response: bytes) -> tuple[int, list[tuple[str | None, dict]]]:
+    """The status and the (`event:` name, parsed data) of each event of a whole HTTP response, its
+    body read as a client reads it (h11 undoes the chunked framing)."""
+    parser = h11.Connection(h11.CLIENT)
+    parser.send(h11.Request(method="POST", target="/", headers=[("host", "x"), ("content-length", "0")]))
+    parser.send(h11.EndOfMessage())
+    parser.receive_data(response)
+    status, body = 0, b""
+    while not isinstance(event := parser.next_event(), h11.EndOfMessage):
+        if isinstance(event, h11.Response):
+            status = event.status_code
+        elif isinstance(event, h11.Data):
+            body += event.data
+    events = EventFramer().receive_data(body)
+    return status, [(e.event_type.decode() if e.event_type else None, json.loads(e.data)) for e in events if e.data]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
+def test_error_event_in_messages_is_anthropics_error_event_and_nothing_after_it(toxiproxy, reset):
+    _, healthy, plan = raw_exchange_for(CHUNKED, Dialect.MESSAGES)
+    received, exchanges = through_hub(
+        "error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, dialect=Dialect.MESSAGES, close=True
+    )
+    assert received.data.startswith(healthy[: plan.offset_after_tokens(3)]) and received.data.endswith(TERMINATOR)
+    status, events = body_events(received.data)
+    assert status == 200 and events[0][0] == "message_start"
+    # Both Anthropic SDKs dispatch on the `event:` name: a data-only frame would be skipped.
+    assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": ERROR_MESSAGE}})
+    assert [name for name, _ in events].count("message_stop") == 0
+    assert exchanges[0].action == "error_event"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
+def test_error_event_in_responses_is_openais_error_then_response_failed_continuing_the_stream(toxiproxy, reset):
+    _, healthy, plan = raw_exchange_for(CHUNKED, Dialect.RESPONSES)
+    received, exchanges = through_hub(
+        "error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, dialect=Dialect.RESPONSES, close=True
+    )
+    assert received.data.startswith(healthy[: plan.offset_after_tokens(3)]) and received.data.endswith(TERMINATOR)
+    status, events = body_events(received.data)
+    relayed, (error_name, error), (failed_name, failed) = events[:-2], events[-2], events[-1]
+    assert status == 200 and (error_name, failed_name) == ("error", "response.failed")
+    # openai-python raises on the nested `error`, openai-node on the event's name, the AI SDK needs
+    # `sequence_number`; a changed response id makes both SDKs raise "Lifecycle response identity changed".
+    assert (error["code"], error["message"], error["error"]["code"]) == (
+        "worker_disconnected",
+        ERROR_MESSAGE,
+        "worker_disconnected",
+    )
+    last = relayed[-1][1]["sequence_number"]
+    assert (error["sequence_number"], failed["sequence_number"]) == (last + 1, last + 2)
+    assert failed["response"]["id"] == relayed[0][1]["response"]["id"]
+    assert failed["response"]["status"] == "failed" and failed["response"]["error"]["message"] == ERROR_MESSAGE
+    assert exchanges[0].action == "error_event"
+
+
+@pytest.mark.e2e
+def test_error_event_during_prefill_in_responses_is_the_two_events_alone(toxiproxy):
+    # The tunnel drops after the head, before any event: no response id to continue yet.
+    received, _ = through_hub("error_event", CHUNKED, cut_during_prefill, toxiproxy, dialect=Dialect.RESPONSES, close=True)
+    status, events = body_events(received.data)
+    assert status == 200 and [(name, data["sequence_number"]) for name, data in events] == [("error", 0), ("response.failed", 1)]
+
+
+@pytest.mark.e2e
+def test_before_the_head_the_502_body_is_the_dialects_error_shape(toxiproxy):
+    received, _ = through_hub("error_event", CHUNKED, lambda plan: down(), toxiproxy, dialect=Dialect.MESSAGES)
+    head, _, body = received.data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 502 ")
+    assert json.loads(body) == {
+        "type": "error",
+        "error": {"type": "api_error", "message": "the worker's tunnel failed before a response"},
+    }
 
 
 @pytest.mark.e2e

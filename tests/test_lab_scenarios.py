@@ -579,9 +579,40 @@ def test_asking_for_dialects_narrows_every_scenario_to_them():
         "cut-after-tokens-fin",
         "cut-after-tokens-hub-close",
         "stall-after-tokens",
+        # The fixed hub speaks each client's dialect (issue 25, item 3): its rows run in all three.
+        "cut-during-prefill-hub-error-event",
+        "cut-after-tokens-hub-error-event",
     }
     # By name: in the dialects it lists, default or not.
     assert [s.dialects for s in select_scenarios(["reason-empty"], everything=False)] == [(Dialect.CHAT, Dialect.MESSAGES)]
+
+
+CONDUCT = (
+    "no-response",
+    "slow-first-token",
+    "http-429-retry-after",
+    "http-500-once",
+    "reset-before-head",
+    "malformed-chunk",
+    "http-400-context-length",
+)
+
+
+@pytest.mark.parametrize("name", CONDUCT)
+def test_the_conduct_scenarios_run_in_every_dialect_and_the_default_run_takes_chat(name):
+    # Issue 25, item 6: the same faults meet Messages and Responses clients and their gateways.
+    (by_name,) = select_scenarios([name], everything=False)
+    assert by_name.dialects == tuple(Dialect)
+    everything = {s.name: s.dialects for s in select_scenarios(None, everything=True)}
+    assert everything[name] == tuple(Dialect)
+    default = {s.name: s.dialects for s in select_scenarios(None, everything=False)}
+    assert default.get(name, ()) in ((Dialect.CHAT,), ())  # `no-response`, `slow-first-token`: not in it
+
+
+@pytest.mark.parametrize("name", ["cut-during-prefill-hub-error-event", "cut-after-tokens-hub-error-event"])
+def test_the_hub_error_event_rows_run_in_every_dialect_by_default(name):
+    default = {s.name: s.dialects for s in select_scenarios(None, everything=False)}
+    assert default[name] == tuple(Dialect)
 
 
 #: The output limits clients ask for on their own: none (most libraries), another than the lab's

@@ -358,3 +358,30 @@ def test_the_report_puts_the_card_first_with_each_evidence_a_link_to_its_cell():
         row = row[: row.index("</tr>")]
         assert re.findall(r"<b>([^<]+)</b>", row) == [scores[name]["score"] for name in card["columns"]]
     assert Score.FAIL.value in page
+
+
+@pytest.mark.parametrize("dialect", ["messages", "responses"])
+@pytest.mark.parametrize(
+    ("scenario", "worker", "column", "failing"),
+    [
+        # A retry 0.3 s after a 429 that asked for 2 s.
+        ("http-429-retry-after", "http_429_retry_after=2", "retry-after-honoured", {"outcome": "ok", "tries": 2}),
+        # The 400 sent three times.
+        ("http-400-context-length", "http_400_context_length=1", "no-retry-of-a-400", {"outcome": "error", "tries": 3}),
+    ],
+)
+def test_the_conduct_columns_read_the_cells_of_every_dialect(dialect, scenario, worker, column, failing):
+    # Chat passes; the same scenario's cell in another dialect decides the column and is its evidence.
+    retried_early = [_attempt("primary", 10.0), _attempt("primary", 10.3)]
+    chat = _cell(scenario, "g", "error" if column == "no-retry-of-a-400" else "ok", tries=1, attempts=[_attempt("primary", 10.0)])
+    other = {
+        **_cell(scenario, "g", failing["outcome"], client="anthropic-python", tries=failing["tries"], attempts=retried_early),
+        "dialect": dialect,
+    }
+    scenarios = [{**_scenario(scenario, worker=worker), "dialect": d} for d in ("chat", dialect)]
+    card = build_scorecard({"scenarios": scenarios, "cells": [chat, other], "gateways": ["g"], "versions": {}})
+    entry = card["gateways"]["g"][column]
+    assert entry["score"] == "fail"
+    assert [(e["dialect"], e["client"]) for e in entry["evidence"]] == [(dialect, "anthropic-python")]
+    only_chat = build_scorecard({"scenarios": scenarios, "cells": [chat], "gateways": ["g"], "versions": {}})
+    assert only_chat["gateways"]["g"][column]["score"] == "pass"

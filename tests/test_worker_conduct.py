@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anthropic
 import httpx
 import openai
 import pytest
@@ -15,7 +16,7 @@ from finishline import Dialect
 from labs.scenario import CELL_ID_TEMPLATE
 from labs.worker import Attempt, WorkerSettings, attempts_of, open_worker, response_plan
 from labs.worker.attempts import request_cell_id
-from labs.worker.wire import MALFORMED_DATA
+from labs.worker.wire import MALFORMED_EVENTS
 from tests.fixtures_lab import chat_request, client_exchange, run_trio
 
 CELL = CELL_ID_TEMPLATE.format(7)
@@ -126,11 +127,28 @@ def test_requests_without_a_cell_id_are_served_whatever_the_current_cells():
     assert answers[0][0] == 200 and attempt.cell_id is None and worker.stale_refused == 0
 
 
-def test_429_with_retry_after_once_then_healthy():
-    answers, attempts, _ = posts([body(CELL, http_429_retry_after=2)] * 2)
+#: OpenAI's error object (Chat, Responses): the four keys its SDKs read (`code` names the error).
+OPENAI_ERROR_KEYS = {"message", "type", "param", "code"}
+
+
+def assert_dialects_error_body(dialect: Dialect, text: str, *, anthropic_type: str, openai_code: str) -> None:
+    """Messages: `{"type": "error", "error": {"type", "message"}}` (Anthropic has no codes); Chat and
+    Responses: OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
+    payload = json.loads(text)
+    if dialect is Dialect.MESSAGES:
+        assert payload["type"] == "error" and set(payload["error"]) == {"type", "message"}
+        assert payload["error"]["type"] == anthropic_type
+    else:
+        assert set(payload) == {"error"} and set(payload["error"]) == OPENAI_ERROR_KEYS
+        assert payload["error"]["code"] == openai_code
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_429_with_retry_after_once_then_healthy(dialect):
+    answers, attempts, _ = posts([body(CELL, dialect, http_429_retry_after=2)] * 2, dialect=dialect)
     (first_status, first_headers, first_text), (second_status, _, _) = answers
     assert (first_status, first_headers["retry-after"]) == (429, "2")
-    assert json.loads(first_text)["error"]["code"] == "rate_limit_exceeded"
+    assert_dialects_error_body(dialect, first_text, anthropic_type="rate_limit_error", openai_code="rate_limit_exceeded")
     assert second_status == 200
     assert [a.ended for a in attempts] == ["http_error:429", "complete"]
 
@@ -144,6 +162,7 @@ def test_once_is_per_cell():
 def test_500_once_then_healthy_in_every_dialect(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_500_once=True)] * 2, dialect=dialect)
     assert [status for status, _, _ in answers] == [500, 200]
+    assert_dialects_error_body(dialect, answers[0][2], anthropic_type="api_error", openai_code="server_error")
     assert [(a.ended, a.first_token_s is not None) for a in attempts] == [("http_error:500", False), ("complete", True)]
 
 
@@ -151,16 +170,17 @@ def test_500_once_then_healthy_in_every_dialect(dialect):
 def test_400_context_length_on_every_attempt(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_400_context_length=True)] * 2, dialect=dialect)
     assert [status for status, _, _ in answers] == [400, 400]
-    payload = json.loads(answers[0][2])
+    assert_dialects_error_body(
+        dialect, answers[0][2], anthropic_type="invalid_request_error", openai_code="context_length_exceeded"
+    )
     if dialect is Dialect.MESSAGES:
-        assert payload["error"]["type"] == "invalid_request_error" and "prompt is too long" in payload["error"]["message"]
-    else:
-        assert payload["error"]["code"] == "context_length_exceeded"
+        assert "prompt is too long" in json.loads(answers[0][2])["error"]["message"]
     assert [a.ended for a in attempts] == ["http_error:400", "http_error:400"]
 
 
-def test_reset_before_head_once_then_healthy():
-    request = chat_request(body(CELL, reset_before_head=True), headers={"connection": "close"})
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_reset_before_head_once_then_healthy(dialect):
+    request = chat_request(body(CELL, dialect, reset_before_head=True), headers={"connection": "close"}, path=PATHS[dialect])
 
     async def scenario():
         async with open_worker(name="primary") as worker:
@@ -175,8 +195,9 @@ def test_reset_before_head_once_then_healthy():
     assert attempts[1].ended == "complete"
 
 
-def test_no_response_holds_every_attempt_until_the_client_goes():
-    request = chat_request(body(CELL, no_response=True))
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_no_response_holds_every_attempt_until_the_client_goes(dialect):
+    request = chat_request(body(CELL, dialect, no_response=True), path=PATHS[dialect])
 
     async def scenario():
         async with open_worker(name="primary") as worker:
@@ -189,7 +210,7 @@ def test_no_response_holds_every_attempt_until_the_client_goes():
     held, again, worker = run_trio(scenario)
     assert (held.data, held.ending) == (b"", "open") and (again.data, again.ending) == (b"", "open")
     assert worker.attempts[0].ended == "no_response" and worker.attempts[0].head_s is None
-    assert len(worker.attempts) == 2 and worker.handled == []
+    assert len(worker.attempts) == 2 and worker.handled == [] and worker.attempts[0].dialect is dialect
 
 
 def test_an_attempt_is_in_flight_while_the_worker_holds_it():
@@ -211,10 +232,12 @@ def test_malformed_chunk_is_one_bad_event_mid_stream_in_the_dialects_framing(dia
     for status, _, text in answers:
         assert status == 200
         events = text.split("\n\n")
-        bad = [e for e in events if MALFORMED_DATA.decode() in e]
+        # The dialect's own token event, cut in half: its name (Messages, Responses), then bad JSON.
+        name, data = MALFORMED_EVENTS[dialect]
+        bad = [e for e in events if e == (f"event: {name}\n" if name else "") + f"data: {data.decode()}"]
         assert len(bad) == 1
-        if dialect is not Dialect.CHAT:
-            assert bad[0].startswith("event: ")
+        with pytest.raises(ValueError):
+            json.loads(data)
         # The rest of the stream is the healthy one, in order, around it.
         healthy = response_plan(WorkerSettings(tokens=4).for_request(request, dialect), dialect=dialect)
         assert [e for e in events if e not in bad] == [s.event.decode().removesuffix("\n\n") for s in healthy.segments] + [""]
@@ -240,3 +263,73 @@ def test_openai_python_retries_a_500_and_the_worker_records_both_attempts():
     assert text == "The quick brown"
     assert [(a.server, a.ended, a.status) for a in attempts] == [("primary", "http_error:500", 500), ("primary", "complete", 200)]
     assert attempts[0].first_token_s is None and attempts[1].first_token_s is not None
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_slow_first_token_sends_the_head_at_once_and_holds_the_first_event(dialect):
+    request = body(CELL, dialect, tokens=2, prefill_delay=30)
+    plan = response_plan(WorkerSettings(tokens=2, prefill_delay=30).for_request(request, dialect), dialect=dialect)
+
+    async def scenario():
+        async with open_worker() as worker:
+            raw = chat_request(request, path=PATHS[dialect])
+            # Only "nothing more came for a while" is concluded from time: the head, then silence.
+            return await client_exchange(worker.port, raw, stop_after_bytes=plan.head_length, quiet_seconds=0.5)
+
+    received = run_trio(scenario)
+    assert (received.data, received.ending) == (plan.to_bytes()[: plan.head_length], "open")
+
+
+# -- what each dialect's SDK makes of the worker's error bodies -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "error_class", "error_type"),
+    [
+        ({"http_429_retry_after": 2}, anthropic.RateLimitError, "rate_limit_error"),
+        ({"http_500_once": True}, anthropic.InternalServerError, "api_error"),
+        ({"http_400_context_length": True}, anthropic.BadRequestError, "invalid_request_error"),
+    ],
+)
+def test_anthropic_python_classifies_the_messages_error_bodies(settings, error_class, error_type):
+    async def scenario():
+        async with open_worker() as worker:
+            client = anthropic.Anthropic(base_url=f"http://127.0.0.1:{worker.port}", api_key="lab", max_retries=0)
+
+            def call():
+                with pytest.raises(anthropic.APIStatusError) as raised:
+                    client.messages.create(
+                        model=model(CELL, **settings), max_tokens=100, messages=[{"role": "user", "content": "hi"}], stream=True
+                    )
+                return raised.value
+
+            return await trio.to_thread.run_sync(call)
+
+    error = run_trio(scenario)
+    assert type(error) is error_class
+    assert error.body["error"]["type"] == error_type  # the SDK keeps the whole body: `{"type": "error", "error": {...}}`
+
+
+@pytest.mark.parametrize(
+    ("settings", "error_class", "code"),
+    [
+        ({"http_429_retry_after": 2}, openai.RateLimitError, "rate_limit_exceeded"),
+        ({"http_500_once": True}, openai.InternalServerError, "server_error"),
+        ({"http_400_context_length": True}, openai.BadRequestError, "context_length_exceeded"),
+    ],
+)
+def test_openai_python_classifies_the_responses_error_bodies(settings, error_class, code):
+    async def scenario():
+        async with open_worker() as worker:
+            client = openai.OpenAI(base_url=worker.base_url, api_key="lab", max_retries=0)
+
+            def call():
+                with pytest.raises(openai.APIStatusError) as raised:
+                    client.responses.create(model=model(CELL, **settings), input="hi", stream=True)
+                return raised.value
+
+            return await trio.to_thread.run_sync(call)
+
+    error = run_trio(scenario)
+    # openai-python reads `error.code` and `error.param` off the body's `error` object.
+    assert type(error) is error_class and error.code == code

@@ -20,10 +20,13 @@ Times are optional: pass `started_at=` and `now=` from your own clock for durati
 for when to look again and `receive_timer(now)` then; it returns a `ClientEnding` once the upstream
 stalled. `receive_*` never raises on what the upstream sent; calling it after the end raises
 `LocalProtocolError`. `repair_completion` does the same for a whole, non-streaming body.
+`StreamErrorWriter` gives a relay that is not finish_fix (the lab's hub) the error ending finish_fix
+writes for a cut, in the stream's dialect, with the relay's own message and code.
 """
 
 from ._completion import CompletionRepair, repair_completion
 from ._dialect import Dialect
+from ._error_ending import StreamErrorWriter
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
 from ._injected import sse_event
@@ -69,6 +72,7 @@ __all__ = [
     "RepairPolicy",
     "RequestFacts",
     "StreamRepair",
+    "StreamErrorWriter",
     "StreamReport",
     "TokenUsage",
     "Verdict",

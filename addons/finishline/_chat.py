@@ -5,8 +5,8 @@ Theory of operation
 A Chat stream is `data:` chunks with `choices[]`, ended by `data: [DONE]`. Per choice index these
 rules remember whether the choice finished (and whether the upstream or finish_fix gave the
 reason), and whether it carried tool or function calls (`_choices`); what they write into the stream
-(finishing chunks, `[DONE]`, the error event, rule C2's rewrite) is built by `_injected`, its
-sentences by `_wording`. The rules act at these points:
+(finishing chunks, `[DONE]`, the error event) is built by `_injected`, what they change in an
+upstream event (rules C2, C11) by the JSON editor `_json_edit`, their sentences by `_wording`. The rules act at these points:
 
 * an event with `"finish_reason": ""`          -> rewritten to null (rule C2)
 * a usage-only chunk, or `data: [DONE]`,        -> finishing events first for every choice that

@@ -64,9 +64,10 @@ def done_event(line_ending: bytes) -> bytes:
     return sse_event(DONE, line_ending)
 
 
-def error_event(message: str, line_ending: bytes) -> bytes:
-    """The one error event a cut or a stall ends with (OpenAI's error shape)."""
-    return sse_event({"error": {"message": message, "type": "server_error", "code": ERROR_CODE}}, line_ending)
+def error_event(message: str, line_ending: bytes, *, code: str = ERROR_CODE) -> bytes:
+    """The one error event a cut or a stall ends with (OpenAI's error shape); `code` is the
+    writer's (finish_fix's `stream_interrupted`, the lab's hub its own)."""
+    return sse_event({"error": {"message": message, "type": "server_error", "code": code}}, line_ending)
 
 
 def finishing_event(index: int, reason: str, *, chunk_fields: dict[str, Any], model: str, line_ending: bytes) -> bytes:

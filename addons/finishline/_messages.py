@@ -50,7 +50,15 @@ if TYPE_CHECKING:  # the machine that drives these rules (it imports this module
     from ._repair import StreamRepair
     from ._routine_chunks import RoutineMatch
 
-__all__ = ["EVENT_TYPES", "KEEPALIVES", "MessagesRules", "corrected_stop_reason", "infer_stop_reason", "is_tool_block"]
+__all__ = [
+    "EVENT_TYPES",
+    "KEEPALIVES",
+    "MessagesRules",
+    "corrected_stop_reason",
+    "error_frame",
+    "infer_stop_reason",
+    "is_tool_block",
+]
 
 #: The event types of a Messages stream (a first event of another dialect's shape is not one of them).
 EVENT_TYPES = frozenset(
@@ -74,6 +82,12 @@ TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 # The error type a cut is reported as: what Anthropic itself sends for an internal failure, which
 # both SDKs raise on and pi-ai's retry filter ("stream was interrupted") matches by its message.
 CUT_ERROR_TYPE = "api_error"
+
+
+def error_frame(message: str, line_ending: bytes) -> bytes:
+    """M4's frame: `event: error` with Anthropic's error shape and `CUT_ERROR_TYPE` (Anthropic's
+    errors carry no code: the type and the message are all a client reads)."""
+    return dialect_event("error", {"type": "error", "error": {"type": CUT_ERROR_TYPE, "message": message}}, line_ending)
 
 
 def is_tool_block(block: object) -> bool:
@@ -276,8 +290,7 @@ class MessagesRules(TypedEventRules):
         """M4: the one error event a cut ends with; no `message_stop` follows an error."""
         machine = self._machine
         machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "type": CUT_ERROR_TYPE})
-        payload = {"type": "error", "error": {"type": CUT_ERROR_TYPE, "message": message}}
-        return dialect_event("error", payload, machine._line_ending())
+        return error_frame(message, machine._line_ending())
 
     def stop_frames(self) -> bytes:
         """finish_fix_on_cut=stop: the cut told as a finished turn (the books still say interrupted)."""

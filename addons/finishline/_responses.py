@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import _wording as wording
@@ -51,7 +52,15 @@ if TYPE_CHECKING:  # the machine that drives these rules (it imports this module
     from ._repair import StreamRepair
     from ._routine_chunks import RoutineMatch
 
-__all__ = ["CONTENT_INDEXED_EVENTS", "ERROR_EVENTS", "TERMINAL_EVENTS", "TOKEN_EVENTS", "ResponsesRules"]
+__all__ = [
+    "CONTENT_INDEXED_EVENTS",
+    "ERROR_EVENTS",
+    "TERMINAL_EVENTS",
+    "TOKEN_EVENTS",
+    "ResponseSoFar",
+    "ResponsesRules",
+    "failure_frames",
+]
 
 #: Terminal events that end a stream as the upstream meant it (R1).
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
@@ -93,6 +102,53 @@ _SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "respo
 _UNNAMED_RESPONSE_ID = "resp_finish_fix_interrupted"
 
 
+@dataclass(slots=True)
+class ResponseSoFar:
+    """What R3's two events continue: the response object of the last lifecycle event
+    (`response.created`, `in_progress`, `queued`) and the last `sequence_number` seen."""
+
+    snapshot: dict[str, Any] | None = None
+    sequence_number: int | None = None
+
+    def note(self, kind: str | None, message: dict[str, Any]) -> None:
+        """One event's parsed data (`kind` its type)."""
+        number = message.get("sequence_number")
+        if isinstance(number, int) and not isinstance(number, bool):
+            self.sequence_number = number
+        if kind in _SNAPSHOT_EVENTS:
+            response = message.get("response")
+            if isinstance(response, dict):
+                self.snapshot = response
+
+
+def failure_frames(message: str, line_ending: bytes, *, so_far: ResponseSoFar, code: str = ERROR_CODE) -> bytes:
+    """R3's events: `event: error` (the documented flat fields and OpenAI's nested `error`, `code`
+    in both), then `event: response.failed` repeating the snapshot's response (its id) with
+    `status: "failed"`; their `sequence_number`s continue `so_far`'s."""
+    number = -1 if so_far.sequence_number is None else so_far.sequence_number
+    error = {
+        "type": "error",
+        "code": code,
+        "message": message,
+        "param": None,
+        "sequence_number": number + 1,
+        "error": {"type": "server_error", "code": code, "message": message, "param": None},
+    }
+    response: dict[str, Any] = (
+        copy.deepcopy(so_far.snapshot)
+        if so_far.snapshot is not None
+        else {
+            "id": _UNNAMED_RESPONSE_ID,
+            "object": "response",
+            "output": [],
+        }
+    )
+    response["status"] = "failed"
+    response["error"] = {"code": "server_error", "message": message}
+    failed = {"type": "response.failed", "sequence_number": number + 2, "response": response}
+    return dialect_event("error", error, line_ending) + dialect_event("response.failed", failed, line_ending)
+
+
 class ResponsesRules(TypedEventRules):
     """The Responses facts of one stream, read event by event for its `StreamRepair`."""
 
@@ -103,9 +159,7 @@ class ResponsesRules(TypedEventRules):
 
     def __init__(self, machine: StreamRepair) -> None:
         super().__init__(machine)
-        # The response object of the last lifecycle event (`response.created`, `in_progress`).
-        self._snapshot: dict[str, Any] | None = None
-        self._sequence_number: int | None = None
+        self._so_far = ResponseSoFar()
         # R7: per item id, its output index (from its `output_item.added`) and its current content
         # index (from its last `content_part.added`); how many of each came; what was filled in.
         self._output_indexes: dict[str, int] = {}
@@ -119,12 +173,12 @@ class ResponsesRules(TypedEventRules):
     def on_routine(self, match: RoutineMatch) -> int:
         """A routine delta's token, and its `sequence_number` (the fast path read it)."""
         if match.number is not None:
-            self._sequence_number = match.number
+            self._so_far.sequence_number = match.number
         return super().on_routine(match)
 
     def note_sequence_number(self, number: int) -> None:
         """The last sequence number the machine's steady path took (`_repair._leave_steady`)."""
-        self._sequence_number = number
+        self._so_far.sequence_number = number
 
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
@@ -142,9 +196,6 @@ class ResponsesRules(TypedEventRules):
             self._missing_indexes(kind, message, edits)
             if edits:
                 machine._corrected(Correction.RESPONSES_INDEXES, None)  # its words at the end: `closing_books`
-        number = message.get("sequence_number")
-        if isinstance(number, int) and not isinstance(number, bool):
-            self._sequence_number = number
         event_type = None
         if kind == "response.completed" and machine._policy.limit_reasons and self._at_the_limit(message, edits):
             kind = event_type = "response.incomplete"
@@ -153,6 +204,7 @@ class ResponsesRules(TypedEventRules):
             expected = _edited(message, edits)
             raw = rewrite_event(event, edits, expected, machine._line_ending(), event_type=event_type)
             message = expected
+        self._so_far.note(kind, message)
         if kind in TOKEN_EVENTS:
             if message.get("delta"):
                 machine._token_seen()
@@ -177,7 +229,6 @@ class ResponsesRules(TypedEventRules):
         elif kind in _SNAPSHOT_EVENTS:
             response = message.get("response")
             if isinstance(response, dict):
-                self._snapshot = response
                 machine._note_model(response.get("model"))
         return raw
 
@@ -186,7 +237,9 @@ class ResponsesRules(TypedEventRules):
         upstream sent is kept, and read: a later event's missing index follows it."""
         number = message.get("sequence_number")
         if not _is_int(number):
-            number = self._sequence_number = 0 if self._sequence_number is None else self._sequence_number + 1
+            number = self._so_far.sequence_number = (
+                0 if self._so_far.sequence_number is None else self._so_far.sequence_number + 1
+            )
             edits[("sequence_number",)] = _json(number)
             self._filled["sequence_number"] += 1
         item_id = message.get("item_id")
@@ -285,31 +338,11 @@ class ResponsesRules(TypedEventRules):
     def cut_frames(self, message: str) -> bytes:
         """R3: `event: error` (flat and nested), then `event: response.failed`."""
         machine = self._machine
-        ending = machine._line_ending()
-        number = -1 if self._sequence_number is None else self._sequence_number
-        error = {
-            "type": "error",
-            "code": ERROR_CODE,
-            "message": message,
-            "param": None,
-            "sequence_number": number + 1,
-            "error": {"type": "server_error", "code": ERROR_CODE, "message": message, "param": None},
-        }
-        response: dict[str, Any] = (
-            copy.deepcopy(self._snapshot)
-            if self._snapshot is not None
-            else {
-                "id": _UNNAMED_RESPONSE_ID,
-                "object": "response",
-                "output": [],
-            }
-        )
-        response["status"] = "failed"
-        response["error"] = {"code": "server_error", "message": message}
-        failed = {"type": "response.failed", "sequence_number": number + 2, "response": response}
+        so_far = self._so_far
         machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "code": ERROR_CODE})
-        machine.report.injected.append({"kind": InjectionKind.RESPONSE_FAILED, "id": response.get("id")})
-        return dialect_event("error", error, ending) + dialect_event("response.failed", failed, ending)
+        response_id = so_far.snapshot.get("id") if so_far.snapshot is not None else _UNNAMED_RESPONSE_ID
+        machine.report.injected.append({"kind": InjectionKind.RESPONSE_FAILED, "id": response_id})
+        return failure_frames(message, machine._line_ending(), so_far=so_far)
 
     def stop_frames(self) -> bytes:  # pragma: no cover - `may_stop` is False
         raise AssertionError("finish_fix_on_cut=stop never writes response.completed (R2)")

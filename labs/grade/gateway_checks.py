@@ -372,8 +372,6 @@ GATEWAY_CHECKS = (
         scenario="cut-after-tokens-hub-error-event",
         judge=_explicit_error_after_tokens,
         booked_as_cut=True,
-        dialects=(Dialect.CHAT,),
-        other_dialects="the lab's hub writes its error event in Chat's shape (a bare `data:` line), whatever the dialect",
     ),
     GatewayCheck(
         rule="finish reasons",

@@ -15,19 +15,25 @@ tunnel fails mid-response the hub does what the scenario's `[hub] on_tunnel_drop
 
 from labs.hub.policy import (
     BAD_GATEWAY_BODY,
+    ERROR_CODE,
     ERROR_EVENT,
+    ERROR_MESSAGE,
     AfterDrop,
     ConnectionEnd,
     TunnelDropPolicy,
     TunnelFailure,
     after_tunnel_drop,
+    bad_gateway_body,
+    error_writer,
     parse_policy,
 )
 from labs.hub.relay import Hub, HubExchange, open_hub, serve_hub
 
 __all__ = [
     "BAD_GATEWAY_BODY",
+    "ERROR_CODE",
     "ERROR_EVENT",
+    "ERROR_MESSAGE",
     "AfterDrop",
     "ConnectionEnd",
     "Hub",
@@ -35,6 +41,8 @@ __all__ = [
     "TunnelDropPolicy",
     "TunnelFailure",
     "after_tunnel_drop",
+    "bad_gateway_body",
+    "error_writer",
     "open_hub",
     "parse_policy",
     "serve_hub",

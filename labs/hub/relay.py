@@ -7,7 +7,9 @@ response from its first byte. The response is read with h11 (as a client) and re
 arrives: the head as received, the body in its own framing (chunked: each complete chunk as one
 chunk of the same size; close-delimited and Content-Length: the bytes as they come), so a healthy
 response reaches the gateway byte for byte. When the tunnel fails, `labs.hub.policy` says what the
-gateway gets.
+gateway gets; for `error_event`, the request's dialect's error ending after the body relayed so far
+(read as it goes out by `finishline.StreamErrorWriter`: a Responses ending continues the stream's
+response id and sequence numbers).
 
 The policy is read once per request, when it arrives: the lab's runner sets `Hub.on_tunnel_drop`
 before each scenario, and a request already in flight keeps the policy it started with.
@@ -32,12 +34,15 @@ import trio
 
 from finishline import Dialect
 from labs.hub.policy import (
-    BAD_GATEWAY_BODY,
+    ERROR_CODE,
+    ERROR_MESSAGE,
     TERMINATOR,
     ConnectionEnd,
     TunnelDropPolicy,
     TunnelFailure,
     after_tunnel_drop,
+    bad_gateway_body,
+    error_writer,
     parse_policy,
 )
 from labs.worker.attempts import (
@@ -280,6 +285,8 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
     cell = request_cell_id(payload.get("model"))
     attempt = AttemptInProgress.open(hub, cell, dialect, arrived_at) if dialect is not None else None
     first_token_end = _first_token_end(request, payload, dialect) if dialect is not None else None
+    # Reads what went to the gateway, for the error frames of `error_event` in the request's dialect.
+    relayed_body = error_writer(dialect)
 
     def record(status: int | None, ending: str, action: str, body_bytes: int) -> None:
         hub.exchanges.append(
@@ -321,7 +328,9 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
     try:
         upstream = await trio.open_tcp_stream(hub.upstream_host, hub.upstream_port)
     except OSError:
-        return await _dropped(stream, policy, TunnelFailure.UNREACHABLE, None, record, status=None, body_bytes=0, closes=True)
+        return await _dropped(
+            stream, policy, TunnelFailure.UNREACHABLE, None, record, dialect=dialect, status=None, body_bytes=0, closes=True
+        )
     async with upstream:
         parser, request_bytes = _upstream_request(request, body)
         response: h11.Response | None = None
@@ -332,7 +341,9 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
             await upstream.send_all(request_bytes)
         except trio.BrokenResourceError as error:
             # The tunnel failed before it took the request: nothing reached the gateway yet.
-            return await _dropped(stream, policy, _failure(error), None, record, status=None, body_bytes=0, closes=True)
+            return await _dropped(
+                stream, policy, _failure(error), None, record, dialect=dialect, status=None, body_bytes=0, closes=True
+            )
         try:
             while True:
                 try:
@@ -364,9 +375,11 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
                         chunk += event.data
                         if event.chunk_end:
                             await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), bytes(chunk)))
+                            relayed_body.receive_data(bytes(chunk))
                             chunk.clear()
                     else:
                         await stream.send_all(event.data)
+                        relayed_body.receive_data(event.data)
                     assert response is not None
                     if (
                         attempt is not None
@@ -396,6 +409,8 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
         failure,
         framing,
         record,
+        dialect=dialect,
+        error_frames=relayed_body.error_frames(ERROR_MESSAGE, code=ERROR_CODE),
         status=response.status_code if response else None,
         body_bytes=relayed - len(chunk),
         closes=client_wants_close or (response is not None and _closes(response, framing)),
@@ -409,15 +424,18 @@ async def _dropped(
     framing: Framing | None,
     record,
     *,
+    dialect: Dialect | None,
+    error_frames: bytes = b"",
     status: int | None,
     body_bytes: int,
     closes: bool,
 ) -> bool:
-    """Answer the gateway after a tunnel failure, as the policy says; True to keep its connection."""
-    answer = after_tunnel_drop(policy, failure, framing=framing)
+    """Answer the gateway after a tunnel failure, as the policy says; True to keep its connection.
+    `error_frames`: what `error_event` writes mid-body (none before a head: that is the 502)."""
+    answer = after_tunnel_drop(policy, failure, framing=framing, error_frames=error_frames)
     record(status, failure.value, answer.action, body_bytes)
     if answer.action == "bad_gateway":
-        await send_quietly(stream, json_plan(502, BAD_GATEWAY_BODY, connection_close=True))
+        await send_quietly(stream, json_plan(502, bad_gateway_body(dialect), connection_close=True))
         return False
     if answer.send:
         await stream.send_all(answer.send)

@@ -355,9 +355,9 @@ class WorkerSettings:
         metadata={
             "help": (
                 "Every attempt: one SSE event whose data is invalid JSON after half the token events, "
-                "then the rest of the stream as usual (S10). Chat: a bare `data:` line; Messages and "
-                "Responses: with the `event:` line of a token event (`content_block_delta`, "
-                "`response.output_text.delta`). Streams only."
+                "then the rest of the stream as usual (S10): the dialect's own token event cut in half. "
+                "Chat: a bare `data:` line; Messages and Responses: with the `event:` line of a token "
+                "event (`content_block_delta`, `response.output_text.delta`). Streams only."
             )
         },
     )

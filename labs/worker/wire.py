@@ -45,6 +45,7 @@ __all__ = [
     "CHUNK_ID",
     "CREATED",
     "MALFORMED_DATA",
+    "MALFORMED_EVENTS",
     "malformed_event",
     "ResponsePlan",
     "Segment",
@@ -175,15 +176,19 @@ def stream_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) ->
     )
 
 
-#: `malformed_chunk`: the event's `event:` line per dialect (a token event's name, so a reader that
-#: dispatches on it reaches its JSON parser) and data that is not JSON: a chunk cut in half, as a
-#: broken upstream or a proxy that split a line sends it (failoverbench S10).
-_MALFORMED_EVENT_NAMES: dict[Dialect, str | None] = {
-    Dialect.CHAT: None,
-    Dialect.MESSAGES: "content_block_delta",
-    Dialect.RESPONSES: "response.output_text.delta",
+#: `malformed_chunk`: per dialect, the `event:` line (a token event's name, so a reader that
+#: dispatches on it reaches its JSON parser) and data that is not JSON: the dialect's own token event
+#: cut in half, as a broken upstream or a proxy that split a line sends it (failoverbench S10).
+MALFORMED_EVENTS: dict[Dialect, tuple[str | None, bytes]] = {
+    Dialect.CHAT: (None, b'{"id":"chatcmpl-finishline","choices":[{"delta":{"content":'),
+    Dialect.MESSAGES: ("content_block_delta", b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":'),
+    Dialect.RESPONSES: (
+        "response.output_text.delta",
+        b'{"type":"response.output_text.delta","item_id":"msg_finishline","output_index":0,"content_index":0,"delta":',
+    ),
 }
-MALFORMED_DATA = b'{"id":"chatcmpl-finishline","choices":[{"delta":{"content":'
+#: Chat's malformed data.
+MALFORMED_DATA = MALFORMED_EVENTS[Dialect.CHAT][1]
 
 
 def _with_malformed_event(events: list[tuple[str, int | None, bytes]], dialect: Dialect) -> list[tuple[str, int | None, bytes]]:
@@ -196,7 +201,8 @@ def _with_malformed_event(events: list[tuple[str, int | None, bytes]], dialect: 
 
 def malformed_event(dialect: Dialect, line_ending: bytes = b"\n") -> bytes:
     """The one event `malformed_chunk` adds, framed in `dialect` (the tests build theirs with it)."""
-    return sse_frame(MALFORMED_DATA, event=_MALFORMED_EVENT_NAMES[dialect], line_ending=line_ending)
+    name, data = MALFORMED_EVENTS[dialect]
+    return sse_frame(data, event=name, line_ending=line_ending)
 
 
 def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]]:
