@@ -27,7 +27,7 @@ same events, labs/worker/messages_events.py and responses_events.py):
 Before the first token event come the events that open the answer (the "preamble"): Chat's
 role-only chunks; Messages' `message_start`, `content_block_start` of a text or thinking block and
 `ping`; Responses' `response.created`, `response.in_progress`, `response.output_item.added` of a
-message or reasoning item and `response.content_part.added`. A cut after 0 tokens keeps them.
+message or reasoning item, `response.content_part.added` and `response.reasoning_summary_part.added`. A cut after 0 tokens keeps them.
 Pure: no sockets, no clock.
 
 Reading a capture
@@ -69,7 +69,13 @@ _MESSAGES_DELTA_KEYS = ("text", "thinking", "partial_json")
 #: The events that open an answer before its first token (module docstring), by dialect.
 _MESSAGES_PREAMBLE = frozenset({"message_start", "content_block_start", "ping"})
 _RESPONSES_PREAMBLE = frozenset(
-    {"response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"}
+    {
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_summary_part.added",
+    }
 )
 #: Bytes handed to h11 at a time (the module docstring says why: it keeps `trailing_data` cheap).
 _FEED_SIZE = 4096

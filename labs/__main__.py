@@ -35,6 +35,7 @@ from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
 from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text, worker_line
 from labs.table import render_table
+from labs.worker.llama_cpp import llama_cpp_missing
 from labs.worker.real import LLAMA_CPP, SIMULATED, RealWorkerError, needs_simulated_worker, parse_worker_url
 
 
@@ -211,6 +212,11 @@ def select_clients(names: list[str] | None, everything: bool, dialects: Sequence
 
 #: The word for a scenario a real worker cannot run.
 NEEDS_SIMULATED = "needs the simulated worker"
+#: Why the coding agents do not run against a real worker.
+AGENTS_NEED_SIMULATED = (
+    "the coding agents need the simulated worker (their requests carry their own system prompt and "
+    "tools, which a real model answers otherwise than the lab's captured request)"
+)
 
 
 def split_by_worker(scenarios: list[Scenario], worker: str) -> tuple[list[Scenario], list[dict[str, str]]]:
@@ -266,6 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.worker_model and arguments.worker in (SIMULATED, LLAMA_CPP):
         print(f"error: --worker-model names the model of a URL worker, not of --worker {arguments.worker}", file=sys.stderr)
         return EXIT_ERROR
+    asked_agents = [client for client in clients if client in AGENT_CLIENTS]
+    if arguments.worker != SIMULATED and asked_agents:
+        # A coding agent's request carries its own system prompt and tools, thousands of tokens: a
+        # real worker's answer to it is not the captured one (and exceeds SmolLM2's slot context).
+        if arguments.client:
+            print(f"error: {asked_agents[0]}: {AGENTS_NEED_SIMULATED}; leave out --worker {arguments.worker}", file=sys.stderr)
+            return EXIT_ERROR
+        clients = tuple(client for client in clients if client not in AGENT_CLIENTS)
+        if arguments.all:
+            print(f"note: the coding agents are left out: {AGENTS_NEED_SIMULATED}", file=sys.stderr)
     if arguments.all and not arguments.client and not arguments.list:
         # `--all` takes the coding agents where they can run; asked for by name, they must.
         refusal = agent_refusal(clients)
@@ -299,6 +315,56 @@ def main(argv: list[str] | None = None) -> int:
         worker=arguments.worker,
         worker_model=arguments.worker_model,
     )
+    status = run_and_report(config, needs_simulated)
+    if status or not _plain_default_run(argv):
+        return status
+    return real_server_section(config)
+
+
+def _plain_default_run(argv: list[str] | None) -> bool:
+    """Whether this is `python -m labs` as `make lab` runs it: no option but `--jobs` and `--results`."""
+    given = sys.argv[1:] if argv is None else argv
+    return all(word.split("=", 1)[0] in _DEFAULT_RUN_OPTIONS for word in given if word.startswith("-"))
+
+
+#: Options that leave a run the default one (where its results go, how many cells at once).
+_DEFAULT_RUN_OPTIONS = ("--jobs", "--results")
+#: The default run's real-server section (docs/lab.md "The default run"): llama.cpp, the control
+#: row and a cut after tokens that the hub hides, in every dialect, direct and through finish_fix,
+#: with the default clients.
+REAL_SERVER_SECTION = ("healthy", "cut-after-tokens-hub-close")
+REAL_SERVER_GATEWAYS = ("direct", "finish_fix")
+
+
+def real_server_section(simulated: LabConfig) -> int:
+    """The default run's last part: the same lab against llama.cpp's real server (a short run of its
+    own, its results in the folder `real-server/` of the results folder). Left out, with a note,
+    when the lab group's llama.cpp is not installed."""
+    missing = llama_cpp_missing()
+    if missing is not None:
+        print(f"\nreal server: left out ({missing})")
+        return 0
+    print(
+        f"\n{'=' * 20}\nreal server: {LLAMA_CPP} (python -m labs --worker {LLAMA_CPP} --gateway direct --gateway finish_fix "
+        + " ".join(f"--scenario {name}" for name in REAL_SERVER_SECTION)
+        + ")\n"
+        + "=" * 20
+    )
+    dialects = tuple(Dialect)
+    config = dataclasses.replace(
+        simulated,
+        scenarios=tuple(select_scenarios(list(REAL_SERVER_SECTION), False, dialects=dialects)),
+        clients=select_clients(None, False, dialects),
+        gateways=REAL_SERVER_GATEWAYS,
+        dialects=dialects,
+        results_dir=simulated.results_dir / "real-server",
+        worker=LLAMA_CPP,
+    )
+    return run_and_report(config, [])
+
+
+def run_and_report(config: LabConfig, needs_simulated: list[dict[str, str]]) -> int:
+    """Run the lab as configured, write its results folder, print the scorecard and the matrix."""
     progress = Progress(run_labels(config), sys.stderr, interactive=sys.stderr.isatty())
     status, result = run_command(run_lab, config, progress)
     progress.finish()

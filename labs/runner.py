@@ -61,7 +61,15 @@ from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
-from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
+from labs.gateways.services import (
+    BOOKS_NONE,
+    Gateway,
+    books_entry,
+    captured_stream,
+    configure_gateways,
+    prepare_gateways,
+    read_books,
+)
 from labs.hub import Hub, open_hub
 from labs.outcome import ClientReport, Expected, Outcome, books_mismatch, judge
 from labs.plan import (
@@ -79,8 +87,8 @@ from labs.repeat import merge_repeats
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
 from labs.topology import HUB, PRIMARY, SPARE, AnyWorker, attach_workers, open_gateway_sets, topology_groups, topology_line
 from labs.worker.real import SIMULATED, needs_simulated_worker
-from labs.worker.truth import ComputedTruth, WorkerTruth
-from labs.workers import open_lab_workers, prepare_real_workers, worker_truth
+from labs.worker.truth import CapturedTruth, ComputedTruth, WorkerTruth
+from labs.workers import REAL_WORKER_IDLE_TIMEOUT_S, for_real_worker, open_lab_workers, prepare_real_workers, worker_truth
 
 __all__ = [
     "PRIMARY",
@@ -264,6 +272,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     (`"<scenario>: starting, N cells"`) and as cells finish (`"<scenario>: <client> via <gateway>: <outcome>"`)."""
     started = time.time()
     clock = time.monotonic()
+    if config.worker != SIMULATED:
+        config = dataclasses.replace(config, scenarios=tuple(for_real_worker(s) for s in config.scenarios))
     planned = plan_cells(config)
     total = len(planned) * config.repeat
     if total > MAX_CELLS:
@@ -312,14 +322,6 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             )
         )
         worker = workers[PRIMARY]
-        if config.worker != SIMULATED:
-            report(f"{config.worker}: capturing its healthy answers", 0, total)
-        # The truth about the worker's answers, and one fault per scenario and dialect the worker
-        # speaks in it, laid out on those answers' bytes (they differ per dialect).
-        truth = await worker_truth(workers, [(s, d) for s in config.scenarios for d in spoken_dialects(planned, s)])
-        faults = {
-            (s.name, u): build_fault(s, u, layout=truth.layout(s, u)) for s in config.scenarios for u in scenario_runs(planned, s)
-        }
         toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
         tunnel = await trio.to_thread.run_sync(
             lambda: toxiproxy.client.create_proxy(
@@ -349,11 +351,21 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 external_url=config.external_url,
                 external_api_key=config.external_api_key,
                 models=models_by_topology(planned, config.repeat),
+                finish_fix_idle_timeout_s=REAL_WORKER_IDLE_TIMEOUT_S if config.worker != SIMULATED else 2.0,
             )
         )
         # The dialects the run's clients speak: the Python host imports their libraries before its hello.
         run_dialects = tuple(d for d in Dialect if any(c.dialect == d for c in planned))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
+        if config.worker != SIMULATED:
+            report(f"{config.worker}: capturing its healthy answers", 0, total)
+        # While the gateways start: the truth about the worker's answers (labs.worker.truth), and
+        # one fault per scenario and dialect the worker speaks in it, laid out on those answers'
+        # bytes (they differ per dialect).
+        truth = await worker_truth(workers, [(s, d) for s in config.scenarios for d in spoken_dialects(planned, s)])
+        faults = {
+            (s.name, u): build_fault(s, u, layout=truth.layout(s, u)) for s in config.scenarios for u in scenario_runs(planned, s)
+        }
         # Read while the first gateways start (a few short child runs; labs.gateway_versions).
         gateways_versions = await trio.to_thread.run_sync(gateway_versions)
         if groups:
@@ -399,10 +411,17 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # counted, never served under this run's policy and fault. Set before SMG's
                     # registration, whose probes name this run's cells.
                     _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells))
-                    prepare_real_workers(workers, scenario)
+                    prepare_real_workers(workers, scenario, truth)
+                    if hub is not None and isinstance(truth, CapturedTruth):
+                        hub.first_token_body_ends = truth.first_token_body_ends(scenario)
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)
+                    # Every finish_fix in this run's paths runs it with the scenario's options
+                    # (`[finish_fix]`), the lab's own when it has none (as the hub's policy above).
+                    await configure_gateways(
+                        [gateways[name] for name in dict.fromkeys(g for _, _, g, _ in cells)], scenario.finish_fix_options
+                    )
                     # Before the fault and the drop: SMG registers each model's workers (probes).
                     await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n, d)) for n, _, g, d in cells])
                     await _drop_pooled_connections(toxiproxy, TUNNEL)

@@ -122,6 +122,7 @@ async def open_gateway_sets(
     external_url: str | None = None,
     external_api_key: str | None = None,
     models: dict[Topology, dict[tuple[str, Dialect], tuple[str, ...]]] | None = None,
+    finish_fix_idle_timeout_s: float = 2.0,
 ) -> AsyncIterator[GatewaySets]:
     """Every topology's gateways, opened in the background one set after another, in `names`
     order, and stopped when the block ends; one that fails to start ends the run with its error.
@@ -152,7 +153,7 @@ async def open_gateway_sets(
             route_prefix=route_prefix(topology),
             models=(models or {}).get(topology, {}),
         )
-    run = RunServices(run_dir=run_dir)
+    run = RunServices(run_dir=run_dir, finish_fix_idle_timeout_s=finish_fix_idle_timeout_s)
 
     async def open_all() -> None:
         async with run.stack, AsyncExitStack() as stack:

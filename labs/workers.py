@@ -12,6 +12,7 @@ answers comes from (labs.worker.truth).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import trio
 
+from faults.layout import CapturedLayout
 from finishline import Dialect
 from labs.plan import LabConfig
 from labs.scenario import Scenario
@@ -28,11 +30,26 @@ from labs.worker.real import LLAMA_CPP, SIMULATED, RealUpstream, RealWorker, dis
 from labs.worker.server import open_worker
 from labs.worker.truth import ComputedTruth, WorkerTruth, capture_truth, real_max_tokens
 
-__all__ = ["LLAMA_CPP_MAX_SLOTS", "open_lab_workers", "prepare_real_workers", "worker_truth"]
+__all__ = [
+    "LLAMA_CPP_MAX_SLOTS",
+    "REAL_WORKER_DEADLINE_S",
+    "REAL_WORKER_IDLE_TIMEOUT_S",
+    "for_real_worker",
+    "open_lab_workers",
+    "prepare_real_workers",
+    "worker_truth",
+]
 
 #: The most slots the lab gives llama.cpp: each is `n_ctx_per_slot` tokens of KV cache (~23 MB
 #: for SmolLM2-135M at 1024), and past this a 135M model on one thread gains nothing from a wider batch.
 LLAMA_CPP_MAX_SLOTS = 16
+#: The least time a cell gets against a real worker, and finish_fix's idle deadline there. A real
+#: server on a CPU keeps its own pace: on the shared 2-core machine, under a load of 11-14, sixteen
+#: cells' 10-token answers took 8-11 s to their first byte and gaps of over 2 s between tokens,
+#: which the simulated worker's deadlines (15 s a cell, finish_fix's 2 s idle deadline) booked as
+#: hangs and stalls. A stall scenario still ends by these: finish_fix's error event, then the cell's deadline.
+REAL_WORKER_DEADLINE_S = 60.0
+REAL_WORKER_IDLE_TIMEOUT_S = 15.0
 
 
 @asynccontextmanager
@@ -74,11 +91,25 @@ async def _open_upstream(config: LabConfig, *, slots: int, run_dir: Path) -> Asy
     yield RealUpstream(host=host, port=port, path=path, model=model, facts={"worker": config.worker, "model": model})
 
 
-def prepare_real_workers(workers: dict[str, AnyWorker], scenario: Scenario) -> None:
-    """Before a scenario run: every real worker's front gives the scenario's output limit."""
+def for_real_worker(scenario: Scenario) -> Scenario:
+    """The scenario as a real worker runs it: its deadline at least `REAL_WORKER_DEADLINE_S`."""
+    return dataclasses.replace(scenario, deadline_s=max(scenario.deadline_s, REAL_WORKER_DEADLINE_S))
+
+
+def prepare_real_workers(workers: dict[str, AnyWorker], scenario: Scenario, truth: WorkerTruth) -> None:
+    """Before a scenario run: every real worker's front gives the scenario's output limit, and
+    knows where the captured answer's first token ends in each dialect (its attempts' first-token time)."""
     for worker in workers.values():
         if isinstance(worker, RealWorker):
             worker.max_tokens = real_max_tokens(scenario)
+            worker.first_token_ends = {}
+            for dialect in Dialect:
+                try:
+                    layout = truth.layout(scenario, dialect)
+                except KeyError:  # not captured: no cell of the run has the server speak it
+                    continue
+                if isinstance(layout, CapturedLayout) and layout.token_events:
+                    worker.first_token_ends[dialect] = layout.offset_after_tokens(1)
 
 
 async def worker_truth(workers: dict[str, AnyWorker], needed: Iterable[tuple[Scenario, Dialect]]) -> WorkerTruth:

@@ -74,7 +74,7 @@ def run(data, *, on_cut: OnCut, dialect: Dialect = Dialect.CHAT, upstream=UPSTRE
     policy = RepairPolicy(on_cut=on_cut, idle_timeout=TIMEOUT, first_token_timeout=TIMEOUT)
     # A limit of 3, and usage asked for in the stream or not (rule C11 holds a finish for it).
     request = RequestFacts(max_tokens=3, stream_usage=data.draw(st.booleans()))
-    repair = StreamRepair(request=request, policy=policy, started_at=0.0, head_at=0.0, dialect=dialect)
+    repair = StreamRepair(request=request, policy=policy, started_at=0.0, sent_at=0.0, dialect=dialect)
     out = []
     for piece in data.draw(splits(upstream)):
         out.append(repair.receive_data(piece, now=0.0))

@@ -8,6 +8,9 @@ import urllib.request
 
 import pytest
 
+from faults.layout import layout_from_capture
+from faults.probe import capture_response, probe_layout
+from finishline import Dialect
 from labs.worker.llama_cpp import MODEL_FILE, LlamaCppServer, find_model, xllamacpp_version
 
 pytestmark = pytest.mark.e2e
@@ -42,3 +45,23 @@ def test_greedy_answers_are_the_same_twice(llama_cpp: LlamaCppServer) -> None:
     second = _post(f"{llama_cpp.base_url}/chat/completions", body)
     assert first["choices"][0]["message"]["content"] == second["choices"][0]["message"]["content"]  # type: ignore[index]
     assert first["choices"][0]["finish_reason"] in ("stop", "length")  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "path", "body"),
+    [
+        (Dialect.MESSAGES, "/v1/messages", {"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 6}),
+        (Dialect.RESPONSES, "/v1/responses", {"input": [{"role": "user", "content": "Say hello."}], "max_output_tokens": 6}),
+    ],
+    ids=["messages", "responses"],
+)
+def test_the_probe_counts_the_servers_token_events_in_messages_and_responses(llama_cpp: LlamaCppServer, dialect, path, body):
+    request = {"model": llama_cpp.model, "stream": True, **body}
+    layout = probe_layout(llama_cpp.host, llama_cpp.port, body=request, path=path, dialect=dialect, timeout=120)
+    # A cap of 6 tokens: llama.cpp sends one delta event per token, and nothing before them counts.
+    assert layout.token_events == 6
+    assert layout.head_length < layout.offset_after_tokens(0) < layout.offset_after_tokens(1) < layout.offset_after_tokens(6)
+    # Counted as Chat, the same stream has no token at all: the dialect decides.
+    raw = capture_response(llama_cpp.host, llama_cpp.port, body=request, path=path, timeout=120)
+    assert layout_from_capture(raw).token_events == 0
+    assert layout_from_capture(raw, dialect).token_event_ends == layout.token_event_ends

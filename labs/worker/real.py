@@ -60,7 +60,9 @@ from labs.worker.attempts import (
 )
 from labs.worker.server import (
     _PROBES,
+    _error_body,
     _probe,
+    _probe_answer,
     completion_dialect,
     refusal_plan,
     reset_on_close,
@@ -69,7 +71,6 @@ from labs.worker.server import (
     stale_refusal,
 )
 from labs.worker.settings import SettingsError, WorkerSettings, parse_settings
-from labs.worker.wire import json_plan
 
 __all__ = [
     "LLAMA_CPP",
@@ -208,6 +209,10 @@ class RealWorker:
     stale_refused: int = 0
     #: The cells that had their first attempt here (`reset_before_head` fails only that one).
     attempted_cells: set[str | None] = field(default_factory=set)
+    #: Per dialect, where the server's first token event ends in its response (bytes from the
+    #: first, head included: the captured layout's), for the attempts' first-token time; set per
+    #: scenario run by the runner. A dialect not in it: no first-token time.
+    first_token_ends: dict[Dialect, int] = field(default_factory=dict)
 
     @property
     def base_url(self) -> str:
@@ -255,22 +260,29 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
     method = request.method.decode()
     path = request.target.decode("latin-1").split("?", 1)[0]
     dialect = completion_dialect(path) if method == "POST" else None
+    # An answer of the front's own to a completion request (400, 409) keeps the connection unless
+    # the client asked to close it.
+    keep_open = request.http_version == b"1.1" and not any(
+        name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()
+    )
     if dialect is None:
+        # Anything else closes, as the simulated worker's answers do (`_probe_answer` says why: a
+        # probe on a connection a router pools would spend a cell's byte budget on the tunnel).
         if method == "GET" and path.endswith("/models"):
             entry = {"id": worker.upstream.model, "object": "model", "created": 1764000000, "owned_by": "finishline"}
-            await send_quietly(stream, json_plan(200, {"object": "list", "data": [entry]}))
+            await send_quietly(stream, _probe_answer(200, {"object": "list", "data": [entry]}))
         elif method == "GET" and (probe := _probe(path)) is not None:
-            await send_quietly(stream, json_plan(200, _PROBES[probe]))
+            await send_quietly(stream, _probe_answer(200, _PROBES[probe]))
         else:
-            await send_quietly(stream, refusal_plan(404, f"no route for {method} {path}", "not_found", None))
-        return True
+            await send_quietly(stream, _probe_answer(404, _error_body(f"no route for {method} {path}", "not_found")))
+        return False
     try:
         payload = json.loads(body or b"{}")
         if not isinstance(payload, dict):
             raise ValueError("the body must be a JSON object")
     except ValueError as error:
         await send_quietly(stream, refusal_plan(400, str(error), "invalid_worker_request", dialect))
-        return True
+        return keep_open
     cell = request_cell_id(payload.get("model"))
     attempt = AttemptInProgress.open(worker, cell, dialect, arrived_at)
     if worker.current_cells is not None and cell is not None and cell not in worker.current_cells:
@@ -278,7 +290,7 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
         attempt.note_head(trio.current_time())
         await send_quietly(stream, stale_refusal(cell, dialect))
         attempt.close(worker, ENDED_REFUSED_STALE, 409)
-        return True
+        return keep_open
     first_attempt = cell not in worker.attempted_cells
     worker.attempted_cells.add(cell)
     if cell is None:
@@ -337,6 +349,8 @@ async def _relay(
     data = b"\r\n".join(lines) + b"\r\n\r\n" + body
     status: int | None = None
     head = b""
+    relayed = 0
+    first_token_end = worker.first_token_ends.get(attempt.dialect) if attempt.dialect is not None else None
     try:
         server = await trio.open_tcp_stream(upstream.host, upstream.port)
     except OSError as error:
@@ -364,6 +378,9 @@ async def _relay(
                         status = int(match.group(1))
                         attempt.note_head(trio.current_time())
                 await stream.send_all(chunk)
+                relayed += len(chunk)
+                if first_token_end is not None and status is not None and status < 300 and relayed >= first_token_end:
+                    attempt.note_first_token(trio.current_time())
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             attempt.close(worker, ENDED_CLIENT_GONE, status)
             return False

@@ -25,9 +25,9 @@ from typing import Any, Protocol
 import h11
 import trio
 
-from faults.layout import CapturedLayout, ResponseLayout
+from faults.layout import CapturedLayout, ResponseLayout, is_token_event
 from faults.probe import UnstableUpstream
-from finishline import Dialect
+from finishline import Dialect, EventFramer
 from labs.grade.reading import read_stream
 from labs.outcome import Expected
 from labs.scenario import Scenario
@@ -37,7 +37,7 @@ from labs.worker.wire import response_plan
 __all__ = ["CaptureError", "CapturedTruth", "ComputedTruth", "WorkerTruth", "capture_truth", "real_max_tokens"]
 
 
-class CaptureError(RuntimeError):
+class CaptureError(ValueError):
     """A real worker's healthy answer could not be captured, or varied; the message says which."""
 
 
@@ -89,6 +89,18 @@ class _Capture:
     raw: bytes
     expected: Expected
 
+    @property
+    def first_token_body_end(self) -> int | None:
+        """Body bytes (framing excluded) through the first token event, None without one: where
+        the hub, which counts body bytes, sees the first token go by."""
+        _, body = _status_and_body(self.raw)
+        offset = 0
+        for event in EventFramer().receive_data(body):
+            offset += len(event.raw)
+            if is_token_event((event.data or b"").decode("utf-8", "replace"), self.expected.dialect):
+                return offset
+        return None
+
 
 @dataclass(frozen=True, slots=True)
 class CapturedTruth:
@@ -108,6 +120,15 @@ class CapturedTruth:
 
     def stream(self, scenario: Scenario, dialect: Dialect) -> str:
         return self._capture(scenario, dialect).raw.decode("utf-8", errors="replace")
+
+    def first_token_body_ends(self, scenario: Scenario) -> dict[Dialect, int]:
+        """Per dialect captured for `scenario`, the body bytes through its first token event."""
+        ends = {}
+        for dialect in Dialect:
+            capture = self.captures.get(_request_key(scenario, dialect))
+            if capture is not None and (end := capture.first_token_body_end) is not None:
+                ends[dialect] = end
+        return ends
 
 
 def expected_from_capture(raw: bytes, dialect: Dialect, token_events: int) -> Expected:
