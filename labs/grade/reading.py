@@ -349,8 +349,8 @@ def read_completion(
     retry_note: str | None = None,
 ) -> CompletionReading:
     """Read a non-streamed body: its choices, and the core's verdict on its reasons (rule C9 for a
-    chat completion, M7 for a Messages `message`; a whole Responses body the core passes as it came,
-    `skipped`). A Messages or Responses answer is choice 0; an error body has no choice. `failure`
+    chat completion, M7 for a Messages `message`, and the limit rules C11, M8 and R6 when the request
+    set a limit). A Messages or Responses answer is choice 0; an error body has no choice. `failure`
     is what happened instead of a response (then `status` is 0 and `body` empty), in words;
     `retry_note` what happened to a first attempt the fetcher sent again."""
     try:
