@@ -12,14 +12,18 @@ and no `sequence_number` on any event (shared/notes/real-servers.md).
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
 from finishline import Dialect
+from labs.gateways.services import read_books
 from labs.grade.card import Card, Mark
 from labs.grade.render import render_terminal
 from labs.grade.server_grader import grade_server
 from labs.worker.llama_cpp import LlamaCppServer
+from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -92,3 +96,43 @@ def test_the_responses_truncation_is_a_fail_with_evidence(cards):
     )
     row = cards[Dialect.RESPONSES].result("responses-sequence-numbers")
     assert row.evidence == "stream a natural stop: event 1 (response.created) has no integer sequence_number"
+
+
+#: What the ledger books for the card's truncation request, streamed and whole (rule R6).
+R6_REPAIRS = (
+    "limit reason (R6): 'response.completed' at 16 output tokens of the request's 16 sent as 'response.incomplete'",
+    "limit reason (R6): 'completed' at 16 output tokens of the request's 16 sent as 'incomplete'",
+)
+
+
+def test_through_finish_fix_the_responses_card_passes_what_llama_cpp_gets_wrong(
+    llama_cpp: LlamaCppServer, mitmproxy_confdir: Path, tmp_path: Path
+) -> None:
+    # finish_fix in front of the same server (default options): the truncation ends as the spec says
+    # (rule R6) and every event is numbered (R7), so both true fails above pass; the ledger books R6.
+    ledger = tmp_path / "ledger.jsonl"
+    with running_mitmdump(
+        confdir=mitmproxy_confdir,
+        mode=f"reverse:{llama_cpp.url}",
+        scripts=[FINISH_FIX_SCRIPT],
+        options={"finish_fix_ledger": str(ledger)},
+    ) as mitmdump:
+        card = grade_server(f"{mitmdump.url}/v1", dialect=Dialect.RESPONSES)
+        # A flow's ledger line comes when it ends, just after the grader read it: wait for the two
+        # truncation lines, with room for a loaded machine.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not set(R6_REPAIRS) <= _repairs(ledger):
+            time.sleep(0.05)
+    marks = {row.check: row.mark for row in card.results}
+    tool_check = TOOL_CHECKS[Dialect.RESPONSES]
+    assert marks == {check: Mark.NOT_TESTED if check == tool_check else Mark.PASS for check in marks}, render_terminal(card)
+    assert card.result("responses-reason-incomplete").evidence == (
+        "max_output_tokens=16: stream: response.incomplete, status 'incomplete', incomplete_details.reason "
+        "'max_output_tokens', output_tokens 16; JSON: status 'incomplete', incomplete_details.reason "
+        "'max_output_tokens', output_tokens 16"
+    )
+    assert set(R6_REPAIRS) <= _repairs(ledger), _repairs(ledger)
+
+
+def _repairs(ledger: Path) -> set[str]:
+    return {repair for row in read_books(ledger) for repair in row.get("repairs", ())}
