@@ -46,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -63,7 +64,7 @@ from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
 from labs.hub import Hub, open_hub
-from labs.outcome import ClientReport, Outcome, books_mismatch, judge
+from labs.outcome import ClientReport, Judgement, Outcome, books_mismatch, judge
 from labs.plan import (
     LabConfig,
     NotApplicable,
@@ -158,6 +159,9 @@ class CellResult:
     repeats: list[dict[str, Any]] = field(default_factory=list)
     #: Whether the repeats differ in outcome or books (labs.repeat.merge_repeats).
     unstable: bool = False
+    #: A scenario of several requests per cell (`requests_per_cell`): each request's outcome, why
+    #: and seconds, in the order sent; empty for a cell of one request.
+    requests: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -220,12 +224,17 @@ async def _run_cell(
         **scenario.request(),
     }
     request["api_key"] = gateway.api_key or LAB_API_KEY
+    expected = scenario.expected(dialect)
+    sent: list[tuple[ClientReport, Judgement, float]] = []
     async with limiter:
-        began = trio.current_time()
-        raw = await hosts[client].run(request)
-        took = trio.current_time() - began
-    report = ClientReport.from_json({"client": client, "completed": False, **raw})
-    judgement = judge(report, scenario.expected(dialect))
+        # One request, or a scenario's run of them one after another (`requests_per_cell`).
+        for _ in range(scenario.requests_per_cell):
+            began = trio.current_time()
+            raw = await hosts[client].run(request)
+            took = trio.current_time() - began
+            one = ClientReport.from_json({"client": client, "completed": False, **raw})
+            sent.append((one, judge(one, expected), took))
+    report, judgement, took = summarised(sent)
     return CellResult(
         scenario=scenario.name,
         dialect=dialect,
@@ -240,7 +249,30 @@ async def _run_cell(
         request_model=model,
         first_token_s=report.ttft_s,
         total_s=report.duration_s if report.duration_s is not None else round(took, 3),
+        requests=[
+            {"outcome": j.outcome, "why": j.reason, "total_s": r.duration_s if r.duration_s is not None else round(t, 3)}
+            for r, j, t in sent
+        ]
+        if len(sent) > 1
+        else [],
     )
+
+
+def summarised(sent: list[tuple[ClientReport, Judgement, float]]) -> tuple[ClientReport, Judgement, float]:
+    """A cell's report, judgement and seconds from its requests (each with its own): one request's
+    own, or for several the loudest one's report (`Outcome.severity`, the first of equals) with the
+    outcome of it and a reason that counts each word, e.g. `20 requests: ok 17 / error 3; first
+    error: ...`, and the seconds of them all."""
+    if len(sent) == 1:
+        return sent[0]
+    worst = max(range(len(sent)), key=lambda i: (sent[i][1].outcome.severity, -i))
+    report, judgement, _ = sent[worst]
+    counts = Counter(j.outcome for _, j, _ in sent)
+    split = " / ".join(f"{outcome} {counts[outcome]}" for outcome in Outcome if outcome in counts)
+    why = f"{len(sent)} requests: {split}"
+    if judgement.outcome is not Outcome.OK:
+        why += f"; first {judgement.outcome} (request {worst + 1}): {judgement.reason}"
+    return report, Judgement(outcome=judgement.outcome, reason=why), sum(t for _, _, t in sent)
 
 
 async def _drop_pooled_connections(toxiproxy, proxy: str) -> None:
@@ -290,7 +322,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         tunnel_url = f"http://127.0.0.1:{tunnel.listen_port}"
         workers = {PRIMARY: worker}
         if any(topology.workers == 2 for topology in groups):
-            workers[SPARE] = await stack.enter_async_context(open_worker(name=SPARE))
+            workers[SPARE] = await stack.enter_async_context(open_worker(name=SPARE, spare=True))
         hub = None
         if any(topology.hub for topology in groups):
             hub = await stack.enter_async_context(open_hub(upstream_port=tunnel.listen_port))

@@ -15,6 +15,7 @@ File format (every table optional except `title`):
     order = 80                              # row order in the matrix
     default = false                         # not in the default run (`--all` or `--scenario` runs it)
     agents = true                           # the coding agents run in it too (labs.clients.agent_clis)
+    requests_per_cell = 20                  # each cell sends this many requests, one after another
 
     [worker]                                # labs.worker.settings.WorkerSettings fields
     tokens = 12
@@ -33,6 +34,11 @@ File format (every table optional except `title`):
 
     [pool]                                  # the gateways' upstream workers
     workers = 2                             # 1 (default) or 2: a second, healthy worker (the spare)
+
+Requests per cell: a cell is one request, unless `requests_per_cell` says more (a flapping
+primary's run of 20): the cell's client sends them one after another under one cell id, so the
+workers count them as one cell's attempts; each request is judged, and the cell's outcome is the
+worst of them with the count of each word (`labs.runner`).
 
 Dialects: the scenario runs once per dialect it lists (`chat`, `messages`, `responses`: the words
 of `finishline.Dialect`), each time with the same worker settings, which the worker speaks in the
@@ -175,6 +181,8 @@ class Scenario:
     pool_workers: int = 1
     #: `agents = true`: the coding agents run in it (they also run in every scenario asked for by name).
     agents: bool = False
+    #: `requests_per_cell`: the requests each cell sends, one after another, under its cell id.
+    requests_per_cell: int = 1
 
     @property
     def topology(self) -> Topology:
@@ -265,6 +273,7 @@ def load_scenario(path: Path) -> Scenario:
         "pool",
         "default",
         "agents",
+        "requests_per_cell",
     }
     unknown = set(data) - known
     if unknown:
@@ -282,6 +291,9 @@ def load_scenario(path: Path) -> Scenario:
         _check_type(path, "default", data["default"], bool, "true or false")
     if "agents" in data:
         _check_type(path, "agents", data["agents"], bool, "true or false")
+    requests_per_cell = data.get("requests_per_cell", 1)
+    if isinstance(requests_per_cell, bool) or not isinstance(requests_per_cell, int) or requests_per_cell < 1:
+        raise ScenarioError(f"{path}: `requests_per_cell` must be a whole number of requests above 0, not {requests_per_cell!r}")
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
@@ -348,6 +360,7 @@ def load_scenario(path: Path) -> Scenario:
         hub_policy=hub_policy,
         pool_workers=pool_workers,
         agents=bool(data.get("agents", False)),
+        requests_per_cell=requests_per_cell,
         **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
 
