@@ -60,6 +60,7 @@ from finishline import Dialect
 from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, LAB_API_KEY
 from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
+from labs.evidence import probe_expected, probe_id, probe_json, probe_model_name
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
@@ -162,6 +163,14 @@ class CellResult:
     #: A scenario of several requests per cell (`requests_per_cell`): each request's outcome, why
     #: and seconds, in the order sent; empty for a cell of one request.
     requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Seconds from the first attempt to the second (labs.evidence), None with fewer than two.
+    first_gap_s: float | None = None
+    #: The most attempts within any one second (labs.evidence): hammering shows here.
+    max_attempts_per_s: int = 0
+    #: The healthy request sent after the cell through the same gateway and client
+    #: (labs.evidence.probe_json: `ok`, `outcome`, `why`, `cell_id`, `tries`, `total_s`); None for
+    #: an agent's cell.
+    probe: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -213,17 +222,7 @@ async def _run_cell(
     limiter: trio.CapacityLimiter,
 ) -> CellResult:
     model = _request_model(scenario, gateway, cell_id, dialect)
-    request = {
-        "id": cell_id,
-        "client": client,
-        # The driver speaks this dialect to the gateway's `/v1` root (its library adds the path).
-        "dialect": dialect.value,
-        "base_url": gateway.base_url,
-        "model": model,
-        "deadline_s": scenario.deadline_for(client),
-        **scenario.request(),
-    }
-    request["api_key"] = gateway.api_key or LAB_API_KEY
+    request = _cell_request(scenario, dialect, client, gateway, cell_id, model)
     expected = scenario.expected(dialect)
     sent: list[tuple[ClientReport, Judgement, float]] = []
     async with limiter:
@@ -258,6 +257,37 @@ async def _run_cell(
     )
 
 
+def _cell_request(
+    scenario: Scenario, dialect: Dialect, client: str, gateway: Gateway, cell_id: str, model: str
+) -> dict[str, Any]:
+    """What a cell's driver is asked to send (a probe's: the same with its own id and model)."""
+    return {
+        "id": cell_id,
+        "client": client,
+        # The driver speaks this dialect to the gateway's `/v1` root (its library adds the path).
+        "dialect": dialect.value,
+        "base_url": gateway.base_url,
+        "model": model,
+        "deadline_s": scenario.deadline_for(client),
+        **scenario.request(),
+        "api_key": gateway.api_key or LAB_API_KEY,
+    }
+
+
+async def _run_probe(
+    scenario: Scenario, result: CellResult, gateway: Gateway, hosts: dict, limiter: trio.CapacityLimiter
+) -> None:
+    """The cell's probe (labs.evidence): one healthy request through its gateway by its client,
+    with its own id, judged against the probe's answer; kept in `result.probe`."""
+    probe_cell = probe_id(result.cell_id)
+    model = gateway.model_for(result.dialect, probe_model_name(result.cell_id))
+    request = _cell_request(scenario, result.dialect, result.client, gateway, probe_cell, model)
+    async with limiter:
+        raw = await hosts[result.client].run(request)
+    report = ClientReport.from_json({"client": result.client, "completed": False, **raw})
+    result.probe = probe_json(probe_cell, report, judge(report, probe_expected(result.dialect)))
+
+
 def summarised(sent: list[tuple[ClientReport, Judgement, float]]) -> tuple[ClientReport, Judgement, float]:
     """A cell's report, judgement and seconds from its requests (each with its own): one request's
     own, or for several the loudest one's report (`Outcome.severity`, the first of equals) with the
@@ -273,6 +303,11 @@ def summarised(sent: list[tuple[ClientReport, Judgement, float]]) -> tuple[Clien
     if judgement.outcome is not Outcome.OK:
         why += f"; first {judgement.outcome} (request {worst + 1}): {judgement.reason}"
     return report, Judgement(outcome=judgement.outcome, reason=why), sum(t for _, _, t in sent)
+
+
+def _probe_model(gateway: Gateway, number: int, dialect: Dialect) -> str:
+    """The model a cell's probe names at its gateway (labs.evidence.probe_model_name)."""
+    return gateway.model_for(dialect, probe_model_name(CELL_ID_TEMPLATE.format(number)))
 
 
 async def _drop_pooled_connections(toxiproxy, proxy: str) -> None:
@@ -394,12 +429,17 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # cells only; a gateway's late retry of an earlier cell is refused (409) and
                     # counted, never served under this run's policy and fault. Set before SMG's
                     # registration, whose probes name this run's cells.
-                    _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells))
+                    numbers = [CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells]
+                    _serve_only(servers, frozenset(numbers + [probe_id(cell) for cell in numbers]))
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)
                     # Before the fault and the drop: SMG registers each model's workers (probes).
-                    await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n, d)) for n, _, g, d in cells])
+                    await prepare_gateways(
+                        gateways,
+                        [(g, _request_model(scenario, gateways[g], n, d)) for n, _, g, d in cells]
+                        + [(g, _probe_model(gateways[g], n, d)) for n, _, g, d in cells],
+                    )
                     await _drop_pooled_connections(toxiproxy, TUNNEL)
                     run_results = await _run_scenario(
                         scenario,
@@ -508,6 +548,15 @@ async def _run_scenario(
             async with trio.open_nursery() as nursery:
                 for number, client, gateway, dialect in wave:
                     nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway, dialect, wave_limiter)
+    # The probes, once the fault is lifted (a tunnel fault would cut a probe too) and the pooled
+    # connections that met it are closed (a stalled one would stall a probe): all at once, like the
+    # cells; an agent's cell has none (labs.evidence).
+    if fault is not None:
+        await _drop_pooled_connections(toxiproxy, TUNNEL)
+    async with trio.open_nursery() as nursery:
+        for result in results:
+            if result.client not in AGENT_CLIENTS:
+                nursery.start_soon(_run_probe, scenario, result, gateways[result.gateway], hosts, limiter)
     return sorted(results, key=lambda r: r.cell_id)
 
 
