@@ -65,7 +65,7 @@ from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
 from labs.hub import Hub, open_hub
-from labs.outcome import ClientReport, Judgement, Outcome, books_mismatch, judge
+from labs.outcome import BOOKS_ERROR, ClientReport, Judgement, Outcome, books_mismatch, judge
 from labs.plan import (
     LabConfig,
     NotApplicable,
@@ -622,5 +622,15 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
             # request its books do not know about is exactly what an operator needs to see).
             result.books, result.books_entry, result.books_mismatch = BOOKS_NO_ENTRY, None, True
             continue
+        if result.requests:
+            # A cell of several requests (`requests_per_cell`) is booked as its outcome is judged:
+            # `error` if the books say so for any of its requests, with that entry (each entry
+            # read alone, by the gateway's own reader).
+            failed = [
+                (one_word, one_entry)
+                for one_word, one_entry in (books_entry(gateway, [e], result.cell_id) for e in entries[result.gateway])
+                if one_entry is not None and one_word == BOOKS_ERROR
+            ]
+            word, entry = failed[0] if failed else (word, entry)
         result.books, result.books_entry = word, entry
         result.books_mismatch = books_mismatch(result.outcome, word)

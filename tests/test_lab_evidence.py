@@ -113,3 +113,37 @@ def test_the_runner_records_the_evidence_from_the_gateways_attempts_and_the_prob
     assert [a["at"] for a in result.attempts] == ["primary", "primary", "spare", "spare"]
     assert result.probe is not None and result.probe["tries"] == 1
     assert {"first_gap_s", "max_attempts_per_s", "probe"} <= set(result.to_json())
+
+
+def test_a_cell_of_several_requests_is_booked_error_when_any_of_its_requests_is(tmp_path):
+    from labs.gateways.services import Gateway
+    from labs.runner import _attach_books
+
+    books = tmp_path / "books.jsonl"
+    books.write_text(
+        "".join(
+            f'{{"model": "{cell};primary_503_first=10", "status": "{status}"}}\n'
+            for cell, status in [("c0001", "failure"), ("c0001", "success"), ("c0002", "success"), ("c0003", "success")]
+        )
+    )
+    gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm")}
+
+    def cell(cell_id: str, outcome: Outcome, requests: int) -> CellResult:
+        return CellResult(
+            scenario="flapping-primary",
+            client="openai-python",
+            gateway="litellm",
+            cell_id=cell_id,
+            outcome=outcome,
+            why="",
+            report={},
+            request_model=cell_id,
+            requests=[{"outcome": outcome, "why": "", "total_s": 1.0}] * requests,
+        )
+
+    several, healthy, single = cell("c0001", Outcome.ERROR, 2), cell("c0002", Outcome.OK, 2), cell("c0003", Outcome.OK, 0)
+    _attach_books([several, healthy, single], gateways)
+    assert (several.books, several.books_mismatch) == ("error", False)
+    assert several.books_entry is not None and several.books_entry["status"] == "failure"
+    assert (healthy.books, healthy.books_mismatch) == ("ok", False)
+    assert single.books == "ok"
