@@ -256,12 +256,16 @@ _CONTENT_POLICY_WORDS = ("content_policy_violation", "safety system", "content f
 def _attempt_words(cell: dict[str, Any]) -> str:
     """`N tries, first gap X s, most Y in 1 s`: the attempts' evidence, for a column's why."""
     gap = _first_gap(cell)
-    tries = cell.get("tries")
     return (
-        f"{tries if tries is not None else '?'} tries, first gap "
+        f"{_tries_words(cell.get('tries'))}, first gap "
         + (f"{gap:.2f} s" if gap is not None else "none")
         + f", most {_hammering(cell)} in 1 s"
     )
+
+
+def _tries_words(tries: int | None) -> str:
+    """`1 try`, `3 tries`, `? tries` (none recorded)."""
+    return "1 try" if tries == 1 else f"{tries if tries is not None else '?'} tries"
 
 
 def _hammering(cell: dict[str, Any]) -> int:
@@ -609,7 +613,7 @@ def _attempts_note(item: dict[str, Any]) -> str:
         return ""
     gap = item.get("first_gap_s")
     parts = [
-        f"{item.get('tries') if item.get('tries') is not None else '?'} tries",
+        _tries_words(item.get("tries")),
         "first gap " + (f"{gap:.2f} s" if gap is not None else "none"),
         f"most {item.get('max_attempts_per_s') or 0} in 1 s",
         "probe " + ("none" if item.get("probe_ok") is None else "ok" if item["probe_ok"] else "NOT ok"),
