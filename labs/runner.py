@@ -624,11 +624,15 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
             continue
         if result.requests:
             # A cell of several requests (`requests_per_cell`) is booked as its outcome is judged:
-            # `error` if the books say so for any of its requests, with that entry (each entry
-            # read alone, by the gateway's own reader).
+            # `error` if the books say so for any of its requests, with that entry. A request's
+            # lines are those that share its `call_id` (LiteLLM's: its retries and fallbacks), else
+            # each line is one; each request is read by the gateway's own reader (its last line).
+            by_request: dict[Any, list[dict[str, Any]]] = {}
+            for number, line in enumerate(entries[result.gateway]):
+                by_request.setdefault(line.get("call_id") or ("line", number), []).append(line)
             failed = [
                 (one_word, one_entry)
-                for one_word, one_entry in (books_entry(gateway, [e], result.cell_id) for e in entries[result.gateway])
+                for one_word, one_entry in (books_entry(gateway, lines, result.cell_id) for lines in by_request.values())
                 if one_entry is not None and one_word == BOOKS_ERROR
             ]
             word, entry = failed[0] if failed else (word, entry)

@@ -120,10 +120,19 @@ def test_a_cell_of_several_requests_is_booked_error_when_any_of_its_requests_is(
     from labs.runner import _attach_books
 
     books = tmp_path / "books.jsonl"
+    # c0001: a request that failed, one that succeeded; c0002: a request whose first try failed
+    # and whose fallback succeeded (one call id: one request, rescued); c0003: one request.
+    lines = [
+        ("c0001", "failure", "a"),
+        ("c0001", "success", "b"),
+        ("c0002", "failure", "c"),
+        ("c0002", "success", "c"),
+        ("c0003", "success", "d"),
+    ]
     books.write_text(
         "".join(
-            f'{{"model": "{cell};primary_503_first=10", "status": "{status}"}}\n'
-            for cell, status in [("c0001", "failure"), ("c0001", "success"), ("c0002", "success"), ("c0003", "success")]
+            f'{{"model": "{cell};primary_503_first=10", "status": "{status}", "call_id": "{call}"}}\n'
+            for cell, status, call in lines
         )
     )
     gateways = {"litellm": Gateway(name="litellm", base_url="http://x", books_path=books, books_kind="litellm")}
