@@ -257,3 +257,23 @@ def test_a_cell_of_several_ok_requests_is_ok_with_the_count():
 def test_a_cell_of_one_request_is_that_request():
     sent = _sent(Outcome.HANG)
     assert summarised(sent) == sent[0]
+
+
+def test_a_standalone_worker_started_as_the_spare_answers_despite_the_primarys_fault():
+    from functools import partial
+
+    from labs.worker.__main__ import build_parser
+    from labs.worker.server import serve_worker
+
+    assert build_parser().parse_args(["--spare"]).spare is True
+    assert build_parser().parse_args([]).spare is False
+
+    async def scenario():
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(serve_worker, WorkerSettings(), spare=True))
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+                response = await client.post(PATHS[Dialect.CHAT], json=body(CELL, tokens=2, primary_503_persistent=True))
+            nursery.cancel_scope.cancel()
+            return response.status_code
+
+    assert run_trio(scenario) == 200

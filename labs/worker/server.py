@@ -167,12 +167,14 @@ async def serve_worker(
     handled: list[HandledRequest] | None = None,
     arrivals: list[str] | None = None,
     worker: RunningWorker | None = None,
+    spare: bool = False,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled. `await nursery.start(serve_worker, ...)` returns the bound port.
 
     `worker`: the record to keep (its defaults, lists and lab controls win over the other
-    arguments; `open_worker` passes one); without it, one is made from the arguments.
+    arguments; `open_worker` passes one); without it, one is made from the arguments (`spare`:
+    the lab's spare, `RunningWorker.spare`).
     """
     if worker is None:
         worker = RunningWorker(
@@ -181,6 +183,7 @@ async def serve_worker(
             defaults=defaults if defaults is not None else WorkerSettings(),
             handled=handled if handled is not None else [],
             arrivals=arrivals if arrivals is not None else [],
+            spare=spare,
         )
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound_port = listeners[0].socket.getsockname()[1]
