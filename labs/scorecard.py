@@ -364,9 +364,9 @@ def _circuit_opens(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Scor
     straight_to_spare = sum(
         1
         for before, attempt in zip([None, *attempts], attempts)
-        if attempt.get("at") == "spare" and (before is None or before.get("at") == "spare")
+        if attempt.get("at") == "spare" and not _failed_at_primary(before)
     )
-    back = bool(attempts) and attempts[-1].get("at") != "spare"
+    back = bool(attempts) and attempts[-1].get("at") != "spare" and attempts[-1].get("ended") == "complete"
     words = f"{outcome.value}; {len(attempts)} attempts, {straight_to_spare} straight to the spare, last at {attempts[-1].get('at') if attempts else 'none'}"
     if outcome in (Outcome.HANG, Outcome.SILENT_TRUNCATION):
         return Score.FAIL, words
@@ -377,6 +377,11 @@ def _circuit_opens(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Scor
     return Score.PARTIAL, words + (
         " (no circuit: every request tried the primary first)" if not straight_to_spare else " (never back at the primary)"
     )
+
+
+def _failed_at_primary(attempt: dict[str, Any] | None) -> bool:
+    """An attempt at the primary that did not end `complete` (a 503, a reset ...)."""
+    return attempt is not None and attempt.get("at") != "spare" and attempt.get("ended") != "complete"
 
 
 def _fallback_model_and_usage(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:

@@ -48,7 +48,11 @@ def cell(scenario, outcome, *, gateway="litellm", at=(), gap=None, per_s=None, e
     arrivals = [10.0 + i for i in range(len(at))]
     if gap is not None and len(arrivals) > 1:
         arrivals = [10.0, 10.0 + gap, *[10.0 + gap + i for i in range(1, len(at) - 1)]]
-    attempts = [_attempt(server, arrival) for server, arrival in zip(at, arrivals)]
+    # `primary:ok` is an answer from the primary; a bare `primary` failed (the flapping 503).
+    attempts = [_attempt(server.split(":")[0], arrival) for server, arrival in zip(at, arrivals)]
+    for attempt, server in zip(attempts, at):
+        attempt["ended"] = "complete" if server == "spare" or server.endswith(":ok") else "http_error:503"
+    at = tuple(server.split(":")[0] for server in at)
     made = _cell(scenario, gateway, outcome, attempts=attempts, tries=len(attempts))
     made["first_gap_s"] = round(arrivals[1] - arrivals[0], 3) if len(arrivals) > 1 else None
     made["max_attempts_per_s"] = per_s if per_s is not None else (1 if attempts else 0)
@@ -161,9 +165,11 @@ def test_no_prefill_400_after_cut(outcome, error, score):
     ("outcome", "at", "score"),
     [
         # Failed at the primary, then straight to the spare for a while, then back at the primary.
-        ("ok", ("primary", "spare", "spare", "spare", "primary", "primary"), "pass"),
+        ("ok", ("primary", "spare", "spare", "spare", "primary:ok", "primary:ok"), "pass"),
         # Every request tried the primary first: no circuit.
-        ("ok", ("primary", "spare", "primary", "spare", "primary"), "partial"),
+        ("ok", ("primary", "spare", "primary", "spare", "primary:ok"), "partial"),
+        # A spare attempt right after an answer from the primary is a request sent to the spare.
+        ("ok", ("primary", "spare", "primary:ok", "spare", "primary:ok"), "pass"),
         # Never came back to the primary.
         ("ok", ("primary", "spare", "spare", "spare"), "partial"),
         ("error", ("primary", "primary", "primary", "primary"), "safe"),
