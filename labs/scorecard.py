@@ -32,18 +32,27 @@ servers recorded (labs.worker.attempts; `tries` on a cell). docs/lab.md
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from labs.evidence import first_gap_s, max_attempts_per_s
 from labs.gateways.registry import UnknownGateway, lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_NONE, BOOKS_OK, Outcome
 from labs.repeat import split_text
+from labs.scorecard_failover import (
+    answered_by_spare,
+    backs_off_on_429,
+    circuit_opens,
+    fails_over_on_503,
+    fallback_model_and_usage,
+    healthy_afterwards,
+    no_prefill_400_after_cut,
+    no_retry_of_content_policy,
+    tries_words,
+)
+from labs.scorecard_words import Score, first_gap
 from labs.table import dialect_of
-from labs.topology import HUB
 
 __all__ = [
     "COLUMNS",
@@ -53,19 +62,6 @@ __all__ = [
     "render_scorecard_markdown",
     "render_scorecard_text",
 ]
-
-
-class Score(enum.StrEnum):
-    """A scorecard cell's word, best first."""
-
-    PASS = "pass"
-    #: Rescued, but an advisory check failed (failoverbench's `partial`).
-    PARTIAL = "partial"
-    #: No rescue, but a bounded, visible failure where a rescue was possible.
-    SAFE = "safe"
-    FAIL = "fail"
-    #: Nothing in the run to judge by.
-    NOT_APPLICABLE = "n/a"
 
 
 _WORST_FIRST = (Score.FAIL, Score.SAFE, Score.PARTIAL, Score.PASS)
@@ -193,22 +189,6 @@ def _retry_after_seconds(scenario: dict[str, Any]) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def _first_hop(cell: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cell's attempts as the gateway made them: the hub's when it has any, else the workers'."""
-    attempts = cell.get("attempts") or []
-    at_hub = [a for a in attempts if a.get("at") == HUB]
-    return at_hub or attempts
-
-
-def _first_gap(cell: dict[str, Any]) -> float | None:
-    """The cell's `first_gap_s` (labs.evidence), or for a result from before it, the same from the
-    attempts the gateway made."""
-    if "first_gap_s" in cell:
-        gap = cell["first_gap_s"]
-        return float(gap) if gap is not None else None
-    return first_gap_s([a["arrived_at"] for a in _first_hop(cell)])
-
-
 def _retry_after(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
     """A 429 with `Retry-After` once, then healthy: the answer must come (`ok`), from a retry made
     no sooner than the Retry-After after the first attempt (`first_gap_s`). No retry but the 429
@@ -217,7 +197,7 @@ def _retry_after(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score,
     if outcome is not Outcome.OK:
         score = Score.SAFE if outcome in (Outcome.ERROR, Outcome.FLAGGED) else Score.FAIL
         return score, f"{outcome.value} after {cell.get('tries') or '?'} tries"
-    waited = _first_gap(cell)
+    waited = first_gap(cell)
     if waited is None:
         return Score.PASS, "ok (no second attempt recorded to time the retry)"
     wanted = _retry_after_seconds(scenario)
@@ -238,190 +218,6 @@ def _no_retry_of_400(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Sc
         return Score.FAIL, f"{outcome.value}, but the 400 was sent {tries} times"
     score = Score.PASS if outcome is Outcome.ERROR else Score.SAFE
     return score, f"{outcome.value}, {tries if tries is not None else '?'} try"
-
-
-#: Hammering: more attempts than this within one second (`max_attempts_per_s`) is a tight loop.
-#: Every SDK's backoff (0.5 s, then 1 s) stays under it, and so does LiteLLM's three tries at the
-#: primary then one at the spare (its retries with another deployment in the group do not wait:
-#: the first gap says so, `partial`); 5 attempts 50 ms, 75 ms ... apart (SMG's, vllm-router's) do not.
-MOST_ATTEMPTS_PER_S = 4
-#: A backoff: the least first gap that counts as waiting before a retry at the same server.
-LEAST_BACKOFF_S = 0.2
-#: The error text of the prefill 400 (labs.worker.answer.PREFILL_MESSAGE, lower case).
-_PREFILL_400 = "prefill is not supported"
-#: Words that carry a content-policy refusal's reason to the caller, in each dialect's body.
-_CONTENT_POLICY_WORDS = ("content_policy_violation", "safety system", "content filtering policy")
-
-
-def _attempt_words(cell: dict[str, Any]) -> str:
-    """`N tries, first gap X s, most Y in 1 s`: the attempts' evidence, for a column's why."""
-    gap = _first_gap(cell)
-    return (
-        f"{_tries_words(cell.get('tries'))}, first gap "
-        + (f"{gap:.2f} s" if gap is not None else "none")
-        + f", most {_hammering(cell)} in 1 s"
-    )
-
-
-def _tries_words(tries: int | None) -> str:
-    """`1 try`, `3 tries`, `? tries` (none recorded)."""
-    return "1 try" if tries == 1 else f"{tries if tries is not None else '?'} tries"
-
-
-def _hammering(cell: dict[str, Any]) -> int:
-    if "max_attempts_per_s" in cell:
-        return int(cell["max_attempts_per_s"] or 0)
-    return max_attempts_per_s([a["arrived_at"] for a in _first_hop(cell)])
-
-
-def _bounded(outcome: Outcome) -> bool:
-    """A clean, bounded failure: the client was told (an exception or a failure reason)."""
-    return outcome in (Outcome.ERROR, Outcome.FLAGGED)
-
-
-def _backs_off_on_429(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-    """A 429 on every attempt at the primary, no Retry-After (S02): never a tight loop (more than
-    `MOST_ATTEMPTS_PER_S` in a second: `fail`), never a hang; the spare's answer after a backoff is
-    `pass`, without one (a first gap under `LEAST_BACKOFF_S` at the same server) `partial`; a clean
-    error after backing off is `safe`."""
-    outcome = cell["outcome"]
-    words = f"{outcome.value}, {_attempt_words(cell)}"
-    if outcome in (Outcome.HANG, Outcome.SILENT_TRUNCATION) or _hammering(cell) > MOST_ATTEMPTS_PER_S:
-        return Score.FAIL, words
-    if _bounded(outcome):
-        return Score.SAFE, words
-    attempts = _first_hop(cell)
-    gap = _first_gap(cell)
-    same_server = len(attempts) >= 2 and attempts[0].get("at") == attempts[1].get("at")
-    if same_server and gap is not None and gap < LEAST_BACKOFF_S:
-        return Score.PARTIAL, words + " (retried without backing off)"
-    return Score.PASS, words
-
-
-def _answered_by_spare(cell: dict[str, Any]) -> bool:
-    return cell.get("answered_by") == "spare" or bool((cell.get("worker_requests") or {}).get("spare"))
-
-
-def _fails_over_on_503(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-    """A 503 on every attempt at the primary, a healthy spare (S04): the spare's answer is `pass`
-    (`partial` if the primary was hammered first); the error surfaced within a bounded number of
-    tries is `safe`; a hang, a silent truncation or a tight loop is `fail`."""
-    outcome = cell["outcome"]
-    words = f"{outcome.value}, {_attempt_words(cell)}"
-    if outcome in (Outcome.HANG, Outcome.SILENT_TRUNCATION):
-        return Score.FAIL, words
-    if _bounded(outcome):
-        return (Score.FAIL if _hammering(cell) > MOST_ATTEMPTS_PER_S else Score.SAFE), words
-    if not _answered_by_spare(cell):
-        return Score.FAIL, words + ", but the spare never saw it (an answer from a failing primary?)"
-    if _hammering(cell) > MOST_ATTEMPTS_PER_S:
-        return Score.PARTIAL, words + ", the spare answered after a tight loop"
-    return Score.PASS, words + ", the spare answered"
-
-
-def _error_text(cell: dict[str, Any]) -> str:
-    report = cell.get("report") or {}
-    return f"{report.get('error_class') or ''}: {report.get('error_message') or ''}".lower()
-
-
-def _no_retry_of_content_policy(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-    """A 400 content-policy refusal on every attempt (S13): one try and an error that carries the
-    reason is `pass`; one try and an error without it, or a failure reason, `safe`; a retry (at
-    either worker) or the refusal hidden (`ok`, a truncation, a hang) is `fail`."""
-    outcome = cell["outcome"]
-    tries = cell.get("tries")
-    if outcome in (Outcome.OK, Outcome.SILENT_TRUNCATION, Outcome.HANG):
-        return Score.FAIL, f"{outcome.value} after {tries if tries is not None else '?'} tries"
-    if tries is not None and tries > 1:
-        return Score.FAIL, f"{outcome.value}, but the 400 was sent {tries} times"
-    if outcome is Outcome.ERROR and any(word in _error_text(cell) for word in _CONTENT_POLICY_WORDS):
-        return Score.PASS, "error naming the content policy, 1 try"
-    return Score.SAFE, f"{outcome.value}, 1 try, the reason not in what the client raised"
-
-
-def _no_prefill_400_after_cut(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-    """A cut after tokens, and a spare that rejects assistant prefill (S14): the final error must
-    never be the prefill 400. A whole answer is `pass`; an error that is not the prefill 400 (the
-    cut named) `safe`; the prefill 400 as the client's error, a truncation or a hang `fail`."""
-    outcome = cell["outcome"]
-    if outcome is Outcome.OK:
-        return Score.PASS, f"ok, {_attempt_words(cell)}"
-    if outcome in (Outcome.SILENT_TRUNCATION, Outcome.HANG):
-        return Score.FAIL, outcome.value
-    if _PREFILL_400 in _error_text(cell):
-        return Score.FAIL, f"{outcome.value}: the client's error is the prefill 400"
-    return Score.SAFE, f"{outcome.value}, not the prefill 400"
-
-
-def _circuit_opens(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-    """A primary that fails a cell's first attempts then recovers, over a run of requests (S15):
-    every request answered, some sent straight to the spare (an attempt at the spare that no
-    failed primary attempt came just before: the circuit open), and the last one back at the
-    primary is `pass`; every request answered but no circuit, or never back, `partial`; some
-    requests failed cleanly `safe`; a hang or a truncation `fail`."""
-    outcome = cell["outcome"]
-    attempts = _first_hop(cell)
-    straight_to_spare = sum(
-        1
-        for before, attempt in zip([None, *attempts], attempts)
-        if attempt.get("at") == "spare" and not _failed_at_primary(before)
-    )
-    back = bool(attempts) and attempts[-1].get("at") != "spare" and attempts[-1].get("ended") == "complete"
-    words = f"{outcome.value}; {len(attempts)} attempts, {straight_to_spare} straight to the spare, last at {attempts[-1].get('at') if attempts else 'none'}"
-    if outcome in (Outcome.HANG, Outcome.SILENT_TRUNCATION):
-        return Score.FAIL, words
-    if _bounded(outcome):
-        return Score.SAFE, words
-    if straight_to_spare and back:
-        return Score.PASS, words
-    return Score.PARTIAL, words + (
-        " (no circuit: every request tried the primary first)" if not straight_to_spare else " (never back at the primary)"
-    )
-
-
-def _failed_at_primary(attempt: dict[str, Any] | None) -> bool:
-    """An attempt at the primary that did not end `complete` (a 503, a reset ...)."""
-    return attempt is not None and attempt.get("at") != "spare" and attempt.get("ended") != "complete"
-
-
-def _fallback_model_and_usage(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-    """The primary 503s, the spare answers as another model with its own usage (S16): the spare's
-    answer with its `model` and its usage reaching the client is `pass`; the spare's answer with
-    the primary's name (the requested model) or without usage `partial`; the error surfaced `safe`;
-    a hang or a truncation `fail`. The model and usage are what the client reported (`report.model`,
-    `report.usage`), where its driver reports them."""
-    outcome = cell["outcome"]
-    if outcome in (Outcome.HANG, Outcome.SILENT_TRUNCATION):
-        return Score.FAIL, outcome.value
-    if _bounded(outcome):
-        return Score.SAFE, f"{outcome.value}, {_attempt_words(cell)}"
-    report = cell.get("report") or {}
-    model, usage = report.get("model"), report.get("usage")
-    wanted_model = _worker_setting(scenario, "spare_model")
-    wanted_prompt = _worker_setting(scenario, "spare_prompt_tokens")
-    seen_prompt = usage.get("prompt_tokens", usage.get("input_tokens")) if isinstance(usage, dict) else None
-    words = f"ok, model {model!r}, prompt tokens {seen_prompt!r}"
-    if model is None and usage is None:
-        return Score.PASS if _answered_by_spare(
-            cell
-        ) else Score.PARTIAL, words + " (the client reports neither; the spare answered)"
-    if model == wanted_model and wanted_prompt is not None and seen_prompt == int(wanted_prompt):
-        return Score.PASS, words
-    return Score.PARTIAL, words + f" (the spare's: {wanted_model!r}, {wanted_prompt})"
-
-
-def _worker_setting(scenario: dict[str, Any], name: str) -> str | None:
-    """One setting from the scenario entry's worker header (`key=value; ...`), None if absent."""
-    found = re.search(rf"(?:^|;)\s*{name}=([^;]+)", scenario.get("worker") or "")
-    return found.group(1).strip() if found else None
-
-
-def _healthy_afterwards(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
-    """The probe after the cell (labs.evidence): `ok` is `pass`, anything else `fail`."""
-    probe = cell.get("probe") or {}
-    if probe.get("ok"):
-        return Score.PASS, f"probe ok after {cell['outcome']}"
-    return Score.FAIL, f"probe {probe.get('outcome')} after {cell['outcome']}: {probe.get('why')}"
 
 
 def _named(*names: str, prefix: str | None = None) -> Callable[[str], bool]:
@@ -479,14 +275,14 @@ COLUMNS: tuple[Column, ...] = (
         name="backs-off-on-429",
         question="a 429 on every attempt is met with a backoff (never a tight loop), then a fail-over or a clean error",
         scenarios=_named("http-429-persistent"),
-        rule=_backs_off_on_429,
+        rule=backs_off_on_429,
         shows_attempts=True,
     ),
     Column(
         name="fails-over-on-503",
         question="a primary that answers 503 on every attempt is failed over to the spare",
         scenarios=_named("http-503-persistent"),
-        rule=_fails_over_on_503,
+        rule=fails_over_on_503,
         needs_spare=True,
         shows_attempts=True,
     ),
@@ -494,21 +290,21 @@ COLUMNS: tuple[Column, ...] = (
         name="no-retry-of-a-content-policy-400",
         question="a 400 content_policy_violation is not retried, and its reason reaches the client",
         scenarios=_named("http-400-content-policy"),
-        rule=_no_retry_of_content_policy,
+        rule=no_retry_of_content_policy,
         shows_attempts=True,
     ),
     Column(
         name="no-prefill-400-after-cut",
         question="after a cut, the client's final error is never a fallback's prefill 400",
         scenarios=_named("cut-then-prefill-rejected"),
-        rule=_no_prefill_400_after_cut,
+        rule=no_prefill_400_after_cut,
         shows_attempts=True,
     ),
     Column(
         name="circuit-opens",
         question="a flapping primary is skipped while it fails (the spare serves) and used again once it recovers",
         scenarios=_named("flapping-primary"),
-        rule=_circuit_opens,
+        rule=circuit_opens,
         needs_spare=True,
         shows_attempts=True,
     ),
@@ -516,7 +312,7 @@ COLUMNS: tuple[Column, ...] = (
         name="fallback-model-and-usage",
         question="a fail-over answer reaches the client with the spare's model name and usage",
         scenarios=_named("fallback-model-usage"),
-        rule=_fallback_model_and_usage,
+        rule=fallback_model_and_usage,
         needs_spare=True,
         shows_attempts=True,
     ),
@@ -524,7 +320,7 @@ COLUMNS: tuple[Column, ...] = (
         name="healthy-afterwards",
         question="a healthy request through the gateway right after each cell succeeds",
         scenarios=None,
-        rule=_healthy_afterwards,
+        rule=healthy_afterwards,
         needs_probe=True,
     ),
 )
@@ -536,7 +332,7 @@ def _has_spare(gateway: str, cells: list[dict[str, Any]]) -> bool:
     try:
         return lookup(gateway).uses_spare
     except UnknownGateway:
-        return any(_answered_by_spare(cell) for cell in cells)
+        return any(answered_by_spare(cell) for cell in cells)
 
 
 def _evidence(cell: dict[str, Any], why: str) -> dict[str, Any]:
@@ -618,7 +414,7 @@ def _attempts_note(item: dict[str, Any]) -> str:
         return ""
     gap = item.get("first_gap_s")
     parts = [
-        _tries_words(item.get("tries")),
+        tries_words(item.get("tries")),
         "first gap " + (f"{gap:.2f} s" if gap is not None else "none"),
         f"most {item.get('max_attempts_per_s') or 0} in 1 s",
         "probe " + ("none" if item.get("probe_ok") is None else "ok" if item["probe_ok"] else "NOT ok"),

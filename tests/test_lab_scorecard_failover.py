@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from labs.scorecard import MOST_ATTEMPTS_PER_S, build_scorecard, render_scorecard_markdown
+from labs.scorecard import build_scorecard, render_scorecard_markdown
+from labs.scorecard_failover import MOST_ATTEMPTS_PER_S
 from tests.test_lab_scorecard import _attempt, _cell
 
 SCENARIOS = [
