@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections import Counter
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -57,10 +56,11 @@ import trio
 from faults.catalog import Fault
 from faults.toxiproxy_server import open_toxiproxy_server
 from finishline import Dialect
-from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, LAB_API_KEY
+from labs.cell_requests import cell_request, run_probe, summarised
+from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
-from labs.evidence import probe_expected, probe_id, probe_json, probe_model_name
+from labs.evidence import probe_id, probe_model_name
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
 from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
@@ -222,7 +222,7 @@ async def _run_cell(
     limiter: trio.CapacityLimiter,
 ) -> CellResult:
     model = _request_model(scenario, gateway, cell_id, dialect)
-    request = _cell_request(scenario, dialect, client, gateway, cell_id, model)
+    request = cell_request(scenario, dialect, client, gateway, cell_id, model)
     expected = scenario.expected(dialect)
     sent: list[tuple[ClientReport, Judgement, float]] = []
     async with limiter:
@@ -255,54 +255,6 @@ async def _run_cell(
         if len(sent) > 1
         else [],
     )
-
-
-def _cell_request(
-    scenario: Scenario, dialect: Dialect, client: str, gateway: Gateway, cell_id: str, model: str
-) -> dict[str, Any]:
-    """What a cell's driver is asked to send (a probe's: the same with its own id and model)."""
-    return {
-        "id": cell_id,
-        "client": client,
-        # The driver speaks this dialect to the gateway's `/v1` root (its library adds the path).
-        "dialect": dialect.value,
-        "base_url": gateway.base_url,
-        "model": model,
-        "deadline_s": scenario.deadline_for(client),
-        **scenario.request(),
-        "api_key": gateway.api_key or LAB_API_KEY,
-    }
-
-
-async def _run_probe(
-    scenario: Scenario, result: CellResult, gateway: Gateway, hosts: dict, limiter: trio.CapacityLimiter
-) -> None:
-    """The cell's probe (labs.evidence): one healthy request through its gateway by its client,
-    with its own id, judged against the probe's answer; kept in `result.probe`."""
-    probe_cell = probe_id(result.cell_id)
-    model = gateway.model_for(result.dialect, probe_model_name(result.cell_id))
-    request = _cell_request(scenario, result.dialect, result.client, gateway, probe_cell, model)
-    async with limiter:
-        raw = await hosts[result.client].run(request)
-    report = ClientReport.from_json({"client": result.client, "completed": False, **raw})
-    result.probe = probe_json(probe_cell, report, judge(report, probe_expected(result.dialect)))
-
-
-def summarised(sent: list[tuple[ClientReport, Judgement, float]]) -> tuple[ClientReport, Judgement, float]:
-    """A cell's report, judgement and seconds from its requests (each with its own): one request's
-    own, or for several the loudest one's report (`Outcome.severity`, the first of equals) with the
-    outcome of it and a reason that counts each word, e.g. `20 requests: ok 17 / error 3; first
-    error: ...`, and the seconds of them all."""
-    if len(sent) == 1:
-        return sent[0]
-    worst = max(range(len(sent)), key=lambda i: (sent[i][1].outcome.severity, -i))
-    report, judgement, _ = sent[worst]
-    counts = Counter(j.outcome for _, j, _ in sent)
-    split = " / ".join(f"{outcome} {counts[outcome]}" for outcome in Outcome if outcome in counts)
-    why = f"{len(sent)} requests: {split}"
-    if judgement.outcome is not Outcome.OK:
-        why += f"; first {judgement.outcome} (request {worst + 1}): {judgement.reason}"
-    return report, Judgement(outcome=judgement.outcome, reason=why), sum(t for _, _, t in sent)
 
 
 def _probe_model(gateway: Gateway, number: int, dialect: Dialect) -> str:
@@ -556,7 +508,7 @@ async def _run_scenario(
     async with trio.open_nursery() as nursery:
         for result in results:
             if result.client not in AGENT_CLIENTS:
-                nursery.start_soon(_run_probe, scenario, result, gateways[result.gateway], hosts, limiter)
+                nursery.start_soon(run_probe, scenario, result, gateways[result.gateway], hosts, limiter)
     return sorted(results, key=lambda r: r.cell_id)
 
 

@@ -15,8 +15,8 @@ import pytest
 import trio
 
 from finishline import Dialect
+from labs.cell_requests import summarised
 from labs.outcome import ClientReport, Judgement, Outcome
-from labs.runner import summarised
 from labs.scenario import ScenarioError, load_scenario, load_scenarios
 from labs.worker import SettingsError, WorkerSettings, open_worker
 from labs.worker.answer import PREFILL_MESSAGE
