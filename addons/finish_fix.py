@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections import Counter
 from dataclasses import replace
 from typing import Any
@@ -35,7 +34,7 @@ from mitmproxy import contentviews, ctx, exceptions, http
 
 import finish_fix_cut_hook
 from finish_fix_books import BodyCopy, Ledger, parse_size
-from finish_fix_stream import ClientStream, stream_of
+from finish_fix_stream import ClientStream, HeadWait, stream_of
 from finish_fix_telemetry import Telemetry
 from finish_fix_view import SseChatView
 from finishline import (
@@ -170,11 +169,13 @@ class FinishFix:
             "finish_fix_first_token_timeout",
             str,
             DEFAULT_FIRST_TOKEN_TIMEOUT,
-            "Seconds allowed from the response head to the first token (content, reasoning, a "
-            "refusal or a tool call); past it the stream ends as for finish_fix_idle_timeout. 0 = no "
-            "limit. The default, 600, is the OpenAI SDKs' own request timeout: a reasoning model "
-            "may think for minutes, or a long prompt prefill, before its first token (a role-only "
-            "chunk sent at once does not start the idle deadline while this one runs).",
+            "Seconds allowed from the moment a streaming request went upstream to its first token "
+            "(content, reasoning, a refusal or a tool call); past it the stream ends as for "
+            "finish_fix_idle_timeout, and a request whose response head has not even come is "
+            "answered at once with HTTP 504 and the dialect's error body (the upstream connection "
+            "is closed). 0 = no limit. The default, 600, is the OpenAI SDKs' own request timeout: "
+            "a reasoning model may think for minutes, or a long prompt prefill, before its first "
+            "token (a role-only chunk sent at once does not start the idle deadline while this one runs).",
         )
         loader.add_option(
             "finish_fix_metrics",
@@ -289,6 +290,17 @@ class FinishFix:
             # bodies), so ask the upstream for the plain body. Reaches it before the request head.
             flow.request.headers["accept-encoding"] = "identity"
 
+    def request(self, flow: http.HTTPFlow) -> None:
+        # The first-token deadline starts when the request goes upstream (the cut hook says when),
+        # so that a response head that never comes is caught too. Only for a request that asked
+        # for a stream: a whole answer's head comes with the answer, after all its tokens.
+        dialect = self._dialect_of(flow)
+        if dialect is None or self.policy.first_token_timeout <= 0:
+            return
+        request = RequestFacts.from_body(flow.request.raw_content)
+        if request.stream:
+            finish_fix_cut_hook.watch_head(flow, HeadWait(dialect, self.policy, request, flow.request.timestamp_start))
+
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
@@ -299,12 +311,16 @@ class FinishFix:
             response.stream = True
             return
         encoding = _content_encoding(response)
+        # The request's watch, if it waited for this head: the first-token deadline counts from the
+        # moment the request went upstream, not from this head, and its facts are read already.
+        watch = finish_fix_cut_hook.head_watch_of(flow)
+        waited = watch if isinstance(watch, HeadWait) else None
         repair = StreamRepair(
             dialect=dialect,
-            request=RequestFacts.from_body(flow.request.raw_content),
+            request=waited.request if waited is not None else RequestFacts.from_body(flow.request.raw_content),
             policy=self.policy,
             started_at=flow.request.timestamp_start,
-            head_at=time.time(),
+            sent_at=waited.sent_at if waited is not None else None,
             status=response.status_code,
             content_encoding=encoding,
         )
@@ -327,6 +343,11 @@ class FinishFix:
     def error(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
         if stream is None:
+            watch = finish_fix_cut_hook.head_watch_of(flow)
+            if isinstance(watch, HeadWait) and watch.answer is not None:
+                # No response head in time: the cut hook answered the client with the core's answer.
+                self._book(flow, watch.answer.booking, watch.request)
+                return
             dialect = self._dialect_of(flow)
             if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")

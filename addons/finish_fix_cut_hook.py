@@ -16,6 +16,18 @@ Why it is needed, for a response body that is being streamed:
   upstream exchange is abandoned the way mitmproxy abandons it for a client that went away: a
   `RequestProtocolError` sent to the server connection, which closes an HTTP/1 connection and resets
   only this stream on HTTP/2.
+* When the upstream never sends a response head (a dead worker behind a live load balancer),
+  mitmproxy waits on its server read for as long as the connection lives, and no public API ends
+  that wait: `flow.kill()` only marks the flow, which `HttpStream` reads after a hook (mitmproxy's
+  own TODO in `Flow.kill`: flows in transit cannot be killed), and a `flow.response`
+  assigned meanwhile is overwritten by `state_wait_for_response_headers` when a head comes, and
+  sent by nothing if none does. Here, once the request went upstream (the event that moved the
+  client side to `state_done` left the server side in `state_wait_for_response_headers`), the
+  flow's `HeadWatch` (registered by `watch_head`) is asked for a timer; if its `Wakeup` finds the
+  server side still waiting, the watch says what the client is answered (an `http.Response`), the
+  upstream exchange is abandoned as after a stall, the error hook runs, and the response is sent as
+  `HttpStream.send_response` sends one an addon made. A `Wakeup` is told apart from the stall
+  timer's by its command (`HeadWatch.wakeup`); one that arrives after the head came is swallowed.
 * Every piece of a streamed body costs mitmproxy two generators (this method and
   `state_stream_response_body`) and a read of the `store_streamed_bodies` option, whose value
   mitmproxy deep-copies on every read: together more than finish_fix's own work on a routine piece
@@ -32,7 +44,10 @@ Everything else goes to mitmproxy's own method unchanged. The handler is the flo
 callable (`flow.response.stream`) when it is a `CutHandler`: nothing per process is stored on
 mitmproxy's class but the original method. The clean end mirrors `HttpStream.handle_protocol_error`
 and `HttpStream.flow_done`, the pieces and the empty piece `HttpStream.state_stream_response_body`,
-the timer's start `HttpStream.start_response_stream`, and its delivery `HttpLayer.event_to_child`; `tests/test_cut_hook.py`
+the timer's start `HttpStream.start_response_stream`, the head timer's start
+`HttpStream.state_consume_request_body` and `state_stream_request_body` (where the request is sent),
+the answer without a head `HttpStream.send_response`, and the timers' delivery
+`HttpLayer.event_to_child`; `tests/test_cut_hook.py`
 pins their source, and the end-to-end tests cut and stall real streams through a real mitmdump: a
 mitmproxy upgrade that changes any of them fails loudly.
 
@@ -49,6 +64,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable
 
 from mitmproxy import flow as mitm_flow
@@ -64,19 +80,32 @@ from mitmproxy.proxy.layers.http import (
     RequestProtocolError,
     ResponseData,
     ResponseEndOfMessage,
+    ResponseHeaders,
     ResponseProtocolError,
     SendHttp,
 )
 
 from finishline import ClientEnding
 
-__all__ = ["CutHandler", "STALL_MESSAGE", "install", "uninstall", "installed"]
+__all__ = [
+    "CutHandler",
+    "HeadWatch",
+    "NO_HEAD_MESSAGE",
+    "STALL_MESSAGE",
+    "head_watch_of",
+    "install",
+    "installed",
+    "uninstall",
+    "watch_head",
+]
 
 logger = logging.getLogger(__name__)
 
 _ORIGINAL = "_finishline_original_handle_event"
 # The flow's error after a stall (the books carry the details: which deadline, after how many events).
 STALL_MESSAGE = "the upstream stalled; finish_fix closed it"
+# The flow's error when no response head came (the books and the answer's body say more).
+NO_HEAD_MESSAGE = "no response head from the upstream in time; finish_fix closed it"
 # A timer never fires sooner than this: a deadline that is due now is checked on the next turn of the
 # event loop rather than in a tight loop should the clock step back.
 _MIN_DELAY_S = 0.01
@@ -88,6 +117,9 @@ _draining = False
 # from here for every piece, a module global being the cheapest lookup. Until `install` sets it (the
 # wrapper never runs before that), it is the class's method as imported.
 _original_handle_event: Callable[[HttpStream, Event], CommandGenerator[None]] = HttpStream._handle_event
+# Each flow's HeadWatch, from `watch_head` (weak: an entry goes with its flow; module state, so a
+# flow waiting for its head across a hot reload keeps its watch).
+_head_watches: weakref.WeakKeyDictionary[http.HTTPFlow, HeadWatch] = weakref.WeakKeyDictionary()
 
 
 class CutHandler:
@@ -125,6 +157,45 @@ class CutHandler:
         """The timer went off: None if nothing stalled, else how the client's response ends (the
         upstream connection is then closed)."""
         return None
+
+
+class HeadWatch:
+    """What a flow provides (`watch_head`) to have its request answered when the upstream sends no
+    response head in time. The defaults ask for no timer: mitmproxy then waits as it would.
+
+    Every method must be cheap and should not raise (an exception is logged and mitmproxy goes on
+    waiting). Times are `time.time()`.
+
+    Attributes:
+        sent_at: when the request went upstream, set by the hook (None until then).
+        wakeup: the hook's pending timer for this watch, if any (the hook's own bookkeeping).
+    """
+
+    __slots__ = ("sent_at", "wakeup", "__weakref__")
+
+    def __init__(self) -> None:
+        self.sent_at: float | None = None
+        self.wakeup: RequestWakeup | None = None
+
+    def next_head_check(self, now: float) -> float | None:
+        """When to call `on_head_timer` (a time like `now`; `sent_at` is set), or None for no timer."""
+        return None
+
+    def on_head_timer(self, now: float) -> http.Response | None:
+        """The timer went off with no response head yet: None to wait on (the hook then asks
+        `next_head_check` again), else the response the client gets instead (the upstream
+        exchange is then abandoned and the flow's error hook runs first)."""
+        return None
+
+
+def watch_head(flow: http.HTTPFlow, watch: HeadWatch) -> None:
+    """Gives `flow` a HeadWatch; call it before the request goes upstream (the `request` hook)."""
+    _head_watches[flow] = watch
+
+
+def head_watch_of(flow: http.HTTPFlow) -> HeadWatch | None:
+    """The flow's HeadWatch, if `watch_head` gave it one."""
+    return _head_watches.get(flow)
 
 
 def install() -> None:
@@ -202,6 +273,12 @@ def _handle_other_event(self: HttpStream, event):
             if _timers_pending <= 0:
                 _restore()
             return
+        watch = _head_watches.get(self.flow)
+        if watch is not None and event.command is watch.wakeup:
+            watch.wakeup = None
+            if self.server_state == self.state_wait_for_response_headers:
+                return (yield from _on_head_timer(self, watch))
+            return  # the head came meanwhile: its stream has a stall timer of its own
     elif _draining:
         return (yield from original(self, event))
     if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
@@ -216,7 +293,17 @@ def _handle_other_event(self: HttpStream, event):
         return (yield from original(self, event))
     if isinstance(event, Wakeup):
         return  # the timer of a response that is over (HttpStream asks for no wakeups of its own)
+    request_was_sent = getattr(self, "client_state", None) == getattr(self, "state_done", object())
     yield from original(self, event)
+    if (
+        not request_was_sent
+        and self.client_state == self.state_done
+        and self.server_state == self.state_wait_for_response_headers
+    ):
+        # The request just went upstream (whole, or the end of a streamed body), and no response
+        # was made instead (a connection failure, an addon's answer or a kill leave another state).
+        yield from _watch_for_head(self)
+        return
     if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
         # The response head just went to the client (start_response_stream): from here the hook
         # sends the pieces (unless mitmproxy is to store them), and the stall timer starts.
@@ -249,6 +336,58 @@ def _set_timer(self: HttpStream, now: float):
         _timers_pending += 1
         # Delivered back to this stream: HttpLayer.event_to_child remembers who asked for a wakeup.
         yield RequestWakeup(max(at - now, _MIN_DELAY_S))
+
+
+def _watch_for_head(self: HttpStream):
+    watch = _head_watches.get(self.flow)
+    if watch is None or self.flow.error:
+        return
+    watch.sent_at = now = time.time()
+    yield from _set_head_timer(self, watch, now)
+
+
+def _set_head_timer(self: HttpStream, watch: HeadWatch, now: float):
+    global _timers_pending
+    try:
+        at = watch.next_head_check(now)
+    except Exception:  # never let the repair make a failure worse
+        logger.exception("finish_fix: next_head_check failed; mitmproxy waits for the response head as usual")
+        return
+    if at is not None:
+        _timers_pending += 1
+        # Delivered back to this stream, as the stall timer's (HttpLayer.event_to_child).
+        watch.wakeup = RequestWakeup(max(at - now, _MIN_DELAY_S))
+        yield watch.wakeup
+
+
+def _on_head_timer(self: HttpStream, watch: HeadWatch):
+    if self.flow.error:  # killed meanwhile: mitmproxy's way
+        return
+    now = time.time()
+    try:
+        response = watch.on_head_timer(now)
+    except Exception:
+        logger.exception("finish_fix: on_head_timer failed; mitmproxy waits for the response head as usual")
+        return
+    if response is None:  # early (the clock moved): look again when the watch says
+        return (yield from _set_head_timer(self, watch, now))
+    # Abandon the upstream exchange as after a stall (an HTTP/1 connection is closed, an HTTP/2
+    # stream reset), book the failure (the error hook), then send the answer the way
+    # HttpStream.send_response sends a response an addon made, and end the stream as flow_done does.
+    yield SendHttp(RequestProtocolError(self.stream_id, NO_HEAD_MESSAGE, ErrorCode.CANCEL), self.context.server)
+    self.flow.response = response
+    self.flow.error = mitm_flow.Error(NO_HEAD_MESSAGE)
+    yield HttpErrorHook(self.flow)
+    if (yield from self.check_killed(False)):
+        return
+    self.server_state = self.state_errored
+    self.flow.live = False
+    yield DropStream(self.stream_id)
+    body = response.raw_content or b""
+    yield SendHttp(ResponseHeaders(self.stream_id, response, not body), self.context.client)
+    if body:
+        yield SendHttp(ResponseData(self.stream_id, body), self.context.client)
+    yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
 
 
 def _on_timer(self: HttpStream):

@@ -17,13 +17,22 @@ from typing import TYPE_CHECKING
 from mitmproxy import http
 
 from finish_fix_books import BodyCopy
-from finish_fix_cut_hook import CutHandler
-from finishline import ClientEnding, StreamRepair
+from finish_fix_cut_hook import CutHandler, HeadWatch
+from finishline import (
+    ClientEnding,
+    Dialect,
+    NoHeadAnswer,
+    RepairPolicy,
+    RequestFacts,
+    StreamRepair,
+    answer_no_head,
+    head_deadline,
+)
 
 if TYPE_CHECKING:
     from finish_fix_metrics import StreamMetrics
 
-__all__ = ["ClientStream", "stream_of"]
+__all__ = ["ClientStream", "HeadWait", "stream_of"]
 
 logger = logging.getLogger(__name__)
 _clock = time.time  # looked up once: the callable reads it for every piece
@@ -118,6 +127,43 @@ class ClientStream(CutHandler):
         if self.repair.report.internal_error and not self._logged:
             self._logged = True
             logger.error(f"finish_fix: {self.repair.report.detail}")
+
+
+class HeadWait(HeadWatch):
+    """A request in finish_fix's scope, from the moment it went upstream until its response head:
+    the first-token deadline's first stretch (`finishline.head_deadline`). When it passes first,
+    the client gets the core's answer (`finishline.answer_no_head`: HTTP 504 and the dialect's
+    error body), kept here for the books.
+
+    Args:
+        dialect: the request's, by its path.
+        policy: the policy in force when the request went upstream (its first-token deadline).
+        request: what the request body said.
+        started_at: when the request started (the books' duration).
+    """
+
+    __slots__ = ("dialect", "policy", "request", "started_at", "answer")
+
+    def __init__(self, dialect: Dialect, policy: RepairPolicy, request: RequestFacts, started_at: float) -> None:
+        super().__init__()
+        self.dialect = dialect
+        self.policy = policy
+        self.request = request
+        self.started_at = started_at
+        #: What the client was answered, once the deadline passed without a head.
+        self.answer: NoHeadAnswer | None = None
+
+    def next_head_check(self, now: float) -> float | None:
+        return None if self.sent_at is None else head_deadline(self.policy, sent_at=self.sent_at)
+
+    def on_head_timer(self, now: float) -> http.Response | None:
+        at = self.next_head_check(now)
+        if at is None or now < at or self.answer is not None:
+            return None
+        self.answer = answer = answer_no_head(
+            dialect=self.dialect, timeout=self.policy.first_token_timeout, request=self.request, elapsed=now - self.started_at
+        )
+        return http.Response.make(answer.status, answer.body, {"content-type": answer.content_type})
 
 
 def stream_of(flow: http.HTTPFlow) -> ClientStream | None:

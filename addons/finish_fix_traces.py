@@ -66,7 +66,7 @@ ERROR_TYPES = {
     Verdict.HTTP_ERROR: "http_error",
 }
 #: `error.type` of an interrupted stream whose cause has a word of its own.
-CAUSE_ERROR_TYPES = {CutCause.STALLED: "stalled", CutCause.CLIENT_GONE: "client_gone"}
+CAUSE_ERROR_TYPES = {cause: str(cause) for cause in (CutCause.STALLED, CutCause.CLIENT_GONE, CutCause.NO_RESPONSE_HEAD)}
 INJECTION_EVENT = "finish_fix.injection"
 # The export's own time limits: one request to the collector, and the wait at shutdown for the spans
 # still queued (then they are given up: a dead collector never holds the proxy's exit for long).

@@ -50,6 +50,7 @@ import trio
 from faults.orphans import die_with_parent
 
 __all__ = [
+    "START_DEADLINE_S",
     "STOP_GRACE_S",
     "ChildProcess",
     "ChildStartError",
@@ -65,6 +66,13 @@ __all__ = [
 
 #: Seconds between SIGTERM and SIGKILL.
 STOP_GRACE_S = 5.0
+#: How long a child that is alive may take to be ready (to listen, to answer its health check, to
+#: say hello): only a backstop for one that never will. A start waits on that condition and fails
+#: at once when the child exits, so the room costs nothing when things go well; it is there for a
+#: loaded machine. Under a parallel C++ build with memory and I/O pressure on 2 cores (issue 25),
+#: the LiteLLM proxy had not listened after 120 s, the Python driver host had not said hello after
+#: 60 s, and a mitmdump had not listened after 30 s, though each starts in seconds when idle.
+START_DEADLINE_S = 300.0
 #: How often a start is checked (exited? listening?).
 _POLL_S = 0.05
 #: Whether the kernel's view of sockets is there to read (Linux).

@@ -35,6 +35,7 @@ from faults.toxiproxy_client import (
     ToxiproxyError,
     ToxiproxyUnavailable,
 )
+from finishline import Dialect
 
 __all__ = ["main"]
 
@@ -283,7 +284,15 @@ def _layout(client: ToxiproxyClient, arguments: argparse.Namespace) -> ResponseL
     info = client.proxies()[arguments.proxy]
     _refuse_a_faulty_proxy(client, info)
     try:
-        return probe_layout(info.listen_host, info.listen_port, body=body, path=arguments.path, headers=headers, timeout=30)
+        return probe_layout(
+            info.listen_host,
+            info.listen_port,
+            body=body,
+            path=arguments.path,
+            headers=headers,
+            timeout=30,
+            dialect=_dialect_of_path(arguments.path),
+        )
     except OSError as exc:
         # Through toxiproxy a stopped upstream looks like a reset, not a refusal; a response cut
         # short (a fault applied after the check above) arrives as a ConnectionError from the probe.
@@ -291,6 +300,17 @@ def _layout(client: ToxiproxyClient, arguments: argparse.Namespace) -> ResponseL
             f"cannot probe the stream through proxy {info.name} ({info.listen} -> {info.upstream}): {exc}; "
             "is the upstream running? (and no other fault applied: `python -m faults list`)"
         ) from None
+
+
+def _dialect_of_path(path: str) -> Dialect:
+    """The dialect whose token events a probe of `path` counts: Messages and Responses by their
+    routes (`.../messages`, `.../responses`), else Chat Completions."""
+    trimmed = path.split("?", 1)[0].rstrip("/")
+    if trimmed.endswith("/messages"):
+        return Dialect.MESSAGES
+    if trimmed.endswith("/responses"):
+        return Dialect.RESPONSES
+    return Dialect.CHAT
 
 
 def _refuse_a_faulty_proxy(client: ToxiproxyClient, info: ProxyInfo) -> None:

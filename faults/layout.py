@@ -12,9 +12,23 @@ n-th token event. Two ways to know that count, behind one small protocol (`Respo
   their length does not); `faults.probe.probe_layout` checks that on two captures and refuses
   otherwise, so a cut is exact or refused, never approximate.
 
-A token event is an SSE event whose JSON data has a choice whose `delta` carries a non-empty
-`content`, `reasoning_content`, `reasoning`, `refusal`, `tool_calls` or `function_call`; the first
-chunk's `{"role": "assistant", "content": ""}` is not one. Pure: no sockets, no clock.
+A token event is, in each dialect (`finishline.Dialect`; the simulated worker's plans count the
+same events, labs/worker/messages_events.py and responses_events.py):
+
+- Chat Completions: an SSE event whose JSON data has a choice whose `delta` carries a non-empty
+  `content`, `reasoning_content`, `reasoning`, `refusal`, `tool_calls` or `function_call`; the
+  first chunk's `{"role": "assistant", "content": ""}` is not one;
+- Anthropic Messages: a `content_block_delta` whose delta carries non-empty text (`text`,
+  `thinking`, `partial_json`), and the `content_block_start` of a `tool_use` block (the call's
+  name is its first token);
+- OpenAI Responses: a `response.*.delta` event with a non-empty `delta` (output text, reasoning,
+  function-call arguments), and the `response.output_item.added` of a `function_call` item.
+
+Before the first token event come the events that open the answer (the "preamble"): Chat's
+role-only chunks; Messages' `message_start`, `content_block_start` of a text or thinking block and
+`ping`; Responses' `response.created`, `response.in_progress`, `response.output_item.added` of a
+message or reasoning item, `response.content_part.added` and `response.reasoning_summary_part.added`. A cut after 0 tokens keeps them.
+Pure: no sockets, no clock.
 
 Reading a capture
 -----------------
@@ -41,15 +55,28 @@ import json
 from bisect import bisect_left
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Protocol
+from typing import Any, Protocol
 
 import h11
 
-from finishline import EventFramer
+from finishline import Dialect, EventFramer
 
 __all__ = ["CapturedLayout", "LayoutError", "ResponseLayout", "is_token_event", "layout_from_capture"]
 
 _DELTA_TOKEN_KEYS = ("content", "reasoning_content", "reasoning", "refusal", "tool_calls", "function_call")
+#: Messages: the delta keys that carry a token (`text_delta`, `thinking_delta`, `input_json_delta`).
+_MESSAGES_DELTA_KEYS = ("text", "thinking", "partial_json")
+#: The events that open an answer before its first token (module docstring), by dialect.
+_MESSAGES_PREAMBLE = frozenset({"message_start", "content_block_start", "ping"})
+_RESPONSES_PREAMBLE = frozenset(
+    {
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_summary_part.added",
+    }
+)
 #: Bytes handed to h11 at a time (the module docstring says why: it keeps `trailing_data` cheap).
 _FEED_SIZE = 4096
 
@@ -97,13 +124,35 @@ class CapturedLayout:
         return self.token_event_ends[n - 1]
 
 
-def is_token_event(data: str) -> bool:
-    """Whether an SSE event's data (the joined `data:` lines) carries a token."""
+def _json_object(data: str) -> dict[str, Any] | None:
     try:
         value = json.loads(data)
     except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def is_token_event(data: str, dialect: Dialect = Dialect.CHAT) -> bool:
+    """Whether an SSE event's data (the joined `data:` lines) carries a token in `dialect`."""
+    value = _json_object(data)
+    if value is None:
         return False
-    choices = value.get("choices") if isinstance(value, dict) else None
+    if dialect is Dialect.MESSAGES:
+        kind = value.get("type")
+        if kind == "content_block_start":
+            block = value.get("content_block")
+            return isinstance(block, dict) and block.get("type") in ("tool_use", "server_tool_use")
+        delta = value.get("delta")
+        return kind == "content_block_delta" and isinstance(delta, dict) and any(delta.get(key) for key in _MESSAGES_DELTA_KEYS)
+    if dialect is Dialect.RESPONSES:
+        kind = value.get("type")
+        if not isinstance(kind, str):
+            return False
+        if kind == "response.output_item.added":
+            item = value.get("item")
+            return isinstance(item, dict) and item.get("type") == "function_call"
+        return kind.startswith("response.") and kind.endswith(".delta") and bool(value.get("delta"))
+    choices = value.get("choices")
     if not isinstance(choices, list):
         return False
     for choice in choices:
@@ -113,8 +162,8 @@ def is_token_event(data: str) -> bool:
     return False
 
 
-def layout_from_capture(raw: bytes) -> CapturedLayout:
-    """Find the head and the token events in one complete raw HTTP/1.1 response.
+def layout_from_capture(raw: bytes, dialect: Dialect = Dialect.CHAT) -> CapturedLayout:
+    """Find the head and the token events in one complete raw HTTP/1.1 response in `dialect`.
 
     Raises:
         LayoutError: no complete head, or a body that is malformed or incomplete for its framing.
@@ -131,8 +180,8 @@ def layout_from_capture(raw: bytes) -> CapturedLayout:
             return piece.framed_end
         return piece.data_end - (body_ends[index] - body_offset)
 
-    # Before the first token: the head and the leading role-only chunks ("preamble"). A cut after
-    # 0 tokens keeps those, and stops before the first token or whatever else comes first.
+    # Before the first token: the head and the events that open the answer ("preamble"). A cut
+    # after 0 tokens keeps those, and stops before the first token or whatever else comes first.
     preamble_end = head_length
     in_preamble = True
     ends = []
@@ -143,10 +192,10 @@ def layout_from_capture(raw: bytes) -> CapturedLayout:
     for event in EventFramer().receive_data(b"".join(piece.data for piece in pieces)):
         body_offset += len(event.raw)
         data = (event.data or b"").decode("utf-8", "replace")
-        if is_token_event(data):
+        if is_token_event(data, dialect):
             in_preamble = False
             ends.append(wire_offset(body_offset))
-        elif in_preamble and _is_role_chunk(data):
+        elif in_preamble and _opens_answer(data, dialect):
             preamble_end = wire_offset(body_offset)
         else:
             in_preamble = False
@@ -158,12 +207,16 @@ def layout_from_capture(raw: bytes) -> CapturedLayout:
     )
 
 
-def _is_role_chunk(data: str) -> bool:
-    try:
-        value = json.loads(data)
-    except ValueError:
+def _opens_answer(data: str, dialect: Dialect) -> bool:
+    """Whether a non-token event is one of the preamble's (module docstring)."""
+    value = _json_object(data)
+    if value is None:
         return False
-    choices = value.get("choices") if isinstance(value, dict) else None
+    if dialect is Dialect.MESSAGES:
+        return value.get("type") in _MESSAGES_PREAMBLE
+    if dialect is Dialect.RESPONSES:
+        return value.get("type") in _RESPONSES_PREAMBLE
+    choices = value.get("choices")
     if not isinstance(choices, list) or not choices or value.get("error"):
         return False
     return all(isinstance(c, dict) and not c.get("finish_reason") for c in choices)

@@ -19,8 +19,9 @@ from typing import Any
 import h11
 
 from faults.layout import CapturedLayout, layout_from_capture
+from finishline import Dialect
 
-__all__ = ["UnstableUpstream", "capture_response", "probe_layout"]
+__all__ = ["UnstableUpstream", "capture_response", "probe_layout", "same_layout"]
 
 
 class UnstableUpstream(RuntimeError):
@@ -90,16 +91,26 @@ def probe_layout(
     headers: Mapping[str, str] | None = None,
     probes: int = 2,
     timeout: float = 30.0,
+    dialect: Dialect = Dialect.CHAT,
 ) -> CapturedLayout:
-    """Capture the response `probes` times and return its layout if every capture agrees.
+    """Capture the response `probes` times and return its layout if every capture agrees; token
+    events are counted in `dialect` (`faults.layout.is_token_event`).
 
     Raises:
         UnstableUpstream: the captures disagree on the head length or a token event's end.
     """
-    layouts = [
-        layout_from_capture(capture_response(host, port, body=body, path=path, headers=headers, timeout=timeout))
-        for _ in range(max(1, probes))
+    captures = [
+        capture_response(host, port, body=body, path=path, headers=headers, timeout=timeout) for _ in range(max(1, probes))
     ]
+    return same_layout([layout_from_capture(raw, dialect) for raw in captures])
+
+
+def same_layout(layouts: list[CapturedLayout]) -> CapturedLayout:
+    """The first of several captures' layouts, if they all agree on the head and every token event.
+
+    Raises:
+        UnstableUpstream: they disagree (the message says where).
+    """
     first = layouts[0]
     for other in layouts[1:]:
         if other.head_length != first.head_length:

@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from faults import orphans
-from faults.child_processes import ChildProcess, ChildStartError, start_child, start_trio_child
+from faults.child_processes import START_DEADLINE_S, ChildProcess, ChildStartError, start_child, start_trio_child
 from faults.toxiproxy_client import ToxiproxyClient, ToxiproxyUnavailable
 
 __all__ = ["ToxiproxyServer", "find_toxiproxy_server", "open_toxiproxy_server", "run_toxiproxy_server"]
@@ -71,7 +71,7 @@ def find_toxiproxy_server() -> str:
 
 @contextmanager
 def run_toxiproxy_server(
-    *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 15.0, log_path: str | None = None
+    *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = START_DEADLINE_S, log_path: str | None = None
 ) -> Iterator[ToxiproxyServer]:
     """Run toxiproxy-server on `host:port` (0 = a port the server picks) for the duration of the block.
 
@@ -95,7 +95,7 @@ def run_toxiproxy_server(
 
 @asynccontextmanager
 async def open_toxiproxy_server(
-    *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = 15.0, log_path: str | None = None
+    *, host: str = "127.0.0.1", port: int = 0, start_timeout: float = START_DEADLINE_S, log_path: str | None = None
 ) -> AsyncIterator[ToxiproxyServer]:
     """`run_toxiproxy_server` for trio code: the process starts on trio's thread (it must: the
     parent-death signal follows the thread that forked), the blocking API checks run in a worker thread."""

@@ -7,6 +7,8 @@ Examples:
     python -m labs --scenario cut-after-tokens-fin --client pi-ai --gateway direct
     python -m labs --repeat 3 --scenario healthy --gateway envoy    # flips show as unstable (`~`)
     python -m labs --gateway external --gateway-url http://127.0.0.1:4000/v1 --tunnel-port 18080
+    python -m labs --worker llama.cpp --scenario healthy --gateway direct --gateway finish_fix
+    python -m labs --worker http://127.0.0.1:8080/v1 --worker-model my-model --scenario healthy
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from labs.progress import Progress
 from labs.report_html import write_html
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, load_scenarios
-from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text
+from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text, worker_line
 from labs.table import render_table
+from labs.worker.llama_cpp import llama_cpp_missing
+from labs.worker.real import LLAMA_CPP, SIMULATED, RealWorkerError, needs_simulated_worker, parse_worker_url
 
 
 class SelectionError(ValueError):
@@ -49,6 +53,20 @@ def _at_least_one(whole_number_of: str, that_many: str) -> Callable[[str], float
         not_a_number=lambda text: f"{text!r} is not a whole number of {whole_number_of} (1 or more)",
         out_of_range=lambda text, value: f"{value} {that_many} would run nothing: give 1 or more",
     )
+
+
+def _worker(text: str) -> str:
+    """`--worker`: `simulated`, `llama.cpp`, or an http:// base URL (checked here, in one line)."""
+    if text in (SIMULATED, LLAMA_CPP):
+        return text
+    try:
+        parse_worker_url(text)
+    except RealWorkerError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not simulated, llama.cpp or an http:// base URL of an OpenAI-compatible server "
+            "(e.g. http://127.0.0.1:8080/v1)"
+        ) from None
+    return text
 
 
 _jobs = _at_least_one("cells", "cells in flight")
@@ -121,6 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every cell N times, one repeat after another per scenario; a cell whose outcome or "
         "books differ between repeats is unstable (`~`), and its scorecard column fails (default 1)",
     )
+    parser.add_argument(
+        "--worker",
+        type=_worker,
+        default=SIMULATED,
+        metavar="WORKER",
+        help=f"{SIMULATED} (default: the lab's own, whose settings each scenario sets), {LLAMA_CPP} (llama.cpp's "
+        "server with SmolLM2-135M, started by the lab), or the base URL of an OpenAI-compatible server you run "
+        "(http://HOST:PORT/v1); a real worker runs the scenarios whose faults the network makes",
+    )
+    parser.add_argument(
+        "--worker-model", metavar="MODEL", help="the model to ask a URL worker for (default: the first its GET /models lists)"
+    )
     parser.add_argument("--results", type=Path, default=Path("lab-results"), help="where runs are written (default lab-results/)")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return parser
@@ -180,6 +210,31 @@ def select_clients(names: list[str] | None, everything: bool, dialects: Sequence
     return tuple(c for c in EVERY_CLIENT if c in wanted)
 
 
+#: The word for a scenario a real worker cannot run.
+NEEDS_SIMULATED = "needs the simulated worker"
+#: Why the coding agents do not run against a real worker.
+AGENTS_NEED_SIMULATED = (
+    "the coding agents need the simulated worker (their requests carry their own system prompt and "
+    "tools, which a real model answers otherwise than the lab's captured request)"
+)
+
+
+def split_by_worker(scenarios: list[Scenario], worker: str) -> tuple[list[Scenario], list[dict[str, str]]]:
+    """The scenarios a `worker` can run, and those it cannot (each `{"name", "why"}`): a real
+    worker runs the scenarios whose faults the network makes; one that needs a knob of the
+    simulated worker (a defect in its own stream, a status code, ...) is `n/a` for it."""
+    if worker == SIMULATED:
+        return scenarios, []
+    runnable, left_out = [], []
+    for scenario in scenarios:
+        knobs = needs_simulated_worker(scenario.worker, faulted=scenario.fault is not None)
+        if knobs:
+            left_out.append({"name": scenario.name, "why": NEEDS_SIMULATED, "settings": ", ".join(knobs)})
+        else:
+            runnable.append(scenario)
+    return runnable, left_out
+
+
 def _dialect_note(scenario: Scenario) -> str:
     """The listing's note on where a scenario runs and what the default run takes of it."""
     listed = ", ".join(scenario.dialects)
@@ -203,9 +258,30 @@ def main(argv: list[str] | None = None) -> int:
         for scenario in scenarios:
             for dialect in scenario.listed_dialects:
                 build_fault(scenario, dialect)  # a bad fault is refused before anything starts
+        scenarios, needs_simulated = split_by_worker(scenarios, arguments.worker)
+        if arguments.scenario and needs_simulated:
+            # Asked for by name: refused, in one line that says why.
+            first = needs_simulated[0]
+            raise SelectionError(
+                f"scenario {first['name']!r} {first['why']} (its worker settings: {first['settings']}); "
+                f"it cannot run with --worker {arguments.worker}"
+            )
     except (ScenarioError, SelectionError, FaultPlanError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_ERROR
+    if arguments.worker_model and arguments.worker in (SIMULATED, LLAMA_CPP):
+        print(f"error: --worker-model names the model of a URL worker, not of --worker {arguments.worker}", file=sys.stderr)
+        return EXIT_ERROR
+    asked_agents = [client for client in clients if client in AGENT_CLIENTS]
+    if arguments.worker != SIMULATED and asked_agents:
+        # A coding agent's request carries its own system prompt and tools, thousands of tokens: a
+        # real worker's answer to it is not the captured one (and exceeds SmolLM2's slot context).
+        if arguments.client:
+            print(f"error: {asked_agents[0]}: {AGENTS_NEED_SIMULATED}; leave out --worker {arguments.worker}", file=sys.stderr)
+            return EXIT_ERROR
+        clients = tuple(client for client in clients if client not in AGENT_CLIENTS)
+        if arguments.all:
+            print(f"note: the coding agents are left out: {AGENTS_NEED_SIMULATED}", file=sys.stderr)
     if arguments.all and not arguments.client and not arguments.list:
         # `--all` takes the coding agents where they can run; asked for by name, they must.
         refusal = agent_refusal(clients)
@@ -217,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         for scenario in scenarios:
             agents = "  (the coding agents too)" if scenario.agents else ""
             print(f"{scenario.name:{width}}  {scenario.title}{_dialect_note(scenario)}{agents}")
+        for left_out in needs_simulated:
+            print(f"{left_out['name']:{width}}  n/a ({left_out['why']}: {left_out['settings']})")
         return 0
     gateways = tuple(g for g in (*GATEWAYS, EXTERNAL) if g in (arguments.gateway or ()))
     gateways = gateways or tuple(GATEWAYS + ((EXTERNAL,) if arguments.gateway_url else ()))
@@ -234,12 +312,65 @@ def main(argv: list[str] | None = None) -> int:
         external_api_key=arguments.gateway_api_key,
         tunnel_port=arguments.tunnel_port,
         repeat=arguments.repeat,
+        worker=arguments.worker,
+        worker_model=arguments.worker_model,
     )
+    status = run_and_report(config, needs_simulated)
+    if status or not _plain_default_run(argv):
+        return status
+    return real_server_section(config)
+
+
+def _plain_default_run(argv: list[str] | None) -> bool:
+    """Whether this is `python -m labs` as `make lab` runs it: no option but `--jobs` and `--results`."""
+    given = sys.argv[1:] if argv is None else argv
+    return all(word.split("=", 1)[0] in _DEFAULT_RUN_OPTIONS for word in given if word.startswith("-"))
+
+
+#: Options that leave a run the default one (where its results go, how many cells at once).
+_DEFAULT_RUN_OPTIONS = ("--jobs", "--results")
+#: The default run's real-server section (docs/lab.md "The default run"): llama.cpp, the control
+#: row and a cut after tokens that the hub hides, in every dialect, direct and through finish_fix,
+#: with the default clients.
+REAL_SERVER_SECTION = ("healthy", "cut-after-tokens-hub-close")
+REAL_SERVER_GATEWAYS = ("direct", "finish_fix")
+
+
+def real_server_section(simulated: LabConfig) -> int:
+    """The default run's last part: the same lab against llama.cpp's real server (a short run of its
+    own, its results in the folder `real-server/` of the results folder). Left out, with a note,
+    when the lab group's llama.cpp is not installed."""
+    missing = llama_cpp_missing()
+    if missing is not None:
+        print(f"\nreal server: left out ({missing})")
+        return 0
+    print(
+        f"\n{'=' * 20}\nreal server: {LLAMA_CPP} (python -m labs --worker {LLAMA_CPP} --gateway direct --gateway finish_fix "
+        + " ".join(f"--scenario {name}" for name in REAL_SERVER_SECTION)
+        + ")\n"
+        + "=" * 20
+    )
+    dialects = tuple(Dialect)
+    config = dataclasses.replace(
+        simulated,
+        scenarios=tuple(select_scenarios(list(REAL_SERVER_SECTION), False, dialects=dialects)),
+        clients=select_clients(None, False, dialects),
+        gateways=REAL_SERVER_GATEWAYS,
+        dialects=dialects,
+        results_dir=simulated.results_dir / "real-server",
+        worker=LLAMA_CPP,
+    )
+    return run_and_report(config, [])
+
+
+def run_and_report(config: LabConfig, needs_simulated: list[dict[str, str]]) -> int:
+    """Run the lab as configured, write its results folder, print the scorecard and the matrix."""
     progress = Progress(run_labels(config), sys.stderr, interactive=sys.stderr.isatty())
     status, result = run_command(run_lab, config, progress)
     progress.finish()
     if status:
         return status
+    result.needs_simulated = needs_simulated
     data = result.to_json()
     # Where the time went, for choosing what the default run covers (docs/lab.md "The default run").
     data["timings"] = progress.timings()
@@ -251,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     write_html(data, run_dir / "report.html")
     print(render_scorecard_text(data["scorecard"]))
     print(render_table(data, colour=sys.stdout.isatty()))
+    print(worker_line(data["worker"]))
+    for left_out in data["needs_simulated"]:
+        print(f"{left_out['name']}: n/a ({left_out['why']}: {left_out['settings']})")
     for runtime, versions in sorted(data["versions"].items()):
         print(f"{runtime}: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
     # The translating routes the run took (the report lists every gateway's route).

@@ -18,7 +18,7 @@ from finishline import Dialect
 from labs.clients import LAB_API_KEY
 from labs.evidence import probe_expected, probe_id, probe_json, probe_model_name
 from labs.gateways.services import Gateway
-from labs.outcome import ClientReport, Judgement, Outcome, judge
+from labs.outcome import ClientReport, Expected, Judgement, Outcome, judge
 from labs.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -42,16 +42,25 @@ def cell_request(scenario: Scenario, dialect: Dialect, client: str, gateway: Gat
     }
 
 
-async def run_probe(scenario: Scenario, result: CellResult, gateway: Gateway, hosts: dict, limiter: trio.CapacityLimiter) -> None:
+async def run_probe(
+    scenario: Scenario,
+    result: CellResult,
+    gateway: Gateway,
+    hosts: dict,
+    limiter: trio.CapacityLimiter,
+    expected: Expected | None = None,
+) -> None:
     """The cell's probe (labs.evidence): one healthy request through its gateway by its client,
-    with its own id, judged against the probe's answer; kept in `result.probe`."""
+    with its own id, judged against `expected` (default: the simulated worker's answer to the
+    probe's settings, `probe_expected`); kept in `result.probe`."""
     probe_cell = probe_id(result.cell_id)
     model = gateway.model_for(result.dialect, probe_model_name(result.cell_id))
     request = cell_request(scenario, result.dialect, result.client, gateway, probe_cell, model)
     async with limiter:
         raw = await hosts[result.client].run(request)
     report = ClientReport.from_json({"client": result.client, "completed": False, **raw})
-    result.probe = probe_json(probe_cell, report, judge(report, probe_expected(result.dialect)))
+    truth = expected if expected is not None else probe_expected(result.dialect)
+    result.probe = probe_json(probe_cell, report, judge(report, truth))
 
 
 def summarised(sent: list[tuple[ClientReport, Judgement, float]]) -> tuple[ClientReport, Judgement, float]:

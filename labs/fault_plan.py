@@ -14,6 +14,7 @@ from typing import Any
 
 from faults import catalog
 from faults.catalog import FAULT_NAMES, Fault
+from faults.layout import ResponseLayout
 from finishline import Dialect
 from labs.worker.wire import response_plan
 
@@ -24,8 +25,10 @@ class FaultPlanError(ValueError):
     """A scenario's fault is unknown or its arguments do not fit the builder."""
 
 
-def build_fault(scenario: Any, dialect: Dialect = Dialect.CHAT) -> Fault | None:
-    """The scenario's fault on a stream in `dialect`, or None for a scenario without one."""
+def build_fault(scenario: Any, dialect: Dialect = Dialect.CHAT, *, layout: ResponseLayout | None = None) -> Fault | None:
+    """The scenario's fault on a stream in `dialect`, or None for a scenario without one; laid out
+    on `layout` (a real worker's captured answer, labs.worker.truth), by default on the simulated
+    worker's computed plan for the scenario's settings."""
     if scenario.fault is None:
         return None
     arguments = dict(scenario.fault)
@@ -34,7 +37,7 @@ def build_fault(scenario: Any, dialect: Dialect = Dialect.CHAT) -> Fault | None:
         raise FaultPlanError(f"{scenario.name}: unknown fault {kind!r}; known: {', '.join(FAULT_NAMES)}")
     builder = getattr(catalog, kind)
     if "layout" in inspect.signature(builder).parameters:
-        arguments["layout"] = response_plan(scenario.resolved, dialect=dialect)
+        arguments["layout"] = layout if layout is not None else response_plan(scenario.resolved, dialect=dialect)
     try:
         return builder(**arguments)
     except (TypeError, ValueError) as error:

@@ -203,8 +203,9 @@ class ClientReport:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Expected:
-    """The worker's true answer for the request (choice 0), from `labs.worker.answer.expected_answer`,
-    with its reason in the dialect's words (`labs.worker.answer.dialect_reason`)."""
+    """The worker's true answer for the request (choice 0), with its reason in the dialect's words:
+    computed from the simulated worker's settings, captured from a real worker
+    (`labs.worker.truth`)."""
 
     text: str
     #: The dialect's word: Chat `stop`, `length`, `tool_calls`; Messages `end_turn`, `max_tokens`,
@@ -217,6 +218,8 @@ class Expected:
     http_error: int | None = None
     #: The dialect the request spoke: whose words `finish_reason` and the client's report are in.
     dialect: Dialect = Dialect.CHAT
+    #: How many token events the worker's stream has (faults/layout.py counts them), when known.
+    token_events: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

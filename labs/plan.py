@@ -55,6 +55,11 @@ class LabConfig:
     #: How many times every cell runs (`--repeat`); each repeat is a cell of its own (its own id)
     #: until `labs.repeat.merge_repeats` folds them into one, marked unstable where they differ.
     repeat: int = 1
+    #: The worker (`--worker`): `simulated`, `llama.cpp` (started by the lab), or the base URL of an
+    #: OpenAI-compatible server (labs.worker.real).
+    worker: str = "simulated"
+    #: The model to ask a URL worker for (`--worker-model`); None: the first its `/models` lists.
+    worker_model: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trio
 
-from faults.child_processes import ChildStartError, TrioChildProcess, start_trio_child
+from faults.child_processes import START_DEADLINE_S, ChildStartError, TrioChildProcess, start_trio_child
 
 __all__ = ["open_service"]
 
@@ -49,7 +49,7 @@ async def open_service(
     log_path: Path,
     env: Mapping[str, str] | None = None,
     health_path: str | None = None,
-    start_timeout: float = 60.0,
+    start_timeout: float = START_DEADLINE_S,
     host: str = "127.0.0.1",
     port_in_log: re.Pattern[str] | None = None,
 ) -> AsyncIterator[tuple[TrioChildProcess, int]]:

@@ -29,6 +29,7 @@ from typing import Any
 from finishline import Dialect
 from labs.outcome import Change, Outcome, change
 from labs.repeat import split_text
+from labs.scorecard import worker_line
 from labs.table import dialect_of, dialects_of, translated_from, with_headings
 
 __all__ = ["BASELINE", "OUTCOME_COLOURS", "cell_label", "render_html", "write_html"]
@@ -428,6 +429,7 @@ def render_html(result: dict[str, Any]) -> str:
         f'<p class="legend">{legend}',
         " a trailing ! marks books that disagree with the client. Click a cell for its details.</p>",
         "<h2>versions</h2>",
+        f"<p>{html.escape(worker_line(result.get('worker') or {}))}</p>",
         _versions(result.get("versions", {})),
         _routes(result.get("routes", {})),
         "<h2>scenarios</h2><ul>",

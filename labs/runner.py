@@ -63,9 +63,17 @@ from labs.clients.hosts import open_driver_hosts
 from labs.evidence import probe_id, probe_model_name
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
-from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, prepare_gateways, read_books
+from labs.gateways.services import (
+    BOOKS_NONE,
+    Gateway,
+    books_entry,
+    captured_stream,
+    configure_gateways,
+    prepare_gateways,
+    read_books,
+)
 from labs.hub import Hub, open_hub
-from labs.outcome import BOOKS_ERROR, ClientReport, Judgement, Outcome, books_mismatch, judge
+from labs.outcome import BOOKS_ERROR, ClientReport, Expected, Judgement, Outcome, books_mismatch, judge
 from labs.plan import (
     LabConfig,
     NotApplicable,
@@ -79,9 +87,10 @@ from labs.plan import (
 )
 from labs.repeat import merge_repeats
 from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
-from labs.topology import HUB, PRIMARY, SPARE, attach_workers, open_gateway_sets, topology_groups, topology_line
-from labs.worker.server import RunningWorker, open_worker
-from labs.worker.wire import response_plan
+from labs.topology import HUB, PRIMARY, SPARE, AnyWorker, attach_workers, open_gateway_sets, topology_groups, topology_line
+from labs.worker.real import SIMULATED, needs_simulated_worker
+from labs.worker.truth import CapturedTruth, ComputedTruth, WorkerTruth
+from labs.workers import REAL_WORKER_IDLE_TIMEOUT_S, for_real_worker, open_lab_workers, prepare_real_workers, worker_truth
 
 __all__ = [
     "PRIMARY",
@@ -198,6 +207,12 @@ class LabResult:
     #: Per gateway of the run, per dialect its cells' clients spoke, how the request went through
     #: it (the registry entry's route: e.g. LiteLLM's Chat bridge to the worker's Chat endpoint).
     routes: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: The worker the cells met (`--worker`): `worker` (`simulated`, `llama.cpp` or the URL) and,
+    #: for a real one, `model`, and for llama.cpp `model_file`, `xllamacpp_version`, `llama_cpp_version`.
+    worker: dict[str, Any] = field(default_factory=lambda: {"worker": SIMULATED})
+    #: The scenarios left out because they need the simulated worker's knobs (`--worker` real):
+    #: each `{"name", "why", "settings"}`, shown `n/a (needs the simulated worker)`.
+    needs_simulated: list[dict[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -220,10 +235,10 @@ async def _run_cell(
     cell_id: str,
     hosts: dict,
     limiter: trio.CapacityLimiter,
+    expected: Expected,
 ) -> CellResult:
     model = _request_model(scenario, gateway, cell_id, dialect)
     request = cell_request(scenario, dialect, client, gateway, cell_id, model)
-    expected = scenario.expected(dialect)
     sent: list[tuple[ClientReport, Judgement, float]] = []
     async with limiter:
         # One request, or a scenario's run of them one after another (`requests_per_cell`).
@@ -275,6 +290,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     (`"<scenario>: starting, N cells"`) and as cells finish (`"<scenario>: <client> via <gateway>: <outcome>"`)."""
     started = time.time()
     clock = time.monotonic()
+    if config.worker != SIMULATED:
+        config = dataclasses.replace(config, scenarios=tuple(for_real_worker(s) for s in config.scenarios))
     planned = plan_cells(config)
     total = len(planned) * config.repeat
     if total > MAX_CELLS:
@@ -287,19 +304,42 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
     refusal = await trio.to_thread.run_sync(agent_refusal, tuple(dict.fromkeys(cell.client for cell in planned)))
     if refusal is not None:
         raise LabError(refusal)
+    if config.worker != SIMULATED:
+        for scenario in config.scenarios:
+            if knobs := needs_simulated_worker(scenario.worker, faulted=scenario.fault is not None):
+                raise LabError(
+                    f"scenario {scenario.name!r} needs the simulated worker ({', '.join(knobs)}): not with --worker {config.worker}"
+                )
     run_dir = (config.results_dir / time.strftime("%Y%m%d-%H%M%S", time.localtime(started))).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
 
     report = progress or (lambda message, done, total: None)
     results: list[CellResult] = []
     client_names = tuple(dict.fromkeys(cell.client for cell in planned))
-    # One fault per scenario and dialect the worker speaks in it (its bytes differ per dialect); a
-    # bad one is refused before anything starts.
-    faults = {(s.name, u): build_fault(s, u) for s in config.scenarios for u in scenario_runs(planned, s)}
     groups = topology_groups(config.scenarios, planned)
+    if config.worker == SIMULATED:
+        # A bad fault is refused before anything starts (a real worker's are laid out on its
+        # captured answers, once it runs).
+        for s in config.scenarios:
+            for u in scenario_runs(planned, s):
+                build_fault(s, u)
 
     async with AsyncExitStack() as stack:
-        worker = await stack.enter_async_context(open_worker(name=PRIMARY))
+        # The most cells of one scenario run: what a real server must serve at once.
+        slots = max(
+            (
+                sum(1 for c in planned if c.scenario is s and c.upstream == u)
+                for s in config.scenarios
+                for u in scenario_runs(planned, s)
+            ),
+            default=1,
+        )
+        workers = await stack.enter_async_context(
+            open_lab_workers(
+                config, spare=any(topology.workers == 2 for topology in groups), slots=min(slots, config.jobs), run_dir=run_dir
+            )
+        )
+        worker = workers[PRIMARY]
         toxiproxy = await stack.enter_async_context(open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")))
         tunnel = await trio.to_thread.run_sync(
             lambda: toxiproxy.client.create_proxy(
@@ -307,9 +347,6 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             )
         )
         tunnel_url = f"http://127.0.0.1:{tunnel.listen_port}"
-        workers = {PRIMARY: worker}
-        if any(topology.workers == 2 for topology in groups):
-            workers[SPARE] = await stack.enter_async_context(open_worker(name=SPARE, spare=True))
         hub = None
         if any(topology.hub for topology in groups):
             hub = await stack.enter_async_context(open_hub(upstream_port=tunnel.listen_port))
@@ -332,11 +369,21 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 external_url=config.external_url,
                 external_api_key=config.external_api_key,
                 models=models_by_topology(planned, config.repeat),
+                finish_fix_idle_timeout_s=REAL_WORKER_IDLE_TIMEOUT_S if config.worker != SIMULATED else 2.0,
             )
         )
         # The dialects the run's clients speak: the Python host imports their libraries before its hello.
         run_dialects = tuple(d for d in Dialect if any(c.dialect == d for c in planned))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
+        if config.worker != SIMULATED:
+            report(f"{config.worker}: capturing its healthy answers", 0, total)
+        # While the gateways start: the truth about the worker's answers (labs.worker.truth), and
+        # one fault per scenario and dialect the worker speaks in it, laid out on those answers'
+        # bytes (they differ per dialect).
+        truth = await worker_truth(workers, [(s, d) for s in config.scenarios for d in spoken_dialects(planned, s)])
+        faults = {
+            (s.name, u): build_fault(s, u, layout=truth.layout(s, u)) for s in config.scenarios for u in scenario_runs(planned, s)
+        }
         # Read while the first gateways start (a few short child runs; labs.gateway_versions).
         gateways_versions = await trio.to_thread.run_sync(gateway_versions)
         if groups:
@@ -383,9 +430,17 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # registration, whose probes name this run's cells.
                     numbers = [CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells]
                     _serve_only(servers, frozenset(numbers + [probe_id(cell) for cell in numbers]))
+                    prepare_real_workers(workers, scenario, truth)
+                    if hub is not None and isinstance(truth, CapturedTruth):
+                        hub.first_token_body_ends = truth.first_token_body_ends(scenario)
                     # "LABEL: ..." like every cell's line, so a progress display knows the scenario
                     # from its first moment (a stall's cells finish only at its deadline).
                     report(f"{label}: starting, {len(cells)} cells", done, total)
+                    # Every finish_fix in this run's paths runs it with the scenario's options
+                    # (`[finish_fix]`), the lab's own when it has none (as the hub's policy above).
+                    await configure_gateways(
+                        [gateways[name] for name in dict.fromkeys(g for _, _, g, _ in cells)], scenario.finish_fix_options
+                    )
                     # Before the fault and the drop: SMG registers each model's workers (probes).
                     await prepare_gateways(
                         gateways,
@@ -405,6 +460,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                         agent_limiter=agent_limiter,
                         toxiproxy=toxiproxy,
                         on_cell=on_cell,
+                        truth=truth,
                     )
                     for result in run_results:
                         result.repeat = repeat
@@ -437,8 +493,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 "fault": s.fault,
                 "fault_summary": fault.summary if (fault := faults.get((s.name, d))) else None,
                 "worker": s.worker.to_header(),
-                "expected": dataclasses.asdict(s.expected(d)),
-                "worker_stream": _worker_stream(s, d),
+                "expected": dataclasses.asdict(truth.expected(s, d)),
+                "worker_stream": truth.stream(s, d),
                 "topology": s.topology.label,
                 "hub": s.hub_policy.value if s.hub_policy else None,
                 "workers": s.pool_workers,
@@ -461,6 +517,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         repeat=config.repeat,
         stale_refused={name: count for name, count in stale.items() if count},
         routes=routes_of(planned),
+        worker=dict(truth.facts),
     )
 
 
@@ -476,6 +533,7 @@ async def _run_scenario(
     agent_limiter: trio.CapacityLimiter,
     toxiproxy,
     on_cell: Callable[[str, CellResult], None],
+    truth: WorkerTruth | None = None,
     label: str | None = None,
 ) -> list[CellResult]:
     """All cells of one scenario whose worker speaks `upstream` (`cells`: number, client, gateway,
@@ -485,9 +543,11 @@ async def _run_scenario(
     `upstream`)."""
     results: list[CellResult] = []
     label = label or scenario.label(upstream)
+    known = truth or ComputedTruth()
 
     async def one(cell_id: str, client: str, gateway: str, dialect: Dialect, cells_limiter: trio.CapacityLimiter) -> None:
-        result = await _run_cell(scenario, dialect, upstream, client, gateways[gateway], cell_id, hosts, cells_limiter)
+        expected = known.expected(scenario, dialect)
+        result = await _run_cell(scenario, dialect, upstream, client, gateways[gateway], cell_id, hosts, cells_limiter, expected)
         results.append(result)
         on_cell(label, result)
 
@@ -508,26 +568,23 @@ async def _run_scenario(
     async with trio.open_nursery() as nursery:
         for result in results:
             if result.client not in AGENT_CLIENTS:
-                nursery.start_soon(run_probe, scenario, result, gateways[result.gateway], hosts, limiter)
+                # A real worker answers the probe as it answered the capture of the same request
+                # (its prompt, limit and dialect); the simulated one the probe's own settings.
+                healthy = known.expected(scenario, result.dialect) if isinstance(known, CapturedTruth) else None
+                nursery.start_soon(run_probe, scenario, result, gateways[result.gateway], hosts, limiter, healthy)
     return sorted(results, key=lambda r: r.cell_id)
 
 
-def _servers(workers: dict[str, RunningWorker], hub: Hub | None) -> dict[str, RunningWorker | Hub]:
+def _servers(workers: dict[str, AnyWorker], hub: Hub | None) -> dict[str, AnyWorker | Hub]:
     """The servers that see a cell's requests, by the name `stale_refused` counts them under."""
     return {**workers, **({HUB: hub} if hub is not None else {})}
 
 
-def _serve_only(servers: dict[str, RunningWorker | Hub], cells: frozenset[str] | None) -> None:
+def _serve_only(servers: dict[str, AnyWorker | Hub], cells: frozenset[str] | None) -> None:
     """Tell every server which cells are current (labs.worker.attempts: a request of any other
     cell is refused 409 and counted); None: every request is served (the lab is done)."""
     for server in servers.values():
         server.current_cells = cells
-
-
-def _worker_stream(scenario: Scenario, dialect: Dialect) -> str:
-    """What the worker sends for the scenario in `dialect` on a healthy tunnel (head, framing and
-    events), for the report: the fault summary next to it says where the tunnel cut it."""
-    return response_plan(scenario.resolved, dialect=dialect).to_bytes().decode("utf-8", errors="replace")
 
 
 def _missing_books(results: list[CellResult], gateways: dict[str, Gateway]) -> list[CellResult]:

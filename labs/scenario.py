@@ -35,10 +35,13 @@ File format (every table optional except `title`):
     [pool]                                  # the gateways' upstream workers
     workers = 2                             # 1 (default) or 2: a second, healthy worker (the spare)
 
+    [finish_fix]                            # finish_fix's options while this scenario runs
+    first_token_timeout = 1                 # finish_fix_first_token_timeout (also idle_timeout)
+
 Requests per cell: a cell is one request, unless `requests_per_cell` says more (a flapping
 primary's run of 20): the cell's client sends them one after another under one cell id, so the
 workers count them as one cell's attempts; each request is judged, and the cell's outcome is the
-worst of them with the count of each word (`labs.runner`).
+worst of them with the count of each word (`labs.cell_requests`).
 
 Dialects: the scenario runs once per dialect it lists (`chat`, `messages`, `responses`: the words
 of `finishline.Dialect`), each time with the same worker settings, which the worker speaks in the
@@ -53,6 +56,10 @@ dialect's bytes, and it is judged in the client's: it runs when the scenario lis
 (the settings mean something in each). `upstream_dialect` pins the worker's dialect for every cell
 of the scenario instead: only the gateways whose route brings that dialect to the client's run it
 (`external`, whose routes the lab cannot know, is taken to translate as the scenario says).
+
+`[finish_fix]`: every finish_fix of the run (the `finish_fix` gateway's, and the one behind each
+`...+finish_fix` gateway) runs the scenario's cells with these deadlines instead of the lab's
+(labs/gateways/finish_fix_proxy.py `open_finish_fix`), set as the scenario starts and put back after it.
 
 No `[hub]` table: the gateways talk to the tunnel itself. With `workers = 2` every gateway that can
 have more than one upstream also gets the spare, reachable without the tunnel (and without the
@@ -131,6 +138,8 @@ AGENT_DEADLINE_S = 60.0
 PINNED_MAX_TOKENS = DEFAULT_MAX_TOKENS
 #: `[pool] workers`: the primary alone, or the primary and one healthy spare.
 POOL_SIZES = (1, 2)
+#: `[finish_fix]` keys: finish_fix's deadlines (`finish_fix_<key>`, seconds >= 0).
+FINISH_FIX_KEYS = ("first_token_timeout", "idle_timeout")
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -181,6 +190,8 @@ class Scenario:
     pool_workers: int = 1
     #: `agents = true`: the coding agents run in it (they also run in every scenario asked for by name).
     agents: bool = False
+    #: `[finish_fix]`, as finish_fix's option names and `--set` values (empty: the lab's options).
+    finish_fix_options: dict[str, str] = dataclasses.field(default_factory=dict)
     #: `requests_per_cell`: the requests each cell sends, one after another, under its cell id.
     requests_per_cell: int = 1
 
@@ -273,6 +284,7 @@ def load_scenario(path: Path) -> Scenario:
         "pool",
         "default",
         "agents",
+        "finish_fix",
         "requests_per_cell",
     }
     unknown = set(data) - known
@@ -281,7 +293,7 @@ def load_scenario(path: Path) -> Scenario:
     if "title" not in data:
         raise ScenarioError(f"{path}: missing `title`")
     _check_type(path, "title", data["title"], str, "a string")
-    for key in ("worker", "request", "fault", "hub", "pool"):
+    for key in ("worker", "request", "fault", "hub", "pool", "finish_fix"):
         _check_type(path, f"[{key}]", data.get(key, {}), dict, "a table")
     if "prompt" in data:
         _check_type(path, "prompt", data["prompt"], str, "a string")
@@ -340,6 +352,7 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(f'{path}: [fault] needs a `kind` (a fault name, e.g. "cut_after_tokens")')
     hub_policy = _hub_policy(path, data.get("hub"))
     pool_workers = _pool_workers(path, data.get("pool", {}))
+    finish_fix_options = _finish_fix_options(path, data.get("finish_fix", {}))
     return Scenario(
         name=name,
         title=data["title"],
@@ -360,6 +373,7 @@ def load_scenario(path: Path) -> Scenario:
         hub_policy=hub_policy,
         pool_workers=pool_workers,
         agents=bool(data.get("agents", False)),
+        finish_fix_options=finish_fix_options,
         requests_per_cell=requests_per_cell,
         **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
@@ -408,6 +422,18 @@ def _pool_workers(path: Path, pool: dict[str, Any]) -> int:
     if isinstance(workers, bool) or workers not in POOL_SIZES:
         raise ScenarioError(f"{path}: [pool]: `workers` must be 1 or 2, not {workers!r}")
     return workers
+
+
+def _finish_fix_options(path: Path, table: dict[str, Any]) -> dict[str, str]:
+    unknown = set(table) - set(FINISH_FIX_KEYS)
+    if unknown:
+        raise ScenarioError(f"{path}: [finish_fix]: unknown keys {sorted(unknown)}; known: {', '.join(FINISH_FIX_KEYS)}")
+    options = {}
+    for key, value in table.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ScenarioError(f"{path}: [finish_fix]: `{key}` must be a number of seconds >= 0 (0 = no limit), not {value!r}")
+        options[f"finish_fix_{key}"] = f"{value:g}"
+    return options
 
 
 def _check_type(path: Path, key: str, value: Any, kind: type, described: str) -> None:

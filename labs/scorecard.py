@@ -400,7 +400,21 @@ def build_scorecard(result: dict[str, Any]) -> dict[str, Any]:
         "questions": {column.name: column.question for column in COLUMNS},
         "gateways": gateways,
         "versions": dict(result.get("versions", {}).get("gateways", {})),
+        "worker": dict(result.get("worker") or {"worker": "simulated"}),
     }
+
+
+def worker_line(facts: dict[str, Any]) -> str:
+    """The worker the cells met, in one line (`LabResult.worker`): its name, and for a real one
+    its model file (or model) and the versions of xllamacpp and llama.cpp when known."""
+    words = [f"worker: {facts.get('worker', 'simulated')}"]
+    if facts.get("model_file") or facts.get("model"):
+        words.append(f"model {facts.get('model_file') or facts.get('model')}")
+    if facts.get("xllamacpp_version"):
+        words.append(f"xllamacpp {facts['xllamacpp_version']}")
+    if facts.get("llama_cpp_version"):
+        words.append(f"llama.cpp {facts['llama_cpp_version']}")
+    return ", ".join(words)
 
 
 def _evidence_line(item: dict[str, Any]) -> str:
@@ -456,6 +470,7 @@ def render_scorecard_text(card: dict[str, Any]) -> str:
     lines += ["", *_not_passed(card)]
     if card["versions"]:
         lines.append(_versions_line(card))
+    lines.append(worker_line(card.get("worker") or {}))
     return "\n".join(lines) + "\n"
 
 
@@ -481,4 +496,5 @@ def render_scorecard_markdown(card: dict[str, Any]) -> str:
     if card["versions"]:
         lines += ["", "## Gateway versions", ""]
         lines += [f"- {name}: {version}" for name, version in card["versions"].items()]
+    lines += ["", "## Worker", "", f"- {worker_line(card.get('worker') or {}).removeprefix('worker: ')}"]
     return "\n".join(lines) + "\n"

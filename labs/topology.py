@@ -26,6 +26,7 @@ from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
 from labs.scenario import Scenario, Topology, cell_id_of
 from labs.worker.attempts import Attempt, HasAttempts, attempts_of
+from labs.worker.real import RealWorker
 from labs.worker.server import RunningWorker
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "HUB",
+    "AnyWorker",
     "PRIMARY",
     "SPARE",
     "GatewaySets",
@@ -77,8 +79,14 @@ def route_prefix(topology: Topology) -> str:
     return "" if topology == Topology() else f"{topology.label}/"
 
 
-def topology_line(worker: RunningWorker, tunnel_port: int, spare: RunningWorker | None, hub: Hub | None) -> str:
+#: The lab's worker: the simulated one, or the front of a real server (labs.worker.real).
+AnyWorker = RunningWorker | RealWorker
+
+
+def topology_line(worker: AnyWorker, tunnel_port: int, spare: AnyWorker | None, hub: Hub | None) -> str:
     line = f"worker on 127.0.0.1:{worker.port}, tunnel (toxiproxy) on 127.0.0.1:{tunnel_port}"
+    if isinstance(worker, RealWorker):
+        line = f"{worker.facts['worker']} at {worker.upstream.base_url} (model {worker.upstream.model}) behind its front; " + line
     if hub is not None:
         line += f", hub on 127.0.0.1:{hub.port}"
     if spare is not None:
@@ -115,6 +123,7 @@ async def open_gateway_sets(
     external_url: str | None = None,
     external_api_key: str | None = None,
     models: dict[Topology, dict[tuple[str, Dialect], tuple[str, ...]]] | None = None,
+    finish_fix_idle_timeout_s: float = 2.0,
 ) -> AsyncIterator[GatewaySets]:
     """Every topology's gateways, opened in the background one set after another, in `names`
     order, and stopped when the block ends; one that fails to start ends the run with its error.
@@ -145,7 +154,7 @@ async def open_gateway_sets(
             route_prefix=route_prefix(topology),
             models=(models or {}).get(topology, {}),
         )
-    run = RunServices(run_dir=run_dir)
+    run = RunServices(run_dir=run_dir, finish_fix_idle_timeout_s=finish_fix_idle_timeout_s)
 
     async def open_all() -> None:
         async with run.stack, AsyncExitStack() as stack:
@@ -177,7 +186,7 @@ async def open_gateway_sets(
             release.set()
 
 
-def attach_workers(results: list[CellResult], workers: dict[str, RunningWorker], hub: Hub | None) -> None:
+def attach_workers(results: list[CellResult], workers: dict[str, AnyWorker], hub: Hub | None) -> None:
     """Which worker answered each cell, how often each was asked, what the hub did, and every
     request the hub and the workers saw for it (`attempts`, oldest first) with the count of tries:
     the requests at the first server behind the gateway (the hub when the cell's topology has

@@ -96,7 +96,7 @@ async def main(results_dir: Path = RESULTS_DIR) -> None:
             f"web_password={password}",
         ]
         mitmweb, proxy_port = await stack.enter_async_context(
-            open_service("mitmweb (finish_fix)", argv, port=0, port_in_log=MITM_LISTENING, log_path=log_path, start_timeout=30)
+            open_service("mitmweb (finish_fix)", argv, port=0, port_in_log=MITM_LISTENING, log_path=log_path)
         )
         ports = mitmweb.listening_ports()
         if ports is None:

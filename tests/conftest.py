@@ -5,7 +5,14 @@ from hypothesis import settings
 
 # tests.e2e_guard first: it fails a test that starts a process without the `e2e` mark. tests.worker_groups
 # says which tests share a pytest-xdist worker.
-pytest_plugins = ["tests.e2e_guard", "tests.worker_groups", "tests.fixtures_e2e", "tests.fixtures_lab", "tests.fixtures_chaos"]
+pytest_plugins = [
+    "tests.e2e_guard",
+    "tests.worker_groups",
+    "tests.fixtures_e2e",
+    "tests.fixtures_lab",
+    "tests.fixtures_chaos",
+    "tests.fixtures_llama",
+]
 
 # No test asserts on time (the bench compares speeds, in one run, as ratios): hypothesis's default
 # 200 ms deadline per example is such an assertion, and on a shared 2-core machine under the whole

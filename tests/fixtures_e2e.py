@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from faults.child_processes import START_DEADLINE_S
 from tests import mitmdump_process
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
 from tests.upstream_server import UpstreamServer
@@ -42,9 +43,10 @@ class FinishFixProxy:
             return records
         return [r for r in records if _url_path(str(r.get("url", ""))).startswith(prefix + "/")]
 
-    def wait_ledger_lines(self, prefix: str, count: int = 1, timeout: float = 10) -> list[dict]:
+    def wait_ledger_lines(self, prefix: str, count: int = 1, timeout: float = START_DEADLINE_S) -> list[dict]:
         """The ledger lines under `prefix` once there are `count` (the addon writes a line when the
-        flow ends, which can be just after the client saw the end); fails after `timeout` s."""
+        flow ends, which can be just after the client saw the end); fails after `timeout` s, a
+        backstop with a loaded machine's room: the wait ends when the lines are there."""
         deadline = time.monotonic() + timeout
         while len(lines := self.ledger_lines(prefix)) < count and time.monotonic() < deadline:
             time.sleep(0.05)

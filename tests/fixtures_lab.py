@@ -25,6 +25,13 @@ from labs.worker import WorkerSettings, parse_settings, response_plan
 
 _proxy_numbers = itertools.count()
 
+#: A lab cell's deadline in a test whose scenario has no stall: every cell ends by itself (the
+#: stream's end, an error, a cut), so the deadline is only the backstop that would call a real
+#: hang one, and it has a loaded machine's room. A scenario's own 15 s once called healthy cells
+#: `hang` under a parallel build (issue 25; tests/test_gateway_litellm_dialects.py says what they
+#: waited on). A stall keeps its short deadline: there the deadline is what is measured.
+CELL_BACKSTOP_S = 120.0
+
 
 @pytest.fixture(scope="session")
 def toxiproxy_server() -> Iterator[ToxiproxyServer]:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from faults.child_processes import ChildProcess, ChildStartError, start_child
+from faults.child_processes import START_DEADLINE_S, ChildProcess, ChildStartError, start_child
 from finish_fix_command import addon_path
 from labs.gateways.services import MITM_LISTENING
 
@@ -116,7 +116,7 @@ def start(
     options: Mapping[str, str] = {},
     extra_args: Sequence[str] = (),
     wait_ready: bool = True,
-    ready_timeout: float = 30,
+    ready_timeout: float = START_DEADLINE_S,
     program: str = "mitmdump",
 ) -> Mitmdump:
     """Start mitmdump; unless `wait_ready=False`, wait until it listens and its scripts loaded.

@@ -233,6 +233,61 @@ def test_a_stall_found_by_the_timer_sends_an_error_event_and_books_it(addon):
     assert flow.response.raw_content == sent + ending.client_bytes
 
 
+def test_a_streaming_request_in_scope_waits_for_its_head_under_the_first_token_deadline(addon):
+    addon.tctx.configure(addon, finish_fix_first_token_timeout="2")
+    flow = make_flow("/v1/messages", body=b'{"model": "m1", "stream": true}')
+    addon.requestheaders(flow)
+    addon.request(flow)
+    watch = finish_fix_cut_hook.head_watch_of(flow)
+    assert isinstance(watch, finish_fix_stream.HeadWait) and watch.dialect is finishline.Dialect.MESSAGES
+    assert watch.next_head_check(0.0) is None  # not sent yet: the hook sets `sent_at` when it is
+    watch.sent_at = 10.0
+    assert watch.next_head_check(10.0) == 12.0
+    assert watch.on_head_timer(11.9) is None
+    answer = watch.on_head_timer(12.0)
+    assert answer.status_code == 504 and answer.headers["content-type"] == "application/json"
+    assert json.loads(answer.content)["error"]["type"] == "timeout_error"
+    # What the cut hook does next: the flow carries the answer and its error, and the books close.
+    flow.response, flow.error = answer, mitm_flow.Error(finish_fix_cut_hook.NO_HEAD_MESSAGE)
+    addon.error(flow)
+    record = flow.metadata["finish_fix"]
+    assert record["verdict"] == "interrupted" and record["dialect"] == "messages"
+    assert (
+        record["detail"] == "interrupted before the response head (no response head within 2 s of the request); answered HTTP 504"
+    )
+    assert flow.marked == ":warning:" and flow.comment == "finish_fix: " + record["detail"]
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "options"),
+    [
+        ("/v1/chat/completions", b'{"model": "m1", "stream": false}', {}),
+        ("/v1/chat/completions", b'{"model": "m1"}', {}),
+        ("/v1/embeddings", b'{"model": "m1", "stream": true}', {}),
+        ("/v1/chat/completions", b'{"model": "m1", "stream": true}', {"finish_fix_first_token_timeout": "0"}),
+    ],
+    ids=["stream-false", "no-stream-key", "out-of-scope", "deadline-off"],
+)
+def test_requests_the_first_token_deadline_does_not_govern_get_no_head_watch(addon, path, body, options):
+    addon.tctx.configure(addon, **options)
+    flow = make_flow(path, body=body)
+    addon.requestheaders(flow)
+    addon.request(flow)
+    assert finish_fix_cut_hook.head_watch_of(flow) is None
+
+
+def test_a_head_that_came_keeps_the_first_token_deadline_counting_from_the_request(addon):
+    addon.tctx.configure(addon, finish_fix_first_token_timeout="5", finish_fix_idle_timeout="0")
+    flow = make_flow()
+    addon.requestheaders(flow)
+    addon.request(flow)
+    finish_fix_cut_hook.head_watch_of(flow).sent_at = sent_at = flow.request.timestamp_start + 1
+    addon.responseheaders(flow)
+    stream = finish_fix_stream.stream_of(flow)
+    assert stream.next_stall_check(sent_at + 3) == sent_at + 5
+    assert stream.repair.request.model == "m1"
+
+
 def test_the_stall_deadlines_default_to_what_a_careful_operator_accepts(addon):
     assert (addon.policy.idle_timeout, addon.policy.first_token_timeout) == (120, 600)
     addon.tctx.configure(addon, finish_fix_idle_timeout="0", finish_fix_first_token_timeout="2.5")

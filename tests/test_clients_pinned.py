@@ -58,7 +58,7 @@ from labs.clients.hosts import NODE_PACKAGE
 from labs.clients.python_drivers import versions as python_versions
 
 # The first test pays for the small matrix (~45 s here; the fixture itself is bounded at 240 s).
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]  # a backstop: tests/fixtures_chaos.py
 
 # The Messages and Responses clients (tests/test_clients_dialects.py pins what they do): anthropic
 # 2.15.0, langchain-anthropic 1.7.10, @anthropic-ai/sdk 1.15.0, @ai-sdk/anthropic 4.0.105; the

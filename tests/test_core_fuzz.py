@@ -67,7 +67,7 @@ def run(data, *, on_cut: OnCut, dialect: Dialect = Dialect.CHAT, upstream=UPSTRE
     upstream = data.draw(upstream)
     end = data.draw(ENDS)
     policy = RepairPolicy(on_cut=on_cut, idle_timeout=TIMEOUT, first_token_timeout=TIMEOUT)
-    repair = StreamRepair(request=RequestFacts(max_tokens=3), policy=policy, started_at=0.0, head_at=0.0, dialect=dialect)
+    repair = StreamRepair(request=RequestFacts(max_tokens=3), policy=policy, started_at=0.0, sent_at=0.0, dialect=dialect)
     out = []
     for piece in data.draw(splits(upstream)):
         out.append(repair.receive_data(piece, now=0.0))

@@ -236,7 +236,7 @@ def test_m5_an_upstream_error_passes_and_nothing_follows(chunking, end):
 
 def test_m6_ping_is_a_keepalive_and_the_first_token_is_a_delta():
     repair = StreamRepair(
-        dialect=MESSAGES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, head_at=0.0
+        dialect=MESSAGES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, sent_at=0.0
     )
     repair.receive_data(start() + frame("content_block_start", index=0, content_block={"type": "text", "text": ""}), now=1.0)
     assert repair.report.events == 2

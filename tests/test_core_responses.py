@@ -182,7 +182,7 @@ def test_r5_the_first_token_is_the_first_text_reasoning_or_arguments_delta(kind)
 
 def test_r5_the_lifecycle_events_are_no_token_and_the_deadline_runs():
     repair = StreamRepair(
-        dialect=RESPONSES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, head_at=0.0
+        dialect=RESPONSES, policy=RepairPolicy(idle_timeout=5, first_token_timeout=10), started_at=0.0, sent_at=0.0
     )
     repair.receive_data(Stream().opening().bytes, now=1.0)
     ending = repair.receive_timer(10.0)

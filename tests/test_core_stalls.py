@@ -14,7 +14,7 @@ COMMENT = b": keep-alive\n\n"
 
 def machine(idle: float = 2, first_token: float = 0, on_cut: OnCut = OnCut.ERROR, **kwargs) -> StreamRepair:
     policy = RepairPolicy(idle_timeout=idle, first_token_timeout=first_token, on_cut=on_cut)
-    return StreamRepair(policy=policy, started_at=0.0, head_at=0.0, **kwargs)
+    return StreamRepair(policy=policy, started_at=0.0, sent_at=0.0, **kwargs)
 
 
 def test_idle_deadline_passes_one_idle_timeout_after_the_last_event():
@@ -57,7 +57,7 @@ def test_every_event_moves_the_idle_deadline():
     assert repair.next_stall_check(6.4) == 6.5
 
 
-def test_first_token_deadline_counts_from_the_head_and_only_tokens_stop_it():
+def test_first_token_deadline_counts_from_the_request_and_only_tokens_stop_it():
     repair = machine(idle=0, first_token=2)
     # The role chunk is an event but carries no token (its content is empty).
     repair.receive_data(sse(chunk(delta={"role": "assistant", "content": ""})), now=0.5)
@@ -65,7 +65,7 @@ def test_first_token_deadline_counts_from_the_head_and_only_tokens_stop_it():
     assert repair.next_stall_check(1.5) == 2.0
     ending = repair.receive_timer(2.0)
     message = data_events(ending.client_bytes)[0]["error"]["message"]
-    assert message == "stream was interrupted: no token within 2 s of the response head; the upstream stalled (finish_fix)"
+    assert message == "stream was interrupted: no token within 2 s of the request; the upstream stalled (finish_fix)"
     assert repair.report.interruption.before_first_token is True
 
 
@@ -99,7 +99,7 @@ def test_while_the_first_token_deadline_runs_the_idle_deadline_waits_for_the_fir
         assert repair.next_stall_check(now) == pytest.approx(min(now + 2, 600.0))
     ending = repair.receive_timer(600.0)
     message = data_events(ending.client_bytes)[0]["error"]["message"]
-    assert "no token within 600 s of the response head" in message
+    assert "no token within 600 s of the request" in message
     assert repair.report.interruption.before_first_token is True
 
 

@@ -33,6 +33,14 @@ PINNED_SOURCES = {
     "check_killed": "368cad352d1e82b6907688a0d3196d2e586b4af9af2a8465ea00d46e2d3c3672",
     # Sends the response head and enters state_stream_response_body: where the stall timer starts.
     "start_response_stream": "b0de9e9a5ee272769f0e6013299e2803d9ca45aa4c1517c66a21a20822ae06ff",
+    # Where the request goes upstream, leaving the client side `state_done` and the server side
+    # `state_wait_for_response_headers`: where the head timer starts.
+    "state_consume_request_body": "45459c1bbd8bdb1ac31251376aea71cfa58cb5dbd3a603d4e4e22b2891e663d7",
+    "state_stream_request_body": "c98f7f715cef7cfa3fd50993f4c6818d5780b048021006aa1b2d0d309f348fbc",
+    # Overwrites `flow.response` with the head that came (why no public way answers a pending read).
+    "state_wait_for_response_headers": "10e32e91b294816432efae8d1f68c784ce36fc94f0f8202516be2c7f136707dd",
+    # How a response an addon made is sent; mirrored when no head came.
+    "send_response": "d581bc106152e3697ccdcad192fe60bac6f6bea84f86a40d94d62bb38b351fa4",
 }
 # HttpLayer.event_to_child remembers which stream asked for a wakeup and hands the Wakeup back to it.
 EVENT_TO_CHILD = "1095f6e1581d1780afd5e87446b11eee0b12fb196c9be559f0fe15055436c8d7"
@@ -72,6 +80,7 @@ def test_the_names_the_hook_uses_still_exist():
         "RequestProtocolError",
         "ResponseData",
         "ResponseEndOfMessage",
+        "ResponseHeaders",
         "ResponseProtocolError",
         "SendHttp",
     ):
@@ -79,7 +88,17 @@ def test_the_names_the_hook_uses_still_exist():
     assert hasattr(commands, "RequestWakeup") and hasattr(events, "Wakeup")
     assert list(inspect.signature(commands.RequestWakeup).parameters) == ["delay"]
     assert http_layer.ErrorCode.CANCEL.name == "CANCEL"
-    for name in ("state_stream_response_body", "state_errored", "server_state", "stream_id", "flow", "context"):
+    for name in (
+        "state_stream_response_body",
+        "state_wait_for_response_headers",
+        "state_done",
+        "state_errored",
+        "client_state",
+        "server_state",
+        "stream_id",
+        "flow",
+        "context",
+    ):
         assert name in inspect.getsource(HttpStream), f"HttpStream no longer has {name}"
     assert list(inspect.signature(HttpStream._handle_event).parameters) == ["self", "event"]
 

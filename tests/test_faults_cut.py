@@ -7,13 +7,16 @@ offset, the complete events carry exactly n tokens, and the connection ended wit
 
 from __future__ import annotations
 
+import json
 from functools import partial
 
+import httpx
 import pytest
 import trio
 
 from faults import catalog
 from faults.probe import probe_layout
+from finishline import Dialect
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
 from labs.worker.settings import CONTENT_WORDS, Finish, Framing
 from tests.feeding import complete_events
@@ -158,6 +161,54 @@ def test_cut_during_prefill_reset_variant(toxiproxy):
 
     assert received.ending == "reset"
     assert received.data == plan.head
+
+
+def pooled_probe_then_stream(base_url: str, body: dict) -> tuple[int, bytes]:
+    """As a router does: one pooled keep-alive client probes the worker's health, then streams a
+    completion; returns how many connections the pool opened and the stream's body as received
+    (up to the cut)."""
+    opened = 0
+
+    def count(event_name: str, info: dict) -> None:
+        nonlocal opened
+        if event_name == "connection.connect_tcp.complete":
+            opened += 1
+
+    received = bytearray()
+    with httpx.Client(base_url=base_url, trust_env=False, timeout=30, transport=httpx.HTTPTransport(retries=0)) as client:
+        client.get("/health", extensions={"trace": count}).raise_for_status()
+        try:
+            with client.stream("POST", "/v1/messages", json=body, extensions={"trace": count}) as response:
+                for piece in response.iter_raw():
+                    received += piece
+        except httpx.RemoteProtocolError:
+            pass  # the cut: the chunked body ends early
+    return opened, bytes(received)
+
+
+@pytest.mark.e2e
+def test_a_routers_probe_does_not_spend_the_byte_budget_of_the_request_after_it(toxiproxy):
+    # Issue 25: smg+finish_fix cells in a stall got only `message_start` and a ping. toxiproxy's
+    # `limit_data` counts bytes per connection, across keep-alive requests, and a router's pool
+    # sent a cell's request on the connection its probe had used. The worker answers every probe
+    # with `Connection: close` (labs/worker/server.py, `_probe_answer`): the pool opens a second
+    # connection, and the cut falls after exactly the promised tokens.
+    n = 5
+    model = "finishline-worker;tokens=12"
+    body = {"model": model, "max_tokens": 4096, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    plan = response_plan(parse_settings(model).for_request(body, Dialect.MESSAGES), dialect=Dialect.MESSAGES)
+    offset = plan.offset_after_tokens(n)
+
+    async def run() -> tuple[int, bytes]:
+        async with open_worker() as worker, open_proxy(toxiproxy, worker.port) as proxy:
+            async with catalog.cut_after_tokens(n, plan).applied(toxiproxy, proxy.name):
+                return await trio.to_thread.run_sync(pooled_probe_then_stream, f"http://127.0.0.1:{proxy.listen_port}", body)
+
+    opened, received = run_trio(run)
+
+    assert [json.loads(event)["type"] for event in complete_events(received)].count("content_block_delta") == n
+    assert received == split_response(plan.to_bytes()[:offset])[1]
+    assert opened == 2
 
 
 def test_cut_after_more_tokens_than_the_stream_has_is_refused():

@@ -201,20 +201,29 @@ HEALTHY_STREAMS = {
 _TEN_MB_EVENT = sse_event(chat_chunk(content="x" * (10 * 1024 * 1024)))
 _FINISH = chat_stream([], finish_reason="stop")
 # Rule C8: what no rule applies to passes through; the streams still end with a finish and [DONE].
-MALFORMED_BUT_FINISHED_STREAMS = {
-    "non-json-data": [b"data: not json at all\n\n", *chat_stream(ANSWER)],
-    "invalid-utf8": [b"data: \xff\xfe\xfd {\n\n", *chat_stream(ANSWER)],
-    "unknown-fields": [
-        b"weird: field\nevent: delta\nid: 7\nretry: 10\n" + sse_event({**chat_chunk(content="a"), "x_vendor": {"k": [1, 2]}}),
-        *chat_stream(ANSWER),
-    ],
-    "ten-megabyte-event": _split_every(_TEN_MB_EVENT, 1 << 20) + _FINISH,
+# The books say what the client read (rule C8a): `malformed`, naming the event, when an event's data is
+# not JSON; `clean` for odd fields and a huge event.
+_NOT_JSON = "malformed: event 1's data is not JSON; passed on as it came"
+MALFORMED_BUT_FINISHED_STREAMS: dict[str, tuple[list[bytes], str, str | None]] = {
+    "non-json-data": ([b"data: not json at all\n\n", *chat_stream(ANSWER)], "malformed", _NOT_JSON),
+    "invalid-utf8": ([b"data: \xff\xfe\xfd {\n\n", *chat_stream(ANSWER)], "malformed", _NOT_JSON),
+    "unknown-fields": (
+        [
+            b"weird: field\nevent: delta\nid: 7\nretry: 10\n" + sse_event({**chat_chunk(content="a"), "x_vendor": {"k": [1, 2]}}),
+            *chat_stream(ANSWER),
+        ],
+        "clean",
+        None,
+    ),
+    "ten-megabyte-event": (_split_every(_TEN_MB_EVENT, 1 << 20) + _FINISH, "clean", None),
 }
 
 
-@pytest.mark.parametrize("pieces", MALFORMED_BUT_FINISHED_STREAMS.values(), ids=MALFORMED_BUT_FINISHED_STREAMS.keys())
+@pytest.mark.parametrize(
+    ("pieces", "verdict", "detail"), MALFORMED_BUT_FINISHED_STREAMS.values(), ids=MALFORMED_BUT_FINISHED_STREAMS.keys()
+)
 def test_malformed_input_passes_through_unchanged(
-    finish_fix: FinishFixProxy, upstream: UpstreamServer, pieces: list[bytes]
+    finish_fix: FinishFixProxy, upstream: UpstreamServer, pieces: list[bytes], verdict: str, detail: str | None
 ) -> None:
     prefix = upstream.route(Script(pieces=pieces))
 
@@ -223,7 +232,9 @@ def test_malformed_input_passes_through_unchanged(
     assert proxied.error is None, proxied.error
     assert proxied.body == b"".join(pieces)
     [record] = finish_fix.wait_ledger_lines(prefix)
-    assert record["verdict"] == "clean", record
+    assert record["verdict"] == verdict, record
+    if detail is not None:
+        assert record["detail"] == detail, record
 
 
 @pytest.mark.parametrize("pieces", HEALTHY_STREAMS.values(), ids=HEALTHY_STREAMS.keys())

@@ -92,8 +92,11 @@ def test_events_then_only_comments_get_the_idle_error_after_the_deadline(stallin
     error_event = json.loads(last)["error"]
     assert error_event["type"] == "server_error" and error_event["code"] == "stream_interrupted"
     assert "stream was interrupted: no event for 2 s after 3 events; the upstream stalled" in error_event["message"]
+    # Never before the deadline (a lower bound: a loaded machine only makes it later), and long
+    # before the upstream ends: told by what arrived, not by a clock, so load cannot fail it.
     waited = arrival_of(pieces, b'"error"') - arrival_of(pieces, b"".join(THREE_EVENTS))
-    assert 1.0 < waited < 12, waited  # about 2 s; never before the deadline, long before the upstream ends
+    assert waited > 1.0, waited
+    assert len(between) // len(KEEP_ALIVE) < len(COMMENTS), "the error came only after the upstream's last comment"
 
     assert upstream.wait_abandoned(prefix), "finish_fix must close the stalled upstream connection"
     [record] = stalling_proxy.wait_ledger_lines(prefix)
@@ -123,7 +126,7 @@ def test_a_role_chunk_then_silence_is_judged_by_the_first_token_deadline(start_f
     assert error is None, error
     first, last = complete_events(b"".join(piece for _, piece in pieces))
     assert json.loads(first)["choices"][0]["delta"] == {"role": "assistant", "content": ""}
-    assert "no token within 6 s of the response head; the upstream stalled" in json.loads(last)["error"]["message"]
+    assert "no token within 6 s of the request; the upstream stalled" in json.loads(last)["error"]["message"]
     [record] = proxy.wait_ledger_lines(prefix)
     assert record["verdict"] == "interrupted" and "before the first token (stalled: no token within 6 s" in record["detail"]
 
@@ -138,11 +141,11 @@ def test_headers_then_only_comments_get_the_first_token_error(stalling_proxy, up
     [last] = complete_events(body)
     error_event = json.loads(last)["error"]
     assert error_event["code"] == "stream_interrupted"
-    assert "no token within 2 s of the response head; the upstream stalled" in error_event["message"]
+    assert "no token within 2 s of the request; the upstream stalled" in error_event["message"]
     assert upstream.wait_abandoned(prefix)
     [record] = stalling_proxy.wait_ledger_lines(prefix)
     assert record["verdict"] == "interrupted"
-    assert "before the first token (stalled: no token within 2 s of the response head)" in record["detail"]
+    assert "before the first token (stalled: no token within 2 s of the request)" in record["detail"]
 
 
 def test_openai_python_raises_the_stall_as_an_api_error(stalling_proxy, upstream: UpstreamServer):

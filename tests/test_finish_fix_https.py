@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import ssl
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,5 +207,21 @@ def test_regular_mode_https_stall_raises_api_error_saying_the_upstream_stalled(
     assert_interrupted_error(raised.value)
     assert "no event for 2 s after 2 events; the upstream stalled" in raised.value.message
     assert text_of(received) == "".join(ANSWER[:2])
+    [request] = https_upstream.requests_under(prefix)
+    assert request.http_version == ("2" if http2 else "1.1")
+
+
+@pytest.mark.parametrize("http2", [False, True], ids=["http1", "http2"])
+def test_regular_mode_https_no_response_head_is_a_504_the_client_raises(
+    regular_mode_with_deadlines: Mitmdump, https_upstream: UpstreamServer, mitmproxy_confdir: Path, http2: bool
+) -> None:
+    # Over HTTP/2 on both sides finish_fix resets only the waiting stream upstream and answers on its
+    # own stream to the client.
+    prefix = https_upstream.route(Script(pieces=chat_stream(ANSWER), head_gate=threading.Event()))
+    with client_through(regular_mode_with_deadlines, https_upstream, prefix, mitmproxy_confdir, http2=http2) as client:
+        with pytest.raises(openai.InternalServerError) as raised:
+            client.chat.completions.create(model="e2e-model", messages=[{"role": "user", "content": "hi"}], stream=True)
+    assert raised.value.status_code == 504 and raised.value.code == "no_response_head"
+    assert raised.value.response.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
     [request] = https_upstream.requests_under(prefix)
     assert request.http_version == ("2" if http2 else "1.1")

@@ -18,7 +18,7 @@ import finish_fix_metrics
 import finish_fix_stream
 from faults.child_processes import listening_ports
 from finish_fix_metrics import NO_CAUSE, MetricsServer, StreamMetrics, parse_listen_address
-from finishline import Booking, CutCause, Dialect, InjectionKind, Verdict
+from finishline import Booking, CutCause, Dialect, InjectionKind, Verdict, answer_no_head
 from tests.feeding import chunk, run, sse
 from tests.test_addon import HEALTHY, addon, make_flow, stream_through  # noqa: F401  (`addon` is a fixture)
 from tests.test_core_malformed import cut, healthy, with_malformed
@@ -118,6 +118,16 @@ def test_one_booking_adds_one_to_each_of_its_series():
     assert value(samples, "finish_fix_time_to_first_token_seconds_bucket", dialect="messages", le="0.5") == 1
     assert value(samples, "finish_fix_stream_duration_seconds_sum", dialect="messages", verdict="interrupted") == 4.0
     assert value(samples, "finish_fix_stream_events_sum", dialect="messages") == 7
+
+
+def test_a_request_without_a_response_head_counts_as_interrupted_by_its_cause():
+    metrics = StreamMetrics()
+    metrics.booked(answer_no_head(dialect=Dialect.RESPONSES, timeout=2, elapsed=2.1).booking)
+    samples = samples_of(metrics)
+    assert value(samples, "finish_fix_streams_total", dialect="responses", verdict="interrupted", cause="no_response_head") == 1
+    assert sum(n for (name, _), n in samples.items() if name == "finish_fix_streams_total") == 1
+    assert value(samples, "finish_fix_time_to_first_token_seconds_count", dialect="responses") == 0
+    assert value(samples, "finish_fix_stream_duration_seconds_sum", dialect="responses", verdict="interrupted") == 2.1
 
 
 @pytest.mark.parametrize("dialect", list(Dialect))

@@ -13,7 +13,7 @@ import pytest
 
 import finish_fix_traces
 from finish_fix_traces import SCHEMA_URL, SpanExport, error_type, span_attributes, traces_endpoint
-from finishline import Booking, CutCause, Dialect, InjectionKind, RequestFacts, TokenUsage, Verdict
+from finishline import Booking, CutCause, Dialect, InjectionKind, RequestFacts, TokenUsage, Verdict, answer_no_head
 from tests.feeding import run
 from tests.otlp_receiver import refusing_otlp_endpoint, running_otlp_receiver
 from tests.test_core_malformed import cut, healthy, with_malformed
@@ -39,6 +39,7 @@ def booking(verdict: Verdict = Verdict.CLEAN, **fields: object) -> Booking:
         (Verdict.INTERRUPTED, CutCause.CLEAN_END, "stream_interrupted"),
         (Verdict.INTERRUPTED, CutCause.STALLED, "stalled"),
         (Verdict.INTERRUPTED, CutCause.CLIENT_GONE, "client_gone"),
+        (Verdict.INTERRUPTED, CutCause.NO_RESPONSE_HEAD, "no_response_head"),
         (Verdict.UPSTREAM_ERROR, None, "upstream_error"),
         (Verdict.MALFORMED, None, "malformed"),
         (Verdict.MALFORMED, CutCause.STALLED, "malformed"),
@@ -72,6 +73,16 @@ def test_a_stream_that_ended_in_an_error_says_error_whatever_it_was_sent():
     assert attributes["gen_ai.response.finish_reasons"] == ["error"]
     assert attributes["error.type"] == "stalled"
     assert attributes["finish_fix.cause"] == "stalled"
+
+
+def test_a_request_without_a_response_head_is_an_error_with_its_cause():
+    attributes = span_attributes(
+        answer_no_head(dialect=Dialect.MESSAGES, timeout=2, request=REQUEST).booking, REQUEST, server=("h", 1)
+    )
+    assert attributes["error.type"] == "no_response_head"
+    assert attributes["finish_fix.cause"] == "no_response_head"
+    assert attributes["finish_fix.verdict"] == "interrupted"
+    assert attributes["gen_ai.response.finish_reasons"] == ["error"]
 
 
 @pytest.mark.parametrize("dialect", list(Dialect))

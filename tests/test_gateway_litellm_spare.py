@@ -26,7 +26,7 @@ import pytest
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
-from tests.fixtures_lab import run_trio
+from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -41,7 +41,10 @@ MATRIX_DEADLINE_S = 360
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], dict[str, Any]]:
     scenarios = tuple(
-        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, clients=CLIENTS)
+        # Both end by themselves (the spare answers): the cells' deadline is only a backstop.
+        dataclasses.replace(
+            load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, clients=CLIENTS, deadline_s=CELL_BACKSTOP_S
+        )
         for name in (CLOSE, ABORT)
     )
     config = LabConfig(

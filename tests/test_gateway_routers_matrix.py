@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 import trio
 
+from faults.child_processes import START_DEADLINE_S
 from finishline import Dialect
 from labs.plan import LabConfig
 from labs.runner import run_lab
@@ -238,7 +239,7 @@ def test_smg_refusing_a_worker_is_one_line_naming_it_and_smg_s_reason(tmp_path):
     from labs.worker.server import open_worker
 
     async def register_twice() -> str:
-        with trio.fail_after(60):
+        with trio.fail_after(START_DEADLINE_S):  # SMG's start and two registrations: a backstop
             async with (
                 open_worker() as worker,
                 open_gateways(("smg",), primary_url=f"http://127.0.0.1:{worker.port}", run_dir=tmp_path) as gateways,

@@ -44,7 +44,6 @@ import os
 import re
 import signal
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +58,7 @@ from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.worker.wire import ResponsePlan, response_plan
 from tests.fixtures_lab import run_trio
+from tests.process_watch import DEADLINE, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -228,12 +228,9 @@ def test_a_sandbox_told_to_stop_takes_the_agents_whole_session_with_it(tmp_path)
     def sleepers() -> list[str]:
         return [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker.encode() in _cmdline(p)]
 
-    deadline = time.monotonic() + 30
-    while len(sleepers()) < 2:
-        assert time.monotonic() < deadline, "the agent's two processes did not start"
-        time.sleep(0.1)
+    wait_until(lambda: len(sleepers()) >= 2, "the agent's two processes started")
     sandbox.send_signal(signal.SIGTERM)
-    assert sandbox.wait(timeout=30) == 0
+    assert sandbox.wait(timeout=DEADLINE) == 0
     assert sleepers() == []
     assert json.loads(files["report.json"].read_text())["interfaces"] == ["lo"]
 

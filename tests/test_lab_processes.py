@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from faults.child_processes import ChildProcess, start_child
 from labs.clients.hosts import DRIVER_HOST_CRASHED, open_driver_hosts
 from labs.worker.server import open_worker
 from tests.fixtures_lab import run_trio
+from tests.process_watch import DEADLINE, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -43,14 +43,6 @@ def _children(pid: int) -> set[int]:
         except (FileNotFoundError, ValueError):
             continue
     return found
-
-
-def _wait_until(predicate, deadline: float, what: str) -> None:
-    limit = time.monotonic() + deadline
-    while not predicate():
-        if time.monotonic() > limit:
-            raise AssertionError(f"not within {deadline} s: {what}")
-        time.sleep(0.1)
 
 
 def _lab(*arguments: str, cwd: Path) -> ChildProcess:
@@ -83,8 +75,8 @@ def test_a_helper_process_dies_with_the_lab_even_when_the_lab_is_killed(tmp_path
         child_pid = int(parent.stdout.readline())
         assert _alive(child_pid)
         parent.kill()
-        parent.wait(timeout=10)
-        _wait_until(lambda: not _alive(child_pid), 10, f"child {child_pid} ended after its parent was killed")
+        parent.wait(timeout=DEADLINE)
+        wait_until(lambda: not _alive(child_pid), f"child {child_pid} ended after its parent was killed")
     finally:
         parent.kill()
         parent.wait()
@@ -113,9 +105,9 @@ def test_a_signal_stops_the_lab_and_every_helper_with_one_line(tmp_path, stop_si
             names = {Path(f"/proc/{pid}/cmdline").read_text(errors="replace") for pid in helpers if _alive(pid)}
             return any("mitmdump" in name for name in names) and any("python_host" in name for name in names)
 
-        _wait_until(helpers_started, 60, "the lab started mitmdump and the Python driver host")
+        wait_until(helpers_started, "the lab started mitmdump and the Python driver host")
         lab.send_signal(stop_signal)
-        _, stderr = lab.communicate(timeout=30)
+        _, stderr = lab.communicate(timeout=DEADLINE)
     finally:
         if lab.poll() is None:
             os.killpg(lab.pid, signal.SIGKILL)
@@ -123,7 +115,7 @@ def test_a_signal_stops_the_lab_and_every_helper_with_one_line(tmp_path, stop_si
     assert lab.returncode == 128 + stop_signal
     assert stderr.strip().splitlines()[-1] == f"stopped ({stop_signal.name})"
     assert "Traceback" not in stderr
-    _wait_until(lambda: not any(_alive(pid) for pid in helpers), 10, f"helpers {helpers} ended")
+    wait_until(lambda: not any(_alive(pid) for pid in helpers), f"helpers {helpers} ended")
 
 
 def test_make_ui_stops_on_ctrl_c_and_keeps_its_ledger_folder(tmp_path):
@@ -137,7 +129,7 @@ def test_make_ui_stops_on_ctrl_c_and_keeps_its_ledger_folder(tmp_path):
         ledger = Path(lines[-1].split("books (ledger):", 1)[1].strip())
         helpers = _children(ui.pid)
         ui.send_signal(signal.SIGINT)
-        _, stderr = ui.communicate(timeout=30)
+        _, stderr = ui.communicate(timeout=DEADLINE)
     finally:
         if ui.poll() is None:
             os.killpg(ui.pid, signal.SIGKILL)
@@ -147,7 +139,7 @@ def test_make_ui_stops_on_ctrl_c_and_keeps_its_ledger_folder(tmp_path):
     # Under lab-results/ui-<time>/, not a temporary folder deleted at exit.
     assert ledger.parent.parent == (tmp_path / "lab-results").resolve()
     assert ledger.parent.name.startswith("ui-") and ledger.parent.is_dir()
-    _wait_until(lambda: not any(_alive(pid) for pid in helpers), 10, f"helpers {helpers} ended")
+    wait_until(lambda: not any(_alive(pid) for pid in helpers), f"helpers {helpers} ended")
 
 
 def _scenario(tmp_path: Path, text: str) -> Path:
@@ -169,7 +161,7 @@ def _scenario(tmp_path: Path, text: str) -> Path:
 )
 def test_a_bad_scenario_is_one_error_line_and_status_2(tmp_path, text, message):
     lab = _lab("labs", "--scenario", str(_scenario(tmp_path, text)), "--results", str(tmp_path), cwd=tmp_path)
-    stdout, stderr = lab.communicate(timeout=60)
+    stdout, stderr = lab.communicate(timeout=DEADLINE)
     assert lab.returncode == 2
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("error: ") and message in stderr
@@ -199,7 +191,7 @@ def test_a_busy_tunnel_port_is_one_error_line_and_status_2(tmp_path):
             str(tmp_path),
             cwd=tmp_path,
         )
-        _, stderr = lab.communicate(timeout=60)
+        _, stderr = lab.communicate(timeout=DEADLINE)
     assert lab.returncode == 2
     assert len(stderr.strip().splitlines()) == 1, stderr
     assert stderr.startswith("error: ") and str(port) in stderr
@@ -209,7 +201,7 @@ def test_the_worker_on_a_busy_port_is_one_error_line(tmp_path):
     with _busy_port() as busy:
         port = busy.getsockname()[1]
         worker = _lab("labs.worker", "--port", str(port), cwd=tmp_path)
-        _, stderr = worker.communicate(timeout=30)
+        _, stderr = worker.communicate(timeout=DEADLINE)
     assert worker.returncode == 2
     assert stderr.strip() == f"error: cannot listen on 127.0.0.1:{port}: Address already in use; pick another --port"
 

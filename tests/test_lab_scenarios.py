@@ -116,6 +116,16 @@ def load_scenario_named(name):
     return next(s for s in load_scenarios() if s.name == name)
 
 
+def test_a_finish_fix_table_gives_finish_fixs_options_while_the_scenario_runs(tmp_path):
+    path = scenario_file(tmp_path, "[finish_fix]\nfirst_token_timeout = 1\nidle_timeout = 2.5\n")
+    assert load_scenario(path).finish_fix_options == {"finish_fix_first_token_timeout": "1", "finish_fix_idle_timeout": "2.5"}
+    assert load_scenario(scenario_file(tmp_path, "")).finish_fix_options == {}
+
+
+def test_no_response_ends_each_attempt_through_finish_fix_within_a_second():
+    assert load_scenario_named("no-response").finish_fix_options == {"finish_fix_first_token_timeout": "0.5"}
+
+
 def test_unknown_top_level_key_is_refused(tmp_path):
     path = tmp_path / "bad.toml"
     path.write_text('title = "x"\ncolour = "red"\n')
@@ -201,6 +211,16 @@ def scenario_file(tmp_path, text, name="s"):
         ("[pool]\nworkers = 3\n", r"\[pool\]: `workers` must be 1 or 2, not 3"),
         ("[pool]\nworkers = true\n", r"\[pool\]: `workers` must be 1 or 2, not True"),
         ("[pool]\nspares = 1\n", r"\[pool\]: unknown keys \['spares'\]; known: workers"),
+        (
+            "[finish_fix]\non_cut = 1\n",
+            r"\[finish_fix\]: unknown keys \['on_cut'\]; known: first_token_timeout, idle_timeout",
+        ),
+        (
+            '[finish_fix]\nfirst_token_timeout = "1"\n',
+            r"\[finish_fix\]: `first_token_timeout` must be a number of seconds >= 0 \(0 = no limit\), not '1'",
+        ),
+        ("[finish_fix]\nidle_timeout = -2\n", r"\[finish_fix\]: `idle_timeout` must be a number of seconds >= 0"),
+        ("finish_fix = 1\n", r"`\[finish_fix\]` must be a table, not 1"),
     ],
 )
 def test_a_value_of_the_wrong_type_is_refused_naming_the_key(tmp_path, text, message):

@@ -139,6 +139,35 @@ def test_http_error_before_streaming(status):
     assert handled[0].status == status
 
 
+#: Every path a worker answers that is not a completion: the model list, each router probe
+#: (`_PROBES` in labs/worker/server.py), one under SMG's per-cell worker URL, and an unknown route.
+NON_COMPLETION_PATHS = (
+    "/v1/models",
+    "/health",
+    "/version",
+    "/server_info",
+    "/get_server_info",
+    "/v1/loads",
+    "/get_load",
+    "/cells/c0001/health",
+    "/v2/other",
+)
+
+
+@pytest.mark.parametrize("path", NON_COMPLETION_PATHS)
+def test_a_probe_is_answered_with_connection_close_and_the_connection_ends(path):
+    # The client asks for keep-alive; the worker still closes after the answer, so no router can
+    # pool the connection and later send a cell's request on it (a tunnel's byte budget is per
+    # connection: tests/test_faults_cut.py). The exchange reads until EOF: before the fix it never
+    # came, and the run's deadline failed the test.
+    received, handled = exchange(f"GET {path} HTTP/1.1\r\nhost: x\r\n\r\n".encode())
+    head, body = split_response(received.data)
+    assert received.ending == "fin"
+    assert "\r\nconnection: close\r\n" in head.lower() + "\r\n"
+    assert len(body) == int(head.lower().split("content-length: ", 1)[1].split("\r\n", 1)[0])
+    assert [h.connection_close for h in handled] == [True]
+
+
 def test_models_route():
     request = b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
     received, _ = exchange(request)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import enum
 import json
+import select
 import socket
 import ssl
 import struct
@@ -104,6 +105,11 @@ class Script:
     # {piece index: event} (HTTP/1.1): wait for the event before sending that piece, so a test can
     # prove that what came before it reached the client while the upstream held back the rest.
     gates: Mapping[int, threading.Event] = field(default_factory=dict)
+    # Wait for this event before sending the response head: a test that saw the request arrive
+    # (`wait_request`) lets the head go when it chooses, or never (an upstream that accepts and never
+    # answers). Over plain HTTP/1.1 a peer that closes the connection meanwhile is recorded in
+    # `abandoned` (TLS cannot peek; HTTP/2 waits on its connection's thread, one request at a time).
+    head_gate: threading.Event | None = None
     # Write pieces (each still its own HTTP chunk) in socket writes of at least this many bytes; 0
     # writes each piece at once. The benchmark batches so the Python upstream is not the bottleneck.
     write_batch_bytes: int = 0
@@ -230,6 +236,15 @@ class UpstreamServer:
     def requests_under(self, prefix: str) -> list[ReceivedRequest]:
         with self._lock:
             return [r for r in self.requests if r.target.startswith(prefix + "/")]
+
+    def wait_request(self, prefix: str, timeout: float = 20) -> ReceivedRequest:
+        """The first request under `prefix`, once it has arrived whole; fails after `timeout` s."""
+        deadline = time.monotonic() + timeout
+        while not (arrived := self.requests_under(prefix)):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no request under {prefix} reached the upstream within {timeout} s")
+            time.sleep(0.02)
+        return arrived[0]
 
     def wait_abandoned(self, prefix: str, timeout: float = 10) -> bool:
         """True once a response under `prefix` could not be written to the end because the peer had
@@ -371,8 +386,25 @@ def _maybe_read_request(connection: socket.socket, leftover: bytes) -> tuple[Rec
             return None
 
 
+def _wait_for_gate(connection: socket.socket, gate: threading.Event) -> None:
+    """Until `gate` is set; raises ConnectionError if the peer closes the connection first (the
+    proxy gave up waiting for the head), TimeoutError after `_GATE_TIMEOUT_S`."""
+    deadline = time.monotonic() + _GATE_TIMEOUT_S
+    while not gate.wait(0.02):
+        try:
+            readable, _, _ = select.select([connection], [], [], 0)
+        except ValueError:  # its descriptor is -1: UpstreamServer.close closed it
+            raise OSError("the server closed the connection") from None
+        if readable and not isinstance(connection, ssl.SSLSocket) and connection.recv(1, socket.MSG_PEEK) == b"":
+            raise ConnectionError("the peer closed the connection while the response head was held back")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"head gate not opened in {_GATE_TIMEOUT_S} s")
+
+
 def _send_response(connection: socket.socket, script: Script) -> bool:
     """Write `script` to `connection`; return whether the connection may serve another request."""
+    if script.head_gate is not None:
+        _wait_for_gate(connection, script.head_gate)
     pieces = list(script.iter_pieces()) if script.framing is Framing.CONTENT_LENGTH else None
     headers: list[tuple[str, str]] = []
     if script.content_type is not None:
@@ -448,6 +480,8 @@ def _send_http2_response(
     resets the TCP connection. Pieces must fit the peer's flow-control window (tests are small).
     """
     pieces = list(script.iter_pieces())
+    if script.head_gate is not None and not script.head_gate.wait(_GATE_TIMEOUT_S):
+        raise TimeoutError(f"head gate not opened in {_GATE_TIMEOUT_S} s")
     headers = [(":status", str(script.status))]
     if script.content_type is not None:
         headers.append(("content-type", script.content_type))

@@ -39,8 +39,9 @@ from pathlib import Path
 
 import pytest
 
-#: The session fixtures that are each a whole lab run (tests/fixtures_chaos.py).
-SHARED_RUNS = ("small_matrix",)
+#: The session fixtures that are each costly to start: a whole lab run (tests/fixtures_chaos.py), the
+#: real llama.cpp server (tests/fixtures_llama.py: its files go to one worker, which starts it once).
+SHARED_RUNS = ("small_matrix", "llama_cpp")
 #: Seconds per group in a measured run (see the module docstring).
 GROUP_SECONDS_FILE = Path(__file__).with_name("group_seconds.json")
 

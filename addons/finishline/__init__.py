@@ -18,18 +18,21 @@ Using it (one `StreamRepair` per response; it also serves as a judge of a server
 Times are optional: pass `started_at=` and `now=` from your own clock for durations. Stall deadlines
 (`RepairPolicy(idle_timeout=..., first_token_timeout=...)`) need them: call `next_stall_check(now)`
 for when to look again and `receive_timer(now)` then; it returns a `ClientEnding` once the upstream
-stalled. `receive_*` never raises on what the upstream sent; calling it after the end raises
+stalled. The first-token deadline counts from the request going upstream (`sent_at=`): when no
+response head came by `head_deadline(policy, sent_at=...)`, `answer_no_head` is what the client gets. `receive_*` never raises on what the upstream sent; calling it after the end raises
 `LocalProtocolError`. `repair_completion` does the same for a whole, non-streaming body.
 `StreamErrorWriter` gives a relay that is not finish_fix (the lab's hub) the error ending finish_fix
 writes for a cut, in the stream's dialect, with the relay's own message and code.
 """
 
 from ._completion import CompletionRepair, repair_completion
+from ._deadlines import head_deadline
 from ._dialect import Dialect
 from ._error_ending import StreamErrorWriter
 from ._errors import LocalProtocolError
 from ._inference import infer_finish_reason
 from ._injected import sse_event
+from ._no_head import NO_HEAD_STATUS, NoHeadAnswer, answer_no_head
 from ._numbers import NumberRefused, read_number
 from ._repair import MAX_HELD_BYTES, StreamRepair
 from ._request import RequestFacts
@@ -65,6 +68,8 @@ __all__ = [
     "LocalProtocolError",
     "MALFORMED_OUTRANKS",
     "MAX_HELD_BYTES",
+    "NO_HEAD_STATUS",
+    "NoHeadAnswer",
     "NumberRefused",
     "OnCut",
     "RepairPolicy",
@@ -74,7 +79,9 @@ __all__ = [
     "StreamReport",
     "TokenUsage",
     "Verdict",
+    "answer_no_head",
     "book_missing_response",
+    "head_deadline",
     "infer_finish_reason",
     "looks_like_chat_stream",
     "read_number",

@@ -2,8 +2,11 @@
 
 Two deadlines run while a stream is being repaired (`RepairPolicy`, seconds, 0 = off):
 
-* first token: one `first_token_timeout` after the response head, until the first token (content,
-  reasoning, a refusal or a tool call: a role-only chunk is an event but no token).
+* first token: one `first_token_timeout` after the request went upstream, until the first token
+  (content, reasoning, a refusal or a tool call: a role-only chunk is an event but no token). It
+  counts from the request, not from the response head, so that a head that never comes is caught
+  too (`head_deadline`: then there is no stream yet, and the caller answers the client itself,
+  `_no_head`); a head that comes does not restart it.
 * idle: one `idle_timeout` after the last event. Events are what a client dispatches (a block with a
   `data` field); comments and keep-alive lines never move it, so a gateway's `: keep-alive` cannot
   hide a dead worker. It starts with the first token while the first-token deadline is on: a
@@ -21,7 +24,7 @@ from typing import NamedTuple
 
 from ._verdict import RepairPolicy
 
-__all__ = ["Deadline", "earliest_deadline", "next_check"]
+__all__ = ["Deadline", "earliest_deadline", "head_deadline", "next_check"]
 
 
 class Deadline(NamedTuple):
@@ -42,7 +45,7 @@ def _idle_running(policy: RepairPolicy, *, last_event_at: float | None, first_to
 
 
 def earliest_deadline(
-    policy: RepairPolicy, *, head_at: float | None, last_event_at: float | None, first_token_seen: bool
+    policy: RepairPolicy, *, sent_at: float | None, last_event_at: float | None, first_token_seen: bool
 ) -> Deadline | None:
     """The earliest deadline now running, or None when neither runs."""
     deadline = None
@@ -52,22 +55,28 @@ def earliest_deadline(
         and _idle_running(policy, last_event_at=last_event_at, first_token_seen=first_token_seen)
     ):
         deadline = Deadline(last_event_at + policy.idle_timeout, False, policy.idle_timeout)
-    if policy.first_token_timeout > 0 and not first_token_seen and head_at is not None:
-        first_token = Deadline(head_at + policy.first_token_timeout, True, policy.first_token_timeout)
+    if policy.first_token_timeout > 0 and not first_token_seen and sent_at is not None:
+        first_token = Deadline(sent_at + policy.first_token_timeout, True, policy.first_token_timeout)
         if deadline is None or first_token.at < deadline.at:
             deadline = first_token
     return deadline
 
 
+def head_deadline(policy: RepairPolicy, *, sent_at: float) -> float | None:
+    """When a request sent upstream at `sent_at` counts as unanswered if no response head came by
+    then (the first-token deadline, before there is a stream), or None when that deadline is off."""
+    return sent_at + policy.first_token_timeout if policy.first_token_timeout > 0 else None
+
+
 def next_check(
-    policy: RepairPolicy, *, head_at: float | None, last_event_at: float | None, first_token_seen: bool, now: float
+    policy: RepairPolicy, *, sent_at: float | None, last_event_at: float | None, first_token_seen: bool, now: float
 ) -> float | None:
     """When the caller should look again, or None for never. Deadlines only move later as events
     come, except that the idle deadline starts (with the first event, or the first token) without
     the caller seeing it, and may then be earlier than the first-token one: until it runs the caller
     looks again at least every idle timeout (so a stall is still caught within one idle timeout of
     the deadline)."""
-    deadline = earliest_deadline(policy, head_at=head_at, last_event_at=last_event_at, first_token_seen=first_token_seen)
+    deadline = earliest_deadline(policy, sent_at=sent_at, last_event_at=last_event_at, first_token_seen=first_token_seen)
     if policy.idle_timeout > 0 and not _idle_running(policy, last_event_at=last_event_at, first_token_seen=first_token_seen):
         look_again = now + policy.idle_timeout
         return look_again if deadline is None else min(deadline.at, look_again)

@@ -84,8 +84,8 @@ class StreamRepair:
         policy: the repair options.
         started_at: the caller's clock when the request started, if it has one; with `now` on the
             `receive_*` calls it gives the times in the report and the error message.
-        head_at: the caller's clock when the response head arrived; the first-token deadline counts
-            from it (from `started_at` when not given).
+        sent_at: the caller's clock when the request went upstream; the first-token deadline counts
+            from it (from `started_at` when not given), not from the response head (`_deadlines`).
         status: the response's HTTP status. An error status (>= 400) is not repaired: its body
             passes unchanged and the verdict is `http_error`.
         content_encoding: the response's content coding ("" or "identity" for none). A compressed
@@ -106,7 +106,7 @@ class StreamRepair:
         "_request",
         "_policy",
         "_started_at",
-        "_head_at",
+        "_sent_at",
         "_framer",
         "_phase",
         "_ended",
@@ -131,7 +131,7 @@ class StreamRepair:
         request: RequestFacts = RequestFacts(),
         policy: RepairPolicy = RepairPolicy(),
         started_at: float | None = None,
-        head_at: float | None = None,
+        sent_at: float | None = None,
         status: int = 200,
         content_encoding: str = "",
         fast_path: bool = True,
@@ -140,7 +140,7 @@ class StreamRepair:
         self._request = request
         self._policy = policy
         self._started_at = started_at
-        self._head_at = head_at if head_at is not None else started_at
+        self._sent_at = sent_at if sent_at is not None else started_at
         self._framer = EventFramer()
         self._phase = Phase.STREAMING
         self._ended = False
@@ -263,7 +263,7 @@ class StreamRepair:
             return None
         return next_check(
             self._policy,
-            head_at=self._head_at,
+            sent_at=self._sent_at,
             last_event_at=self._last_event_at,
             first_token_seen=self._first_token_seen,
             now=now,
@@ -284,7 +284,7 @@ class StreamRepair:
 
     def _stall_deadline(self) -> Deadline | None:
         return earliest_deadline(
-            self._policy, head_at=self._head_at, last_event_at=self._last_event_at, first_token_seen=self._first_token_seen
+            self._policy, sent_at=self._sent_at, last_event_at=self._last_event_at, first_token_seen=self._first_token_seen
         )
 
     def _end_broken(self, cause: CutCause, reason: str, now: float | None) -> ClientEnding:

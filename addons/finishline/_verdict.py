@@ -73,7 +73,8 @@ class RepairPolicy:
     Attributes:
         idle_timeout: seconds allowed between two events once the first event arrived (comments and
             keep-alive lines are not events); 0 = no limit.
-        first_token_timeout: seconds allowed from the response head to the first token; 0 = no limit.
+        first_token_timeout: seconds allowed from the request going upstream to the first token
+            (also to the response head, `_no_head`); 0 = no limit.
             The core has no clock: these act only through `StreamRepair.next_stall_check` and
             `receive_timer`, with times the caller passes in.
     """
@@ -97,6 +98,10 @@ class CutCause(enum.StrEnum):
     # The upstream went silent past a deadline (`RepairPolicy.idle_timeout` or
     # `first_token_timeout`); the caller closed it.
     STALLED = "stalled"
+    # No response head came within `first_token_timeout` of the request going upstream: there was
+    # no stream to cut, the caller answered the client itself (`answer_no_head`) and closed the
+    # upstream exchange.
+    NO_RESPONSE_HEAD = "no_response_head"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

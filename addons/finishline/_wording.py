@@ -34,6 +34,9 @@ __all__ = [
     "injected_stop_reason",
     "internal_error",
     "malformed_detail",
+    "no_head_detail",
+    "no_head_message",
+    "no_head_reason",
     "no_response_detail",
     "one_line",
     "repaired_detail",
@@ -95,15 +98,20 @@ def how_it_was_cut(cause: str, reason: str, dialect: str = "chat") -> str:
     "stalled: ..." (`cause` is a `CutCause` value, `dialect` a `Dialect` one)."""
     if cause == "clean_end":
         return f"clean end without {TERMS[dialect].terminator}"
-    label = {"transport_error": "transport error", "client_gone": "client gone", "stalled": "stalled"}[cause]
+    label = {
+        "transport_error": "transport error",
+        "client_gone": "client gone",
+        "stalled": "stalled",
+        "no_response_head": "no response head",
+    }[cause]
     return f"{label}: {reason}"
 
 
 def stall_reason(*, first_token: bool, timeout: float, events: int) -> str:
-    """Which deadline passed: "no token within 60 s of the response head", "no event for 30 s after
-    12 events"."""
+    """Which deadline passed: "no token within 60 s of the request", "no event for 30 s after 12
+    events" (the first-token deadline counts from the request going upstream)."""
     if first_token:
-        return f"no token within {seconds(timeout)} s of the response head"
+        return f"no token within {seconds(timeout)} s of the request"
     return f"no event for {seconds(timeout)} s after {plural(events, 'event')}"
 
 
@@ -241,6 +249,21 @@ def internal_error(error: Exception) -> str:
 
 def http_error_detail(status: int) -> str:
     return f"http_error: HTTP {status}"
+
+
+def no_head_reason(timeout: float) -> str:
+    """Why a request got no response: "no response head within 2 s of the request"."""
+    return f"no response head within {seconds(timeout)} s of the request"
+
+
+def no_head_message(timeout: float) -> str:
+    """The message of the error body a client is answered with when no response head came."""
+    return f"{no_head_reason(timeout)}; the upstream did not answer (finish_fix)"
+
+
+def no_head_detail(*, timeout: float, status: int) -> str:
+    """The `interrupted` verdict's detail for a request that got no response head."""
+    return f"interrupted before the response head ({no_head_reason(timeout)}); answered HTTP {status}"
 
 
 def no_response_detail(*, client_gone: bool, reason: str) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import trio
 
-from faults.child_processes import ChildStartError, TrioChildProcess, start_trio_child
+from faults.child_processes import START_DEADLINE_S, ChildStartError, TrioChildProcess, start_trio_child
 from finishline import Dialect
 from labs.clients import runtime_of
 from labs.clients.agent_host import AgentHost
@@ -191,7 +191,8 @@ async def open_driver_hosts(
                 )
                 processes.append(process)
                 host = DriverHost(runtime=runtime, clients=names, process=process, log_path=log_path)
-                with trio.fail_after(60):
+                # Its hello, or its exit (`_read` raises then); the deadline is only a backstop.
+                with trio.fail_after(START_DEADLINE_S):
                     await nursery.start(host._read)
                 for name in names:
                     hosts[name] = host

@@ -260,7 +260,6 @@ async def open_envoy(
         port_in_log=ADMIN_LISTENING,
         health_path="/ready",
         log_path=run_dir / f"{name}.log",
-        start_timeout=30,
     ) as (process, admin_port):
         port = _listener_port(process, admin_port)
         yield EnvoyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", access_log=access_log)

@@ -7,17 +7,26 @@ LiteLLM routes to every topology's finish_fix, so each is a run-wide service
 (`RunServices.shared_async`), whichever topology asks first. It has one upstream (mitmproxy's
 reverse mode takes one), so it uses the first worker only.
 
+Options: the lab's own (`open_finish_fix`), and a scenario's `[finish_fix]` table while it runs
+(`FinishFixOptions.apply`, through the lab-only script labs/gateways/finish_fix_options.py): every
+`Gateway` with a finish_fix in its path gets `configure` for it.
+
 Books: finish_fix's ledger (`--set finish_fix_ledger=...`), one JSON line per flow with its verdict;
 its metrics' last scrape is kept next to it (labs.gateways.finish_fix_scrape).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from finishline import Verdict
 from labs.gateways.finish_fix_scrape import METRICS_OPTION, keep_last_scrape, metrics_url_in
@@ -27,6 +36,9 @@ from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
 
 STREAM_CAPTURE_SCRIPT = Path(__file__).resolve().parent / "stream_capture.py"
+OPTIONS_SCRIPT = Path(__file__).resolve().parent / "finish_fix_options.py"
+#: The path OPTIONS_SCRIPT answers (labs/gateways/finish_fix_options.py `OPTIONS_PATH`).
+OPTIONS_PATH = "/.finishline-lab/options"
 #: The shared-service key of the run's one finish_fix mitmdump in front of the primary upstream.
 SERVICE = "finish_fix"
 
@@ -43,6 +55,47 @@ VERDICT_BOOKS: dict[str, str] = {  # looked up by the ledger's word (a Verdict i
 }
 
 
+class FinishFixOptionsError(RuntimeError):
+    """finish_fix refused a scenario's options (the message is its own line)."""
+
+
+@dataclass(slots=True)
+class FinishFixOptions:
+    """Sets a running finish_fix's options for the scenario about to run (`apply`)."""
+
+    #: `http://127.0.0.1:PORT` of the mitmdump.
+    origin: str
+    # What the last `apply` set (the lab's options alone at the start).
+    _applied: dict[str, str] = field(default_factory=dict)
+
+    async def apply(self, options: Mapping[str, str]) -> None:
+        """Run with `options` (full option names) over the lab's, from now on; nothing is sent
+        when they are the ones in force.
+
+        Raises:
+            FinishFixOptionsError: finish_fix refused a value (its own line).
+        """
+        if dict(options) == self._applied:
+            return
+        await trio.to_thread.run_sync(self._put, dict(options))
+        self._applied = dict(options)
+
+    def _put(self, options: dict[str, str]) -> None:
+        request = urllib.request.Request(
+            self.origin + OPTIONS_PATH,
+            data=json.dumps(options).encode(),
+            method="PUT",
+            headers={"content-type": "application/json"},
+        )
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy from the environment
+        try:
+            with opener.open(request, timeout=30) as response:
+                response.read()
+        except urllib.error.HTTPError as refused:
+            error = json.loads(refused.read() or b"{}").get("error", f"HTTP {refused.code}")
+            raise FinishFixOptionsError(f"finish_fix at {self.origin} refused {options}: {error}") from None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunningFinishFix:
     #: The OpenAI base URL in front of the upstream (`http://127.0.0.1:PORT/v1`).
@@ -52,10 +105,14 @@ class RunningFinishFix:
     capture: Path
     #: finish_fix's metrics as the run ended (written then).
     metrics: Path
+    #: A scenario's options, set while it runs (`Gateway.configure` of every gateway it is behind).
+    options: FinishFixOptions
 
 
 @asynccontextmanager
-async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish_fix") -> AsyncIterator[RunningFinishFix]:
+async def open_finish_fix(
+    upstream_url: str, run_dir: Path, label: str = "finish_fix", *, idle_timeout_s: float = 2.0
+) -> AsyncIterator[RunningFinishFix]:
     """A mitmdump with finish_fix in reverse mode in front of `upstream_url` (no `/v1`), its files
     named after `label` in `run_dir`."""
     ledger = run_dir / f"{label}-ledger.jsonl"
@@ -79,9 +136,13 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         "--set",
         METRICS_OPTION,
         # A short idle deadline so the stall scenario ends in finish_fix's error event within its
-        # deadline; the first-token deadline stays at its default (the incident's prefill is long).
+        # deadline; the first-token deadline stays at its default (the incident's prefill is long,
+        # slow-first-token's first token comes after 20 s): a scenario that needs other deadlines
+        # sets them in its `[finish_fix]` table (no-response), through OPTIONS_SCRIPT.
         "--set",
-        "finish_fix_idle_timeout=2",
+        f"finish_fix_idle_timeout={idle_timeout_s:g}",
+        "-s",
+        str(OPTIONS_SCRIPT),
         "-s",
         str(STREAM_CAPTURE_SCRIPT),
         "--set",
@@ -93,13 +154,19 @@ async def open_finish_fix(upstream_url: str, run_dir: Path, label: str = "finish
         "flow_detail=0",
     ]
     log = run_dir / ("mitmdump.log" if label == "finish_fix" else f"mitmdump-{label}.log")
-    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log, start_timeout=30) as (
+    async with open_service(f"mitmdump ({label})", argv, port=0, port_in_log=MITM_LISTENING, log_path=log) as (
         _,
         port,
     ):
         metrics = run_dir / f"{label}-metrics.prom"
         try:
-            yield RunningFinishFix(base_url=f"http://127.0.0.1:{port}/v1", ledger=ledger, capture=capture, metrics=metrics)
+            yield RunningFinishFix(
+                base_url=f"http://127.0.0.1:{port}/v1",
+                ledger=ledger,
+                capture=capture,
+                metrics=metrics,
+                options=FinishFixOptions(f"http://127.0.0.1:{port}"),
+            )
         finally:
             await keep_last_scrape(metrics_url_in(log.read_text(errors="replace")), metrics)
 
@@ -112,7 +179,10 @@ async def shared_finish_fix(ctx: GatewayContext, topology: str | None = None) ->
     primary_url = plan.primary_url
     if not primary_url:
         raise ValueError("finish_fix needs the worker's tunnel (primary_url)")
-    return await ctx.run.shared_async((SERVICE, label), lambda: ctx.run.enter(open_finish_fix(primary_url, plan.run_dir)))
+    return await ctx.run.shared_async(
+        (SERVICE, label),
+        lambda: ctx.run.enter(open_finish_fix(primary_url, plan.run_dir, idle_timeout_s=ctx.run.finish_fix_idle_timeout_s)),
+    )
 
 
 def finish_fix_books(entry: dict[str, Any]) -> str | None:
@@ -131,6 +201,7 @@ async def _start(ctx: GatewayContext) -> Gateway:
         base_url=running.base_url,
         books_path=running.ledger,
         capture_path=running.capture,
+        configure=running.options.apply,
     )
 
 

@@ -265,7 +265,6 @@ async def open_litellm(routes: list[LiteLLMRoutes], run_dir: Path) -> AsyncItera
         log_path=run_dir / "litellm.log",
         env=env,
         health_path="/health/liveliness",
-        start_timeout=120,
     ) as port:
         yield RunningLiteLLM(base_url=f"http://127.0.0.1:{port}/v1", books=books, master_key=master_key)
 
@@ -319,7 +318,7 @@ def _starter(variant: str) -> Callable[[GatewayContext], Awaitable[Gateway]]:
 
     async def start(ctx: GatewayContext) -> Gateway:
         running = await _shared_litellm(ctx)
-        capture = (await shared_finish_fix(ctx)).capture if behind_finish_fix else None
+        finish_fix = await shared_finish_fix(ctx) if behind_finish_fix else None
         return Gateway(
             name=variant,
             base_url=running.base_url,
@@ -327,7 +326,8 @@ def _starter(variant: str) -> Callable[[GatewayContext], Awaitable[Gateway]]:
             model_prefix=ctx.plan.route_prefix + (VIA_FINISH_FIX if behind_finish_fix else ""),
             route_prefixes={dialect: route.segment for dialect, route in family.items()},
             api_key=running.master_key,
-            capture_path=capture,
+            capture_path=finish_fix.capture if finish_fix else None,
+            configure=finish_fix.options.apply if finish_fix else None,
         )
 
     return start

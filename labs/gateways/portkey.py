@@ -157,7 +157,6 @@ async def open_portkey(
         port_in_log=PORTKEY_LISTENING,
         log_path=run_dir / f"{name}.log",
         env=env,
-        start_timeout=60,
     ) as (_, port):
         yield PortkeyGateway(port=port, base_url=f"http://127.0.0.1:{port}/v1", request_log=request_log)
 
@@ -196,6 +195,7 @@ async def _start_behind_finish_fix(ctx: GatewayContext) -> Gateway:
         base_url=running.base_url,
         books_path=running.request_log,
         capture_path=finish_fix.capture,
+        configure=finish_fix.options.apply,
     )
 
 

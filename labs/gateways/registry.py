@@ -140,6 +140,11 @@ class RunServices:
 
     #: The run's directory: a run-wide service keeps its logs and books here.
     run_dir: Path
+    #: finish_fix's idle deadline in the run (`finish_fix_idle_timeout`): short for the simulated
+    #: worker, whose stall scenario must end in finish_fix's error event within its deadline;
+    #: longer for a real server, whose gaps between tokens on a loaded CPU pass 2 s
+    #: (labs.workers.REAL_WORKER_IDLE_TIMEOUT_S).
+    finish_fix_idle_timeout_s: float = 2.0
     stack: AsyncExitStack = field(default_factory=AsyncExitStack)
     _shared: _Shared = field(default_factory=_Shared)
 

@@ -41,6 +41,7 @@ __all__ = [
     "books_entry",
     "books_reader_from",
     "captured_stream",
+    "configure_gateways",
     "entries_for_cell",
     "last_entry_by_cell",
     "model_cells",
@@ -90,6 +91,10 @@ class Gateway:
     #: Awaited with a scenario's request models before its fault is applied, for a gateway that
     #: must be told a model before it routes it (SMG, labs/gateways/smg.py); None for the rest.
     prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
+    #: Awaited with a scenario's finish_fix options (full option names; empty: the lab's own) as
+    #: it starts, for a gateway with finish_fix in its path (labs/gateways/finish_fix_proxy.py);
+    #: gateways sharing one finish_fix share this callable. None for the rest.
+    configure: Callable[[Mapping[str, str]], Awaitable[None]] | None = None
 
     def model_for(self, dialect: Dialect, model: str) -> str:
         """The model name a `dialect` client asks this gateway for, to reach the worker's `model`."""
@@ -106,6 +111,13 @@ async def prepare_gateways(gateways: dict[str, Gateway], requests: Iterable[tupl
         prepare = gateways[name].prepare
         if prepare is not None:
             await prepare(wanted)
+
+
+async def configure_gateways(gateways: Iterable[Gateway], options: Mapping[str, str]) -> None:
+    """Give every finish_fix behind `gateways` a scenario's `options` (each finish_fix once)."""
+    for configure in dict.fromkeys(gateway.configure for gateway in gateways if gateway.configure is not None):
+        assert configure is not None  # (the filter above; for the type checker)
+        await configure(options)
 
 
 @asynccontextmanager

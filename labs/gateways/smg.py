@@ -12,8 +12,10 @@ one SMG worker per request model through SMG's worker API (`POST /workers` with 
 in `models`, SMG's documented way to add a backend at run time). Each registration needs a URL of
 its own (SMG keeps one worker per URL), so it points at `<upstream>/cells/<cell id>`; the lab's
 worker serves any path that ends in a route (labs/worker/server.py). Registration happens before
-the scenario's fault is applied and before the runner drops pooled connections, so no probe
-shares a connection (and so toxiproxy's per-connection byte count) with a request. A side effect
+the scenario's fault is applied and before the runner drops pooled connections; and the worker
+answers every probe with `Connection: close` (labs/worker/server.py, `_probe_answer`), so no
+probe SMG sends later shares a connection (and so toxiproxy's per-connection byte count) with a
+request. A side effect
 the lab wants: each cell's workers have circuit breakers of their own, so the failures of the
 cells running at once never open the breaker for the next one (SMG opens it after 10 failures,
 `--cb-failure-threshold`), and a cell's outcome does not depend on the order cells arrive in.
@@ -59,7 +61,7 @@ from typing import Any
 
 import trio
 
-from faults.child_processes import ChildStartError
+from faults.child_processes import START_DEADLINE_S, ChildStartError
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, books_reader_from, cell_id_of, open_service_on_free_ports
@@ -67,8 +69,9 @@ from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
 PIN = "smg==1.13.0"
-#: A registered worker is ready within a second here; this bounds a registration that never is.
-REGISTRATION_DEADLINE_S = 30.0
+#: A registered worker is ready within a second here; this bounds a registration that never is,
+#: with a loaded machine's room (faults.child_processes.START_DEADLINE_S).
+REGISTRATION_DEADLINE_S = START_DEADLINE_S
 #: Where a cell's SMG worker points, under an upstream (labs/worker/server.py serves any prefix).
 CELL_PATH = "/cells/{cell}"
 _CELL_IN_URL = re.compile(r"/cells/([^/]+)")
@@ -172,7 +175,7 @@ async def open_smg(upstreams: Sequence[str], run_dir: Path, label: str) -> Async
             "debug",
         ]
 
-    async with open_service_on_free_ports(f"SMG ({label})", argv, log_path=log, health_path="/health", start_timeout=60) as port:
+    async with open_service_on_free_ports(f"SMG ({label})", argv, log_path=log, health_path="/health") as port:
         url = f"http://127.0.0.1:{port}"
         yield RunningSmg(base_url=f"{url}/v1", admin_url=url, log=log, upstreams=tuple(upstreams))
 
@@ -235,13 +238,15 @@ read_smg_books = books_reader_from(smg_books, cells_of=_cells_of, records=lambda
 
 async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
     name = "smg+finish_fix" if behind_finish_fix else "smg"
-    capture = None
+    capture = configure = None
     primary = ctx.upstream()
     if behind_finish_fix:
         # A finish_fix of its own: the shared one serves `/v1` on the primary for other gateways,
         # this one sees SMG's per-cell paths; its ledger is not the gateway's books.
-        finish_fix = await ctx.enter(open_finish_fix(primary, ctx.run_dir, label="smg-finish_fix"))
-        primary, capture = finish_fix.base_url.removesuffix("/v1"), finish_fix.capture
+        finish_fix = await ctx.enter(
+            open_finish_fix(primary, ctx.run_dir, label="smg-finish_fix", idle_timeout_s=ctx.run.finish_fix_idle_timeout_s)
+        )
+        primary, capture, configure = finish_fix.base_url.removesuffix("/v1"), finish_fix.capture, finish_fix.options.apply
     upstreams = (primary, ctx.spare_url) if ctx.spare_url else (primary,)
     running = await ctx.enter(open_smg(upstreams, ctx.run_dir, label=name.replace("+", "-")))
     return Gateway(
@@ -250,6 +255,7 @@ async def _start(ctx: GatewayContext, *, behind_finish_fix: bool) -> Gateway:
         books_path=running.log,
         capture_path=capture,
         prepare=running.register_models,
+        configure=configure,
     )
 
 

@@ -58,7 +58,6 @@ async def _start(ctx: GatewayContext) -> Gateway:
             argv,
             log_path=ctx.run_dir / "vllm-router.log",
             health_path="/health",
-            start_timeout=90,
         )
     )
     return Gateway(name="vllm-router", base_url=f"http://127.0.0.1:{port}/v1")

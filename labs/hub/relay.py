@@ -18,7 +18,8 @@ For the lab (issue 14), as the worker does (`labs.worker.server`): every complet
 `Attempt` in `Hub.attempts` (server `hub`); a request whose cell is not one of `Hub.current_cells`
 gets the worker's 409 (`stale_refusal`) and is never relayed. The hub reads no events, so it knows
 when the first token went through from the worker's own plan for the request: the body bytes up
-to the end of the first token event of the healthy stream (`_first_token_end`), counted on a 2xx.
+to the end of the first token event of the healthy stream (`_first_token_end`), counted on a 2xx;
+for a real worker, from its captured answer (`Hub.first_token_body_ends`, labs.worker.truth).
 """
 
 from __future__ import annotations
@@ -128,6 +129,10 @@ class Hub:
     current_cells: frozenset[str] | None = None
     #: How many requests were refused as stale.
     stale_refused: int = 0
+    #: For a real worker (labs.worker.real), per dialect, the body bytes through its captured
+    #: answer's first token event (set per scenario run by the runner); None: the simulated
+    #: worker's, computed from each request's settings (`_first_token_end`).
+    first_token_body_ends: dict[Dialect, int] | None = None
 
     @property
     def on_tunnel_drop(self) -> TunnelDropPolicy:
@@ -284,7 +289,12 @@ async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *
     payload = _payload_of(body)
     cell = request_cell_id(payload.get("model"))
     attempt = AttemptInProgress.open(hub, cell, dialect, arrived_at) if dialect is not None else None
-    first_token_end = _first_token_end(request, payload, dialect) if dialect is not None else None
+    if dialect is None:
+        first_token_end = None
+    elif hub.first_token_body_ends is not None:
+        first_token_end = hub.first_token_body_ends.get(dialect) if payload.get("stream") is True else None
+    else:
+        first_token_end = _first_token_end(request, payload, dialect)
     # Reads what went to the gateway, for the error frames of `error_event` in the request's dialect.
     relayed_body = error_writer(dialect)
 

@@ -7,7 +7,9 @@ settings in its dialect (`_COMPLETION_ROUTES`); `GET .../models`; the routers' p
 h11 parses requests; responses are written as the exact bytes of `labs.worker.wire` (h11 would
 choose the framing itself, and the point here is to choose it: chunked, Content-Length or
 close-delimited). One connection serves requests one after another (keep-alive) until the client
-closes, the settings say `Connection: close`, or the framing is close-delimited.
+closes, the settings say `Connection: close`, or the framing is close-delimited; an answer to
+anything but a completion (a probe, the model list, a 404) always closes it (`_probe_answer` says
+why: a tunnel's byte budget is per connection).
 
 For the lab (issue 14): every completion request is an `Attempt` in `RunningWorker.attempts`
 (`labs.worker.attempts`); a request for a cell that is not one of `RunningWorker.current_cells`
@@ -308,10 +310,10 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
     #: An ending decided before the send (`refused_stale`).
     decided: str | None = None
     if method == "GET" and path.endswith("/models"):
-        plan = _json_plan(defaults, 200, {"object": "list", "data": [_model_entry()]})
+        plan = _probe_answer(200, {"object": "list", "data": [_model_entry()]})
     elif method == "GET" and (probe := _probe(path)) is not None:
         # What routers (SMG, vllm-router) probe before they route to a worker (labs/gateways).
-        plan = _json_plan(defaults, 200, _PROBES[probe])
+        plan = _probe_answer(200, _PROBES[probe])
     elif method == "POST" and (dialect := completion_dialect(path)) is not None:
         payload: Any = None
         try:
@@ -347,7 +349,7 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
                 if not settings.answers_at_all:
                     return await _fail_on_socket(stream, settings, attempt, worker)
     else:
-        plan = _json_plan(defaults, 404, _error_body(f"no route for {method} {path}", "not_found"))
+        plan = _probe_answer(404, _error_body(f"no route for {method} {path}", "not_found"))
 
     outcome, bytes_sent = await _send_plan(stream, plan, settings, stream_requested, attempt)
     status = int(plan.head.split(b" ", 2)[1])
@@ -516,10 +518,22 @@ def _bad_request(defaults: WorkerSettings, message: str, dialect: Dialect = Dial
     return refusal_plan(400, message, "invalid_worker_request", dialect, connection_close=defaults.connection_close)
 
 
-def _json_plan(defaults: WorkerSettings, status: int, value: dict[str, Any]) -> ResponsePlan:
-    # Routing answers (models, 404, 400) use Content-Length whatever the framing knob says: the
-    # knob is about completions, and a client must be able to read these.
-    return json_plan(status, value, connection_close=defaults.connection_close)
+def _probe_answer(status: int, value: dict[str, Any]) -> ResponsePlan:
+    """The answer to anything that is not a completion request (the model list, the routers'
+    probes, a 404): Content-Length whatever the framing knob says (the knob is about completions,
+    and a client must be able to read these), and always `Connection: close`.
+
+    Why close: a lab fault is a toxiproxy `limit_data` on the tunnel, and toxiproxy counts its
+    bytes per TCP connection, across keep-alive requests (toxics/limit_data.go; the budget is laid
+    out for one completion, faults/layout.py). A router's probe answered on a connection its pool
+    keeps (SMG's health, version and server-info probes, through finish_fix's mitmdump, which keeps
+    the tunnel connection of each client connection) handed a cell's request a connection whose
+    budget the probe had partly spent: the cell got `message_start` and a ping where the fault
+    promised 5 tokens (issue 25). Budgeting bytes per request instead would need a toxic that
+    parses HTTP, which toxiproxy has not; closing after a probe keeps every completion on a
+    connection of its own budget, whatever the router pools, at the cost of a connect per probe.
+    """
+    return json_plan(status, value, connection_close=True)
 
 
 def run_server_cli(serve: Callable[..., Awaitable[None]], *args: Any, host: str, port: int) -> int:

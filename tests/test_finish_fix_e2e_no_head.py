@@ -1,0 +1,192 @@
+"""finish_fix end to end, no response head: a real mitmdump in front of an upstream that takes the
+request and holds its response head back (`Script.head_gate`), for as long as the test says.
+
+- No head at all: the client gets HTTP 504 with its dialect's error body once the first-token
+  deadline (2 s here) passed, the upstream connection is closed, the books say `interrupted` with
+  the head's cause, and the real SDKs raise on it.
+- A head that never comes after the request body was sent: the client sends its body slowly, past
+  the deadline; the deadline counts from the moment the whole request went upstream, so the upstream
+  gets it, and only then does the 504 come.
+- A head that comes inside the deadline is untouched: the upstream sends it when the test, having
+  seen the request arrive, tells it to (the deadline generous, so no race of sleeps decides it).
+- Requests the deadline must not touch (one that asked for no stream, a path out of scope) are
+  left waiting, as mitmproxy would.
+
+No timed assertions: each case waits on a condition (the request arrived, the response ended, the
+upstream saw the close); a late 504 only makes a test slower.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from finishline import Dialect
+from tests.chat_streams import chat_stream
+from tests.dialect_streams import messages_stream, responses_stream
+from tests.e2e_support import ANSWER, API_KEY, PROMPT, RawResponse, openai_client, raw_post
+from tests.fixtures_e2e import FinishFixProxy
+from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
+from tests.upstream_server import Script, UpstreamServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+DEADLINE = {"finish_fix_first_token_timeout": "2"}
+# Ample for a head the test releases at once, on a loaded machine; no test waits it out.
+GENEROUS_DEADLINE = {"finish_fix_first_token_timeout": "60"}
+MESSAGE = "no response head within 2 s of the request; the upstream did not answer (finish_fix)"
+PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
+OPENAI_BODY = {"error": {"message": MESSAGE, "type": "server_error", "param": None, "code": "no_response_head"}}
+BODIES = {
+    Dialect.CHAT: OPENAI_BODY,
+    Dialect.MESSAGES: {"type": "error", "error": {"type": "timeout_error", "message": MESSAGE}},
+    Dialect.RESPONSES: OPENAI_BODY,
+}
+STREAMS = {
+    Dialect.CHAT: chat_stream(ANSWER),
+    Dialect.MESSAGES: messages_stream(ANSWER),
+    Dialect.RESPONSES: responses_stream(ANSWER),
+}
+
+
+def request_body(dialect: Dialect, *, stream: bool = True) -> dict:
+    if dialect is Dialect.RESPONSES:
+        return {"model": "e2e-model", "stream": stream, "input": PROMPT}
+    body = {"model": "e2e-model", "stream": stream, "messages": [{"role": "user", "content": PROMPT}]}
+    return {**body, "max_tokens": 64} if dialect is Dialect.MESSAGES else body
+
+
+def never_answered(upstream: UpstreamServer) -> str:
+    """A route whose upstream reads the request and never sends a head."""
+    return upstream.route(Script(pieces=chat_stream(ANSWER), head_gate=threading.Event()))
+
+
+@pytest.fixture(scope="module")
+def no_head_proxy(
+    upstream: UpstreamServer, mitmproxy_confdir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FinishFixProxy]:
+    """One mitmdump with a 2 s first-token deadline for the module's no-head cases."""
+    ledger = tmp_path_factory.mktemp("ledger") / "no-head.jsonl"
+    with running_mitmdump(
+        confdir=mitmproxy_confdir,
+        mode=f"reverse:{upstream.origin}",
+        scripts=[FINISH_FIX_SCRIPT],
+        options={"finish_fix_ledger": str(ledger), **DEADLINE},
+    ) as mitmdump:
+        yield FinishFixProxy(mitmdump=mitmdump, upstream=upstream, ledger=ledger)
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_no_head_at_all_is_a_504_with_the_dialects_error_body(no_head_proxy, upstream: UpstreamServer, dialect):
+    prefix = never_answered(upstream)
+    response = raw_post(f"{no_head_proxy.mitmdump.url}{prefix}{PATHS[dialect]}", body=request_body(dialect))
+
+    assert response.error is None, response.error
+    assert response.status == 504
+    assert response.headers["content-type"] == "application/json"
+    assert json.loads(response.body) == BODIES[dialect]
+    assert upstream.wait_abandoned(prefix), "finish_fix must close the upstream connection that never answered"
+    [record] = no_head_proxy.wait_ledger_lines(prefix)
+    assert record["status"] == 504 and record["dialect"] == str(dialect) and record["verdict"] == "interrupted"
+    assert (
+        record["detail"] == "interrupted before the response head (no response head within 2 s of the request); answered HTTP 504"
+    )
+    assert (record["events"], record["upstream_bytes"], record["client_bytes"]) == (0, 0, len(response.body))
+
+
+def test_a_head_that_never_comes_after_a_slow_body_counts_from_the_body_sent(no_head_proxy, upstream: UpstreamServer):
+    # The body's second half waits for the upstream to see nothing yet, past the deadline: a
+    # deadline counted from the request head would answer before the request ever went upstream.
+    prefix = never_answered(upstream)
+    body = json.dumps(request_body(Dialect.CHAT)).encode()
+    second_half_may_go = threading.Event()
+
+    def slowly() -> Iterator[bytes]:
+        yield body[: len(body) // 2]
+        second_half_may_go.wait(30)
+        yield body[len(body) // 2 :]
+
+    holder = threading.Timer(3.0, second_half_may_go.set)  # longer than the 2 s deadline
+    holder.start()
+    try:
+        with httpx.Client(trust_env=False, timeout=30) as client:
+            response = client.post(
+                f"{no_head_proxy.mitmdump.url}{prefix}/v1/chat/completions",
+                content=slowly(),
+                headers={"content-type": "application/json", "content-length": str(len(body))},
+            )
+    finally:
+        holder.cancel()
+    assert response.status_code == 504 and response.json() == OPENAI_BODY
+    [arrived] = upstream.requests_under(prefix)
+    assert arrived.body == body, "the whole request went upstream before finish_fix answered"
+    assert upstream.wait_abandoned(prefix)
+
+
+def test_openai_python_raises_the_504(no_head_proxy, upstream: UpstreamServer):
+    prefix = never_answered(upstream)
+    with openai_client(no_head_proxy.base_url(prefix)) as client:
+        with pytest.raises(openai.InternalServerError) as raised:
+            client.chat.completions.create(model="e2e-model", messages=[{"role": "user", "content": PROMPT}], stream=True)
+    assert raised.value.status_code == 504
+    assert raised.value.code == "no_response_head" and MESSAGE in raised.value.message
+
+
+def test_anthropic_python_raises_the_504(no_head_proxy, upstream: UpstreamServer):
+    prefix = upstream.route(Script(pieces=messages_stream(ANSWER), head_gate=threading.Event()))
+    http_client = anthropic.DefaultHttpxClient(trust_env=False, timeout=30)
+    with anthropic.Anthropic(
+        base_url=f"{no_head_proxy.mitmdump.url}{prefix}", api_key=API_KEY, max_retries=0, http_client=http_client
+    ) as client:
+        with pytest.raises(anthropic.InternalServerError) as raised:
+            with client.messages.stream(
+                model="e2e-model", max_tokens=64, messages=[{"role": "user", "content": PROMPT}]
+            ) as stream:
+                stream.get_final_message()
+    assert raised.value.status_code == 504
+    assert raised.value.body == BODIES[Dialect.MESSAGES]
+
+
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_head_inside_the_deadline_is_untouched(start_finish_fix, upstream: UpstreamServer, dialect):
+    proxy = start_finish_fix(**GENEROUS_DEADLINE)
+    gate = threading.Event()
+    prefix = upstream.route(Script(pieces=STREAMS[dialect], head_gate=gate))
+    result: list[RawResponse] = []
+    client = threading.Thread(
+        target=lambda: result.append(raw_post(f"{proxy.mitmdump.url}{prefix}{PATHS[dialect]}", body=request_body(dialect)))
+    )
+    client.start()
+    upstream.wait_request(prefix)  # the request went upstream and is waiting for its head
+    gate.set()
+    client.join(60)
+
+    [response] = result
+    assert response.error is None and response.status == 200
+    assert response.body == b"".join(STREAMS[dialect])
+    [record] = proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "clean", record
+    assert not any(target.startswith(prefix + "/") for target in upstream.abandoned)
+
+
+@pytest.mark.parametrize(
+    ("path", "stream"),
+    [("/v1/chat/completions", False), ("/v1/embeddings", True)],
+    ids=["no-stream-asked", "path-out-of-scope"],
+)
+def test_requests_the_deadline_does_not_govern_are_left_waiting(no_head_proxy, upstream: UpstreamServer, path, stream):
+    # A whole answer's head comes after all its tokens, and a path out of scope is not finish_fix's:
+    # mitmproxy waits for them as it would without finish_fix. The client gives up at twice the deadline.
+    prefix = never_answered(upstream)
+    with httpx.Client(trust_env=False, timeout=4) as client:
+        with pytest.raises(httpx.ReadTimeout):
+            client.post(f"{no_head_proxy.mitmdump.url}{prefix}{path}", json=request_body(Dialect.CHAT, stream=stream))
+    # (Once the client left, the flow is booked as the client's leaving; never as a 504 of finish_fix's.)
+    assert all(record["status"] != 504 for record in no_head_proxy.ledger_lines(prefix))
