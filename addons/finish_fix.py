@@ -68,7 +68,14 @@ BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, 
 # Stall deadlines, in seconds (docs/options.md "Why the deadlines' defaults" says why these values).
 DEFAULT_IDLE_TIMEOUT = "120"
 DEFAULT_FIRST_TOKEN_TIMEOUT = "600"
-POLICY_OPTIONS = {"finish_fix_on_cut", "finish_fix_empty_to_null", "finish_fix_idle_timeout", "finish_fix_first_token_timeout"}
+POLICY_OPTIONS = {
+    "finish_fix_on_cut",
+    "finish_fix_empty_to_null",
+    "finish_fix_idle_timeout",
+    "finish_fix_first_token_timeout",
+    "finish_fix_limit_reasons",
+    "finish_fix_responses_indexes",
+}
 
 
 class FinishFix:
@@ -132,6 +139,28 @@ class FinishFix:
             "true",
             'Rewrite "finish_reason": "" to null in stream chunks (true or false; clients that test '
             'the value, not its truthiness, take "" as a real finish reason).',
+            choices=sorted(BOOLEANS),
+        )
+        loader.add_option(
+            "finish_fix_limit_reasons",
+            str,
+            "true",
+            "Correct a finish reason that hides the request's token limit (true or false): with the "
+            "output tokens at or past max_tokens / max_completion_tokens / max_output_tokens, Chat "
+            "'stop' becomes 'length' (when usage is in the stream or body), Messages 'end_turn' "
+            "becomes 'max_tokens' (and 'end_turn' with a stop_sequence becomes 'stop_sequence'), and "
+            "a Responses 'response.completed' becomes 'response.incomplete' with incomplete_details "
+            "reason max_output_tokens (llama.cpp and Ollama never say incomplete). Streams and whole "
+            "bodies; a request without a limit is never touched.",
+            choices=sorted(BOOLEANS),
+        )
+        loader.add_option(
+            "finish_fix_responses_indexes",
+            str,
+            "true",
+            "Fill in the sequence_number, output_index and content_index a Responses event lacks "
+            "(true or false), from the stream's own order: llama.cpp sends none, and openai-python's "
+            "responses.stream() helper then fails. A value the server sent is never changed.",
             choices=sorted(BOOLEANS),
         )
         loader.add_option(
@@ -222,16 +251,13 @@ class FinishFix:
                 raise exceptions.OptionsError(
                     f"finish_fix_on_cut: {options.finish_fix_on_cut!r} is not one of {', '.join(valid)}"
                 )
-            empty_to_null = BOOLEANS.get(options.finish_fix_empty_to_null.strip().lower())
-            if empty_to_null is None:
-                raise exceptions.OptionsError(
-                    f"finish_fix_empty_to_null: {options.finish_fix_empty_to_null!r} is not one of true, false"
-                )
             self.policy = RepairPolicy(
-                empty_to_null=empty_to_null,
+                empty_to_null=_boolean("finish_fix_empty_to_null", options.finish_fix_empty_to_null),
                 on_cut=OnCut(options.finish_fix_on_cut),
                 idle_timeout=_seconds("finish_fix_idle_timeout", options.finish_fix_idle_timeout),
                 first_token_timeout=_seconds("finish_fix_first_token_timeout", options.finish_fix_first_token_timeout),
+                limit_reasons=_boolean("finish_fix_limit_reasons", options.finish_fix_limit_reasons),
+                responses_indexes=_boolean("finish_fix_responses_indexes", options.finish_fix_responses_indexes),
             )
         if "finish_fix_body_copy" in updated:
             try:
@@ -372,6 +398,7 @@ class FinishFix:
             content_type=response.headers.get("content-type", ""),
             content_encoding=_content_encoding(response),
             dialect=dialect,
+            policy=self.policy,
         )
         if result.verdict is Verdict.REPAIRED:
             response.content = result.body
@@ -384,6 +411,7 @@ class FinishFix:
                 dialect=dialect,
                 client_bytes=len(result.body),
                 repairs=tuple(result.repairs),
+                corrections=result.corrections,
             ),
             request,
         )
@@ -457,6 +485,13 @@ def _path_regex(option: str, text: str) -> re.Pattern[str] | None:
         return re.compile(text)
     except re.error as e:
         raise exceptions.OptionsError(f"{option}: {text!r} is not a valid regex ({e})") from None
+
+
+def _boolean(option: str, text: str) -> bool:
+    value = BOOLEANS.get(text.strip().lower())
+    if value is None:
+        raise exceptions.OptionsError(f"{option}: {text!r} is not one of true, false")
+    return value
 
 
 def _seconds(option: str, text: str) -> float:

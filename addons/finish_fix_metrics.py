@@ -7,7 +7,7 @@ never imports prometheus-client.
 
 Every label value comes from a closed set the core defines: `dialect` (`Dialect`), `verdict`
 (`Verdict`), `cause` (`CutCause` for `interrupted`, and for `malformed` when it was also cut, else
-`none`), `kind` (`InjectionKind`); never a
+`none`), `kind` (`InjectionKind`), `rule` (`Correction`); never a
 model, a path or an id. Each series exists from the start, at 0, so a rate or a share is defined
 before the first stream of its kind.
 
@@ -26,7 +26,7 @@ from wsgiref.simple_server import WSGIServer
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from finishline import Booking, CutCause, Dialect, InjectionKind, Verdict
+from finishline import Booking, Correction, CutCause, Dialect, InjectionKind, Verdict
 
 __all__ = ["NO_CAUSE", "MetricsServer", "StreamMetrics", "parse_listen_address", "process_metrics"]
 
@@ -77,6 +77,12 @@ class StreamMetrics:
             ["dialect", "kind"],
             registry=self.registry,
         )
+        corrections = Counter(
+            "finish_fix_corrections",
+            "Flows in which a rule of finish_fix changed values the upstream sent, by dialect and rule.",
+            ["dialect", "rule"],
+            registry=self.registry,
+        )
         in_flight = Gauge(
             "finish_fix_streams_in_flight",
             "Streams in finish_fix's scope whose response head went out and whose books are not closed yet.",
@@ -111,6 +117,7 @@ class StreamMetrics:
             for verdict, cause in _verdict_causes()
         }
         self._injections = {(dialect, kind): injections.labels(dialect, kind) for dialect in Dialect for kind in InjectionKind}
+        self._corrections = {(dialect, rule): corrections.labels(dialect, rule) for dialect in Dialect for rule in Correction}
         self._in_flight = {dialect: in_flight.labels(dialect) for dialect in Dialect}
         self._first_token = {dialect: first_token.labels(dialect) for dialect in Dialect}
         self._duration = {(dialect, verdict): duration.labels(dialect, verdict) for dialect in Dialect for verdict in Verdict}
@@ -130,6 +137,8 @@ class StreamMetrics:
         self._streams[dialect, verdict, cause].inc()
         for injection in booking.injected:
             self._injections[dialect, injection["kind"]].inc()
+        for rule in booking.corrections:
+            self._corrections[dialect, rule].inc()
         if booking.time_to_first_token is not None:
             self._first_token[dialect].observe(booking.time_to_first_token)
         if booking.duration is not None:

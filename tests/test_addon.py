@@ -74,6 +74,8 @@ def _as_list(result):
         ("finish_fix_on_cut", "bogus", "finish_fix_on_cut: 'bogus' is not one of error, stop, pass"),
         ("finish_fix_paths", "(", "finish_fix_paths: '(' is not a valid regex"),
         ("finish_fix_empty_to_null", "maybe", "finish_fix_empty_to_null: 'maybe' is not one of true, false"),
+        ("finish_fix_limit_reasons", "maybe", "finish_fix_limit_reasons: 'maybe' is not one of true, false"),
+        ("finish_fix_responses_indexes", "2", "finish_fix_responses_indexes: '2' is not one of true, false"),
         ("finish_fix_body_copy", "lots", "finish_fix_body_copy: 'lots' is not a size; use a number of bytes or e.g. 512KB"),
         ("finish_fix_ledger", "/nonexistent-dir/ledger.jsonl", "finish_fix_ledger: cannot append to"),
         ("finish_fix_idle_timeout", "soon", "finish_fix_idle_timeout: 'soon' is not a number of seconds >= 0 (0 = no limit)"),
@@ -109,6 +111,8 @@ def test_every_option_has_help_and_the_prefix(addon):
     assert sorted(ours) == sorted(
         [
             "finish_fix_paths",
+            "finish_fix_limit_reasons",
+            "finish_fix_responses_indexes",
             "finish_fix_messages_paths",
             "finish_fix_responses_paths",
             "finish_fix_on_cut",
@@ -454,6 +458,29 @@ def test_rule_9_non_streaming_completion_gets_a_reason(addon):
     addon.response(flow)
     assert json.loads(flow.response.content)["choices"][0]["finish_reason"] == "length"
     assert flow.metadata["finish_fix"]["verdict"] == "repaired"
+
+
+def test_limit_reasons_book_the_rule_in_the_comment_and_the_mark(addon):
+    body = b'{"object":"response","status":"completed","incomplete_details":null,"usage":{"output_tokens":8}}'
+    flow = make_flow("/v1/responses", body=b'{"max_output_tokens": 8}', content_type="application/json")
+    flow.response.content = body
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert json.loads(flow.response.content)["status"] == "incomplete"
+    assert flow.comment == (
+        "finish_fix: repaired: limit reason (R6): 'completed' at 8 output tokens of the request's 8 sent as 'incomplete'"
+    )
+    assert flow.marked == ":wrench:"
+    assert addon.policy.limit_reasons is True
+    addon.tctx.configure(addon, finish_fix_limit_reasons="off")
+    assert addon.policy.limit_reasons is False and addon.policy.responses_indexes is True
+    flow = make_flow("/v1/responses", body=b'{"max_output_tokens": 8}', content_type="application/json")
+    flow.response.content = body
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    addon.response(flow)
+    assert flow.response.content == body and flow.metadata["finish_fix"]["verdict"] == "clean"
 
 
 def test_rule_9_finished_completion_is_left_as_sent(addon):

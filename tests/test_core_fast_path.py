@@ -277,8 +277,12 @@ _POLICIES = st.builds(
     on_cut=st.sampled_from(list(OnCut)),
     idle_timeout=st.sampled_from([0.0, 2.0]),
     first_token_timeout=st.sampled_from([0.0, 2.0]),
+    limit_reasons=st.booleans(),
+    responses_indexes=st.booleans(),
 )
-_REQUESTS = st.sampled_from([RequestFacts(), RequestFacts(max_tokens=3, model="m1")])
+_REQUESTS = st.sampled_from(
+    [RequestFacts(), RequestFacts(max_tokens=3, model="m1"), RequestFacts(max_tokens=3, model="m1", stream_usage=True)]
+)
 _ENDS = st.sampled_from(["clean", "failure", "stall", "client_gone", "open"])
 
 

@@ -73,12 +73,16 @@ def _responses_pieces(draw) -> list[bytes]:
     # Servers that serialize their event models write the keys in alphabetical order: the text
     # before the sequence number.
     sort_keys = draw(st.booleans())
+    # llama.cpp sends no `sequence_number`, `output_index` or `content_index` on any event (rule R7).
+    indexed = draw(st.booleans())
     number = 0
 
     def frame(kind: str, **fields) -> bytes:
         nonlocal number
         data = {"type": kind, "sequence_number": number, **fields}
         number += 1
+        if not indexed:
+            data = {key: value for key, value in data.items() if key not in ("sequence_number", "output_index", "content_index")}
         if sort_keys:
             data = dict(sorted(data.items()))
         return sse_frame(data, event=kind, line_ending=ending)
@@ -106,7 +110,10 @@ def _responses_pieces(draw) -> list[bytes]:
         )
     tail = draw(st.sampled_from(["response.completed", "response.incomplete", "response.failed", "cut"]))
     if tail != "cut":
-        pieces.append(frame(tail, response={"id": "resp_1", "status": "x"}))
+        # `completed` at the limit some draws ask for (rule R6), or another status.
+        status = draw(st.sampled_from(["completed", "x"]))
+        usage = {"output_tokens": draw(st.integers(2, 4))}
+        pieces.append(frame(tail, response={"id": "resp_1", "status": status, "usage": usage}))
     return _maybe_split(draw, pieces)
 
 

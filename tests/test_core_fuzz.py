@@ -10,7 +10,10 @@ Contracts (what `StreamRepair` promises for every input; each test below checks 
    changes), rule C3 (finishing events inserted before `[DONE]` or a usage-only chunk), rule C4
    (`[DONE]` appended, the blank line of a last readable event completed), rule C6 (one error event, or
    with on_cut=stop finishing events and `[DONE]`); every inserted event is one the report lists in
-   `injected`. An incomplete event left at a failure or a stall is dropped (no client would
+   `injected`; and the corrections the report counts (`corrections`: C11's `stop` said as `length`,
+   M8's `end_turn` said as `max_tokens` or `stop_sequence`, R6's `response.completed` said as
+   `response.incomplete`, R7's missing indexes filled in), each changing only the values its rule
+   names. An incomplete event left at a failure or a stall is dropped (no client would
    dispatch it), never changed.
 3. It ends, as a client reads it (up to the first `[DONE]` or error event), either in a finish for
    every choice that carried deltas and `[DONE]`, or in exactly one error event. With on_cut=pass
@@ -25,6 +28,7 @@ deadlines). A timer that goes off before a deadline never ends the stream.
 
 from __future__ import annotations
 
+import copy
 import json
 
 from hypothesis import HealthCheck, given, settings
@@ -47,6 +51,7 @@ _MEANINGFUL = st.sampled_from(
         frame(chunk("c", finish_reason=""), b"\n"),
         frame(chunk(delta={"tool_calls": [{"index": 0, "function": {"arguments": "{"}}]}), b"\n"),
         frame(chunk(choices=[], usage={"completion_tokens": 3}), b"\n"),
+        frame(chunk(finish_reason="stop", usage={"completion_tokens": 4}), b"\n"),
         frame({"error": {"message": "boom"}}, b"\n"),
         frame(b"[DONE]", b"\n"),
         b": keep-alive\n\n",
@@ -67,7 +72,9 @@ def run(data, *, on_cut: OnCut, dialect: Dialect = Dialect.CHAT, upstream=UPSTRE
     upstream = data.draw(upstream)
     end = data.draw(ENDS)
     policy = RepairPolicy(on_cut=on_cut, idle_timeout=TIMEOUT, first_token_timeout=TIMEOUT)
-    repair = StreamRepair(request=RequestFacts(max_tokens=3), policy=policy, started_at=0.0, sent_at=0.0, dialect=dialect)
+    # A limit of 3, and usage asked for in the stream or not (rule C11 holds a finish for it).
+    request = RequestFacts(max_tokens=3, stream_usage=data.draw(st.booleans()))
+    repair = StreamRepair(request=request, policy=policy, started_at=0.0, sent_at=0.0, dialect=dialect)
     out = []
     for piece in data.draw(splits(upstream)):
         out.append(repair.receive_data(piece, now=0.0))
@@ -140,6 +147,56 @@ def _is_rule_2_rewrite(upstream_event, client_event) -> bool:
     )
 
 
+_INDEXES = ("sequence_number", "output_index", "content_index")
+
+
+def is_correction(upstream_event, client_event, repair: StreamRepair) -> bool:
+    """`client_event` is `upstream_event` changed only by the correction rules the report counts
+    (C11, M8, R6, R7), each in the values it names: undoing those gives the upstream's data back."""
+    corrections = repair.report.corrections
+    before, after = _parsed(upstream_event.data), _parsed(client_event.data)
+    if not corrections or not isinstance(before, dict) or not isinstance(after, dict):
+        return False
+    undone = copy.deepcopy(after)
+    event_type = client_event.event_type
+    if "responses_indexes" in corrections:
+        for key in _INDEXES:
+            if key not in before and isinstance(undone.get(key), int):
+                del undone[key]
+    if (
+        "limit_reason" in corrections
+        and undone.get("type") == "response.incomplete"
+        and before.get("type") == "response.completed"
+    ):
+        undone["type"] = "response.completed"
+        response, original = undone.get("response"), before.get("response")
+        if isinstance(response, dict) and isinstance(original, dict):
+            response["status"] = original.get("status")
+            response.pop("incomplete_details", None)
+            if "incomplete_details" in original:
+                response["incomplete_details"] = original["incomplete_details"]
+        if event_type == b"response.incomplete":
+            event_type = upstream_event.event_type
+    delta, original_delta = undone.get("delta"), before.get("delta")
+    if isinstance(delta, dict) and isinstance(original_delta, dict) and original_delta.get("stop_reason") == "end_turn":
+        rules = {"max_tokens": "limit_reason", "stop_sequence": "stop_sequence_reason"}
+        if rules.get(str(delta.get("stop_reason"))) in corrections:
+            delta["stop_reason"] = "end_turn"
+    choices, original_choices = undone.get("choices"), before.get("choices")
+    if (
+        "limit_reason" in corrections
+        and isinstance(choices, list)
+        and isinstance(original_choices, list)
+        and len(choices) == len(original_choices) == 1
+        and isinstance(choices[0], dict)
+        and isinstance(original_choices[0], dict)
+        and choices[0].get("finish_reason") == "length"
+        and original_choices[0].get("finish_reason") == "stop"
+    ):
+        choices[0]["finish_reason"] = "stop"
+    return undone == before and event_type == upstream_event.event_type
+
+
 def _injected_kind(event) -> str | None:
     """Which of the report's `injected` kinds `event` looks like, if any."""
     if event.data is None:
@@ -159,7 +216,7 @@ def _injected_kind(event) -> str | None:
 
 def assert_upstream_events_lead_unchanged(upstream: bytes, repair: StreamRepair, out: bytes, injected_kind=None) -> None:
     """Contract 2: the client's events are the upstream's complete events, in order, unchanged or
-    rewritten by rule C2, with only the report's injections (and the completed last event) between.
+    rewritten by rule C2 or a correction rule (`is_correction`), with only the report's injections (and the completed last event) between.
     `injected_kind` says which injection an event looks like (Chat's `_injected_kind` by default;
     the other dialects' fuzz contracts pass their own)."""
     injected_kind = injected_kind or _injected_kind
@@ -174,7 +231,11 @@ def assert_upstream_events_lead_unchanged(upstream: bytes, repair: StreamRepair,
         budget[injection["kind"]] = budget.get(injection["kind"], 0) + 1
     position = 0
     for event in got:
-        if position < len(expected) and (event.raw == expected[position].raw or _is_rule_2_rewrite(expected[position], event)):
+        if position < len(expected) and (
+            event.raw == expected[position].raw
+            or _is_rule_2_rewrite(expected[position], event)
+            or is_correction(expected[position], event, repair)
+        ):
             position += 1
             continue
         kind = injected_kind(event)

@@ -51,6 +51,9 @@ _MESSAGES = [
     *_frames("content_block_delta", index=1, delta={"type": "input_json_delta", "partial_json": '{"a'}),
     *_frames("content_block_stop", index=0),
     *_frames("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": 3}),
+    *_frames("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": None}, usage={"output_tokens": 2}),
+    *_frames("message_delta", delta={"stop_reason": "end_turn", "stop_sequence": " the"}, usage={"output_tokens": 2}),
+    *_frames("message_delta", delta={"stop_reason": "max_tokens", "stop_sequence": None}, usage={"output_tokens": 3}),
     *_frames("message_delta", delta={"stop_reason": None, "stop_sequence": None}, usage={"output_tokens": 4}),
     *_frames("message_delta", delta={"stop_reason": ""}),
     *_frames("message_stop"),
@@ -69,6 +72,15 @@ _RESPONSES = [
     *_frames("response.reasoning_text.delta", sequence_number=7, delta="hm"),
     *_frames("response.function_call_arguments.delta", sequence_number=8, delta="{"),
     *_frames("response.completed", sequence_number=9, response={**_RESPONSE, "status": "completed"}),
+    # llama.cpp's: no indexes on any event, `completed` at the limit (the fuzz's request allows 3).
+    *_frames("response.output_item.added", item={"id": "msg_2", "type": "message", "content": []}),
+    *_frames("response.content_part.added", item_id="msg_2", part={"type": "output_text", "text": ""}),
+    *_frames("response.output_text.delta", item_id="msg_2", delta="Hi"),
+    *_frames("response.output_item.done", item={"id": "msg_2", "type": "message", "content": []}),
+    *_frames("response.completed", response={**_RESPONSE, "status": "completed", "usage": {"output_tokens": 3}}),
+    *_frames(
+        "response.completed", sequence_number=9, response={**_RESPONSE, "status": "completed", "usage": {"output_tokens": 2}}
+    ),
     *_frames("response.incomplete", sequence_number=9, response={**_RESPONSE, "status": "incomplete"}),
     *_frames(
         "response.failed", sequence_number=9, response={**_RESPONSE, "status": "failed", "error": {"code": "x", "message": "y"}}

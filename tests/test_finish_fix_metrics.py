@@ -18,7 +18,7 @@ import finish_fix_metrics
 import finish_fix_stream
 from faults.child_processes import listening_ports
 from finish_fix_metrics import NO_CAUSE, MetricsServer, StreamMetrics, parse_listen_address
-from finishline import Booking, CutCause, Dialect, InjectionKind, Verdict, answer_no_head
+from finishline import Booking, Correction, CutCause, Dialect, InjectionKind, Verdict, answer_no_head
 from tests.feeding import chunk, run, sse
 from tests.test_addon import HEALTHY, addon, make_flow, stream_through  # noqa: F401  (`addon` is a fixture)
 from tests.test_core_malformed import cut, healthy, with_malformed
@@ -27,6 +27,7 @@ from tests.test_core_malformed import cut, healthy, with_malformed
 CONTRACT = {
     "finish_fix_streams_total": {"dialect", "verdict", "cause"},
     "finish_fix_injections_total": {"dialect", "kind"},
+    "finish_fix_corrections_total": {"dialect", "rule"},
     "finish_fix_streams_in_flight": {"dialect"},
     "finish_fix_time_to_first_token_seconds": {"dialect"},
     "finish_fix_stream_duration_seconds": {"dialect", "verdict"},
@@ -37,6 +38,7 @@ CLOSED_SETS = {
     "verdict": {str(v) for v in Verdict},
     "cause": {str(c) for c in CutCause} | {NO_CAUSE},
     "kind": {str(k) for k in InjectionKind},
+    "rule": {str(r) for r in Correction},
 }
 
 
@@ -118,6 +120,16 @@ def test_one_booking_adds_one_to_each_of_its_series():
     assert value(samples, "finish_fix_time_to_first_token_seconds_bucket", dialect="messages", le="0.5") == 1
     assert value(samples, "finish_fix_stream_duration_seconds_sum", dialect="messages", verdict="interrupted") == 4.0
     assert value(samples, "finish_fix_stream_events_sum", dialect="messages") == 7
+
+
+def test_a_correction_counts_once_per_flow_under_its_rule():
+    metrics = StreamMetrics()
+    corrections = (Correction.LIMIT_REASON, Correction.RESPONSES_INDEXES)
+    metrics.booked(Booking(verdict=Verdict.REPAIRED, detail="repaired", dialect=Dialect.RESPONSES, corrections=corrections))
+    samples = samples_of(metrics)
+    assert value(samples, "finish_fix_corrections_total", dialect="responses", rule="limit_reason") == 1
+    assert value(samples, "finish_fix_corrections_total", dialect="responses", rule="responses_indexes") == 1
+    assert value(samples, "finish_fix_corrections_total", dialect="messages", rule="limit_reason") == 0
 
 
 def test_a_request_without_a_response_head_counts_as_interrupted_by_its_cause():

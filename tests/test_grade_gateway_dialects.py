@@ -35,7 +35,13 @@ CARDS = (
         "finish_fix",
         Dialect.MESSAGES,
         Dialect.MESSAGES,
-        ("cut-after-tokens-hub-close", "cut-after-tokens-hub-error-event", "stop-reason-null", "cuts-booked-as-errors"),
+        (
+            "cut-after-tokens-hub-close",
+            "cut-after-tokens-hub-error-event",
+            "stop-reason-null",
+            "cuts-booked-as-errors",
+            "length-omitted",
+        ),
     ),
     (
         "finish_fix",
@@ -121,6 +127,8 @@ def test_finish_fix_passes_in_messages_and_its_card_says_so_in_messages_words(ca
         "cut-after-tokens-hub-error-event": Mark.PASS,
         "cuts-booked-as-errors": Mark.PASS,
         "stop-reason-null": Mark.PASS,
+        # No `message_delta` at all: the token deltas reach the request's max_tokens (rule M2).
+        "length-omitted": Mark.PASS,
     }
     assert card.exit_status == EXIT_PASSED
     assert card.setup["dialect"] == "messages" and card.setup["upstream_dialect"] == "messages"

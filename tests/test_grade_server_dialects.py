@@ -12,6 +12,7 @@ import pytest
 from finishline import Dialect
 from labs.grade.card import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_PASSED, Mark
 from labs.grade.cli import main
+from labs.grade.server_checks import TOOL_CALL_TOKENS
 from labs.grade.server_grader import grade_server
 from labs.grade.server_suites import SERVER_SUITES
 from tests.dialect_streams import messages_stream, responses_stream
@@ -127,11 +128,28 @@ def test_responses_evidence_says_what_was_seen_and_what_the_core_did(finishline_
 
 
 @pytest.mark.timeout(60)
+def test_an_answer_that_stopped_below_the_cap_has_no_truncation_to_judge(finishline_worker):
+    # 10 tokens where 16 were allowed: the answer ended by itself, and `completed` is its truth;
+    # the check needs a truncation, so it is not tested, never a pass or a fail.
+    row = grade_server(finishline_worker("tokens=10"), dialect=RESPONSES).result("responses-reason-incomplete")
+    assert (row.mark, row.evidence) == (
+        Mark.NOT_TESTED,
+        "stream max_output_tokens=16: the model stopped by itself (response.completed, status 'completed', "
+        "no incomplete_details, output_tokens 10): no truncation to judge",
+    )
+
+
+@pytest.mark.timeout(60)
 def test_a_truncation_the_server_does_not_report_fails_the_reason_check(finishline_worker):
     # The worker's 16 tokens fit in max_output_tokens=16: it says completed where a server that
     # truncated must say incomplete (and a Messages max_tokens above the answer: end_turn).
     row = grade_server(finishline_worker(), dialect=RESPONSES).result("responses-reason-incomplete")
-    assert (row.mark, row.evidence) == (Mark.FAIL, "stream max_output_tokens=16 ended with 'completed', expected 'incomplete'")
+    assert (row.mark, row.evidence) == (
+        Mark.FAIL,
+        "stream max_output_tokens=16 ended with response.completed, status 'completed', no incomplete_details, "
+        "output_tokens 16; a truncation ends with response.incomplete, status 'incomplete', "
+        "incomplete_details.reason 'max_output_tokens'",
+    )
     row = grade_server(finishline_worker("max_tokens=100"), dialect=MESSAGES).result("messages-reason-max-tokens")
     assert (row.mark, row.evidence) == (Mark.FAIL, "stream max_tokens=5 ended with 'end_turn', expected 'max_tokens'")
 
@@ -179,7 +197,12 @@ def test_the_requests_are_each_dialects_own(upstream):
     sent = upstream.requests_under(prefix)
     assert {r.target for r in sent} == {f"{prefix}/v1/responses"}
     assert all("input" in r.json() and "messages" not in r.json() for r in sent)
-    assert sorted(r.json().get("max_output_tokens") for r in sent if "max_output_tokens" in r.json()) == [16, 16]
+    assert sorted(r.json().get("max_output_tokens") for r in sent if "max_output_tokens" in r.json()) == [
+        16,
+        16,
+        TOOL_CALL_TOKENS,
+        TOOL_CALL_TOKENS,
+    ]
 
 
 @pytest.mark.timeout(60)

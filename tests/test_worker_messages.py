@@ -72,6 +72,14 @@ def test_max_tokens_cuts_with_stop_reason_max_tokens():
     assert frames_of(plan)[-2][1]["delta"]["stop_reason"] == "max_tokens"
 
 
+def test_hide_limit_says_end_turn_where_max_tokens_cut_it():
+    plan = plan_for(tokens=10, max_tokens=4, hide_limit=True)
+    assert token_texts_of(MESSAGES, split_response(plan.to_bytes())[1]) == ["The", " quick", " brown", " fox"]
+    assert frames_of(plan)[-2][1]["delta"] == {"stop_reason": "end_turn", "stop_sequence": None}
+    assert frames_of(plan)[-2][1]["usage"]["output_tokens"] == 4
+    assert plan.answer.choices[0].finish_reason == "length"
+
+
 def test_the_request_reads_max_tokens_and_a_forced_tool_choice():
     tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
     for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):

@@ -82,6 +82,30 @@ def test_max_tokens_ends_with_response_incomplete():
     assert token_texts_of(RESPONSES, split_response(plan.to_bytes())[1]) == ["The", " quick", " brown"]
 
 
+def test_hide_limit_ends_a_truncated_stream_completed_like_llama_cpp():
+    plan = plan_for(tokens=6, max_tokens=4, hide_limit=True)
+    name, terminal = frames_of(plan)[-1]
+    assert name == "response.completed" and isinstance(terminal, dict)
+    assert terminal["response"]["status"] == "completed" and terminal["response"]["incomplete_details"] is None
+    assert terminal["response"]["usage"]["output_tokens"] == 4
+    assert plan.answer.choices[0].finish_reason == "length"  # the truth stays the expected answer's
+    whole = json.loads(split_response(plan_for(stream=False, tokens=6, max_tokens=4, hide_limit=True).to_bytes())[1])
+    assert (whole["status"], whole["incomplete_details"]) == ("completed", None)
+    # Without a truncation there is nothing to hide.
+    assert frames_of(plan_for(tokens=3, hide_limit=True)) == frames_of(plan_for(tokens=3))
+
+
+def test_responses_indexes_0_leaves_every_index_out_like_llama_cpp():
+    with_indexes = frames_of(plan_for(tokens=3, reasoning_tokens=1, tool_calls=1))
+    without = frames_of(plan_for(tokens=3, reasoning_tokens=1, tool_calls=1, responses_indexes=False))
+    indexes = ("sequence_number", "output_index", "content_index")
+    assert all(not set(indexes) & set(data) for _, data in without if isinstance(data, dict))
+    stripped = [
+        (name, {k: v for k, v in data.items() if k not in indexes}) for name, data in with_indexes if isinstance(data, dict)
+    ]
+    assert without == stripped
+
+
 def test_the_request_reads_max_output_tokens_and_a_forced_tool_choice():
     tools = [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]
     for choice in ("required", {"type": "function", "name": "get_weather"}):

@@ -141,6 +141,12 @@ def test_max_tokens_truncates_with_length():
     assert json.loads(events[-2])["choices"][0]["finish_reason"] == "length"
 
 
+def test_hide_limit_says_stop_where_max_tokens_cut_it():
+    events = events_of(response_plan(resolved(tokens=10, max_tokens=4, hide_limit=True)))
+    assert token_texts(events) == ["The", " quick", " brown", " fox"]
+    assert json.loads(events[-2])["choices"][0]["finish_reason"] == "stop"
+
+
 def test_tool_call_deltas_open_with_id_and_name_then_stream_arguments():
     chunks = [json.loads(e) for e in events_of(response_plan(resolved(tokens=0, tool_calls=1)))[:-1]]
     deltas = [c["choices"][0]["delta"] for c in chunks]

@@ -10,7 +10,9 @@ body ends. The endings are the ones finish_fix's rule C6 must tell apart from a 
 - `Ending.RST`: after the body pieces the socket is closed with SO_LINGER 0, so the peer gets a TCP
   reset instead of a FIN.
 
-"Headers then nothing" is any cut ending with no pieces. Over HTTPS with ALPN "h2" the same scripts
+A script may also leave requests unanswered, closing the connection on them (`Script.drop`: every
+one, or those on a kept-alive connection), and answer a non-streamed request with a JSON body of its
+own (`Script.json_body`). "Headers then nothing" is any cut ending with no pieces. Over HTTPS with ALPN "h2" the same scripts
 are served as HTTP/2, where `Ending.STREAM_RESET` (RST_STREAM) is one more way to cut. A test registers a script with
 `UpstreamServer.route(script)`, which returns a path prefix; a request whose path starts with that
 prefix gets that script (so `base_url=f"{proxy}{prefix}/v1"` makes the openai client's
@@ -24,6 +26,7 @@ them are deliberately malformed.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import select
@@ -44,6 +47,7 @@ import h2.exceptions
 import h11
 
 __all__ = [
+    "Drop",
     "Ending",
     "Framing",
     "ReceivedRequest",
@@ -76,6 +80,20 @@ class Ending(enum.Enum):
     RST = "rst"
     # HTTP/2 only: RST_STREAM (INTERNAL_ERROR) on the response's stream; the connection stays up.
     STREAM_RESET = "stream-reset"
+
+
+class Drop(enum.Enum):
+    """Which requests the upstream closes the connection on (a FIN), unanswered."""
+
+    # Answer every request.
+    NEVER = "never"
+    # Answer none: close as soon as a request has arrived.
+    EVERY = "every"
+    # Answer the first request of each connection and keep it alive (no `Connection: close`), then
+    # close it when the next request arrives on it: the worst case of llama.cpp's server, which
+    # closes a kept-alive connection after a stream without saying so, its FIN racing the client's
+    # next request on it.
+    REUSED = "reused"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +137,20 @@ class Script:
     # HTTP/2 only: send empty pieces as empty DATA frames (without END_STREAM) instead of skipping
     # them; mitmproxy hands those to a stream callable as b"", its end-of-body signal.
     empty_data_frames: bool = False
+    # HTTP/1.1: which requests get no answer, only a FIN (`Drop`).
+    drop: Drop = Drop.NEVER
+    # HTTP/1.1: the answer to a request whose JSON body says `"stream": false`, sent whole as
+    # `application/json` with a Content-Length (None: such a request gets the pieces like any other).
+    json_body: bytes | None = None
+
+    def for_request(self, request: ReceivedRequest) -> Script:
+        """The script that answers `request`: this one, or its `json_body` for a non-streamed one."""
+        if self.json_body is None or not request.body:
+            return self
+        asked = json.loads(request.body)
+        if not isinstance(asked, dict) or asked.get("stream") is not False:
+            return self
+        return dataclasses.replace(self, pieces=[self.json_body], content_type="application/json", framing=Framing.CONTENT_LENGTH)
 
     def iter_pieces(self) -> Iterable[bytes]:
         pieces = self.pieces() if callable(self.pieces) else self.pieces
@@ -290,6 +322,7 @@ class UpstreamServer:
                     self._serve_http2(connection)
                     return
             leftover = b""
+            answered = 0
             while not self._closing.is_set():
                 maybe_request = _maybe_read_request(connection, leftover)
                 if maybe_request is None:
@@ -298,6 +331,11 @@ class UpstreamServer:
                 with self._lock:
                     self.requests.append(request)
                 script = self._script_for(request.target) or _NOT_FOUND
+                if script.drop is Drop.EVERY or (script.drop is Drop.REUSED and answered):
+                    _close_with_fin(connection)
+                    return
+                answered += 1
+                script = script.for_request(request)
                 try:
                     keep_alive = _send_response(connection, script)
                 except ConnectionError:  # broken pipe, reset: the peer closed on us

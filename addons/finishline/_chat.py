@@ -5,8 +5,8 @@ Theory of operation
 A Chat stream is `data:` chunks with `choices[]`, ended by `data: [DONE]`. Per choice index these
 rules remember whether the choice finished (and whether the upstream or finish_fix gave the
 reason), and whether it carried tool or function calls (`_choices`); what they write into the stream
-(finishing chunks, `[DONE]`, the error event, rule C2's rewrite) is built by `_injected`, its
-sentences by `_wording`. The rules act at these points:
+(finishing chunks, `[DONE]`, the error event) is built by `_injected`, what they change in an
+upstream event (rules C2, C11) by the JSON editor `_json_edit`, their sentences by `_wording`. The rules act at these points:
 
 * an event with `"finish_reason": ""`          -> rewritten to null (rule C2)
 * a usage-only chunk, or `data: [DONE]`,        -> finishing events first for every choice that
@@ -16,6 +16,12 @@ sentences by `_wording`. The rules act at these points:
                                                    else the stream was cut (rules C6, C7)
 * an error event (`event: error`, or a chunk with a top-level `error`) -> passed on, nothing
   injected after it (rule C5)
+* a finish `stop` of the stream's one choice, when the request set a token limit
+  (`RepairPolicy.limit_reasons`, rule C11): with usage in the same chunk, `length` if
+  `completion_tokens` reached the limit; else, when the request asked for usage in the stream, the
+  finish chunk is held until the next event, since OpenAI's order puts the usage chunk right after
+  it: a usage chunk that shows the limit makes it `length`, anything else sends it as it came. This
+  is the one event the machine ever holds back once it is whole (`release_held`).
 
 A finish injected at a usage chunk counts for rule C4 only if no content followed it; otherwise the
 usage chunk was not the end, and a stream that then stops is a cut, never a success. The fast path
@@ -24,18 +30,20 @@ usage chunk was not the end, and a stream that then stops is a cut, never a succ
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 from . import _wording as wording
 from ._choices import ChoiceState, all_finished, record_choice
 from ._dialect import Dialect
 from ._inference import infer_finish_reason
-from ._injected import DONE, ERROR_CODE, done_event, error_event, finishing_event, rewrite_empty_reasons
+from ._injected import DONE, ERROR_CODE, done_event, error_event, finishing_event
 from ._json import UNREADABLE, json_or_unreadable
+from ._json_edit import JsonPath, rewrite_event
 from ._phases import Signal
 from ._routine_chunks import DECLINE, MAY_STEADY, NOT_STEADY
 from ._sse import Event
-from ._verdict import InjectionKind, TokenUsage
+from ._verdict import Correction, InjectionKind, TokenUsage
 
 if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
     from ._repair import StreamRepair
@@ -45,6 +53,9 @@ __all__ = ["ChatRules"]
 
 # Read once per `[DONE]` event, as a marker the rules compare by identity.
 _DONE_EVENT: Any = object()
+# Rule C11's id, as docs/repair-rules.md numbers it and the books name it.
+_RULE = "C11"
+_LENGTH = json.dumps("length").encode()
 
 
 class ChatRules:
@@ -53,7 +64,7 @@ class ChatRules:
     dialect = Dialect.CHAT
     keepalives: frozenset[str] = frozenset()
     may_stop = True
-    __slots__ = ("_machine", "choices", "chunk_fields", "fields_from", "completion_tokens", "empty_rewritten")
+    __slots__ = ("_machine", "choices", "chunk_fields", "fields_from", "completion_tokens", "empty_rewritten", "held")
 
     def __init__(self, machine: StreamRepair) -> None:
         self._machine = machine
@@ -64,6 +75,8 @@ class ChatRules:
         self.fields_from: dict[str, Any] | None = None
         self.completion_tokens: int | None = None
         self.empty_rewritten = 0
+        # C11: the finish chunk waiting for its usage chunk (the event, its parsed data).
+        self.held: tuple[Event, dict[str, Any]] | None = None
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -78,7 +91,12 @@ class ChatRules:
         return (kind if isinstance(kind, str) else None), chunk
 
     def on_event(self, event: Event, kind: str | None, chunk: Any) -> bytes:
-        """The bytes to send for one event."""
+        """The bytes to send for one event (after a held finish chunk, C11)."""
+        if self.held is None:
+            return self._read(event, chunk)
+        return self._release(chunk) + self._read(event, chunk)
+
+    def _read(self, event: Event, chunk: Any) -> bytes:
         machine = self._machine
         if chunk is _DONE_EVENT:
             before = self._finish_choices(wording.BEFORE_DONE)
@@ -107,15 +125,76 @@ class ChatRules:
                 empty_reasons += self._on_choice(choice)
         raw = event.raw
         if empty_reasons and machine._policy.empty_to_null:
-            raw = rewrite_empty_reasons(event, chunk, machine._line_ending())
+            raw = self._rewrite_empty_reasons(event, chunk)
             self.empty_rewritten += empty_reasons
+        if machine._policy.limit_reasons and self._limit_may_hide_in(choices):
+            if isinstance(chunk.get("usage"), dict):
+                return before + self._maybe_at_the_limit(event, chunk, chunk)
+            if machine._request.stream_usage:
+                self.held = (event, chunk)
+                return before
         return before + raw
+
+    def _rewrite_empty_reasons(self, event: Event, chunk: dict[str, Any]) -> bytes:
+        """Rule C2: `"finish_reason": ""` -> null, touching nothing else."""
+        edits: dict[JsonPath, bytes] = {}
+        for position, choice in enumerate(chunk["choices"]):
+            if isinstance(choice, dict) and choice.get("finish_reason") == "":
+                choice["finish_reason"] = None
+                edits[("choices", position, "finish_reason")] = b"null"
+        return rewrite_event(event, edits, chunk, self._machine._line_ending())
+
+    def _limit_may_hide_in(self, choices: list[Any]) -> bool:
+        """C11: this chunk finishes the stream's one choice with `stop` and the request set a limit
+        for one choice (with `n` > 1 the usage counts every choice, so none's limit shows in it)."""
+        request = self._machine._request
+        return (
+            request.max_tokens is not None
+            and request.choices == 1
+            and len(self.choices) == 1
+            and len(choices) == 1
+            and isinstance(choices[0], dict)
+            and choices[0].get("finish_reason") == "stop"
+        )
+
+    def _maybe_at_the_limit(self, event: Event, chunk: dict[str, Any], usage_from: object) -> bytes:
+        """C11: the finish chunk `event` (its data `chunk`), as `length` when the usage in
+        `usage_from` shows the completion tokens at or past the request's limit, else as it came."""
+        usage = usage_from.get("usage") if isinstance(usage_from, dict) else None
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        limit = self._machine._request.max_tokens
+        if limit is None or not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < limit:
+            return event.raw
+        choice = chunk["choices"][0]
+        expected = {**chunk, "choices": [{**choice, "finish_reason": "length"}]}
+        index = choice.get("index", 0)
+        if isinstance(index, int) and index in self.choices:
+            self.choices[index].finish_reason = "length"
+        machine = self._machine
+        machine._corrected(
+            Correction.LIMIT_REASON,
+            wording.limit_reason_corrected(_RULE, upstream="stop", corrected="length", output_tokens=tokens, max_tokens=limit),
+        )
+        return rewrite_event(event, {("choices", 0, "finish_reason"): _LENGTH}, expected, machine._line_ending())
+
+    def _release(self, chunk: Any) -> bytes:
+        """C11: the held finish chunk, decided by the event after it (`chunk`, its parsed data)."""
+        assert self.held is not None
+        (event, held_chunk), self.held = self.held, None
+        return self._maybe_at_the_limit(event, held_chunk, chunk)
+
+    def release_held(self) -> bytes:
+        """The held finish chunk as it came: the stream ended or was given up before its usage."""
+        if self.held is None:
+            return b""
+        (event, _), self.held = self.held, None
+        return event.raw
 
     def on_routine(self, match: RoutineMatch) -> int:
         """The fast path matched a routine text chunk: the bookkeeping `on_event` would do for it
         (`DECLINE` for a choice never seen, which the full path must read)."""
         state = self.choices.get(match.index)
-        if state is None:
+        if state is None or self.held is not None:  # (a held finish goes out before it: C11)
             return DECLINE
         if match.remembered is not self.fields_from:  # the same shape again: its fields are there
             self.chunk_fields.update(match.remembered)

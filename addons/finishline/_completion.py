@@ -1,43 +1,38 @@
-"""Rule C9: a non-streaming `chat.completion` body whose choices lack a finish_reason; rule M7: a
-non-streaming Messages `message` whose `stop_reason` is null.
+"""Whole (non-streaming) bodies: rule C9, a `chat.completion` whose choices lack a finish_reason;
+rule M7, a Messages `message` whose `stop_reason` is null; and the limit rules for whole bodies
+(`RepairPolicy.limit_reasons`): C11, a `stop` at the request's limit said as `length`; M8, an
+`end_turn` that hides a stop sequence or the limit; R6, a Responses `response` whose status says
+`completed` at the limit, said as `incomplete` with `incomplete_details.reason: max_output_tokens`.
 
-The body is edited in place, byte for byte except the reasons: a `null`/`""` value is replaced, a
-missing key is added at the end of its object. Where the edit cannot be made exactly (checked by
-parsing the result back), the body is re-serialized instead. A whole Responses body has a `status`
-of its own and is passed as it came (`skipped`, saying so).
+The body is edited in place by the core's JSON editor (`_json_edit`), byte for byte except the
+values a rule changes: a value is replaced, a missing key is added at the end of its object. Where
+the edit cannot be made exactly (checked by parsing the result back), the body is re-serialized
+instead.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from . import _wording as wording
 from ._dialect import Dialect
 from ._inference import infer_finish_reason
 from ._json import json_or_unreadable
-from ._messages import infer_stop_reason, is_tool_block
+from ._json_edit import JsonPath, edit_json
+from ._messages import CORRECTED_REASONS, corrected_stop_reason, correction_words, infer_stop_reason, is_tool_block
 from ._request import RequestFacts
-from ._verdict import Verdict
+from ._verdict import Correction, RepairPolicy, Verdict
 
 __all__ = ["CompletionRepair", "repair_completion"]
 
-# JSON tokens: strings (with escapes), structure, and bare literals (numbers, true/false/null).
-_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
-
 
 class CompletionRepair(NamedTuple):
-    verdict: Verdict  # CLEAN, REPAIRED, HTTP_ERROR, or SKIPPED (not a chat completion this can read)
+    verdict: Verdict  # CLEAN, REPAIRED, HTTP_ERROR, or SKIPPED (not a body of its dialect this can read)
     body: bytes  # what to send: the body as it came unless the verdict is REPAIRED
     detail: str
     repairs: list[str]
-
-
-class _ChoiceSpan(NamedTuple):
-    close: int  # offset of the choice object's closing brace
-    empty: bool  # the object has no members
-    reason_value: tuple[int, int] | None  # offsets of the finish_reason value, when the key is there
+    corrections: tuple[Correction, ...] = ()  # the rules that changed an upstream value (C11, M8, R6)
 
 
 def repair_completion(
@@ -48,9 +43,11 @@ def repair_completion(
     content_type: str = "application/json",
     content_encoding: str = "",
     dialect: Dialect = Dialect.CHAT,
+    policy: RepairPolicy = RepairPolicy(),
 ) -> CompletionRepair:
     """Fills in missing finish_reasons of a chat completion (the same inference as rule C3), or the
-    missing stop_reason of a Messages `message` (`dialect=Dialect.MESSAGES`, as rule M2 infers it).
+    missing stop_reason of a Messages `message` (`dialect=Dialect.MESSAGES`, as rule M2 infers it);
+    with `policy.limit_reasons`, corrects a reason that hides the request's limit (C11, M8, R6).
 
     A response that is not one to repair passes as it came, with the verdict that says why: an error
     status (`http_error`), a compressed body or one that is not JSON (`skipped`)."""
@@ -67,9 +64,9 @@ def repair_completion(
         )
     completion = json_or_unreadable(body)
     if dialect is Dialect.MESSAGES:
-        return _repair_message(body, completion, request)
+        return _repair_message(body, completion, request, policy)
     if dialect is Dialect.RESPONSES:
-        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("a whole Responses body is passed as it came"), [])
+        return _repair_response(body, completion, request, policy)
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a chat completion"), [])
     if completion.get("object", "chat.completion") != "chat.completion":
@@ -79,8 +76,31 @@ def repair_completion(
     usage = completion.get("usage")
     completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
     repairs: list[str] = []
-    to_fix: list[tuple[int, str]] = []
-    for position, choice in enumerate(completion["choices"]):
+    edits: dict[JsonPath, bytes] = {}
+    corrections: list[Correction] = []
+    choices = completion["choices"]
+    limit = request.max_tokens
+    if (
+        policy.limit_reasons
+        and limit is not None
+        and len(choices) == 1
+        and request.choices == 1
+        and isinstance(choices[0], dict)
+        and choices[0].get("finish_reason") == "stop"
+        and isinstance(completion_tokens, int)
+        and not isinstance(completion_tokens, bool)
+        and completion_tokens >= limit
+    ):
+        # C11 on a whole body: one choice, its usage at the limit (with `n` > 1 it counts them all).
+        choices[0]["finish_reason"] = "length"
+        edits[("choices", 0, "finish_reason")] = json.dumps("length").encode()
+        corrections.append(Correction.LIMIT_REASON)
+        repairs.append(
+            wording.limit_reason_corrected(
+                "C11", upstream="stop", corrected="length", output_tokens=completion_tokens, max_tokens=limit
+            )
+        )
+    for position, choice in enumerate(choices):
         if not isinstance(choice, dict) or choice.get("finish_reason"):
             continue
         message = choice.get("message")
@@ -93,122 +113,85 @@ def repair_completion(
             max_tokens=request.max_tokens,
         )
         choice["finish_reason"] = reason
-        to_fix.append((position, reason))
+        edits[("choices", position, "finish_reason")] = json.dumps(reason).encode()
         repairs.append(wording.set_finish_reason(reason, choice.get("index", position)))
-    if not repairs:
-        return CompletionRepair(Verdict.CLEAN, body, "clean", [])
-    new_body = _edit_in_place(body, to_fix)
-    if new_body is None or json_or_unreadable(new_body) != completion:
-        new_body = json.dumps(completion, ensure_ascii=False, separators=(",", ":")).encode()
-    return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs)
+    return _edited(body, completion, edits, repairs, corrections)
 
 
-def _repair_message(body: bytes, message: object, request: RequestFacts) -> CompletionRepair:
-    """M7: a `message` with `stop_reason` null, "" or missing gets the reason M2 would infer."""
+def _repair_message(body: bytes, message: object, request: RequestFacts, policy: RepairPolicy) -> CompletionRepair:
+    """M7: a `message` with `stop_reason` null, "" or missing gets the reason M2 would infer; M8:
+    an `end_turn` that hides a stop sequence or the limit is said as what it was."""
     if not isinstance(message, dict) or message.get("type") != "message":
         return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a Messages message"), [])
-    if message.get("stop_reason"):
-        return CompletionRepair(Verdict.CLEAN, body, "clean", [])
-    content = message.get("content")
-    blocks = content if isinstance(content, list) else []
     usage = message.get("usage")
     output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+    if not isinstance(output_tokens, int) or isinstance(output_tokens, bool):
+        output_tokens = None
+    stop_reason = message.get("stop_reason")
+    if stop_reason:
+        correction = (
+            corrected_stop_reason(
+                stop_reason=stop_reason,
+                stop_sequence=message.get("stop_sequence"),
+                output_tokens=output_tokens,
+                max_tokens=request.max_tokens,
+            )
+            if policy.limit_reasons
+            else None
+        )
+        if correction is None:
+            return CompletionRepair(Verdict.CLEAN, body, "clean", [])
+        reason = message["stop_reason"] = CORRECTED_REASONS[correction]
+        words = correction_words(correction, output_tokens=output_tokens, max_tokens=request.max_tokens)
+        return _edited(body, message, {("stop_reason",): json.dumps(reason).encode()}, [words], [correction])
+    content = message.get("content")
+    blocks = content if isinstance(content, list) else []
     reason = infer_stop_reason(
-        tool_use=any(is_tool_block(block) for block in blocks),
-        output_tokens=output_tokens if isinstance(output_tokens, int) and not isinstance(output_tokens, bool) else None,
-        max_tokens=request.max_tokens,
+        tool_use=any(is_tool_block(block) for block in blocks), output_tokens=output_tokens, max_tokens=request.max_tokens
     )
     message["stop_reason"] = reason
-    repairs = [wording.set_stop_reason(reason)]
-    new_body = _edit_top_level(body, "stop_reason", json.dumps(reason).encode())
-    if new_body is None or json_or_unreadable(new_body) != message:
-        new_body = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
-    return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs)
+    return _edited(body, message, {("stop_reason",): json.dumps(reason).encode()}, [wording.set_stop_reason(reason)], [])
 
 
-def _edit_top_level(body: bytes, key: str, value: bytes) -> bytes | None:
-    """`body` with the top-level object's `key` set to `value` (replaced, or added at its end),
-    or None for a body this cannot walk. The caller checks the result by parsing it back."""
-    depth = 0
-    previous = b""
-    wanted = json.dumps(key).encode()
-    value_next = False
-    for match in _TOKEN.finditer(body):
-        token = match.group()
-        if value_next:
-            if token in (b"{", b"["):
-                return None  # a reason is never an object or array: not this body's shape
-            return body[: match.start()] + value + body[match.end() :]
-        if token in (b"{", b"["):
-            depth += 1
-        elif token in (b"}", b"]"):
-            if depth == 1:
-                separator = b"" if previous == b"{" else b", "
-                return body[: match.start()] + separator + wanted + b": " + value + body[match.start() :]
-            depth -= 1
-        elif depth == 1 and token == b":" and previous == wanted:
-            value_next = True
-        previous = token
-    return None
+def _repair_response(body: bytes, response: object, request: RequestFacts, policy: RepairPolicy) -> CompletionRepair:
+    """R6 on a whole `response`: `status: "completed"` with its output tokens at or past the
+    request's `max_output_tokens` is said as `incomplete`, `incomplete_details.reason:
+    "max_output_tokens"`. Any other body passes as it came."""
+    if not isinstance(response, dict) or response.get("object") != "response":
+        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a Responses response"), [])
+    usage = response.get("usage")
+    output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+    limit = request.max_tokens
+    if (
+        not policy.limit_reasons
+        or limit is None
+        or response.get("status") != "completed"
+        or not isinstance(output_tokens, int)
+        or isinstance(output_tokens, bool)
+        or output_tokens < limit
+    ):
+        return CompletionRepair(Verdict.CLEAN, body, "clean", [])
+    details = {"reason": "max_output_tokens"}
+    response["status"] = "incomplete"
+    response["incomplete_details"] = details
+    edits: dict[JsonPath, bytes] = {
+        ("status",): json.dumps("incomplete").encode(),
+        ("incomplete_details",): json.dumps(details, separators=(",", ":")).encode(),
+    }
+    words = wording.limit_reason_corrected(
+        "R6", upstream="completed", corrected="incomplete", output_tokens=output_tokens, max_tokens=limit
+    )
+    return _edited(body, response, edits, [words], [Correction.LIMIT_REASON])
 
 
-def _edit_in_place(body: bytes, to_fix: list[tuple[int, str]]) -> bytes | None:
-    spans = _choice_spans(body)
-    if spans is None:
-        return None
-    edits: list[tuple[int, int, bytes]] = []
-    for position, reason in to_fix:
-        if position >= len(spans):
-            return None
-        span = spans[position]
-        value = json.dumps(reason).encode()
-        if span.reason_value is not None:
-            edits.append((*span.reason_value, value))
-        else:
-            member = b'"finish_reason": ' + value
-            edits.append((span.close, span.close, member if span.empty else b", " + member))
-    for start, end, replacement in sorted(edits, reverse=True):
-        body = body[:start] + replacement + body[end:]
-    return body
-
-
-def _choice_spans(body: bytes) -> list[_ChoiceSpan] | None:
-    """Where each element of the top-level "choices" array is (None for elements that are not
-    objects or a body this cannot walk)."""
-    depth = 0
-    key: bytes | None = None  # the last string seen at depth 1 (a key of the top-level object)
-    in_choices = False
-    spans: list[_ChoiceSpan] = []
-    members = 0
-    reason_key = False
-    reason_value: tuple[int, int] | None = None
-    previous = b""
-    for match in _TOKEN.finditer(body):
-        token = match.group()
-        if token in (b"{", b"["):
-            depth += 1
-            if depth == 2 and token == b"[" and key == b'"choices"' and previous == b":":
-                in_choices = True
-            elif in_choices and depth == 3:
-                if token != b"{":
-                    return None
-                members, reason_key, reason_value = 0, False, None
-        elif token in (b"}", b"]"):
-            if in_choices and depth == 3:
-                spans.append(_ChoiceSpan(match.start(), members == 0, reason_value))
-            elif in_choices and depth == 2:
-                in_choices = False
-            depth -= 1
-        elif in_choices and depth == 3:
-            if token == b":" or token == b",":
-                pass
-            elif previous in (b"{", b","):  # a key
-                members += 1
-                reason_key = token == b'"finish_reason"'
-            elif previous == b":" and reason_key:
-                reason_value = (match.start(), match.end())
-                reason_key = False
-        elif depth == 1 and token.startswith(b'"') and previous in (b"{", b","):
-            key = token
-        previous = token
-    return spans if depth == 0 else None
+def _edited(
+    body: bytes, intended: Any, edits: dict[JsonPath, bytes], repairs: list[str], corrections: list[Correction]
+) -> CompletionRepair:
+    """The body with `edits` made in place (re-serialized where the result does not parse back to
+    `intended`), booked `repaired` with `repairs`; `clean` when there is nothing to edit."""
+    if not edits:
+        return CompletionRepair(Verdict.CLEAN, body, "clean", [])
+    new_body = edit_json(body, edits)
+    if new_body is None or json_or_unreadable(new_body) != intended:
+        new_body = json.dumps(intended, ensure_ascii=False, separators=(",", ":")).encode()
+    return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs, tuple(corrections))

@@ -1,6 +1,7 @@
 """The events finish_fix writes into a stream: finishing chunks (rule C3), `[DONE]` (rule C4), the error
-event of a cut (rule C6), and the rewrite of an empty finish_reason (rule C2); and the framing of the
-Messages and Responses frames (`dialect_event`), whose payloads `_messages` and `_responses` build.
+event of a cut (rule C6); and the framing of the Messages and Responses frames (`dialect_event`),
+whose payloads `_messages` and `_responses` build. What a rule changes in an upstream event (C2, C11,
+M8, R6, R7) goes through the JSON editor, `_json_edit`.
 
 Each is written in the stream's own line endings (`line_ending`, LF until the stream showed another)
 so that it reads like its neighbours to any SSE client. The finishing chunk carries the upstream's
@@ -10,11 +11,7 @@ own `id`, `created`, `model` and `system_fingerprint` (the fields the stream had
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
-
-from ._json import json_or_unreadable
-from ._sse import Event, EventFramer, split_lines
 
 __all__ = [
     "DONE",
@@ -23,16 +20,12 @@ __all__ = [
     "done_event",
     "error_event",
     "finishing_event",
-    "rewrite_empty_reasons",
     "sse_event",
 ]
 
 DONE = b"[DONE]"
 # The error event's code: clients and gateways match it (docs/repair-rules.md, rule C6).
 ERROR_CODE = "stream_interrupted"
-# `"finish_reason": ""` as JSON text. Inside a JSON string the quotes would be escaped, so this
-# cannot match message content; the rewrite is still checked by parsing it back.
-_EMPTY_REASON = re.compile(rb'("finish_reason"\s*:\s*)""')
 
 
 def sse_event(
@@ -90,19 +83,3 @@ def finishing_event(index: int, reason: str, *, chunk_fields: dict[str, Any], mo
         chunk["system_fingerprint"] = chunk_fields["system_fingerprint"]
     chunk["choices"] = [{"index": index, "delta": {}, "finish_reason": reason}]
     return sse_event(chunk, line_ending)
-
-
-def rewrite_empty_reasons(event: Event, chunk: dict[str, Any], line_ending: bytes) -> bytes:
-    """Rule C2: `"finish_reason": ""` -> null in `event` (whose parsed data is `chunk`, which this
-    updates), touching nothing else. The textual rewrite is accepted only if it parses back to the
-    intended JSON; else the data is re-serialized, its other fields kept."""
-    for choice in chunk["choices"]:
-        if isinstance(choice, dict) and choice.get("finish_reason") == "":
-            choice["finish_reason"] = None
-    rewritten = _EMPTY_REASON.sub(rb"\1null", event.raw)
-    again = EventFramer().receive_data(rewritten)
-    if len(again) == 1 and json_or_unreadable(again[0].data) == chunk:
-        return rewritten
-    lines = [line for line in split_lines(event.raw) if line]
-    other_fields = tuple(line for line in lines if not (line == b"data" or line.startswith(b"data:")))
-    return sse_event(chunk, line_ending, extra_lines=other_fields)

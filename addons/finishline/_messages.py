@@ -19,27 +19,46 @@ the rules need and writes the frames they inject:
 * `event: error` from the upstream -> passed on, nothing injected after it (rule M5)
 * `ping` is a keep-alive for the deadlines; the first token is the first non-empty `text_delta`,
   `thinking_delta` or `input_json_delta` (rule M6)
+* a `message_delta` whose `stop_reason` is `end_turn` with a `stop_sequence` (llama.cpp) -> the
+  reason sent as `stop_sequence`; else `end_turn` with the output tokens at or past the request's
+  `max_tokens` -> `max_tokens` (rule M8, `RepairPolicy.limit_reasons`)
+
+The output tokens are the usage a `message_delta` counted. A stream that never counted them (no
+`message_delta` at all) shows at least one token per non-empty token delta, so with
+`limit_reasons` M2 infers `max_tokens` when those deltas alone reach the limit: a lower bound
+never says "limit" where the limit was not reached.
 
 Every frame finish_fix writes carries `event: <type>`: both Anthropic SDKs skip a frame without one.
 """
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from . import _wording as wording
 from ._dialect import Dialect
 from ._injected import dialect_event
 from ._json import UNREADABLE
+from ._json_edit import rewrite_event
 from ._phases import Signal
 from ._sse import Event
 from ._typed_rules import TypedEventRules
-from ._verdict import InjectionKind, TokenUsage
+from ._verdict import Correction, InjectionKind, TokenUsage
 
 if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
     from ._repair import StreamRepair
+    from ._routine_chunks import RoutineMatch
 
-__all__ = ["EVENT_TYPES", "KEEPALIVES", "MessagesRules", "error_frame", "infer_stop_reason", "is_tool_block"]
+__all__ = [
+    "EVENT_TYPES",
+    "KEEPALIVES",
+    "MessagesRules",
+    "corrected_stop_reason",
+    "error_frame",
+    "infer_stop_reason",
+    "is_tool_block",
+]
 
 #: The event types of a Messages stream (a first event of another dialect's shape is not one of them).
 EVENT_TYPES = frozenset(
@@ -89,6 +108,37 @@ def infer_stop_reason(*, tool_use: bool, output_tokens: int | None, max_tokens: 
     return "end_turn"
 
 
+# Rule M8's id, as docs/repair-rules.md numbers it and the books name it.
+_RULE = "M8"
+
+
+def corrected_stop_reason(
+    *, stop_reason: object, stop_sequence: object, output_tokens: int | None, max_tokens: int | None
+) -> Correction | None:
+    """M8: which correction an upstream's `stop_reason` needs, if any. Only `end_turn` is ever
+    changed: to `stop_sequence` when a stop sequence was matched, else to `max_tokens` when the
+    output tokens reached the request's limit. Any other reason already says more than that."""
+    if stop_reason != "end_turn":
+        return None
+    if isinstance(stop_sequence, str) and stop_sequence:
+        return Correction.STOP_SEQUENCE_REASON
+    if max_tokens is not None and output_tokens is not None and output_tokens >= max_tokens:
+        return Correction.LIMIT_REASON
+    return None
+
+
+#: The reason each correction sends (M8), and its words in the books.
+CORRECTED_REASONS = {Correction.STOP_SEQUENCE_REASON: "stop_sequence", Correction.LIMIT_REASON: "max_tokens"}
+
+
+def correction_words(correction: Correction, *, output_tokens: int | None, max_tokens: int | None) -> str:
+    if correction is Correction.STOP_SEQUENCE_REASON:
+        return wording.stop_sequence_reason_corrected(_RULE)
+    return wording.limit_reason_corrected(
+        _RULE, upstream="end_turn", corrected="max_tokens", output_tokens=output_tokens or 0, max_tokens=max_tokens or 0
+    )
+
+
 class MessagesRules(TypedEventRules):
     """The Messages facts of one stream, read event by event for its `StreamRepair`."""
 
@@ -109,12 +159,33 @@ class MessagesRules(TypedEventRules):
         # The output tokens a `message_delta` counted (`message_start`'s count is the placeholder
         # of a turn just begun: a cut stream's books do not take it for the answer's).
         self._counted_output_tokens: int | None = None
+        # Events that were not a non-empty token delta: the stream's events less these are its
+        # token deltas, counted so without a step on the machine's steady path (which takes only
+        # deltas with text).
+        self._other_events = 0
 
     # -- reading ------------------------------------------------------------------------------
+
+    def on_routine(self, match: RoutineMatch) -> int:
+        """A routine delta: a token delta unless its text is empty."""
+        if not match.has_text:
+            self._other_events += 1
+        return super().on_routine(match)
+
+    def _token_deltas(self) -> int:
+        return self._machine.report.events - self._other_events
+
+    def _output_tokens_seen(self) -> int | None:
+        """The output tokens for M2 and M8: the usage a `message_delta` counted; else, with
+        `limit_reasons`, at least one per token delta (and `message_start`'s count)."""
+        if self._counted_output_tokens is not None or not self._machine._policy.limit_reasons:
+            return self._counted_output_tokens if self._counted_output_tokens is not None else self._output_tokens
+        return max(self._output_tokens or 0, self._token_deltas())
 
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
         machine = self._machine
+        self._other_events += 1  # undone below for a token delta
         if kind == "error":
             error = message.get("error") if isinstance(message, dict) else None
             if isinstance(error, dict):
@@ -136,6 +207,7 @@ class MessagesRules(TypedEventRules):
                 key = TOKEN_DELTAS.get(delta_type) if isinstance(delta_type, str) else None
                 if key is not None and delta.get(key):
                     machine._token_seen()
+                    self._other_events -= 1
             return event.raw
         if kind == "content_block_start":
             if is_tool_block(message.get("content_block")):
@@ -158,11 +230,29 @@ class MessagesRules(TypedEventRules):
             self._note_usage(usage)
             if isinstance(usage, dict) and _is_int(usage.get("output_tokens")):
                 self._counted_output_tokens = usage["output_tokens"]
+            if reason == "end_turn" and machine._policy.limit_reasons and isinstance(delta, dict):
+                return self._maybe_corrected(event, message, delta)
         elif kind == "message_stop":
             before = b"" if self._stop_reason is not None else self._finishing(wording.BEFORE_MESSAGE_STOP)
             machine._move(Signal.DONE)
             return before + event.raw
         return event.raw
+
+    def _maybe_corrected(self, event: Event, message: dict[str, Any], delta: dict[str, Any]) -> bytes:
+        """M8: an `end_turn` that hides a stop sequence or the token limit, said as what it was."""
+        machine = self._machine
+        output_tokens = self._output_tokens_seen()
+        limit = machine._request.max_tokens
+        correction = corrected_stop_reason(
+            stop_reason="end_turn", stop_sequence=delta.get("stop_sequence"), output_tokens=output_tokens, max_tokens=limit
+        )
+        if correction is None:
+            return event.raw
+        reason = self._stop_reason = CORRECTED_REASONS[correction]
+        expected = {**message, "delta": {**delta, "stop_reason": reason}}
+        raw = rewrite_event(event, {("delta", "stop_reason"): json.dumps(reason).encode()}, expected, machine._line_ending())
+        machine._corrected(correction, correction_words(correction, output_tokens=output_tokens, max_tokens=limit))
+        return raw
 
     def _note_usage(self, usage: object) -> None:
         """`message_start`'s usage, then `message_delta`'s (cumulative counts: the last one holds)."""
@@ -218,7 +308,7 @@ class MessagesRules(TypedEventRules):
             machine.report.injected.append({"kind": InjectionKind.CONTENT_BLOCK_STOP, "index": self._open_block})
             self._open_block = None
         reason = infer_stop_reason(
-            tool_use=self._tool_use, output_tokens=self._output_tokens, max_tokens=machine._request.max_tokens
+            tool_use=self._tool_use, output_tokens=self._output_tokens_seen(), max_tokens=machine._request.max_tokens
         )
         self._stop_reason = reason
         payload = {

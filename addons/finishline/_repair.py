@@ -62,7 +62,17 @@ from ._responses import ResponsesRules
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
-from ._verdict import MALFORMED_OUTRANKS, ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
+from ._verdict import (
+    MALFORMED_OUTRANKS,
+    ClientEnding,
+    Correction,
+    CutCause,
+    Interruption,
+    OnCut,
+    RepairPolicy,
+    StreamReport,
+    Verdict,
+)
 
 __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
 
@@ -219,7 +229,7 @@ class StreamRepair:
         if self.report.events != events_before:
             self._last_event_at = now
         if self._phase is not Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
-            self._pass_through_from_here(wording.event_too_long(MAX_HELD_BYTES))
+            out += self._pass_through_from_here(wording.event_too_long(MAX_HELD_BYTES))
             out += self._framer.take_buffered()
         elif self._phase is Phase.PASSTHROUGH and self._framer.held_bytes:
             # An event of this piece made the machine stop reading (another dialect's first event):
@@ -243,8 +253,8 @@ class StreamRepair:
                 Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect), now
             )
         except Exception as error:  # a bug of ours: the leftover goes on as it came
-            self._pass_through_from_here(error)
-            out = b"" if leftover is None else leftover.raw
+            out = self._pass_through_from_here(error)
+            out += b"" if leftover is None else leftover.raw
         self._finish(now)
         return self._sent(out)
 
@@ -300,8 +310,8 @@ class StreamRepair:
             cut = Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason, dialect=self._dialect)
             out += self._on_stream_end(cut, now)
         except Exception as error:
-            self._pass_through_from_here(error)
-            out = b"" if leftover is None else leftover.raw
+            out = self._pass_through_from_here(error)
+            out += b"" if leftover is None else leftover.raw
         self._finish(now)
         # `repairing` reads the phase as it is now: the `except` above may have given up (passthrough)
         # since the check at the top (`self._phase` would still look narrowed by it to a type checker).
@@ -347,7 +357,8 @@ class StreamRepair:
 
     def give_up(self, error: Exception) -> None:
         """For the caller that caught an exception from this machine (a bug of finishline's): pass
-        everything from here on unchanged and book the stream `skipped` with the error."""
+        everything from here on unchanged and book the stream `skipped` with the error. (An event
+        the rules held, Chat's finish before its usage chunk (C11), is lost with the misuse.)"""
         if self._phase is not Phase.PASSTHROUGH:
             self._pass_through_from_here(error)
 
@@ -364,7 +375,7 @@ class StreamRepair:
                 out.append(self._on_event(event, now))
             except Exception as error:  # a bug of ours: this event and all after it go on as they came
                 self.report.events = events_before
-                self._pass_through_from_here(error)
+                out.append(self._pass_through_from_here(error))
                 out.extend(later.raw for later in events[position:])
                 out.append(self._framer.take_buffered())
                 break
@@ -375,7 +386,8 @@ class StreamRepair:
         # Clients dispatch no event for it (WHATWG: an empty data buffer is not dispatched), so it is
         # not an event here either: it passes, counts for nothing, and moves no deadline.
         if event.data is None:
-            return event.raw
+            # (After an event the rules held, C11: it goes first, as it came, keeping the order.)
+            return self._rules.release_held() + event.raw
         rules = self._rules
         kind, message = rules.read(event)
         if kind in rules.keepalives:  # `ping`: a keep-alive, like a comment (M6)
@@ -524,12 +536,14 @@ class StreamRepair:
         return b""
 
     def _on_stream_end(self, cut: Interruption, now: float | None) -> bytes:
+        # An event the rules held (Chat's finish, waiting for its usage chunk: C11) goes first, as it came.
+        held = self._rules.release_held()
         if self._phase is not Phase.STREAMING:
-            return b""
+            return held
         if not self._finished():
-            return self._on_cut(cut, now)
+            return held + self._on_cut(cut, now)
         # Rules C4 and M3: the stream finished, only its terminator is missing.
-        return self._rules.terminator(cut.how)
+        return held + self._rules.terminator(cut.how)
 
     def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
         self.report.interruption = cut
@@ -581,12 +595,26 @@ class StreamRepair:
                     self._rules.note_sequence_number(int(self._steady_number.group()))
                 self._steady_number = None
 
-    def _pass_through_from_here(self, cause: Exception | str) -> None:
+    def _pass_through_from_here(self, cause: Exception | str) -> bytes:
+        """Gives up (`skipped`, and why); returns an event the rules held (C11), which goes on as
+        it came before anything that follows."""
+        held = self._rules.release_held()
         self._move(Signal.GIVE_UP)
         why = cause if isinstance(cause, str) else wording.internal_error(cause)
         if not isinstance(cause, str):
             self.report.internal_error = why
         self._set(Verdict.SKIPPED, wording.skipped_detail(why, from_event=self.report.events + 1))
+        return held
+
+    def _corrected(self, rule: Correction, what: str | None) -> None:
+        """A rule changed an upstream event (C11, M8, R6, R7): counted per rule, and booked as a
+        repair in `what`'s words (None: the rule books its words once at the end, R7)."""
+        corrections = self.report.corrections
+        corrections[rule] = corrections.get(rule, 0) + 1
+        if what is None:
+            self._repaired_verdict()
+        else:
+            self._repaired(what)
 
     def _repaired(self, what: str) -> None:
         self.report.repairs.append(what)

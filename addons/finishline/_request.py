@@ -1,5 +1,5 @@
-"""What the request tells the repair: the token limit, the model and whether it asked for a stream
-(in every dialect)."""
+"""What the request tells the repair: the token limit, the model, whether it asked for a stream and
+for usage in it, and how many choices (in every dialect)."""
 
 from __future__ import annotations
 
@@ -19,11 +19,17 @@ class RequestFacts:
             `max_output_tokens` (Responses), when a positive integer.
         model: the requested model name, used only when no upstream chunk named one.
         stream: the request asked for a stream (`"stream": true`); the books' spans say so.
+        stream_usage: the request asked for usage in the stream (Chat's
+            `stream_options.include_usage`), so a usage chunk should follow the finish (rule C11).
+        choices: Chat's `n` (1 when absent or not a positive integer). With several choices the
+            usage counts them all, so no one choice's limit can be read from it (rules C3, C11).
     """
 
     max_tokens: int | None = None
     model: str | None = None
     stream: bool = False
+    stream_usage: bool = False
+    choices: int = 1
 
     @classmethod
     def from_body(cls, body: bytes | None) -> RequestFacts:
@@ -39,4 +45,12 @@ class RequestFacts:
                 max_tokens = value
                 break
         model = request.get("model")
-        return cls(max_tokens=max_tokens, model=model if isinstance(model, str) else None, stream=request.get("stream") is True)
+        options = request.get("stream_options")
+        choices = request.get("n")
+        return cls(
+            max_tokens=max_tokens,
+            model=model if isinstance(model, str) else None,
+            stream=request.get("stream") is True,
+            stream_usage=isinstance(options, dict) and options.get("include_usage") is True,
+            choices=choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 1 else 1,
+        )

@@ -20,27 +20,47 @@ cut, and finish_fix never writes `response.completed` (rule R2). The rules:
 * `response.failed`, `error`, or a bare `{"error": ...}` data frame (vLLM's) -> passed on, booked
   as `upstream_error`, nothing injected after it (R4)
 * the first token is the first non-empty text, reasoning, refusal or function-call-arguments delta (R5)
+* `response.completed` whose `usage.output_tokens` reached the request's `max_output_tokens`
+  (llama.cpp and Ollama never say `incomplete`) -> sent as `response.incomplete`, status
+  `incomplete`, `incomplete_details: {"reason": "max_output_tokens"}` (R6,
+  `RepairPolicy.limit_reasons`)
+* an event without its `sequence_number`, `output_index` or `content_index` (llama.cpp sends none;
+  openai-python's `responses.stream()` helper then indexes a list with None) -> each missing one
+  filled in from the stream's own order; a value the upstream sent is never changed (R7,
+  `RepairPolicy.responses_indexes`). A stream that has them all passes byte for byte, and its
+  routine deltas keep the fast path (`_routine_chunks` learns only deltas that carry their indexes).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
+from . import _wording as wording
 from ._dialect import Dialect
 from ._injected import DONE, ERROR_CODE, dialect_event
 from ._json import UNREADABLE
+from ._json_edit import JsonPath, rewrite_event
 from ._phases import Signal
 from ._sse import Event
 from ._typed_rules import TypedEventRules
-from ._verdict import InjectionKind, TokenUsage
+from ._verdict import Correction, InjectionKind, TokenUsage
 
 if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
     from ._repair import StreamRepair
     from ._routine_chunks import RoutineMatch
 
-__all__ = ["ERROR_EVENTS", "TERMINAL_EVENTS", "TOKEN_EVENTS", "ResponseSoFar", "ResponsesRules", "failure_frames"]
+__all__ = [
+    "CONTENT_INDEXED_EVENTS",
+    "ERROR_EVENTS",
+    "TERMINAL_EVENTS",
+    "TOKEN_EVENTS",
+    "ResponseSoFar",
+    "ResponsesRules",
+    "failure_frames",
+]
 
 #: Terminal events that end a stream as the upstream meant it (R1).
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete"})
@@ -57,6 +77,25 @@ TOKEN_EVENTS = frozenset(
         "response.custom_tool_call_input.delta",
     }
 )
+#: Events that name a content part of their item by `content_index` (R7; the reasoning summary's
+#: events name theirs by `summary_index`, which no server is known to leave out).
+CONTENT_INDEXED_EVENTS = frozenset(
+    {
+        "response.content_part.added",
+        "response.content_part.done",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.output_text.annotation.added",
+        "response.refusal.delta",
+        "response.refusal.done",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+    }
+)
+# The rules' ids, as docs/repair-rules.md numbers them and the books name them.
+_LIMIT_RULE = "R6"
+_INDEXES_RULE = "R7"
+_INCOMPLETE_DETAILS = {"reason": "max_output_tokens"}
 # The lifecycle events whose `response` is the snapshot a `response.failed` repeats.
 _SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
 # Used only when the stream was cut before `response.created` named its response.
@@ -121,6 +160,13 @@ class ResponsesRules(TypedEventRules):
     def __init__(self, machine: StreamRepair) -> None:
         super().__init__(machine)
         self._so_far = ResponseSoFar()
+        # R7: per item id, its output index (from its `output_item.added`) and its current content
+        # index (from its last `content_part.added`); how many of each came; what was filled in.
+        self._output_indexes: dict[str, int] = {}
+        self._content_indexes: dict[str, int] = {}
+        self._items_added = 0
+        self._parts_added: dict[str, int] = {}
+        self._filled = {"sequence_number": 0, "output_index": 0, "content_index": 0}
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -145,6 +191,19 @@ class ResponsesRules(TypedEventRules):
             machine._malformed()
         if not isinstance(message, dict):
             return event.raw
+        edits: dict[JsonPath, bytes] = {}
+        if machine._policy.responses_indexes and _is_responses_event(message.get("type")):
+            self._missing_indexes(kind, message, edits)
+            if edits:
+                machine._corrected(Correction.RESPONSES_INDEXES, None)  # its words at the end: `closing_books`
+        event_type = None
+        if kind == "response.completed" and machine._policy.limit_reasons and self._at_the_limit(message, edits):
+            kind = event_type = "response.incomplete"
+        raw = event.raw
+        if edits:
+            expected = _edited(message, edits)
+            raw = rewrite_event(event, edits, expected, machine._line_ending(), event_type=event_type)
+            message = expected
         self._so_far.note(kind, message)
         if kind in TOKEN_EVENTS:
             if message.get("delta"):
@@ -171,7 +230,86 @@ class ResponsesRules(TypedEventRules):
             response = message.get("response")
             if isinstance(response, dict):
                 machine._note_model(response.get("model"))
-        return event.raw
+        return raw
+
+    def _missing_indexes(self, kind: str | None, message: dict[str, Any], edits: dict[JsonPath, bytes]) -> None:
+        """R7: the indexes this event lacks, from the stream's own order, into `edits`. What the
+        upstream sent is kept, and read: a later event's missing index follows it."""
+        number = message.get("sequence_number")
+        if not _is_int(number):
+            number = self._so_far.sequence_number = (
+                0 if self._so_far.sequence_number is None else self._so_far.sequence_number + 1
+            )
+            edits[("sequence_number",)] = _json(number)
+            self._filled["sequence_number"] += 1
+        item_id = message.get("item_id")
+        if kind == "response.output_item.added":
+            item = message.get("item")
+            index = message.get("output_index")
+            if not _is_int(index):
+                index = self._items_added
+                edits[("output_index",)] = _json(index)
+                self._filled["output_index"] += 1
+            self._items_added += 1
+            if isinstance(item, dict) and isinstance(item.get("id"), str):
+                self._output_indexes[item["id"]] = index
+            return
+        if kind == "response.output_item.done":
+            item = message.get("item")
+            item_id = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(item_id, str):
+            return
+        if not _is_int(message.get("output_index")) and item_id in self._output_indexes:
+            edits[("output_index",)] = _json(self._output_indexes[item_id])
+            self._filled["output_index"] += 1
+        if kind not in CONTENT_INDEXED_EVENTS:
+            return
+        index = message.get("content_index")
+        if kind == "response.content_part.added":
+            added = self._parts_added.get(item_id, 0)
+            if not _is_int(index):
+                index = added
+                edits[("content_index",)] = _json(index)
+                self._filled["content_index"] += 1
+            self._parts_added[item_id] = added + 1
+            self._content_indexes[item_id] = index
+        elif not _is_int(index) and item_id in self._content_indexes:
+            edits[("content_index",)] = _json(self._content_indexes[item_id])
+            self._filled["content_index"] += 1
+
+    def _at_the_limit(self, message: dict[str, Any], edits: dict[JsonPath, bytes]) -> bool:
+        """R6: whether this `response.completed` hides the request's token limit; if so, the edits
+        that say `incomplete` go into `edits` and the correction is booked. Only a `completed`
+        status with its output tokens at or past `max_output_tokens` is changed: any other status
+        already says something (vLLM 0.29 sent `incomplete` inside `response.completed`)."""
+        machine = self._machine
+        limit = machine._request.max_tokens
+        response = message.get("response")
+        if limit is None or not isinstance(response, dict) or response.get("status") != "completed":
+            return False
+        usage = response.get("usage")
+        output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+        if not _is_int(output_tokens) or output_tokens < limit:
+            return False
+        edits[("type",)] = _json("response.incomplete")
+        edits[("response", "status")] = _json("incomplete")
+        edits[("response", "incomplete_details")] = _json(_INCOMPLETE_DETAILS)
+        machine._corrected(
+            Correction.LIMIT_REASON,
+            wording.limit_reason_corrected(
+                _LIMIT_RULE,
+                upstream="response.completed",
+                corrected="response.incomplete",
+                output_tokens=output_tokens,
+                max_tokens=limit,
+            ),
+        )
+        return True
+
+    def closing_books(self) -> None:
+        """R7's count of what it filled in, once for the whole stream."""
+        if any(self._filled.values()):
+            self._machine._repaired(wording.filled_indexes(_INDEXES_RULE, self._filled))
 
     def _note_terminal(self, kind: str, response: object) -> None:
         """The finish reason and the usage of a terminal event's response (`StreamReport` says which words)."""
@@ -212,3 +350,27 @@ class ResponsesRules(TypedEventRules):
 
 def _maybe_int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _is_responses_event(kind: object) -> bool:
+    """A type of the Responses event union (R7 numbers those only, not another dialect's event)."""
+    return isinstance(kind, str) and (kind.startswith("response.") or kind == "error")
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _json(value: object) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode()
+
+
+def _edited(message: dict[str, Any], edits: dict[JsonPath, bytes]) -> dict[str, Any]:
+    """A copy of `message` with `edits` made (what the edited event must parse to)."""
+    edited = copy.deepcopy(message)
+    for path, value in edits.items():
+        holder: Any = edited
+        for step in path[:-1]:
+            holder = holder[step]
+        holder[path[-1]] = json.loads(value)
+    return edited

@@ -138,6 +138,9 @@ _RESPONSES_TEXT_EVENTS = frozenset(
     }
 )
 
+# Those of them that name their content part by `content_index` (`_responses.CONTENT_INDEXED_EVENTS`).
+_CONTENT_INDEXED = frozenset({"response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta"})
+
 # `"key": "value"` for each key whose string value may be a gap, the value as group 1.
 _KEY_WITH_STRING_VALUE = {
     key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
@@ -395,6 +398,11 @@ def _responses_facts(event: Any) -> tuple[int, str, str | None] | None:
     if event["type"] not in _RESPONSES_TEXT_EVENTS:  # (after the check above: a list is unhashable)
         return None
     if type(event.get("delta")) is not str or type(event.get(_NUMBER_KEY)) is not int or event[_NUMBER_KEY] < 0:
+        return None
+    # An event without its indexes is one rule R7 may fill in: never a shape the fast path passes as it came.
+    if type(event.get("output_index")) is not int or (
+        event["type"] in _CONTENT_INDEXED and type(event.get("content_index")) is not int
+    ):
         return None
     free_key = next((key for key in _FREE_TOP_LEVEL_KEYS if type(event.get(key)) is str), None)
     return 0, "delta", free_key

@@ -10,6 +10,8 @@ Every dialect's rules are a class of the same shape (`_chat.ChatRules`, `_messag
 * `on_routine(match)` -> what a fast-path piece did (`DECLINE`, `NOT_STEADY`, `MAY_STEADY`);
 * `finished()`, `terminator(how)`: a clean end that only lacks its terminator (rules C4, M3);
 * `cut_frames(message)`, `stop_frames()`, `may_stop`: what a cut sends (rules C6, M4, R3);
+* `release_held()`: an event held back for a later one (Chat's finish before its usage chunk, rule
+  C11), sent as it came when the stream ends or is given up before that;
 * `closing_books()`: what the report says about the whole stream at its end.
 
 A stream whose first event belongs to another dialect than its path's is not repaired

@@ -43,5 +43,9 @@ class TypedEventRules:
             self._machine._first_token_seen = True
         return MAY_STEADY
 
+    def release_held(self) -> bytes:
+        """These dialects hold no event back (only Chat's rule C11 does)."""
+        return b""
+
     def closing_books(self) -> None:
-        """Nothing about the whole stream is booked at its end in these dialects."""
+        """Nothing about the whole stream is booked at its end (unless a dialect says otherwise)."""

@@ -12,6 +12,7 @@ from ._wording import how_it_was_cut, no_response_detail
 __all__ = [
     "Booking",
     "ClientEnding",
+    "Correction",
     "CutCause",
     "Injection",
     "InjectionKind",
@@ -68,7 +69,8 @@ class OnCut(enum.StrEnum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RepairPolicy:
     """The repair's options (finish_fix's `finish_fix_empty_to_null`, `finish_fix_on_cut`,
-    `finish_fix_idle_timeout` and `finish_fix_first_token_timeout`).
+    `finish_fix_idle_timeout`, `finish_fix_first_token_timeout`, `finish_fix_limit_reasons` and
+    `finish_fix_responses_indexes`).
 
     Attributes:
         idle_timeout: seconds allowed between two events once the first event arrived (comments and
@@ -77,12 +79,18 @@ class RepairPolicy:
             (also to the response head, `_no_head`); 0 = no limit.
             The core has no clock: these act only through `StreamRepair.next_stall_check` and
             `receive_timer`, with times the caller passes in.
+        limit_reasons: correct a reason the upstream got wrong at the request's token limit (rules
+            C11, M8, R6), and count Messages' token deltas toward the limit when no usage came (M2).
+        responses_indexes: fill in the `sequence_number`, `output_index` and `content_index` a
+            Responses event lacks (rule R7).
     """
 
     empty_to_null: bool = True
     on_cut: OnCut = OnCut.ERROR
     idle_timeout: float = 0.0
     first_token_timeout: float = 0.0
+    limit_reasons: bool = True
+    responses_indexes: bool = True
 
 
 class CutCause(enum.StrEnum):
@@ -145,6 +153,20 @@ class InjectionKind(enum.StrEnum):
     RESPONSE_FAILED = "response.failed"
 
 
+class Correction(enum.StrEnum):
+    """A rule that changed a value the upstream sent (where `InjectionKind` names what finish_fix
+    added). The values are the words of the `rule` label of finish_fix's metrics; the ledger's
+    `repairs` name the rule the same way (docs/repair-rules.md)."""
+
+    # A reason that hides the token limit, said as the limit: Chat `stop` -> `length` (C11),
+    # Messages `end_turn` -> `max_tokens` (M8), Responses `response.completed` -> `response.incomplete` (R6).
+    LIMIT_REASON = "limit_reason"
+    # Messages `end_turn` with a `stop_sequence` -> `stop_sequence` (M8).
+    STOP_SEQUENCE_REASON = "stop_sequence_reason"
+    # Responses events given the `sequence_number`, `output_index`, `content_index` they lacked (R7).
+    RESPONSES_INDEXES = "responses_indexes"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenUsage:
     """The token counts the upstream reported, in every dialect's terms made one (None: not reported).
@@ -202,6 +224,8 @@ class Booking:
     time_to_first_token: float | None = None
     finish_reasons: tuple[str, ...] = ()
     usage: TokenUsage | None = None
+    # The rules that changed an upstream value of this flow (their words are in `repairs`).
+    corrections: tuple[Correction, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The flow's keys of its ledger line, in the ledger's order (docs/repair-rules.md, "The
@@ -287,6 +311,7 @@ class StreamReport:
             events as a client dispatches them (every event with data, Messages' `ping` included,
             so one more per ping than `events` counts; not comments or blank lines); the
             `malformed` detail names it.
+        corrections: per rule that changed upstream events (`Correction`), how many it changed.
     """
 
     verdict: Verdict = Verdict.CLEAN
@@ -307,6 +332,7 @@ class StreamReport:
     duration: float | None = None
     finish_reasons: list[str] = field(default_factory=list)
     usage: TokenUsage | None = None
+    corrections: dict[Correction, int] = field(default_factory=dict)
     # The upstream error event's own message. Kept out of `detail` (which goes to the ledger) because
     # it may quote message content; mitmweb shows it in the flow's comment.
     upstream_error_message: str | None = None
@@ -334,6 +360,7 @@ class StreamReport:
             time_to_first_token=self.time_to_first_token,
             finish_reasons=tuple(self.finish_reasons),
             usage=self.usage,
+            corrections=tuple(self.corrections),
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -342,6 +369,7 @@ class StreamReport:
         record["verdict"] = str(self.verdict)
         record["dialect"] = str(self.dialect)
         record["injected"] = [_plain(injection) for injection in self.injected]
+        record["corrections"] = {str(rule): count for rule, count in self.corrections.items()}
         if self.interruption is not None:
             record["interruption"] = {
                 "before_first_token": self.interruption.before_first_token,

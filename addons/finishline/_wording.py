@@ -28,10 +28,12 @@ __all__ = [
     "cut_detail",
     "cut_message",
     "event_too_long",
+    "filled_indexes",
     "how_it_was_cut",
     "http_error_detail",
     "injected_finish",
     "injected_stop_reason",
+    "limit_reason_corrected",
     "internal_error",
     "malformed_detail",
     "no_head_detail",
@@ -45,6 +47,7 @@ __all__ = [
     "set_finish_reason",
     "set_stop_reason",
     "skipped_detail",
+    "stop_sequence_reason_corrected",
     "terminator_lost",
     "wrong_dialect",
     "stall_reason",
@@ -179,6 +182,25 @@ def set_stop_reason(reason: str) -> str:
 def set_finish_reason(reason: str, index: object) -> str:
     """Rule C9's repair of a whole (non-streaming) completion."""
     return f"set finish_reason {reason!r} for choice {index}"
+
+
+def limit_reason_corrected(rule: str, *, upstream: str, corrected: str, output_tokens: int, max_tokens: int) -> str:
+    """C11, M8, R6: a reason that hid the token limit, said as the limit (`rule`: the rule's id)."""
+    return (
+        f"limit reason ({rule}): {upstream!r} at {output_tokens} output tokens of the request's {max_tokens} "
+        f"sent as {corrected!r}"
+    )
+
+
+def stop_sequence_reason_corrected(rule: str) -> str:
+    """M8: `end_turn` with a `stop_sequence` said as `stop_sequence`."""
+    return f"stop sequence reason ({rule}): 'end_turn' with a stop_sequence sent as 'stop_sequence'"
+
+
+def filled_indexes(rule: str, counts: dict[str, int]) -> str:
+    """R7: which indexes were filled in on how many events, e.g. {"sequence_number": 12, ...}."""
+    filled = ", ".join(f"{name} on {plural(count, 'event')}" for name, count in counts.items() if count)
+    return f"responses indexes ({rule}): filled in {filled}"
 
 
 def appended_done(how: str) -> str:

@@ -6,7 +6,9 @@ closed set, and these exact words are what the terminal, the JSON and the HTML s
 - `pass`: the check ran and the target did what the spec (or the post-mortem's rule) asks.
 - `fail`: the check ran and the target did not; the evidence says what it did instead.
 - `not tested`: the check could not run against this setup (rule 1 without a spare worker, a hub
-  policy without the hub); never counted as a pass.
+  policy without the hub), its subject is missing (another check failed), or the model did not do
+  what the check needs (a forced tool call answered in prose); never counted as a pass. The
+  pytest plugin skips such a check with its evidence as the reason.
 - `not checked`: the check needs something the grader cannot see (the gateway's books without
   `--books`); never counted as a pass either.
 """
@@ -44,7 +46,8 @@ class Mark(enum.StrEnum):
 
     PASS = "pass"
     FAIL = "fail"
-    #: The check needs a part this setup lacks (a spare worker, the hub).
+    #: The check needs a part this setup lacks (a spare worker, the hub), a subject another check
+    #: found missing, or a model that does what it asks (calls the tool it is told to call).
     NOT_TESTED = "not tested"
     #: The check needs data the grader cannot read (the gateway's books).
     NOT_CHECKED = "not checked"

@@ -256,7 +256,9 @@ def _explicit_error_after_tokens(run: CheckRun) -> Finding:
     reading = raw.reading
     words = WORDS[run.dialect]
     invented = [c.finish_reason for c in reading.choices.values() if c.finish_reason]
-    if reading.status != 200:
+    if not reading.status:
+        problem = f"{reading.status_words()}, instead of streaming the tokens the worker had sent"
+    elif reading.status != 200:
         problem = f"the gateway answered HTTP {reading.status} instead of streaming the tokens the worker had sent"
     elif invented:
         problem = (

@@ -148,7 +148,9 @@ def _bytes_report(reading: StreamReading) -> ClientReport:
     failed: tuple[str, str] | None = None
     if reading.timed_out:
         return ClientReport(client=BYTES_CLIENT, completed=False, timed_out=True, text=choice.content if choice else "")
-    if reading.status != 200:
+    if not reading.status:  # no response head: what happened instead, in words
+        failed = ("transport error", reading.status_words())
+    elif reading.status != 200:
         failed = (f"HTTP {reading.status}", shortened(reading.body, 160))
     elif reading.compressed is not None:
         failed = ("compressed body", reading.compression_note() or "")

@@ -110,6 +110,13 @@ class StreamReading:
     #: The response's `content-encoding` ("" for none).
     content_encoding: str = ""
     dialect: Dialect = Dialect.CHAT
+    #: What happened to a first attempt the grader sent again (`labs.grade.fetch`: a kept-alive
+    #: connection the target closed before any byte of this response), or None: a note, never a fault.
+    retry_note: str | None = None
+
+    def status_words(self) -> str:
+        """`HTTP 200`, or, when no response head came, what happened instead, in words."""
+        return f"HTTP {self.status}" if self.status else self.ending.removeprefix(TRANSPORT_ERROR)
 
     @property
     def compressed(self) -> str | None:
@@ -181,9 +188,12 @@ class StreamReading:
     def summary(self) -> str:
         """The stream in a few words: events, how it ended, the core's verdict and detail."""
         kinds = [kind for kind, _ in self.events]
+        retried = f"; {self.retry_note}" if self.retry_note else ""
         if self.compressed is not None:
-            return f"{self.compression_note()}; {self.ending}"
-        return f"{len(kinds)} events, last {self.last_event or 'none'}, {self.ending}; the core says {self.report.detail}"
+            return f"{self.compression_note()}; {self.ending}{retried}"
+        return (
+            f"{len(kinds)} events, last {self.last_event or 'none'}, {self.ending}; the core says {self.report.detail}{retried}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -197,10 +207,23 @@ class CompletionReading:
     #: The core's rule C9 verdict: `clean`, or `repaired` with what it had to fill in.
     verdict: Verdict
     detail: str
+    #: What happened instead of a response head (status 0), in words (`labs.grade.fetch`), or None.
+    failure: str | None = None
+    #: As `StreamReading.retry_note`.
+    retry_note: str | None = None
 
     @property
     def error(self) -> Any:
         return self.body.get("error") if isinstance(self.body, dict) else None
+
+    def status_words(self) -> str:
+        """`HTTP 200`, or, when no response head came, what happened instead, in words."""
+        return f"HTTP {self.status}" if self.failure is None else self.failure
+
+    def summary(self) -> str:
+        """The answer in a few words: its status (or what happened instead) and the core's detail."""
+        retried = f"; {self.retry_note}" if self.retry_note else ""
+        return f"{self.status_words()}; the core says {self.detail}{retried}"
 
 
 def read_stream(
@@ -212,11 +235,13 @@ def read_stream(
     request: dict[str, Any] | None = None,
     content_encoding: str = "",
     dialect: Dialect = Dialect.CHAT,
+    retry_note: str | None = None,
 ) -> StreamReading:
     """Read a streamed body. `ending` is `end` for a clean end of the HTTP body, anything else (the
     transport's words) for a failure, which the core books as a cut unless the stream had finished.
     A compressed body (`content_encoding`) is not read: the core books it `skipped`, no events.
-    `dialect` is the API the stream speaks; the core judges it in that dialect."""
+    `dialect` is the API the stream speaks; the core judges it in that dialect. `retry_note` says
+    what happened to a first attempt the fetcher sent again."""
     repair = StreamRepair(request=_facts(request), policy=RepairPolicy(), content_encoding=content_encoding, dialect=dialect)
     repair.receive_data(body)
     if ending == CLEAN_END:
@@ -275,6 +300,7 @@ def read_stream(
         body=body,
         content_encoding=content_encoding,
         dialect=dialect,
+        retry_note=retry_note,
     )
 
 
@@ -314,11 +340,19 @@ def _kind_by_the_core(event: Event, *, first: bool, dialect: Dialect = Dialect.C
 
 
 def read_completion(
-    body: bytes, *, status: int = 200, request: dict[str, Any] | None = None, dialect: Dialect = Dialect.CHAT
+    body: bytes,
+    *,
+    status: int = 200,
+    request: dict[str, Any] | None = None,
+    dialect: Dialect = Dialect.CHAT,
+    failure: str | None = None,
+    retry_note: str | None = None,
 ) -> CompletionReading:
     """Read a non-streamed body: its choices, and the core's verdict on its reasons (rule C9 for a
-    chat completion, M7 for a Messages `message`; a whole Responses body the core passes as it came,
-    `skipped`). A Messages or Responses answer is choice 0; an error body has no choice."""
+    chat completion, M7 for a Messages `message`, and the limit rules C11, M8 and R6 when the request
+    set a limit). A Messages or Responses answer is choice 0; an error body has no choice. `failure`
+    is what happened instead of a response (then `status` is 0 and `body` empty), in words;
+    `retry_note` what happened to a first attempt the fetcher sent again."""
     try:
         value = json.loads(body)
     except (ValueError, UnicodeDecodeError):
@@ -346,7 +380,15 @@ def read_completion(
             if choice.get("finish_reason") is not None:
                 reading.reasons_seen.append(choice["finish_reason"])
     repaired = repair_completion(body, _facts(request), dialect=dialect)
-    return CompletionReading(status=status, body=value, choices=choices, verdict=repaired.verdict, detail=repaired.detail)
+    return CompletionReading(
+        status=status,
+        body=value,
+        choices=choices,
+        verdict=repaired.verdict,
+        detail=repaired.detail,
+        failure=failure,
+        retry_note=retry_note,
+    )
 
 
 def _facts(request: dict[str, Any] | None) -> RequestFacts:

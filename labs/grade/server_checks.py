@@ -8,15 +8,17 @@ Messages and Responses suites are in `server_checks_messages` and `server_checks
 Theory of operation
 -------------------
 The grader sends five requests (`REQUESTS`), each streamed and not streamed: a natural stop, a
-`max_tokens` truncation, a forced tool call (`tool_choice: "required"`), `n=2`, and
-`stream_options.include_usage`. Every answer is read once (`labs.grade.reading`, finishline's core
-as the judge) and the checks below read those readings; a check never sends anything itself.
+`max_tokens` truncation, a forced tool call (`tool_choice: "required"`, at most `TOOL_CALL_TOKENS`),
+`n=2`, and `stream_options.include_usage`. Every answer is read once (`labs.grade.reading`,
+finishline's core as the judge) and the checks below read those readings; a check never sends
+anything itself.
 
 Each check tests one thing, so that each way of ending badly fails the check named after it and
 no other: a missing reason fails `stream-finish-reason` (and `json-finish-reason`), not the check
 that the truncation's reason is `length`. A check whose subject is missing (no reason to compare,
 a stream that ended in an error) is `not tested`, with the check that failed named in its evidence:
-it is never a pass.
+it is never a pass. So is a check that needs the model to do something it did not do (the forced
+tool call answered in prose: `tool_call_check`): a real model's limit is not the server's fault.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from labs.scenario import WORKER_TOOL
 
 __all__ = [
     "CHAT_SUITE",
+    "TOOL_CALL_TOKENS",
     "REQUESTS",
     "SERVER_CHECKS",
     "Problem",
@@ -45,9 +48,11 @@ __all__ = [
     "json_no_error",
     "reason_check",
     "request_body",
+    "status_evidence",
     "stream_json_agree",
     "stream_no_error",
     "stream_problem_for",
+    "tool_call_check",
     "tool_call_shape",
 ]
 
@@ -64,6 +69,11 @@ class ServerRequest:
     stream_only: bool = False
 
 
+#: The forced tool call's budget, in every dialect: room for a `get_weather` call (about 30 tokens
+#: as Hermes-style `<tool_call>` JSON) and a few words before it, and a bound on what a model that
+#: writes prose instead costs (without one, llama.cpp let SmolLM2 write until its context was full:
+#: minutes on a CPU). A call that does not fit is `not tested`, never a fail (`tool_call_check`).
+TOOL_CALL_TOKENS = 64
 #: A prompt whose honest answer is long, so that `max_tokens` really truncates it.
 _LONG_PROMPT = "Write the numbers from 1 to 200 in words, separated by commas."
 _SHORT_PROMPT = "Say the sentence about the quick brown fox."
@@ -77,11 +87,12 @@ REQUESTS = (
     ),
     ServerRequest(
         name="tool_call",
-        label='a forced tool call (tool_choice "required")',
+        label=f'a forced tool call (tool_choice "required", max_tokens={TOOL_CALL_TOKENS})',
         fields={
             "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
             "tools": [WORKER_TOOL],
             "tool_choice": "required",
+            "max_tokens": TOOL_CALL_TOKENS,
         },
     ),
     ServerRequest(name="n2", label="n=2", fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}], "n": 2}),
@@ -112,6 +123,11 @@ class Readings:
         """The evidence's words for request `name` (`a natural stop`, `max_tokens=5`)."""
         return next(r.label for r in self.requests if r.name == name)
 
+    def retry_notes(self, *, streams: bool) -> list[str]:
+        """The notes of the streamed (or the JSON) answers whose first attempt was sent again."""
+        side, answers = ("stream", self.streams) if streams else ("JSON", self.completions)
+        return [f"{side} {self.label(name)}: {reading.retry_note}" for name, reading in answers.items() if reading.retry_note]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ServerCheck:
@@ -121,10 +137,16 @@ class ServerCheck:
     judge: Callable[[Readings], Finding]
     #: It reads the streamed answers (every check but the JSON-only ones).
     reads_streams: bool = True
+    #: Its evidence also notes every answer (streamed, or JSON for a JSON-only check) the grader had
+    #: to ask again on a fresh connection (`labs.grade.fetch.open_response`): the dialect's
+    #: no-error checks, whose subject is how the exchange went. A note, never a fail.
+    notes_retries: bool = False
 
     def run(self, readings: Readings) -> CheckResult:
         unread = _unread_stream(readings) if self.reads_streams else None
         mark, evidence = unread or self.judge(readings)
+        if self.notes_retries:
+            evidence = "; ".join([evidence, *readings.retry_notes(streams=self.reads_streams)])
         return CheckResult(rule=self.rule, check=self.check, title=self.title, mark=mark, evidence=evidence)
 
 
@@ -166,7 +188,7 @@ def stream_problem_for(no_error_check: str) -> Problem:
     def problem(readings: Readings, name: str, reading: StreamReading) -> str | None:
         label = readings.label(name)
         if reading.status != 200:
-            return f"stream {label}: HTTP {reading.status}"
+            return f"stream {label}: {reading.status_words()}"
         if reading.error_positions:
             return f"stream {label} ended in an error event (see {no_error_check})"
         if reading.report.interruption is not None:
@@ -180,8 +202,8 @@ def completion_problem_for(no_error_check: str, answer: str = "a completion") ->
     """Why a JSON answer cannot be judged beyond `no_error_check`, or None."""
 
     def problem(readings: Readings, name: str, reading: CompletionReading) -> str | None:
-        if reading.status != 200:
-            return f"JSON {readings.label(name)}: HTTP {reading.status}"
+        if reading.failure is not None or reading.status != 200:
+            return f"JSON {readings.label(name)}: {reading.status_words()}"
         if reading.error is not None or not reading.choices:
             return f"JSON {readings.label(name)} is an error, not {answer} (see {no_error_check})"
         return None
@@ -196,11 +218,18 @@ _completion_problem = completion_problem_for("json-no-error")
 # -- streaming ----------------------------------------------------------------------------------
 
 
+def status_evidence(readings: Readings, name: str, reading: StreamReading) -> str:
+    """A stream that did not answer 200: its status and body, or what happened instead of a head."""
+    if not reading.status:
+        return f"stream {readings.label(name)}: {reading.status_words()}"
+    return f"stream {readings.label(name)}: HTTP {reading.status}: {shortened(reading.body, 200)}"
+
+
 def stream_no_error(readings: Readings) -> Finding:
     """Every stream answered 200 and completed: no error event, no cut (as the core books them)."""
     for name, reading in readings.streams.items():
         if reading.status != 200:
-            return Mark.FAIL, f"stream {readings.label(name)}: HTTP {reading.status}: {shortened(reading.body, 200)}"
+            return Mark.FAIL, status_evidence(readings, name, reading)
         if reading.error_positions:
             return (
                 Mark.FAIL,
@@ -328,6 +357,75 @@ def reason_check(
     return judge
 
 
+def tool_call_check(
+    name: str,
+    want: str,
+    *,
+    limit: str,
+    shape: Callable[[Any], str | None] | None = None,
+    reason_names_a_call: bool = True,
+    stream_problem: Problem = _stream_problem,
+    completion_problem: Problem = _completion_problem,
+    see: str = "stream-finish-reason, json-finish-reason",
+    reason_words: str = "finish_reason",
+) -> Callable[[Readings], Finding]:
+    """A judge for the forced tool call `name`: the check needs the model to call a tool, so it is
+    `not tested` when the model did not (plain text, often to the request's limit: a model whose
+    chat template has no tools, such as SmolLM2 on llama.cpp, writes prose however the server is
+    asked), or when its call did not fit in the limit (`limit`, the dialect's word for a cap hit).
+    A fail is kept for a protocol fault: a call made and a reason other than `want` given, a call
+    that is not a JSON `get_weather` call (`shape`, default `tool_call_shape`), or, where
+    `reason_names_a_call`, the reason `want` with no call at all. A call with no reason is `not
+    tested`, naming the checks `see` that fail it."""
+
+    def judge(readings: Readings) -> Finding:
+        label = readings.label(name)
+        called: list[str] = []
+        uncalled: list[tuple[str, str]] = []  # (side, what the model did instead)
+        reasonless_call = False  # a call with no reason: the presence checks `see` fail it
+        for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
+            if reading is None:
+                continue
+            problem = stream_problem(readings, name, reading) if side == "stream" else completion_problem(readings, name, reading)
+            if problem:
+                return Mark.NOT_TESTED, problem
+            choice = reading.choices.get(0)
+            if choice is None:
+                return Mark.FAIL, f"{side} {label}: no choice 0"
+            reason = canonical_reason(choice.finish_reason, readings.dialect)
+            given = "no reason" if reason is None else f"{reason_words} {choice.finish_reason}"
+            if not choice.tool_calls:
+                if reason == want and reason_names_a_call:
+                    return Mark.FAIL, f"{side} {label}: {reason_words} {choice.finish_reason} but no tool call"
+                to_the_limit = " to the limit" if reason == limit else ""
+                uncalled.append((side, f"plain text{to_the_limit} ({given}, {len(choice.content)} characters)"))
+            elif reason is None:
+                reasonless_call = True
+            elif reason == limit and reason != want:
+                uncalled.append((side, f"a call cut at the limit ({given})"))
+            elif reason != want:
+                return (
+                    Mark.FAIL,
+                    f"{side} {label}: a tool call was made, but it ended with {choice.finish_reason!r}, expected {want!r}",
+                )
+            elif trouble := (shape or tool_call_shape)(choice):
+                return Mark.FAIL, f"{side} {label}: {trouble}"
+            else:
+                called.append(f"{side}: {want}")
+        if called:
+            made_none = [f"{side}: no whole call, {instead}" for side, instead in uncalled]
+            return Mark.PASS, f"{label}: " + ", ".join([*called, *made_none])
+        if uncalled and not reasonless_call:
+            instead = "; ".join(f"{side}: {what}" for side, what in uncalled)
+            return Mark.NOT_TESTED, (
+                f"{label}: the model made no whole tool call ({instead}): the check needs a model that calls tools; "
+                "not a protocol fault"
+            )
+        return Mark.NOT_TESTED, f"{label}: no {reason_words} given to judge (see {see})"
+
+    return judge
+
+
 def tool_call_shape(choice: Any, *, reason: str = "tool_calls") -> str | None:
     """What is wrong with a choice that ended in a tool call (None: a `get_weather` call with JSON
     arguments); `reason` is the dialect's word, for the evidence."""
@@ -365,8 +463,8 @@ def json_no_error(*, answer: str = "a chat.completion with choices", noun: str =
 
     def judge(readings: Readings) -> Finding:
         for name, reading in readings.completions.items():
-            if reading.status != 200:
-                return Mark.FAIL, f"JSON {readings.label(name)}: HTTP {reading.status}"
+            if reading.failure is not None or reading.status != 200:
+                return Mark.FAIL, f"JSON {readings.label(name)}: {reading.status_words()}"
             if reading.error is not None:
                 return (
                     Mark.FAIL,
@@ -444,7 +542,11 @@ def stream_json_agree(
 
 SERVER_CHECKS = (
     ServerCheck(
-        rule="streaming", check="stream-no-error", title="every stream completes: no error event, no cut", judge=stream_no_error
+        rule="streaming",
+        check="stream-no-error",
+        title="every stream completes: no error event, no cut",
+        judge=stream_no_error,
+        notes_retries=True,
     ),
     ServerCheck(
         rule="streaming",
@@ -483,7 +585,7 @@ SERVER_CHECKS = (
         rule="finish reasons",
         check="reason-tool-calls",
         title="a forced tool call ends with tool_calls and a JSON call",
-        judge=reason_check("tool_call", "tool_calls", tool_call_shape),
+        judge=tool_call_check("tool_call", "tool_calls", limit="length"),
     ),
     ServerCheck(rule="finish reasons", check="n-choices", title="n=2 gives choices 0 and 1", judge=_n_choices),
     ServerCheck(
@@ -492,6 +594,7 @@ SERVER_CHECKS = (
         title="every non-streamed answer is a completion, not an error",
         judge=json_no_error(),
         reads_streams=False,
+        notes_retries=True,
     ),
     ServerCheck(
         rule="non-streaming",

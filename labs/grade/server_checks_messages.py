@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 The grader sends three requests, each streamed and not: a natural stop, a `max_tokens=5`
-truncation and a forced tool call (`tool_choice: {"type": "any"}` with one `get_weather` tool); every
+truncation and a forced tool call (`tool_choice: {"type": "any"}` with one `get_weather` tool,
+`max_tokens` 64); every
 request carries `max_tokens`, which the Messages API requires. The core reads every stream as a
 Messages stream (`StreamRepair(dialect=Dialect.MESSAGES)`) and every JSON `message` with rule M7;
 its verdicts are what the checks map to marks:
@@ -29,6 +30,7 @@ from typing import Any
 from finishline import Dialect
 from labs.grade.card import Finding, Mark
 from labs.grade.server_checks import (
+    TOOL_CALL_TOKENS,
     Readings,
     ServerCheck,
     ServerRequest,
@@ -39,6 +41,7 @@ from labs.grade.server_checks import (
     stream_json_agree,
     stream_no_error,
     stream_problem_for,
+    tool_call_check,
     tool_call_shape,
 )
 from labs.scenario import WORKER_TOOL
@@ -66,9 +69,9 @@ MESSAGES_REQUESTS = (
     ServerRequest(name="length", label="max_tokens=5", fields={"max_tokens": 5, "messages": _user(_LONG_PROMPT)}),
     ServerRequest(
         name="tool_call",
-        label='a forced tool call (tool_choice {"type": "any"})',
+        label=f'a forced tool call (tool_choice {{"type": "any"}}, max_tokens={TOOL_CALL_TOKENS})',
         fields={
-            "max_tokens": _ROOM,
+            "max_tokens": TOOL_CALL_TOKENS,
             "messages": _user("What is the weather in Paris? Use the tool."),
             "tools": [MESSAGES_TOOL],
             "tool_choice": {"type": "any"},
@@ -181,6 +184,19 @@ def _tool_use_shape(choice: Any) -> str | None:
     return tool_call_shape(choice, reason="stop_reason tool_use")
 
 
+def _tool_use(name: str) -> Any:
+    return tool_call_check(
+        name,
+        "tool_use",
+        limit="max_tokens",
+        shape=_tool_use_shape,
+        stream_problem=_stream_problem,
+        completion_problem=_completion_problem,
+        see="messages-stop-reason, messages-json-stop-reason",
+        reason_words="stop_reason",
+    )
+
+
 MESSAGES_SUITE = ServerSuite(
     dialect=Dialect.MESSAGES,
     path="/messages",
@@ -191,6 +207,7 @@ MESSAGES_SUITE = ServerSuite(
             check="messages-no-error",
             title="every stream completes: no error event, no cut (M4, M5)",
             judge=_no_error,
+            notes_retries=True,
         ),
         ServerCheck(
             rule="streaming",
@@ -220,7 +237,7 @@ MESSAGES_SUITE = ServerSuite(
             rule="stop reasons",
             check="messages-reason-tool-use",
             title="a forced tool call ends with tool_use and a JSON input",
-            judge=_reason("tool_call", "tool_use", _tool_use_shape),
+            judge=_tool_use("tool_call"),
         ),
         ServerCheck(
             rule="non-streaming",
@@ -228,6 +245,7 @@ MESSAGES_SUITE = ServerSuite(
             title="every non-streamed answer is a message, not an error",
             judge=json_no_error(answer="a Messages message", noun="messages"),
             reads_streams=False,
+            notes_retries=True,
         ),
         ServerCheck(
             rule="non-streaming",

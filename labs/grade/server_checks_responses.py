@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The grader sends three requests, each streamed and not: a natural stop, a `max_output_tokens=16`
 truncation (16 is the least OpenAI accepts) and a forced tool call (`tool_choice: "required"` with
-one `get_weather` function). The core reads every stream as a Responses stream
+one `get_weather` function, `max_output_tokens` 64). The core reads every stream as a Responses stream
 (`StreamRepair(dialect=Dialect.RESPONSES)`); its verdicts are what the checks map to marks:
 
 - `responses-no-error`: the core booked no stream `upstream_error` (`event: error`,
@@ -17,7 +17,9 @@ The core has no rule on the terminal response's `status`, on `sequence_number`s 
 `response` (it passes one as it came), so those checks read the answers themselves, as Chat's
 `stream-null-not-empty` does: `responses-terminal-status` (the status is the terminal event's own
 word), `responses-sequence-numbers` (each event's number above the one before; the AI SDK requires
-them) and `responses-json-status`.
+them), `responses-json-status`, and `responses-reason-incomplete` (a truncation ends with the event,
+the status and the `incomplete_details.reason` the spec gives it: llama.cpp and Ollama say
+`completed`, which this check exists to catch).
 
 Chat's `stream-null-not-empty`, `stream-usage-after-finish` and `n-choices` mean nothing here
 (`RESPONSES_SUITE.not_run` says why).
@@ -28,9 +30,10 @@ from __future__ import annotations
 from typing import Any
 
 from finishline import CutCause, Dialect
-from labs.grade.card import Finding, Mark, shortened
+from labs.grade.card import Finding, Mark
 from labs.grade.reading import StreamReading
 from labs.grade.server_checks import (
+    TOOL_CALL_TOKENS,
     Readings,
     ServerCheck,
     ServerRequest,
@@ -38,8 +41,10 @@ from labs.grade.server_checks import (
     completion_problem_for,
     json_no_error,
     reason_check,
+    status_evidence,
     stream_json_agree,
     stream_problem_for,
+    tool_call_check,
     tool_call_shape,
 )
 from labs.scenario import WORKER_TOOL
@@ -66,8 +71,13 @@ RESPONSES_REQUESTS = (
     ),
     ServerRequest(
         name="tool_call",
-        label='a forced tool call (tool_choice "required")',
-        fields={"input": "What is the weather in Paris? Use the tool.", "tools": [RESPONSES_TOOL], "tool_choice": "required"},
+        label=f'a forced tool call (tool_choice "required", max_output_tokens={TOOL_CALL_TOKENS})',
+        fields={
+            "input": "What is the weather in Paris? Use the tool.",
+            "tools": [RESPONSES_TOOL],
+            "tool_choice": "required",
+            "max_output_tokens": TOOL_CALL_TOKENS,
+        },
     ),
 )
 
@@ -93,7 +103,7 @@ def _no_error(readings: Readings) -> Finding:
     for name, reading in readings.streams.items():
         label = readings.label(name)
         if reading.status != 200:
-            return Mark.FAIL, f"stream {label}: HTTP {reading.status}: {shortened(reading.body, 200)}"
+            return Mark.FAIL, status_evidence(readings, name, reading)
         if reading.error_positions:
             kind = reading.types()[reading.error_positions[0]] or "a bare error frame"
             return Mark.FAIL, f"stream {label} sent {kind} after {reading.error_positions[0]} events: {reading.error_message()}"
@@ -188,6 +198,93 @@ def _json_status(readings: Readings) -> Finding:
     return Mark.PASS, f"{judged} responses, each completed or incomplete"
 
 
+#: What a truncation by `max_output_tokens` ends with, per the spec: the event, the response's
+#: status, and its `incomplete_details.reason`.
+_TRUNCATED = ("response.incomplete", "incomplete", "max_output_tokens")
+
+
+def _output_tokens(response: dict[str, Any]) -> int | None:
+    usage = response.get("usage")
+    tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None
+
+
+def _truncation_words(event: str | None, response: dict[str, Any]) -> tuple[tuple[str | None, Any, Any], str]:
+    """What a truncated answer ended with (event, status, `incomplete_details.reason`), and in words."""
+    details = response.get("incomplete_details")
+    reason = details.get("reason") if isinstance(details, dict) else None
+    words = [event] if event else []
+    words.append(f"status {_status_words(response.get('status'))}")
+    words.append(f"incomplete_details.reason {reason!r}" if isinstance(details, dict) else "no incomplete_details")
+    tokens = _output_tokens(response)
+    if tokens is not None:
+        words.append(f"output_tokens {tokens}")
+    return (event, response.get("status"), reason), ", ".join(words)
+
+
+#: How one side of a request ended: why it cannot be judged (or None), its terminal event's type
+#: (None for JSON), and the final response.
+_Ending = tuple[str | None, str | None, dict[str, Any]]
+
+
+def _stream_ending(readings: Readings, name: str) -> _Ending | None:
+    reading = readings.streams.get(name)
+    if reading is None:
+        return None
+    problem = _unfinished(readings, name, reading)
+    if problem:
+        return problem, None, {}
+    value = reading.events[reading.done_positions[0]][1]
+    response = value.get("response") if isinstance(value, dict) else None
+    return None, reading.terminal_type, response if isinstance(response, dict) else {}
+
+
+def _json_ending(readings: Readings, name: str) -> _Ending | None:
+    reading = readings.completions.get(name)
+    if reading is None:
+        return None
+    problem = _completion_problem(readings, name, reading)
+    return problem, None, reading.body if not problem and isinstance(reading.body, dict) else {}
+
+
+def _truncation(name: str) -> Any:
+    """A judge: request `name` (a `max_output_tokens` cap on a long answer) ends, streamed, with
+    `response.incomplete`, status `incomplete` and `incomplete_details.reason: max_output_tokens`,
+    and as JSON with that status and reason. llama.cpp and Ollama end it `response.completed`,
+    status `completed` (shared/notes/real-servers.md): an agent that reads `status` to decide
+    whether to continue is told the answer is whole, so that is a fail, with what came in evidence.
+    An answer whose `usage.output_tokens` is below the cap stopped by itself, so there was no
+    truncation to judge (`not tested`); no status at all is `responses-terminal-status`'s."""
+
+    def judge(readings: Readings) -> Finding:
+        label = readings.label(name)
+        cap = next(r.fields["max_output_tokens"] for r in readings.requests if r.name == name)
+        seen = []
+        for side, ended in (("stream", _stream_ending(readings, name)), ("JSON", _json_ending(readings, name))):
+            if ended is None:
+                continue
+            problem, terminal, response = ended
+            if problem:
+                return Mark.NOT_TESTED, problem
+            want = _TRUNCATED if side == "stream" else (None, *_TRUNCATED[1:])
+            if not response.get("status"):
+                return (
+                    Mark.NOT_TESTED,
+                    f"{side} {label}: no status given to judge (see responses-terminal-status, responses-json-status)",
+                )
+            got, words = _truncation_words(terminal, response)
+            tokens = _output_tokens(response)
+            if got != want and tokens is not None and tokens < cap:
+                return Mark.NOT_TESTED, f"{side} {label}: the model stopped by itself ({words}): no truncation to judge"
+            if got != want:
+                expected = ", ".join(w for w in (want[0], f"status {want[1]!r}", f"incomplete_details.reason {want[2]!r}") if w)
+                return Mark.FAIL, f"{side} {label} ended with {words}; a truncation ends with {expected}"
+            seen.append(f"{side}: {words}")
+        return Mark.PASS, f"{label}: " + "; ".join(seen)
+
+    return judge
+
+
 def _reason(name: str, want: str, extra: Any = None) -> Any:
     return reason_check(
         name,
@@ -204,6 +301,21 @@ def _function_call_shape(choice: Any) -> str | None:
     return tool_call_shape(choice, reason="status completed")
 
 
+def _function_call(name: str) -> Any:
+    # `completed` is also a text answer's status: only a call, or its absence, tells them apart.
+    return tool_call_check(
+        name,
+        "completed",
+        limit="incomplete",
+        shape=_function_call_shape,
+        reason_names_a_call=False,
+        stream_problem=_unfinished,
+        completion_problem=_completion_problem,
+        see="responses-terminal-status, responses-json-status",
+        reason_words="status",
+    )
+
+
 RESPONSES_SUITE = ServerSuite(
     dialect=Dialect.RESPONSES,
     path="/responses",
@@ -214,6 +326,7 @@ RESPONSES_SUITE = ServerSuite(
             check="responses-no-error",
             title="no stream sends error, response.failed or is cut in transit (R4)",
             judge=_no_error,
+            notes_retries=True,
         ),
         ServerCheck(
             rule="streaming",
@@ -242,14 +355,14 @@ RESPONSES_SUITE = ServerSuite(
         ServerCheck(
             rule="statuses",
             check="responses-reason-incomplete",
-            title="a max_output_tokens truncation ends incomplete",
-            judge=_reason("length", "incomplete"),
+            title="a max_output_tokens truncation ends response.incomplete, incomplete_details.reason max_output_tokens",
+            judge=_truncation("length"),
         ),
         ServerCheck(
             rule="statuses",
             check="responses-reason-tool-call",
             title="a forced tool call ends completed with a JSON function call",
-            judge=_reason("tool_call", "completed", _function_call_shape),
+            judge=_function_call("tool_call"),
         ),
         ServerCheck(
             rule="non-streaming",
@@ -257,6 +370,7 @@ RESPONSES_SUITE = ServerSuite(
             title="every non-streamed answer is a response, not an error or failed",
             judge=json_no_error(answer="a Responses response", noun="responses"),
             reads_streams=False,
+            notes_retries=True,
         ),
         ServerCheck(
             rule="non-streaming",

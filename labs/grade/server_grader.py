@@ -13,15 +13,20 @@ import trio
 
 from finishline import Dialect
 from labs.grade.card import Card, GradeError, shortened
-from labs.grade.fetch import cannot_connect, failure_words, fetch_stream, grading_client
-from labs.grade.reading import TRANSPORT_ERROR, CompletionReading, read_completion
+from labs.grade.fetch import cannot_connect, failure_words, fetch_stream, grading_client, open_response, transport_words
+from labs.grade.reading import CompletionReading, read_completion
 from labs.grade.server_checks import Readings, ServerSuite, request_body
 from labs.grade.server_suites import SERVER_SUITES
 
 __all__ = ["REQUEST_TIMEOUT_S", "grade_server", "read_server"]
 
-#: Seconds a server has for one answer (connect, and between two reads of a stream).
-REQUEST_TIMEOUT_S = 60.0
+#: Seconds a server has for one answer: between two reads of a stream, and for a non-streamed
+#: answer's head, which comes only when the whole answer is made. The largest answer asked for is
+#: the forced tool call's `TOOL_CALL_TOKENS`; a small model on a loaded 2-core machine was measured
+#: at 2-3 tokens/s (SmolLM2-135M on llama.cpp, 40-60 idle), so 180 s leaves it room three times over.
+REQUEST_TIMEOUT_S = 180.0
+#: Seconds to open a connection.
+CONNECT_TIMEOUT_S = 30.0
 _WHAT = "the server"
 
 
@@ -42,14 +47,26 @@ async def _pick_model(client: httpx.AsyncClient, base_url: str) -> str:
 
 
 async def _fetch_completion(client: httpx.AsyncClient, url: str, body: dict, dialect: Dialect) -> CompletionReading:
+    """The non-streamed answer to `body`, read; a transport failure is a reading whose `failure`
+    says what happened, in words (`transport_words`), judged by the checks like any answer."""
     try:
-        response = await client.post(url, json=body)
+        response, retry_note = await open_response(client, url, body, what=_WHAT)
     except (httpx.ConnectError, httpx.ConnectTimeout) as error:
         raise cannot_connect(_WHAT, url, error) from None
-    except httpx.HTTPError as error:
-        return read_completion(f"{TRANSPORT_ERROR}{failure_words(error)}".encode(), status=0, request=body, dialect=dialect)
-    # Not streamed: httpx has decoded any content coding, and the JSON is judged as a client reads it.
-    return read_completion(response.content, status=response.status_code, request=body, dialect=dialect)
+    except httpx.TransportError as error:
+        words = transport_words(error, what=_WHAT, before_head=True, timeout_s=client.timeout.read)
+        return read_completion(b"", status=0, request=body, dialect=dialect, failure=words)
+    try:
+        # Not streamed: httpx decodes any content coding, and the JSON is judged as a client reads it.
+        content = await response.aread()
+    except httpx.TransportError as error:
+        words = transport_words(error, what=_WHAT, before_head=False, timeout_s=client.timeout.read)
+        return read_completion(
+            b"", status=response.status_code, request=body, dialect=dialect, failure=words, retry_note=retry_note
+        )
+    finally:
+        await response.aclose()
+    return read_completion(content, status=response.status_code, request=body, dialect=dialect, retry_note=retry_note)
 
 
 async def read_server(
@@ -64,7 +81,10 @@ async def read_server(
     base_url = base_url.rstrip("/")
     url = f"{base_url}{suite.path}"
     client = grading_client(
-        timeout=httpx.Timeout(REQUEST_TIMEOUT_S), api_key=api_key, headers=suite.headers, api_key_header=suite.api_key_header
+        timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+        api_key=api_key,
+        headers=suite.headers,
+        api_key_header=suite.api_key_header,
     )
     async with client:
         model = model or await _pick_model(client, base_url)
@@ -91,7 +111,7 @@ def grade_server(base_url: str, *, model: str | None = None, api_key: str | None
     readings, model = trio.run(lambda: read_server(base_url, model=model, api_key=api_key, suite=suite))
     # What each answer was, in a line, for the JSON and HTML: a person checks the evidence against it.
     answers = {f"stream {name}": reading.summary() for name, reading in readings.streams.items()}
-    answers.update({f"JSON {name}": f"HTTP {r.status}; the core says {r.detail}" for name, r in readings.completions.items()})
+    answers.update({f"JSON {name}": r.summary() for name, r in readings.completions.items()})
     setup: dict = {"model": model, "answers": answers}
     if suite.dialect is not Dialect.CHAT:
         setup = {"dialect": str(suite.dialect), "path": suite.path, **setup}

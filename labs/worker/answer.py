@@ -43,6 +43,7 @@ __all__ = [
     "error_object",
     "expected_answer",
     "interleaved_pieces",
+    "sent_reason",
     "tool_call_id",
 ]
 
@@ -276,6 +277,12 @@ def dialect_reason(reason: str | None, dialect: Dialect) -> str | None:
         KeyError: `reason` is not one of the three.
     """
     return None if reason is None else _DIALECT_REASONS[dialect][reason]
+
+
+def sent_reason(reason: str | None, *, hide_limit: bool) -> str | None:
+    """The reason the worker sends for a choice's true `reason`: `stop` for `length` when
+    `hide_limit` (the knob: a server that reports its token limit as a natural end)."""
+    return "stop" if hide_limit and reason == "length" else reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,8 @@ The endings, by knob (the field help in `labs.worker.settings` says the same to 
 | `error_after=N` | `event: error` (Anthropic type), nothing after | `event: error` (nested), then `response.failed` when `done` |
 | `bare_error` | that error as a bare `data: {"error":...}` frame | the same, nothing after it (vLLM) |
 | `close_after_reasoning` | ends after the last `thinking_delta` | ends after the last reasoning delta (Ollama) |
+| `hide_limit` | `end_turn` where the limit was hit | `response.completed`, status `completed`, where the limit was hit (llama.cpp, Ollama) |
+| `responses_indexes=0` | no effect | no `sequence_number`, `output_index`, `content_index` on any event (llama.cpp) |
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from labs.worker.answer import (
     error_object,
     expected_answer,
     interleaved_pieces,
+    sent_reason,
 )
 from labs.worker.frames import Frame
 from labs.worker.messages_events import message_frames, message_object
@@ -82,7 +85,7 @@ def _messages_stop_reason(settings: WorkerSettings, choice: ExpectedChoice) -> s
     if settings.null_reason:
         return None
     if settings.finish is Finish.SENT:
-        return dialect_reason(choice.finish_reason, Dialect.MESSAGES)
+        return dialect_reason(sent_reason(choice.finish_reason, hide_limit=settings.hide_limit), Dialect.MESSAGES)
     return _MESSAGES_STOP_REASONS[settings.finish]
 
 
@@ -137,7 +140,10 @@ def _responses_status(settings: WorkerSettings) -> Any:
 def _responses_stream(settings: WorkerSettings) -> list[Frame]:
     answer, choice, pieces = _answered(settings)
     common: dict[str, Any] = dict(
-        model=settings.model_name, input_tokens=settings.prompt_tokens, max_output_tokens=settings.max_tokens
+        model=settings.model_name,
+        input_tokens=settings.prompt_tokens,
+        max_output_tokens=settings.max_tokens,
+        indexes=settings.responses_indexes,
     )
     if answer.error is not None:
         return response_frames(pieces, error_object=answer.error, send_failed=settings.done, bare=settings.bare_error, **common)
@@ -146,7 +152,7 @@ def _responses_stream(settings: WorkerSettings) -> list[Frame]:
     # The terminal event is the reason and the terminator at once: `done=0` loses it; `finish=omitted`
     # loses it too but keeps an end marker, `[DONE]`, the way a gateway bridging from Chat ends it.
     omitted = settings.finish is Finish.OMITTED and not settings.null_reason
-    word = dialect_reason(choice.finish_reason, Dialect.RESPONSES)
+    word = dialect_reason(sent_reason(choice.finish_reason, hide_limit=settings.hide_limit), Dialect.RESPONSES)
     return response_frames(
         pieces,
         output_tokens=choice.completion_tokens,
@@ -170,7 +176,7 @@ def _responses_body(settings: WorkerSettings) -> dict[str, Any]:
     if answer.error is not None:
         failure = {"code": answer.error.get("code") or "server_error", "message": answer.error["message"]}
         return response_body(pieces, status="failed", error=failure, **common)
-    word = dialect_reason(choice.finish_reason, Dialect.RESPONSES)
+    word = dialect_reason(sent_reason(choice.finish_reason, hide_limit=settings.hide_limit), Dialect.RESPONSES)
     status = word if settings.finish is Finish.SENT and not settings.null_reason else _responses_status(settings)
     return response_body(pieces, status=status, incomplete_reason="max_output_tokens" if word == "incomplete" else None, **common)
 

@@ -56,6 +56,8 @@ __all__ = [
     "usage_object",
 ]
 
+# The indexes a llama.cpp stream leaves out of every event (`ResponsesEvents(indexes=False)`).
+_INDEXES = ("sequence_number", "output_index", "content_index")
 #: Every response has the same id and creation time: same settings, same bytes.
 RESPONSE_ID = "resp_finishline"
 CREATED_AT = 1764000000
@@ -168,13 +170,17 @@ class ResponsesEvents:
     grammar above uses.
     """
 
-    def __init__(self, *, first_sequence_number: int = 0, line_ending: bytes = b"\n") -> None:
+    def __init__(self, *, first_sequence_number: int = 0, line_ending: bytes = b"\n", indexes: bool = True) -> None:
         self.next_sequence_number = first_sequence_number
         self.line_ending = line_ending
+        # False: no `sequence_number`, `output_index` or `content_index` on any event (llama.cpp's).
+        self.indexes = indexes
 
     def event(self, event_type: str, fields: Mapping[str, Any]) -> bytes:
         data = {"type": event_type, "sequence_number": self.next_sequence_number, **fields}
         self.next_sequence_number += 1
+        if not self.indexes:
+            data = {key: value for key, value in data.items() if key not in _INDEXES}
         return sse_frame(data, event=event_type, line_ending=self.line_ending)
 
     def lifecycle(self, event_type: str, response: Mapping[str, Any]) -> bytes:
@@ -257,6 +263,7 @@ def response_frames(
     created_at: int = CREATED_AT,
     tool_name: str = TOOL_NAME,
     first_sequence_number: int = 0,
+    indexes: bool = True,
     line_ending: bytes = b"\n",
 ) -> list[Frame]:
     """A Responses stream carrying `pieces` (one choice's, in order), then its ending.
@@ -271,8 +278,10 @@ def response_frames(
             `data: {"error":...}` frame instead (no `event:`, no sequence number, nothing after).
         closed: False ends right after the last piece: no `.done` event, no terminal.
         done_marker: end with `data: [DONE]` (after the terminal, if any).
+        indexes: False leaves `sequence_number`, `output_index` and `content_index` out of every
+            event, as llama.cpp does.
     """
-    events = ResponsesEvents(first_sequence_number=first_sequence_number, line_ending=line_ending)
+    events = ResponsesEvents(first_sequence_number=first_sequence_number, line_ending=line_ending, indexes=indexes)
 
     def lifecycle(event_type: str, state: str | None, output: list[dict[str, Any]], **fields: Any) -> bytes:
         response = response_object(

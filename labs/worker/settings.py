@@ -281,6 +281,27 @@ class WorkerSettings:
             )
         },
     )
+    hide_limit: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Report a truncation at `max_tokens` as a natural end (the expected answer keeps the "
+                "true `length`): Chat `stop`; Messages `end_turn`; Responses `response.completed` with "
+                "status `completed` and no `incomplete_details` (llama.cpp's and Ollama's Responses, "
+                "ik_llama.cpp's Chat and Messages before its fix). Streams and whole bodies."
+            )
+        },
+    )
+    responses_indexes: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "Responses: 0 sends no `sequence_number`, `output_index` or `content_index` on any "
+                "event, as llama.cpp does (openai-python's `responses.stream()` helper then fails). "
+                "Chat and Messages: no effect."
+            )
+        },
+    )
     close_after_reasoning: bool = field(
         default=False,
         metadata={
@@ -484,6 +505,8 @@ class WorkerSettings:
             "null_reason",
             "bare_error",
             "close_after_reasoning",
+            "hide_limit",
+            "responses_indexes",
             "http_500_once",
             "reset_before_head",
             "no_response",

@@ -35,6 +35,7 @@ from labs.worker.answer import (
     bad_request_body,
     expected_answer,
     interleaved_pieces,
+    sent_reason,
 )
 from labs.worker.dialect_wire import DIALECT_WIRES, single_choice
 from labs.worker.frames import DONE_MARKER, compact_json, sse_frame
@@ -247,7 +248,8 @@ def _chat_events(settings: WorkerSettings) -> list[tuple[str, int | None, bytes]
                 )
         elif settings.finish is Finish.SENT:
             for ch in answer.choices:
-                events.append(("finish", ch.index, chunk([choice(ch.index, {}, ch.finish_reason)])))
+                reason = sent_reason(ch.finish_reason, hide_limit=settings.hide_limit)
+                events.append(("finish", ch.index, chunk([choice(ch.index, {}, reason)])))
         if settings.include_usage:
             events.append(("usage", None, chunk([], {"usage": _usage(settings, answer)})))
     if settings.done:
@@ -282,7 +284,8 @@ def completion_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT
                     {"id": t.id, "type": "function", "function": {"name": t.name, "arguments": t.arguments}}
                     for t in ch.tool_calls
                 ]
-            reason = {Finish.SENT: ch.finish_reason, Finish.OMITTED: None, Finish.EMPTY: ""}[settings.finish]
+            sent = sent_reason(ch.finish_reason, hide_limit=settings.hide_limit)
+            reason = {Finish.SENT: sent, Finish.OMITTED: None, Finish.EMPTY: ""}[settings.finish]
             if settings.null_reason:
                 reason = None
             choices.append({"index": ch.index, "message": message, "logprobs": None, "finish_reason": reason})
