@@ -187,6 +187,10 @@ class ClientReport:
     #: The network interfaces in the agent's namespace (`["lo"]`: nothing could leave the machine);
     #: None for a library.
     interfaces: list[str] | None = None
+    #: The model the response named and the usage it reported, as the client read them (the raw
+    #: SDK drivers of each dialect); None where the driver does not read them.
+    model: str | None = None
+    usage: dict[str, Any] | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ClientReport:

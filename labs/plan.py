@@ -16,6 +16,7 @@ from pathlib import Path
 
 from finishline import Dialect
 from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, EVERY_CLIENT
+from labs.evidence import probe_model_name
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.gateways.registry import lookup, unserved_reason, upstream_dialect
 from labs.scenario import CELL_ID_TEMPLATE, Scenario, Topology
@@ -206,6 +207,8 @@ def models_by_topology(planned: list[PlannedCell], repeats: int) -> dict[Topolog
     found: dict[Topology, dict[tuple[str, Dialect], list[str]]] = {}
     for repeat in range(repeats):
         for number, cell in enumerate(planned, start=1):
-            model = cell.scenario.model_name(CELL_ID_TEMPLATE.format(number + repeat * len(planned)))
-            found.setdefault(cell.scenario.topology, {}).setdefault((cell.gateway, cell.dialect), []).append(model)
+            cell_id = CELL_ID_TEMPLATE.format(number + repeat * len(planned))
+            # The cell's model, and its probe's (labs.evidence), which goes through the same routes.
+            for model in (cell.scenario.model_name(cell_id), probe_model_name(cell_id)):
+                found.setdefault(cell.scenario.topology, {}).setdefault((cell.gateway, cell.dialect), []).append(model)
     return {topology: {key: tuple(models) for key, models in by_key.items()} for topology, by_key in found.items()}

@@ -105,6 +105,10 @@ function show(id) {
       ['its output and command', 'agents/' + c.cell_id + '/ in the run folder']]),
     ['books', (c.books ?? 'no books kept') + (c.books_mismatch ? '  (disagrees with what the client saw!)' : '')],
     ['topology', c.topology ?? ''],
+    // The failover suites' evidence (labs.evidence): the attempts' spacing, and the healthy probe after the cell.
+    ['first gap (attempt 1 to 2)', c.first_gap_s == null ? 'one attempt or none' : c.first_gap_s.toFixed(2) + ' s'],
+    ['most attempts in one second', c.max_attempts_per_s ?? ''],
+    ['probe after the cell', c.probe == null ? 'none (an agent\\'s cell)' : (c.probe.ok ? 'ok' : 'NOT ok: ' + c.probe.outcome + ': ' + c.probe.why) + ' (' + c.probe.cell_id + ', ' + (c.probe.tries ?? '?') + ' tries)'],
     ['answered by', c.answered_by === undefined ? '' : (c.answered_by ?? 'no worker saw the request') +
       (c.worker_requests && Object.keys(c.worker_requests).length ? '  (requests: ' + Object.entries(c.worker_requests).map(([w, n]) => w + ' ' + n).join(', ') + ')' : '')],
   ];
@@ -121,6 +125,11 @@ function show(id) {
     const t0 = c.attempts[0].arrived_at, secs = v => v == null ? '' : v.toFixed(2) + ' s';
     out += '<h3>attempts (' + (c.tries ?? c.attempts.length) + ' tries; first token ' + secs(c.first_token_s) + ', total ' + secs(c.total_s) + ')</h3><table class="grid"><tr><th>at</th><th>arrived</th><th>head</th><th>first token</th><th>ended</th><th>status</th></tr>';
     for (const a of c.attempts) out += '<tr><td>' + esc(a.at) + '</td><td>+' + esc((a.arrived_at - t0).toFixed(2)) + ' s</td><td>' + esc(secs(a.head_s)) + '</td><td>' + esc(secs(a.first_token_s)) + '</td><td>' + esc(a.ended) + '</td><td>' + esc(a.status) + '</td></tr>';
+    out += '</table>';
+  }
+  if (c.requests && c.requests.length) {
+    out += '<h3>requests (' + c.requests.length + ', one after another)</h3><table class="grid"><tr><th>#</th><th>outcome</th><th>seconds</th><th>why</th></tr>';
+    c.requests.forEach((q, i) => { out += '<tr><td>' + (i + 1) + '</td><td>' + esc(q.outcome) + '</td><td>' + esc(q.total_s == null ? '' : q.total_s.toFixed(2)) + '</td><td>' + esc(q.why) + '</td></tr>'; });
     out += '</table>';
   }
   if (c.repeats && c.repeats.length) {
@@ -312,9 +321,12 @@ def _changes(result: dict[str, Any], dialect: str = Dialect.CHAT.value) -> str:
     )
 
 
-#: A scorecard word's background (the outcome colours: pass as ok, safe as error, fail as the worst).
+#: A scorecard word's background (the outcome colours: pass as ok, partial as flagged, safe as
+#: error, fail as the worst).
 _SCORE_COLOURS = {
     "pass": OUTCOME_COLOURS[Outcome.OK],
+    # Rescued, an advisory check failed: the colour of a failure the client was told about.
+    "partial": OUTCOME_COLOURS[Outcome.FLAGGED],
     "safe": OUTCOME_COLOURS[Outcome.ERROR],
     "fail": OUTCOME_COLOURS[Outcome.SILENT_TRUNCATION],
     "n/a": ("#eee", "#666"),
@@ -354,8 +366,8 @@ def _scorecard(card: dict[str, Any] | None) -> str:
         rows.append("".join(row) + "</tr>")
     versions = ", ".join(f"{html.escape(k)} {html.escape(str(v))}" for k, v in card.get("versions", {}).items())
     return (
-        "<h2>scorecard</h2><p>Per gateway: pass, safe (no rescue, but a bounded clean error), fail, or n/a (nothing in "
-        "the run to judge by). Each cell lists its evidence; click one to open that cell.</p>"
+        "<h2>scorecard</h2><p>Per gateway: pass, partial (rescued, but an advisory check failed), safe (no rescue, but a "
+        "bounded clean error), fail, or n/a (nothing in the run to judge by, or no spare to fail over to). Each cell lists its evidence; click one to open that cell.</p>"
         f'<table class="grid scorecard">{header}{"".join(rows)}</table>'
         + (f"<p>gateway versions: {versions}</p>" if versions else "")
     )

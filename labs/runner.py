@@ -56,9 +56,11 @@ import trio
 from faults.catalog import Fault
 from faults.toxiproxy_server import open_toxiproxy_server
 from finishline import Dialect
-from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, LAB_API_KEY
+from labs.cell_requests import cell_request, run_probe, summarised
+from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
+from labs.evidence import probe_id, probe_model_name
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
 from labs.gateways.services import (
@@ -71,7 +73,7 @@ from labs.gateways.services import (
     read_books,
 )
 from labs.hub import Hub, open_hub
-from labs.outcome import ClientReport, Expected, Outcome, books_mismatch, judge
+from labs.outcome import BOOKS_ERROR, ClientReport, Expected, Judgement, Outcome, books_mismatch, judge
 from labs.plan import (
     LabConfig,
     NotApplicable,
@@ -167,6 +169,17 @@ class CellResult:
     repeats: list[dict[str, Any]] = field(default_factory=list)
     #: Whether the repeats differ in outcome or books (labs.repeat.merge_repeats).
     unstable: bool = False
+    #: A scenario of several requests per cell (`requests_per_cell`): each request's outcome, why
+    #: and seconds, in the order sent; empty for a cell of one request.
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    #: Seconds from the first attempt to the second (labs.evidence), None with fewer than two.
+    first_gap_s: float | None = None
+    #: The most attempts within any one second (labs.evidence): hammering shows here.
+    max_attempts_per_s: int = 0
+    #: The healthy request sent after the cell through the same gateway and client
+    #: (labs.evidence.probe_json: `ok`, `outcome`, `why`, `cell_id`, `tries`, `total_s`); None for
+    #: an agent's cell.
+    probe: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -225,23 +238,17 @@ async def _run_cell(
     expected: Expected,
 ) -> CellResult:
     model = _request_model(scenario, gateway, cell_id, dialect)
-    request = {
-        "id": cell_id,
-        "client": client,
-        # The driver speaks this dialect to the gateway's `/v1` root (its library adds the path).
-        "dialect": dialect.value,
-        "base_url": gateway.base_url,
-        "model": model,
-        "deadline_s": scenario.deadline_for(client),
-        **scenario.request(),
-    }
-    request["api_key"] = gateway.api_key or LAB_API_KEY
+    request = cell_request(scenario, dialect, client, gateway, cell_id, model)
+    sent: list[tuple[ClientReport, Judgement, float]] = []
     async with limiter:
-        began = trio.current_time()
-        raw = await hosts[client].run(request)
-        took = trio.current_time() - began
-    report = ClientReport.from_json({"client": client, "completed": False, **raw})
-    judgement = judge(report, expected)
+        # One request, or a scenario's run of them one after another (`requests_per_cell`).
+        for _ in range(scenario.requests_per_cell):
+            began = trio.current_time()
+            raw = await hosts[client].run(request)
+            took = trio.current_time() - began
+            one = ClientReport.from_json({"client": client, "completed": False, **raw})
+            sent.append((one, judge(one, expected), took))
+    report, judgement, took = summarised(sent)
     return CellResult(
         scenario=scenario.name,
         dialect=dialect,
@@ -256,7 +263,18 @@ async def _run_cell(
         request_model=model,
         first_token_s=report.ttft_s,
         total_s=report.duration_s if report.duration_s is not None else round(took, 3),
+        requests=[
+            {"outcome": j.outcome, "why": j.reason, "total_s": r.duration_s if r.duration_s is not None else round(t, 3)}
+            for r, j, t in sent
+        ]
+        if len(sent) > 1
+        else [],
     )
+
+
+def _probe_model(gateway: Gateway, number: int, dialect: Dialect) -> str:
+    """The model a cell's probe names at its gateway (labs.evidence.probe_model_name)."""
+    return gateway.model_for(dialect, probe_model_name(CELL_ID_TEMPLATE.format(number)))
 
 
 async def _drop_pooled_connections(toxiproxy, proxy: str) -> None:
@@ -410,7 +428,8 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                     # cells only; a gateway's late retry of an earlier cell is refused (409) and
                     # counted, never served under this run's policy and fault. Set before SMG's
                     # registration, whose probes name this run's cells.
-                    _serve_only(servers, frozenset(CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells))
+                    numbers = [CELL_ID_TEMPLATE.format(n) for n, _, _, _ in cells]
+                    _serve_only(servers, frozenset(numbers + [probe_id(cell) for cell in numbers]))
                     prepare_real_workers(workers, scenario, truth)
                     if hub is not None and isinstance(truth, CapturedTruth):
                         hub.first_token_body_ends = truth.first_token_body_ends(scenario)
@@ -423,7 +442,11 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                         [gateways[name] for name in dict.fromkeys(g for _, _, g, _ in cells)], scenario.finish_fix_options
                     )
                     # Before the fault and the drop: SMG registers each model's workers (probes).
-                    await prepare_gateways(gateways, [(g, _request_model(scenario, gateways[g], n, d)) for n, _, g, d in cells])
+                    await prepare_gateways(
+                        gateways,
+                        [(g, _request_model(scenario, gateways[g], n, d)) for n, _, g, d in cells]
+                        + [(g, _probe_model(gateways[g], n, d)) for n, _, g, d in cells],
+                    )
                     await _drop_pooled_connections(toxiproxy, TUNNEL)
                     run_results = await _run_scenario(
                         scenario,
@@ -537,6 +560,18 @@ async def _run_scenario(
             async with trio.open_nursery() as nursery:
                 for number, client, gateway, dialect in wave:
                     nursery.start_soon(one, CELL_ID_TEMPLATE.format(number), client, gateway, dialect, wave_limiter)
+    # The probes, once the fault is lifted (a tunnel fault would cut a probe too) and the pooled
+    # connections that met it are closed (a stalled one would stall a probe): all at once, like the
+    # cells; an agent's cell has none (labs.evidence).
+    if fault is not None:
+        await _drop_pooled_connections(toxiproxy, TUNNEL)
+    async with trio.open_nursery() as nursery:
+        for result in results:
+            if result.client not in AGENT_CLIENTS:
+                # A real worker answers the probe as it answered the capture of the same request
+                # (its prompt, limit and dialect); the simulated one the probe's own settings.
+                healthy = known.expected(scenario, result.dialect) if isinstance(known, CapturedTruth) else None
+                nursery.start_soon(run_probe, scenario, result, gateways[result.gateway], hosts, limiter, healthy)
     return sorted(results, key=lambda r: r.cell_id)
 
 
@@ -596,5 +631,19 @@ def _attach_books(results: list[CellResult], gateways: dict[str, Gateway]) -> No
             # request its books do not know about is exactly what an operator needs to see).
             result.books, result.books_entry, result.books_mismatch = BOOKS_NO_ENTRY, None, True
             continue
+        if result.requests:
+            # A cell of several requests (`requests_per_cell`) is booked as its outcome is judged:
+            # `error` if the books say so for any of its requests, with that entry. A request's
+            # lines are those that share its `call_id` (LiteLLM's: its retries and fallbacks), else
+            # each line is one; each request is read by the gateway's own reader (its last line).
+            by_request: dict[Any, list[dict[str, Any]]] = {}
+            for number, line in enumerate(entries[result.gateway]):
+                by_request.setdefault(line.get("call_id") or ("line", number), []).append(line)
+            failed = [
+                (one_word, one_entry)
+                for one_word, one_entry in (books_entry(gateway, lines, result.cell_id) for lines in by_request.values())
+                if one_entry is not None and one_word == BOOKS_ERROR
+            ]
+            word, entry = failed[0] if failed else (word, entry)
         result.books, result.books_entry = word, entry
         result.books_mismatch = books_mismatch(result.outcome, word)

@@ -15,6 +15,7 @@ File format (every table optional except `title`):
     order = 80                              # row order in the matrix
     default = false                         # not in the default run (`--all` or `--scenario` runs it)
     agents = true                           # the coding agents run in it too (labs.clients.agent_clis)
+    requests_per_cell = 20                  # each cell sends this many requests, one after another
 
     [worker]                                # labs.worker.settings.WorkerSettings fields
     tokens = 12
@@ -36,6 +37,11 @@ File format (every table optional except `title`):
 
     [finish_fix]                            # finish_fix's options while this scenario runs
     first_token_timeout = 1                 # finish_fix_first_token_timeout (also idle_timeout)
+
+Requests per cell: a cell is one request, unless `requests_per_cell` says more (a flapping
+primary's run of 20): the cell's client sends them one after another under one cell id, so the
+workers count them as one cell's attempts; each request is judged, and the cell's outcome is the
+worst of them with the count of each word (`labs.cell_requests`).
 
 Dialects: the scenario runs once per dialect it lists (`chat`, `messages`, `responses`: the words
 of `finishline.Dialect`), each time with the same worker settings, which the worker speaks in the
@@ -186,6 +192,8 @@ class Scenario:
     agents: bool = False
     #: `[finish_fix]`, as finish_fix's option names and `--set` values (empty: the lab's options).
     finish_fix_options: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: `requests_per_cell`: the requests each cell sends, one after another, under its cell id.
+    requests_per_cell: int = 1
 
     @property
     def topology(self) -> Topology:
@@ -277,6 +285,7 @@ def load_scenario(path: Path) -> Scenario:
         "default",
         "agents",
         "finish_fix",
+        "requests_per_cell",
     }
     unknown = set(data) - known
     if unknown:
@@ -294,6 +303,9 @@ def load_scenario(path: Path) -> Scenario:
         _check_type(path, "default", data["default"], bool, "true or false")
     if "agents" in data:
         _check_type(path, "agents", data["agents"], bool, "true or false")
+    requests_per_cell = data.get("requests_per_cell", 1)
+    if isinstance(requests_per_cell, bool) or not isinstance(requests_per_cell, int) or requests_per_cell < 1:
+        raise ScenarioError(f"{path}: `requests_per_cell` must be a whole number of requests above 0, not {requests_per_cell!r}")
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
@@ -362,6 +374,7 @@ def load_scenario(path: Path) -> Scenario:
         pool_workers=pool_workers,
         agents=bool(data.get("agents", False)),
         finish_fix_options=finish_fix_options,
+        requests_per_cell=requests_per_cell,
         **({"prompt": data["prompt"]} if "prompt" in data else {}),
     )
 

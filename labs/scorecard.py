@@ -14,11 +14,16 @@ only sometimes is not followed.
 The words:
 
 - `pass`: every cell shows the rule followed (the client got the answer, or was told why not);
+- `partial`: the client was rescued, but an advisory check failed (failoverbench's word: a
+  fail-over with no backoff before it, a spare that served everything but no circuit opened);
 - `safe`: no rescue where one was possible, but every client got a bounded, visible failure (an
   exception, or a finish reason that says the answer is incomplete);
 - `fail`: some client carried on with a broken answer, hung, or saw the rule broken (a retried 400,
   a retry before the Retry-After);
-- `n/a`: the run has no cell to judge it by.
+- `n/a`: the run has no cell to judge it by, or the column needs a spare the gateway has none of.
+
+The column's word is the worst of its cells, in the order `fail`, `safe`, `partial`, `pass`: an
+error where a rescue was possible is worse than a rescue that skipped an advisory check.
 
 The cell rules read the outcome words (labs.outcome.Outcome), the books, and the attempts the
 servers recorded (labs.worker.attempts; `tries` on a cell). docs/lab.md
@@ -27,16 +32,27 @@ servers recorded (labs.worker.attempts; `tries` on a cell). docs/lab.md
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from labs.gateways.registry import UnknownGateway, lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_NONE, BOOKS_OK, Outcome
 from labs.repeat import split_text
+from labs.scorecard_failover import (
+    answered_by_spare,
+    backs_off_on_429,
+    circuit_opens,
+    fails_over_on_503,
+    fallback_model_and_usage,
+    healthy_afterwards,
+    no_prefill_400_after_cut,
+    no_retry_of_content_policy,
+    tries_words,
+)
+from labs.scorecard_words import Score, first_gap
 from labs.table import dialect_of
-from labs.topology import HUB
 
 __all__ = [
     "COLUMNS",
@@ -48,18 +64,7 @@ __all__ = [
 ]
 
 
-class Score(enum.StrEnum):
-    """A scorecard cell's word, best first."""
-
-    PASS = "pass"
-    #: No rescue, but a bounded, visible failure where a rescue was possible.
-    SAFE = "safe"
-    FAIL = "fail"
-    #: Nothing in the run to judge by.
-    NOT_APPLICABLE = "n/a"
-
-
-_WORST_FIRST = (Score.FAIL, Score.SAFE, Score.PASS)
+_WORST_FIRST = (Score.FAIL, Score.SAFE, Score.PARTIAL, Score.PASS)
 
 #: A cell rule: a cell of the column's scenarios (result.json's form) and its scenario entry ->
 #: its score and a few words why.
@@ -77,6 +82,13 @@ class Column:
     rule: CellRule
     #: Whether a gateway that keeps no per-request books is `n/a` here (the books column).
     needs_books: bool = False
+    #: Whether a gateway with no spare configured is `n/a` here (the failover columns).
+    needs_spare: bool = False
+    #: Judges only the cells that carry a probe (labs.evidence; an agent's cell has none).
+    needs_probe: bool = False
+    #: Its evidence cells are listed in SCORECARD.md with their attempts' evidence (the conduct
+    #: columns, whose rules read the attempts).
+    shows_attempts: bool = False
 
 
 def _by_outcome(words: dict[Outcome, Score]) -> CellRule:
@@ -177,26 +189,17 @@ def _retry_after_seconds(scenario: dict[str, Any]) -> float:
     return float(found.group(1)) if found else 0.0
 
 
-def _first_hop(cell: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cell's attempts as the gateway made them: the hub's when it has any, else the workers'."""
-    attempts = cell.get("attempts") or []
-    at_hub = [a for a in attempts if a.get("at") == HUB]
-    return at_hub or attempts
-
-
 def _retry_after(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:
     """A 429 with `Retry-After` once, then healthy: the answer must come (`ok`), from a retry made
-    no sooner than the Retry-After after the 429 went out. No retry but the 429 passed on as an
-    error is `safe`; a retry sooner than asked is `fail`."""
+    no sooner than the Retry-After after the first attempt (`first_gap_s`). No retry but the 429
+    passed on as an error is `safe`; a retry sooner than asked is `fail`."""
     outcome = cell["outcome"]
     if outcome is not Outcome.OK:
         score = Score.SAFE if outcome in (Outcome.ERROR, Outcome.FLAGGED) else Score.FAIL
         return score, f"{outcome.value} after {cell.get('tries') or '?'} tries"
-    attempts = _first_hop(cell)
-    if len(attempts) < 2:
-        return Score.PASS, "ok (no attempts recorded to time the retry)"
-    first, retry = attempts[0], attempts[1]
-    waited = retry["arrived_at"] - (first["arrived_at"] + (first.get("head_s") or 0.0))
+    waited = first_gap(cell)
+    if waited is None:
+        return Score.PASS, "ok (no second attempt recorded to time the retry)"
     wanted = _retry_after_seconds(scenario)
     # A tenth of a second for the clocks of two processes and a sleep's granularity.
     if waited + 0.1 < wanted:
@@ -259,17 +262,81 @@ COLUMNS: tuple[Column, ...] = (
         question="a 429 with Retry-After is retried, no sooner than it asks",
         scenarios=_named("http-429-retry-after"),
         rule=_retry_after,
+        shows_attempts=True,
     ),
     Column(
         name="no-retry-of-a-400",
         question="a 400 context_length_exceeded is not retried and reaches the client as an error",
         scenarios=_named("http-400-context-length"),
         rule=_no_retry_of_400,
+        shows_attempts=True,
+    ),
+    Column(
+        name="backs-off-on-429",
+        question="a 429 on every attempt is met with a backoff (never a tight loop), then a fail-over or a clean error",
+        scenarios=_named("http-429-persistent"),
+        rule=backs_off_on_429,
+        shows_attempts=True,
+    ),
+    Column(
+        name="fails-over-on-503",
+        question="a primary that answers 503 on every attempt is failed over to the spare",
+        scenarios=_named("http-503-persistent"),
+        rule=fails_over_on_503,
+        needs_spare=True,
+        shows_attempts=True,
+    ),
+    Column(
+        name="no-retry-of-a-content-policy-400",
+        question="a 400 content_policy_violation is not retried, and its reason reaches the client",
+        scenarios=_named("http-400-content-policy"),
+        rule=no_retry_of_content_policy,
+        shows_attempts=True,
+    ),
+    Column(
+        name="no-prefill-400-after-cut",
+        question="after a cut, the client's final error is never a fallback's prefill 400",
+        scenarios=_named("cut-then-prefill-rejected"),
+        rule=no_prefill_400_after_cut,
+        shows_attempts=True,
+    ),
+    Column(
+        name="circuit-opens",
+        question="a flapping primary is skipped while it fails (the spare serves) and used again once it recovers",
+        scenarios=_named("flapping-primary"),
+        rule=circuit_opens,
+        needs_spare=True,
+        shows_attempts=True,
+    ),
+    Column(
+        name="fallback-model-and-usage",
+        question="a fail-over answer reaches the client with the spare's model name and usage",
+        scenarios=_named("fallback-model-usage"),
+        rule=fallback_model_and_usage,
+        needs_spare=True,
+        shows_attempts=True,
+    ),
+    Column(
+        name="healthy-afterwards",
+        question="a healthy request through the gateway right after each cell succeeds",
+        scenarios=None,
+        rule=healthy_afterwards,
+        needs_probe=True,
     ),
 )
 
 
+def _has_spare(gateway: str, cells: list[dict[str, Any]]) -> bool:
+    """Whether the gateway was given the spare: its registry entry takes one (`uses_spare`), or,
+    for a gateway the registry does not know, the spare saw one of its cells."""
+    try:
+        return lookup(gateway).uses_spare
+    except UnknownGateway:
+        return any(answered_by_spare(cell) for cell in cells)
+
+
 def _evidence(cell: dict[str, Any], why: str) -> dict[str, Any]:
+    probe = cell.get("probe")
     return {
         "cell_id": cell["cell_id"],
         "scenario": cell["scenario"],
@@ -277,6 +344,11 @@ def _evidence(cell: dict[str, Any], why: str) -> dict[str, Any]:
         "client": cell["client"],
         "outcome": cell["outcome"],
         "why": why,
+        # The failover suites' evidence (labs.evidence), where the cell carries it.
+        "tries": cell.get("tries"),
+        "first_gap_s": cell.get("first_gap_s"),
+        "max_attempts_per_s": cell.get("max_attempts_per_s"),
+        "probe_ok": probe.get("ok") if isinstance(probe, dict) else None,
     }
 
 
@@ -284,6 +356,16 @@ def _score_column(
     column: Column, cells: list[dict[str, Any]], scenarios: dict[tuple[str, str], dict[str, Any]]
 ) -> dict[str, Any]:
     judged = [c for c in cells if column.scenarios is None or column.scenarios(c["scenario"])]
+    if column.needs_probe:
+        judged = [c for c in judged if c.get("probe")]
+        if not judged:
+            return {"score": Score.NOT_APPLICABLE.value, "why": "the run has no probe of this gateway", "evidence": []}
+    if column.needs_spare and judged and not _has_spare(judged[0]["gateway"], cells):
+        return {
+            "score": Score.NOT_APPLICABLE.value,
+            "why": "the gateway has no spare configured (one upstream only): there is nothing to fail over to",
+            "evidence": [],
+        }
     if column.needs_books and not any(c.get("books") not in (None, BOOKS_NONE) for c in judged):
         return {"score": Score.NOT_APPLICABLE.value, "why": "the gateway keeps no per-request books", "evidence": []}
     if not judged:
@@ -339,6 +421,21 @@ def _evidence_line(item: dict[str, Any]) -> str:
     return f"{item['scenario']}/{item['dialect']}/{item['client']}"
 
 
+def _attempts_note(item: dict[str, Any]) -> str:
+    """` [3 tries, first gap 0.52 s, most 2 in 1 s, probe ok]` for an evidence cell that carries
+    them (SCORECARD.md), "" for one from before they were kept."""
+    if item.get("max_attempts_per_s") is None and item.get("probe_ok") is None:
+        return ""
+    gap = item.get("first_gap_s")
+    parts = [
+        tries_words(item.get("tries")),
+        "first gap " + (f"{gap:.2f} s" if gap is not None else "none"),
+        f"most {item.get('max_attempts_per_s') or 0} in 1 s",
+        "probe " + ("none" if item.get("probe_ok") is None else "ok" if item["probe_ok"] else "NOT ok"),
+    ]
+    return " [" + ", ".join(parts) + "]"
+
+
 def _first_words(card: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     header = ["gateway", *card["columns"]]
     rows = [[gateway, *(scores[name]["score"] for name in card["columns"])] for gateway, scores in card["gateways"].items()]
@@ -351,7 +448,7 @@ def _not_passed(card: dict[str, Any]) -> list[str]:
     for gateway, scores in card["gateways"].items():
         for name in card["columns"]:
             entry = scores[name]
-            if entry["score"] in (Score.FAIL.value, Score.SAFE.value):
+            if entry["score"] in (Score.FAIL.value, Score.SAFE.value, Score.PARTIAL.value):
                 first = entry["evidence"][0]
                 more = f" (+{len(entry['evidence']) - 1} more)" if len(entry["evidence"]) > 1 else ""
                 lines.append(f"{gateway} {name} {entry['score']}: {_evidence_line(first)}: {first['why']}{more}")
@@ -367,7 +464,7 @@ def render_scorecard_text(card: dict[str, Any]) -> str:
     and `safe` (its first evidence cell), then the gateways' versions."""
     header, rows = _first_words(card)
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    lines = ["scorecard (pass / safe / fail / n/a; docs/lab.md: the scorecard)"]
+    lines = ["scorecard (pass / partial / safe / fail / n/a; docs/lab.md: the scorecard)"]
     lines += ["  ".join(text.ljust(width) for text, width in zip(row, widths)).rstrip() for row in [header, *rows]]
     lines.insert(2, "-" * len(lines[1]))
     lines += ["", *_not_passed(card)]
@@ -387,6 +484,15 @@ def render_scorecard_markdown(card: dict[str, Any]) -> str:
     lines += [f"- `{name}`: {card['questions'][name]}" for name in card["columns"]]
     lines += ["", "## Why not pass", ""]
     lines += [f"- {line}" for line in _not_passed(card)] or ["- every judged cell passed"]
+    # The conduct columns' evidence cells, with their attempts' evidence and probe (labs.evidence).
+    shown = [column.name for column in COLUMNS if column.shows_attempts and column.name in card["columns"]]
+    lines += ["", "## Evidence (conduct columns)", ""]
+    for gateway, scores in card["gateways"].items():
+        for name in shown:
+            for item in scores[name]["evidence"]:
+                lines.append(
+                    f"- {gateway} {name} {scores[name]['score']}: {_evidence_line(item)} `{item['cell_id']}`: {item['why']}{_attempts_note(item)}"
+                )
     if card["versions"]:
         lines += ["", "## Gateway versions", ""]
         lines += [f"- {name}: {version}" for name, version in card["versions"].items()]

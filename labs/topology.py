@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from finishline import Dialect
+from labs.evidence import first_gap_s, max_attempts_per_s
 from labs.gateways.registry import RunServices, TopologyPlan
 from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
@@ -212,4 +213,10 @@ def attach_workers(results: list[CellResult], workers: dict[str, AnyWorker], hub
         result.attempts = sorted(seen, key=lambda a: a["arrived_at"])
         first_hop = hub if hub is not None and result.topology.startswith(HUB) else workers[PRIMARY]
         asked_by_gateway = [first_hop, *([workers[SPARE]] if SPARE in workers else [])]
-        result.tries = len(attempts_of(result.cell_id, *asked_by_gateway))
+        made = attempts_of(result.cell_id, *asked_by_gateway)
+        result.tries = len(made)
+        # The failover suites' evidence (labs.evidence), from the attempts the gateway made.
+        result.first_gap_s = first_gap_s([a.arrived_at for a in made])
+        result.max_attempts_per_s = max_attempts_per_s([a.arrived_at for a in made])
+        if result.probe is not None:
+            result.probe["tries"] = len(attempts_of(result.probe["cell_id"], *asked_by_gateway))

@@ -69,7 +69,7 @@ async def open_lab_workers(config: LabConfig, *, spare: bool, slots: int, run_di
         if config.worker == SIMULATED:
             workers[PRIMARY] = await stack.enter_async_context(open_worker(name=PRIMARY))
             if spare:
-                workers[SPARE] = await stack.enter_async_context(open_worker(name=SPARE))
+                workers[SPARE] = await stack.enter_async_context(open_worker(name=SPARE, spare=True))
         else:
             upstream = await stack.enter_async_context(_open_upstream(config, slots=slots, run_dir=run_dir))
             for name in (PRIMARY, SPARE) if spare else (PRIMARY,):

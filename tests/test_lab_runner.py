@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from labs.clients import AGENT_CLIENTS
 from labs.gateways.services import Gateway, books_entry
 from labs.hub import Hub, HubExchange, TunnelDropPolicy
 from labs.outcome import Outcome
@@ -224,3 +225,17 @@ def test_the_spare_answered_when_it_saw_the_request_else_the_primary():
         (None, {}),
     ]
     assert results[0].hub == ["tunnel fin after 0 body bytes; hub close: clean_end"] and results[1].hub == []
+
+
+def test_every_cell_carries_its_evidence_and_a_probe_that_is_not_one_of_its_attempts(small_matrix):
+    for cell in small_matrix.result["cells"]:
+        assert {"first_gap_s", "max_attempts_per_s", "probe"} <= set(cell)
+        assert all(a["cell_id"] == cell["cell_id"] for a in cell["attempts"])
+        if cell["tries"] and cell["tries"] > 1:
+            assert cell["first_gap_s"] is not None and cell["max_attempts_per_s"] >= 1
+        if cell["client"] in AGENT_CLIENTS:
+            assert cell["probe"] is None  # an agent's cell has none (labs.evidence)
+            continue
+        # The probe runs once the fault is lifted: healthy through every gateway of the small matrix.
+        assert cell["probe"]["ok"], (cell["scenario"], cell["gateway"], cell["client"], cell["probe"])
+        assert cell["probe"]["cell_id"] == "p" + cell["cell_id"][1:] and cell["probe"]["tries"] >= 1

@@ -35,6 +35,11 @@ class _RecordingHost:
 
 
 def _run(agent_jobs: int) -> dict[str, tuple[float, float]]:
+    """The cells' spans (their probes' left out: `_run_with_probes`)."""
+    return {key: span for key, span in _run_with_probes(agent_jobs).items() if "/c" in key}
+
+
+def _run_with_probes(agent_jobs: int) -> dict[str, tuple[float, float]]:
     scenario = load_scenario(SCENARIO_DIR / "healthy.toml")
     spans: dict[str, tuple[float, float]] = {}
     # Libraries answer in 1 s, agents take 5 s: run together, every agent would overlap them.
@@ -81,3 +86,13 @@ def test_agent_cells_run_at_most_the_agent_limit_at_a_time():
         assert sum(1 for b, e in agents if b <= began < e) <= 2
     # Six agents two at a time after the 1 s of the libraries: three rounds of 5 s.
     assert max(end for _, end in agents) == 1.0 + 3 * 5.0
+
+
+def test_each_library_cell_gets_one_probe_after_every_cell_of_the_scenario_ended_and_an_agent_none():
+    spans = _run_with_probes(agent_jobs=8)
+    probes = {key: span for key, span in spans.items() if "/p" in key}
+    cells = {key: span for key, span in spans.items() if "/c" in key}
+    library_cells = sorted(key for key in cells if key.split("/")[0] in LIBRARIES)
+    # One probe per library cell, under the cell's number after `p` (labs.evidence.probe_id).
+    assert sorted(probes) == [key.replace("/c", "/p") for key in library_cells]
+    assert min(began for began, _ in probes.values()) >= max(end for _, end in cells.values())

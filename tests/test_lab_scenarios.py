@@ -66,6 +66,13 @@ DEFAULT_SET = {
     "slow-first-token",
     "malformed-chunk",
     "http-400-context-length",
+    # The failover scenarios (issue 28), all `default = false`.
+    "http-429-persistent",
+    "http-503-persistent",
+    "http-400-content-policy",
+    "cut-then-prefill-rejected",
+    "flapping-primary",
+    "fallback-model-usage",
 }
 
 
@@ -585,6 +592,13 @@ def test_the_default_run_takes_each_scenario_in_its_default_dialects_and_all_in_
         # The slow conduct scenarios (issue 14) are `default = false`.
         "no-response",
         "slow-first-token",
+        # The failover scenarios (issue 28) are `default = false` (their own topology).
+        "http-429-persistent",
+        "http-503-persistent",
+        "http-400-content-policy",
+        "cut-then-prefill-rejected",
+        "flapping-primary",
+        "fallback-model-usage",
     }
 
 

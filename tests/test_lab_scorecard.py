@@ -125,6 +125,13 @@ def test_the_columns_are_the_issues_names_in_order():
         "stall-ends-in-error",
         "retry-after-honoured",
         "no-retry-of-a-400",
+        "backs-off-on-429",
+        "fails-over-on-503",
+        "no-retry-of-a-content-policy-400",
+        "no-prefill-400-after-cut",
+        "circuit-opens",
+        "fallback-model-and-usage",
+        "healthy-afterwards",
     ]
 
 
@@ -330,8 +337,9 @@ def test_the_terminal_card_has_a_row_per_gateway_and_says_why_each_fail():
     text = render_scorecard_text(_mixed_card())
     lines = text.splitlines()
     assert lines[1].split() == ["gateway", *(c.name for c in COLUMNS)]
-    assert lines[3].split() == ["direct", "n/a", "fail", "n/a", "n/a", "fail", "n/a", "n/a"]
-    assert lines[4].split() == ["finish_fix", "n/a", "pass", "pass", "pass", "pass", "n/a", "n/a"]
+    # The failover columns (and the probes' column) have no cell here: n/a.
+    assert lines[3].split() == ["direct", "n/a", "fail", "n/a", "n/a", "fail", "n/a", "n/a", *["n/a"] * 7]
+    assert lines[4].split() == ["finish_fix", "n/a", "pass", "pass", "pass", "pass", "n/a", "n/a", *["n/a"] * 7]
     assert "direct say-why-after-first-token fail: cut-after-tokens-fin/chat/openai-python: silent-truncation" in text
     assert "gateway versions: LiteLLM 1.108.7, Envoy 1.40.0" in text
 

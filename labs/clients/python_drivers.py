@@ -55,6 +55,7 @@ async def _read_chunks(chunks: Any, sink: Sink, *, is_reason: Callable[[Any], bo
     the last finish reason that `is_reason` accepts, the way that client surfaces it."""
     finish_reason = None
     async for chunk in chunks:
+        sink.note_response(getattr(chunk, "model", None), getattr(chunk, "usage", None))
         choice = _first_choice(chunk.choices)
         if choice is None:
             continue

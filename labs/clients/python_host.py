@@ -79,6 +79,7 @@ async def run(request: dict) -> dict:
     except Exception as error:  # the library's own exception is the measurement
         record["error_class"], record["error_message"] = _describe(error)
     record["text"], record["reasoning"], record["tool_calls"] = sink.text, sink.reasoning, sink.tool_calls
+    record["model"], record["usage"] = sink.model, sink.usage
     record["duration_s"] = time.monotonic() - started
     return record
 

@@ -72,6 +72,10 @@ async def anthropic_python(request: dict, sink: Sink) -> str | None:
     async with _client(request) as client:
         stream = await client.messages.create(**messages_body(request), stream=True)
         async for event in stream:
+            if event.type == "message_start":
+                sink.note_response(event.message.model, event.message.usage)
+            elif event.type == "message_delta":
+                sink.note_response(None, event.usage)
             if event.type == "content_block_start":
                 block = event.content_block
                 if block.type == "tool_use":

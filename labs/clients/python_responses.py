@@ -91,6 +91,7 @@ async def openai_python_responses(request: dict, sink: Sink) -> str | None:
             _read_tool_call(event, sink)
             if event.type in _TERMINAL_RESPONSE_EVENTS:
                 finish_reason = responses_reason(event.response.status, event.response.incomplete_details)
+                sink.note_response(event.response.model, event.response.usage)
     return finish_reason
 
 

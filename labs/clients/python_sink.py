@@ -19,7 +19,22 @@ class Sink:
     text: str = ""
     reasoning: str = ""
     tool_calls: list[dict[str, str]] = field(default_factory=list)
+    #: The model the response named and the usage it reported, where the driver reads them (the
+    #: raw SDK drivers): a fail-over's answer should name the model that answered (failoverbench S16).
+    model: str | None = None
+    usage: dict[str, Any] | None = None
     _calls_by_index: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def note_response(self, model: object = None, usage: object = None) -> None:
+        """The response's `model` and `usage` as a chunk or event carries them (an SDK object or a
+        dict; None where it carries none): the last model named wins, usage fields merge (Messages
+        sends input tokens in `message_start`, output tokens in `message_delta`)."""
+        if isinstance(model, str) and model:
+            self.model = model
+        if hasattr(usage, "model_dump"):
+            usage = usage.model_dump(exclude_none=True)
+        if isinstance(usage, dict) and usage:
+            self.usage = {**(self.usage or {}), **{k: v for k, v in usage.items() if isinstance(v, (int, float))}}
 
     def add_text(self, delta: object) -> None:
         if isinstance(delta, str) and delta:

@@ -35,6 +35,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"port to listen on, 0 for any free one (default {DEFAULT_PORT})"
     )
+    parser.add_argument(
+        "--spare",
+        action="store_true",
+        help=(
+            "serve as the spare of a failover setup: the primary's failover faults (primary_*) do not "
+            "hold here, and spare_model and spare_prompt_tokens do"
+        ),
+    )
     for field in dataclasses.fields(WorkerSettings):
         default = field.default
         shown = "none" if default is None else str(default).lower() if isinstance(default, bool) else str(default)
@@ -58,10 +66,11 @@ def settings_from_arguments(arguments: argparse.Namespace) -> WorkerSettings:
     return parse_settings(";".join(items))
 
 
-async def _run(settings: WorkerSettings, host: str, port: int) -> None:
+async def _run(settings: WorkerSettings, host: str, port: int, spare: bool = False) -> None:
     async with trio.open_nursery() as nursery:
-        bound = await nursery.start(partial(serve_worker, settings, host=host, port=port))
-        print(f"worker listening on http://{host}:{bound}/v1 ({settings.to_header() or 'default settings'})", flush=True)
+        bound = await nursery.start(partial(serve_worker, settings, host=host, port=port, spare=spare))
+        role = ", as the spare" if spare else ""
+        print(f"worker listening on http://{host}:{bound}/v1 ({settings.to_header() or 'default settings'}{role})", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         settings = settings_from_arguments(arguments)
     except SettingsError as exc:
         parser.error(str(exc))  # one line and exit 2, like any other bad option
-    return run_server_cli(_run, settings, arguments.host, arguments.port, host=arguments.host, port=arguments.port)
+    return run_server_cli(
+        _run, settings, arguments.host, arguments.port, arguments.spare, host=arguments.host, port=arguments.port
+    )
 
 
 if __name__ == "__main__":

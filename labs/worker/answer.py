@@ -35,6 +35,8 @@ __all__ = [
     "anthropic_error",
     "blocks_of",
     "choice_pieces",
+    "bad_request_body",
+    "bad_request_object",
     "context_length_body",
     "context_length_object",
     "dialect_reason",
@@ -183,6 +185,47 @@ def context_length_body(dialect: Dialect) -> dict[str, Any]:
     return {"error": context_length_object()}
 
 
+#: `http_400_content_policy`'s messages: OpenAI's safety-system refusal (its code
+#: `content_policy_violation` is what clients and gateways match on, e.g. LiteLLM's
+#: `ContentPolicyViolationError`) and Anthropic's, which has no code.
+CONTENT_POLICY_MESSAGE = "Your request was rejected as a result of our safety system (simulated by finishline)."
+CONTENT_POLICY_MESSAGE_ANTHROPIC = "Output blocked by content filtering policy (simulated by finishline)."
+#: `http_400_prefill`'s message: what a server without assistant prefill says to a request whose
+#: last message is the assistant's (failoverbench S14's fallback).
+PREFILL_MESSAGE = "assistant message prefill is not supported"
+
+
+def bad_request_object(settings: WorkerSettings) -> dict[str, Any] | None:
+    """OpenAI's `error` object for the 400 knobs (`http_400_context_length`,
+    `http_400_content_policy`, `http_400_prefill`), None when none is set."""
+    if settings.http_400_context_length:
+        return context_length_object()
+    if settings.http_400_content_policy:
+        return {
+            "message": CONTENT_POLICY_MESSAGE,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "content_policy_violation",
+        }
+    if settings.http_400_prefill:
+        return {"message": PREFILL_MESSAGE, "type": "invalid_request_error", "param": "messages", "code": None}
+    return None
+
+
+def bad_request_body(settings: WorkerSettings, dialect: Dialect) -> dict[str, Any] | None:
+    """The 400 body of the 400 knobs in `dialect`'s error shape, None when none is set. Anthropic's
+    errors have no code: each is an `invalid_request_error` whose message says why."""
+    error = bad_request_object(settings)
+    if error is None:
+        return None
+    if dialect is not Dialect.MESSAGES:
+        return {"error": error}
+    if settings.http_400_context_length:
+        return context_length_body(dialect)
+    message = CONTENT_POLICY_MESSAGE_ANTHROPIC if settings.http_400_content_policy else PREFILL_MESSAGE
+    return {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+
+
 #: Anthropic's error `type` per HTTP status (anthropic-sdk-python `types/shared/error_type.py`, and
 #: the status each is documented with); other 5xx are `api_error`, other 4xx `invalid_request_error`.
 _ANTHROPIC_ERROR_TYPES = {
@@ -304,11 +347,7 @@ def expected_answer(settings: WorkerSettings) -> ExpectedAnswer:
     Pure: no clock, no randomness. Streaming and non-streaming responses carry the same answer.
     """
     if settings.http_error is not None:
-        error: dict[str, Any] | None = (
-            context_length_object()
-            if settings.http_400_context_length
-            else error_object(settings.http_error, settings.model_name)
-        )
+        error: dict[str, Any] | None = bad_request_object(settings) or error_object(settings.http_error, settings.model_name)
         return ExpectedAnswer(choices=(), error=error, token_events=0)
     order = interleaved_pieces(settings)
     if settings.close_after_reasoning:

@@ -27,6 +27,8 @@ class RequestReading:
     forcing_types: frozenset[str]
     #: Whether the body's `n` asks for several choices.
     has_choices: bool
+    #: The body key that holds the conversation (`messages`; Responses' `input`).
+    conversation_key: str = "messages"
 
     def forces_tool_call(self, body: Mapping[str, Any]) -> bool:
         """Whether the body declares tools and its `tool_choice` says one must be called."""
@@ -35,6 +37,16 @@ class RequestReading:
             isinstance(choice, Mapping) and choice.get("type") in self.forcing_types
         )
         return forced and isinstance(body.get("tools"), list) and bool(body["tools"])
+
+    def ends_with_assistant(self, body: Mapping[str, Any]) -> bool:
+        """Whether the conversation's last message is the assistant's: a partial answer the
+        request asks the model to continue ("prefill"; a gateway's mid-stream fallback sends one).
+        A Responses `input` that is a string is a user message."""
+        conversation = body.get(self.conversation_key)
+        if not isinstance(conversation, list) or not conversation:
+            return False
+        last = conversation[-1]
+        return isinstance(last, Mapping) and last.get("role") == "assistant"
 
 
 REQUEST_READINGS: dict[Dialect, RequestReading] = {
@@ -58,5 +70,6 @@ REQUEST_READINGS: dict[Dialect, RequestReading] = {
         forcing_strings=frozenset({"required"}),
         forcing_types=frozenset({"function"}),
         has_choices=False,
+        conversation_key="input",
     ),
 }

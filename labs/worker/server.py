@@ -15,7 +15,9 @@ For the lab (issue 14): every completion request is an `Attempt` in `RunningWork
 (`labs.worker.attempts`); a request for a cell that is not one of `RunningWorker.current_cells`
 is refused with 409 and never served (`stale_refusal`); and the conduct faults that hold "once"
 (`http_429_retry_after`, `http_500_once`, `reset_before_head`) fail only a cell's first attempt
-at this worker. `reset_before_head` and `no_response` are done here, on the socket; every other
+at this worker, a flapping primary (`primary_503_first`) fails a cell's first attempts, and the
+spare (`spare=True`) is spared the primary's failover faults (`WorkerSettings.for_attempt`).
+`reset_before_head` and `no_response` are done here, on the socket; every other
 knob is bytes (`labs.worker.wire`).
 """
 
@@ -130,6 +132,11 @@ class RunningWorker:
     #: The cell ids (None: requests without one) that had their first attempt here: a "once"
     #: conduct fault fails only that one.
     attempted_cells: set[str | None] = field(default_factory=set)
+    #: Per cell id, how many of its attempts this worker answered (a flapping primary's count).
+    attempt_counts: dict[str | None, int] = field(default_factory=dict)
+    #: Whether this is the lab's spare: the primary's failover faults do not hold here, and its
+    #: own model name and usage do (`WorkerSettings.for_attempt`).
+    spare: bool = False
 
     @property
     def base_url(self) -> str:
@@ -164,12 +171,14 @@ async def serve_worker(
     handled: list[HandledRequest] | None = None,
     arrivals: list[str] | None = None,
     worker: RunningWorker | None = None,
+    spare: bool = False,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled. `await nursery.start(serve_worker, ...)` returns the bound port.
 
     `worker`: the record to keep (its defaults, lists and lab controls win over the other
-    arguments; `open_worker` passes one); without it, one is made from the arguments.
+    arguments; `open_worker` passes one); without it, one is made from the arguments (`spare`:
+    the lab's spare, `RunningWorker.spare`).
     """
     if worker is None:
         worker = RunningWorker(
@@ -178,6 +187,7 @@ async def serve_worker(
             defaults=defaults if defaults is not None else WorkerSettings(),
             handled=handled if handled is not None else [],
             arrivals=arrivals if arrivals is not None else [],
+            spare=spare,
         )
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound_port = listeners[0].socket.getsockname()[1]
@@ -199,9 +209,11 @@ async def open_worker(
     port: int = 0,
     name: str = DEFAULT_WORKER_NAME,
     current_cells: frozenset[str] | None = None,
+    spare: bool = False,
 ) -> AsyncIterator[RunningWorker]:
     """Run a worker for the duration of the block (port 0 = a free port, see `.port`), named `name`
-    in its attempt records, serving `current_cells` (None: every request)."""
+    in its attempt records, serving `current_cells` (None: every request); `spare`: the lab's
+    spare (`RunningWorker.spare`)."""
     worker = RunningWorker(
         host=host,
         port=port,
@@ -209,6 +221,7 @@ async def open_worker(
         handled=[],
         name=name,
         current_cells=current_cells,
+        spare=spare,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(partial(serve_worker, host=host, port=port, worker=worker))
@@ -328,9 +341,10 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
             except SettingsError as exc:
                 plan = _bad_request(defaults, str(exc), dialect)
             else:
-                if cell in worker.attempted_cells:
-                    settings = settings.after_first_attempt()
+                earlier = worker.attempt_counts.get(cell, 0)
+                settings = settings.for_attempt(earlier, spare=worker.spare)
                 worker.attempted_cells.add(cell)
+                worker.attempt_counts[cell] = earlier + 1
                 worker.arrivals.append(str(payload.get("model")))
                 stream_requested = payload.get("stream") is True
                 plan = response_plan(settings, stream=stream_requested, dialect=dialect)

@@ -373,6 +373,88 @@ class WorkerSettings:
         },
     )
 
+    # -- failover faults (issue 28): what the primary does wrong while the spare (a worker opened
+    # with `spare=True`, the lab's second worker) does not. The spare's view is `for_attempt(...,
+    # spare=True)`: the `primary_*` faults cleared, `spare_model` and `spare_prompt_tokens` applied.
+    primary_429_persistent: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Every attempt at the primary: 429 with the dialect's rate-limit body and no "
+                "`Retry-After` (failoverbench S02); the spare answers normally. Every dialect."
+            )
+        },
+    )
+    primary_503_persistent: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Every attempt at the primary: 503 with the dialect's server-error body (S04, S16); "
+                "the spare answers normally. Every dialect."
+            )
+        },
+    )
+    primary_503_first: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "A flapping primary (S15): 503 for a cell's first this many attempts at the primary, "
+                "then healthy; the spare answers normally. Every dialect."
+            )
+        },
+    )
+    http_400_content_policy: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "Every attempt, at every worker: 400 for a content-policy refusal (S13), which a "
+                "client or gateway must not retry; implies `http_error=400`. Chat and Responses: "
+                "OpenAI's error object with code `content_policy_violation`; Messages: Anthropic's "
+                "`invalid_request_error` saying the content was blocked by its policy."
+            )
+        },
+    )
+    reject_prefill: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                "At every worker: a request whose last message is the assistant's (a partial answer "
+                'to continue, "prefill") gets 400 "assistant message prefill is not supported" '
+                "(`http_400_prefill`); any other request is answered as usual (S14). Chat and "
+                "Messages: the last of `messages`; Responses: the last item of `input`."
+            )
+        },
+    )
+    http_400_prefill: bool = field(
+        default=False,
+        metadata={
+            "help": (
+                'Every attempt: 400 "assistant message prefill is not supported" (what '
+                "`reject_prefill` answers a prefill with); implies `http_error=400`. Chat and "
+                "Responses: OpenAI's error object (type `invalid_request_error`, param `messages`); "
+                "Messages: Anthropic's `invalid_request_error`."
+            )
+        },
+    )
+    spare_model: str | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "At the spare: the model name it answers with, whatever the request named (S16: "
+                "the caller should see the fallback's model). Every dialect."
+            )
+        },
+    )
+    spare_prompt_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "At the spare: its `prompt_tokens` (Messages and Responses `input_tokens`), so its "
+                "usage is its own (S16). Every dialect."
+            )
+        },
+    )
+
     def __post_init__(self) -> None:
         # Values may arrive from the command line or a header as strings already converted; check
         # ranges here so every entry point refuses the same things with the same words.
@@ -394,12 +476,22 @@ class WorkerSettings:
             value = getattr(self, name)
             if value is not None and not 400 <= value <= 599:
                 raise SettingsError(f"{name} must be an HTTP error status 400-599, got {value}")
-        if self.http_400_context_length:
+        bad_requests = [name for name in _BAD_REQUEST_KNOBS if getattr(self, name)]
+        if len(bad_requests) > 1:
+            raise SettingsError(f"{' and '.join(bad_requests)} are each a 400 with its own body; set one")
+        for name in bad_requests:
             # It is an `http_error` of 400 with its own body: the lab's expected answer, the plan and
             # every reader of `http_error` then treat it as the error it is.
             if self.http_error not in (None, 400):
-                raise SettingsError(f"http_400_context_length is a 400; it cannot go with http_error={self.http_error}")
+                raise SettingsError(f"{name} is a 400; it cannot go with http_error={self.http_error}")
             object.__setattr__(self, "http_error", 400)
+        for name in ("primary_503_first", "spare_prompt_tokens"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise SettingsError(f"{name} must be >= 0 or none, got {value}")
+        if self.spare_model is not None and (not self.spare_model.strip() or any(c in self.spare_model for c in ";= ")):
+            # It travels in the model name (`to_model_name`), whose items are `;`-separated `key=value`.
+            raise SettingsError(f"spare_model must be a non-empty name without ';', '=' or spaces, got {self.spare_model!r}")
         if self.model is not None and not self.model.strip():
             raise SettingsError("model must be a non-empty name or none")
         # Normalise types: `prefill_delay=30` and `30.0` are equal but would be echoed (and so
@@ -420,6 +512,11 @@ class WorkerSettings:
             "no_response",
             "malformed_chunk",
             "http_400_context_length",
+            "primary_429_persistent",
+            "primary_503_persistent",
+            "http_400_content_policy",
+            "reject_prefill",
+            "http_400_prefill",
         ):
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, bool(getattr(self, name)))
@@ -449,8 +546,12 @@ class WorkerSettings:
             n = self.n if self.n is not None else _int_or(body.get("n"), 1)
         else:
             n = 1
+        # `reject_prefill`: a request that asks to continue the assistant's partial answer.
+        prefill = self.reject_prefill and reading.ends_with_assistant(body)
         return dataclasses.replace(
             self,
+            http_400_prefill=self.http_400_prefill or prefill,
+            http_error=400 if prefill else self.http_error,
             # A real server that is told it must call a tool does (`tool_choice: "required"`, or a
             # named function): one call, unless the settings ask for more.
             tool_calls=self.tool_calls if self.tool_calls or not reading.forces_tool_call(body) else 1,
@@ -468,6 +569,37 @@ class WorkerSettings:
         """These settings for a later attempt of the same cell: the once-only conduct faults
         (`http_429_retry_after`, `http_500_once`, `reset_before_head`) cleared."""
         return dataclasses.replace(self, http_429_retry_after=None, http_500_once=False, reset_before_head=False)
+
+    def for_attempt(self, earlier: int, *, spare: bool = False) -> WorkerSettings:
+        """These settings for a cell's attempt at one worker after `earlier` attempts of the same
+        cell there: the once-only faults cleared after the first (`after_first_attempt`), a
+        flapping primary healthy from attempt `primary_503_first + 1` on, and at the spare
+        (`spare`) the primary's faults cleared and its own model name and usage applied."""
+        settings = self.after_first_attempt() if earlier else self
+        if settings.primary_503_first is not None and earlier >= settings.primary_503_first:
+            settings = dataclasses.replace(settings, primary_503_first=None)
+        if spare:
+            settings = dataclasses.replace(
+                settings,
+                primary_429_persistent=False,
+                primary_503_persistent=False,
+                primary_503_first=None,
+                model=settings.spare_model if settings.spare_model is not None else settings.model,
+                prompt_tokens=settings.spare_prompt_tokens
+                if settings.spare_prompt_tokens is not None
+                else settings.prompt_tokens,
+            )
+        return settings
+
+    @property
+    def primary_failure(self) -> int | None:
+        """The status the primary answers this attempt with (`primary_429_persistent`: 429,
+        `primary_503_persistent` or a flapping primary still failing: 503), None: no such fault."""
+        if self.primary_429_persistent:
+            return 429
+        if self.primary_503_persistent or self.primary_503_first:
+            return 503
+        return None
 
     @property
     def answers_at_all(self) -> bool:
@@ -537,6 +669,10 @@ def parse_settings(text: str, *, base: WorkerSettings | None = None) -> WorkerSe
             raise SettingsError(f"unknown worker setting {key!r}; known settings: {known}")
         changes[key] = _parse_value(key, raw.strip())
     return dataclasses.replace(base, **changes)
+
+
+#: The knobs that are each a 400 with a body of its own (`labs.worker.answer.bad_request_object`).
+_BAD_REQUEST_KNOBS = ("http_400_context_length", "http_400_content_policy", "http_400_prefill")
 
 
 # -- value parsing ----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from labs.worker.answer import (
     TOOL_NAME,
     ExpectedAnswer,
     Piece,
-    context_length_body,
+    bad_request_body,
     expected_answer,
     interleaved_pieces,
     sent_reason,
@@ -145,6 +145,10 @@ def response_plan(settings: WorkerSettings, *, stream: bool = True, dialect: Dia
         return error_plan(settings, dialect=dialect, status=429, retry_after=settings.http_429_retry_after)
     if settings.http_500_once:
         return error_plan(settings, dialect=dialect, status=500)
+    # The primary's failover faults (issue 28); the server clears them at the spare and once a
+    # flapping primary has failed its share (`WorkerSettings.for_attempt`).
+    if (status := settings.primary_failure) is not None:
+        return error_plan(settings, dialect=dialect, status=status)
     if settings.http_error is not None:
         return error_plan(settings, dialect=dialect)
     return stream_plan(settings, dialect=dialect) if stream else completion_plan(settings, dialect=dialect)
@@ -307,13 +311,13 @@ def error_plan(
 ) -> ResponsePlan:
     """The HTTP error response: `status` (default `http_error`) and the dialect's JSON error body
     (OpenAI's `{"error": {...}}`; Messages: `{"type": "error", "error": {...}}`); with
-    `http_400_context_length` the body says `context_length_exceeded` (`context_length_body`).
-    `retry_after` adds a `retry-after` header (seconds)."""
+    a 400 knob (`http_400_context_length`, `http_400_content_policy`, `http_400_prefill`) the body
+    says why (`bad_request_body`). `retry_after` adds a `retry-after` header (seconds)."""
     status = status if status is not None else settings.http_error
     assert status is not None
     answer = expected_answer(dataclasses.replace(settings, http_error=status))
-    if settings.http_400_context_length and status == 400:
-        body = context_length_body(dialect)
+    if status == 400 and (special := bad_request_body(settings, dialect)) is not None:
+        body = special
     elif dialect is Dialect.CHAT:
         body = {"error": answer.error}
     else:

@@ -52,6 +52,7 @@ async function openaiNode({ request, signal, fetch, sink }) {
 async function readChunks(stream, sink) {
   let finishReason = null;
   for await (const chunk of stream) {
+    sink.response(chunk.model, chunk.usage);
     const choice = firstChoice(chunk.choices);
     if (!choice) continue;
     sink.reasoning(choice.delta?.reasoning_content);
@@ -249,6 +250,8 @@ async function anthropicNode(context) {
   let finishReason = null;
   for await (const event of stream) {
     readMessagesEvent(event, sink, { toolCalls: true });
+    if (event.type === "message_start") sink.response(event.message?.model, event.message?.usage);
+    if (event.type === "message_delta") sink.response(null, event.usage);
     if (event.type === "message_delta" && event.delta?.stop_reason != null) finishReason = event.delta.stop_reason;
   }
   return { finish_reason: finishReason };
@@ -327,7 +330,10 @@ async function openaiNodeResponses({ request, signal, fetch, sink }) {
   let finishReason = null;
   for await (const event of stream) {
     readResponsesEvent(event, sink, { toolCalls: true });
-    if (TERMINAL_RESPONSE_EVENTS.has(event.type)) finishReason = responsesReason(event.response);
+    if (TERMINAL_RESPONSE_EVENTS.has(event.type)) {
+      finishReason = responsesReason(event.response);
+      sink.response(event.response?.model, event.response?.usage);
+    }
   }
   return { finish_reason: finishReason };
 }

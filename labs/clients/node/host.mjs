@@ -88,6 +88,9 @@ async function run(request) {
     timed_out: false,
     http_status: null,
     connection: null,
+    // The model the response named and its usage, where the driver reads them (the raw SDK drivers).
+    model: null,
+    usage: null,
   };
   if (!driver) {
     Object.assign(record, { error_class: "UnknownClient", error_message: `no Node driver named ${request.client} in the ${dialect} dialect` });
@@ -101,6 +104,15 @@ async function run(request) {
   }, request.deadline_s * 1000);
   const callsByIndex = new Map();
   const sink = {
+    // A chunk's or event's `model` and `usage`: the last model named wins, usage fields merge
+    // (Messages: input tokens in `message_start`, output tokens in `message_delta`).
+    response(model, usage) {
+      if (typeof model === "string" && model) record.model = model;
+      if (usage && typeof usage === "object") {
+        const numbers = Object.fromEntries(Object.entries(usage).filter(([, v]) => typeof v === "number"));
+        if (Object.keys(numbers).length) record.usage = { ...(record.usage ?? {}), ...numbers };
+      }
+    },
     text(delta) {
       if (!delta) return;
       if (record.ttft_s === null) record.ttft_s = (performance.now() - started) / 1000;
