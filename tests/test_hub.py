@@ -34,7 +34,7 @@ from labs.hub import (
 from labs.processes import open_service
 from labs.worker import open_worker, parse_settings
 from labs.worker.settings import Framing
-from labs.worker.wire import response_plan
+from labs.worker.wire import ResponsePlan, response_plan
 from tests.fixtures_lab import chat_request, client_exchange, open_proxy, request_for, run_trio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ QUIET_S = 0.5
 PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
 
 
-def raw_exchange_for(model: str, dialect: Dialect = Dialect.CHAT, *, close: bool = False) -> tuple[bytes, bytes, object]:
+def raw_exchange_for(model: str, dialect: Dialect = Dialect.CHAT, *, close: bool = False) -> tuple[bytes, bytes, ResponsePlan]:
     """The raw request, the worker's whole healthy response and its plan, for a model name
     (`tests.fixtures_lab.request_for`, as bytes on the wire), in `dialect`; `close`: the request
     says `Connection: close`, so the hub closes after the response (read to its end, no wait)."""
