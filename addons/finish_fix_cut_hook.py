@@ -376,13 +376,8 @@ def _on_head_timer(self: HttpStream, watch: HeadWatch):
     # HttpStream.send_response sends a response an addon made, and end the stream as flow_done does.
     yield SendHttp(RequestProtocolError(self.stream_id, NO_HEAD_MESSAGE, ErrorCode.CANCEL), self.context.server)
     self.flow.response = response
-    self.flow.error = mitm_flow.Error(NO_HEAD_MESSAGE)
-    yield HttpErrorHook(self.flow)
-    if (yield from self.check_killed(False)):
+    if not (yield from _book_error_and_drop(self, NO_HEAD_MESSAGE)):
         return
-    self.server_state = self.state_errored
-    self.flow.live = False
-    yield DropStream(self.stream_id)
     body = response.raw_content or b""
     yield SendHttp(ResponseHeaders(self.stream_id, response, not body), self.context.client)
     if body:
@@ -410,11 +405,21 @@ def _end_after_cut(self: HttpStream, event: ResponseProtocolError, ending: Clien
     # End the client's response like a finished one (as HttpStream.flow_done does), but keep the books
     # true: the flow carries the upstream's error and the error hook runs, the response hook does not
     # (as in HttpStream.handle_protocol_error).
-    self.flow.error = mitm_flow.Error(event.message)
+    if not (yield from _book_error_and_drop(self, event.message)):
+        return
+    yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
+
+
+def _book_error_and_drop(self: HttpStream, message: str):
+    """Book the upstream's failure `message` on the flow and run the error hook (not the response
+    hook), then take the stream off the server's side as HttpStream.flow_done does, so the caller
+    ends the client's response itself. Returns False when an addon killed the flow in the error
+    hook: then nothing more goes to the client."""
+    self.flow.error = mitm_flow.Error(message)
     yield HttpErrorHook(self.flow)
     if (yield from self.check_killed(False)):
-        return
+        return False
     self.server_state = self.state_errored
     self.flow.live = False
     yield DropStream(self.stream_id)
-    yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
+    return True

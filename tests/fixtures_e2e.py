@@ -133,10 +133,5 @@ def shared_finish_fix(
 ) -> Iterator[FinishFixProxy]:
     """The one mitmdump behind `finish_fix` for a module."""
     ledger = tmp_path_factory.mktemp("ledger") / "finish_fix.jsonl"
-    with mitmdump_process.running_mitmdump(
-        confdir=mitmproxy_confdir,
-        mode=f"reverse:{upstream.origin}",
-        scripts=[FINISH_FIX_SCRIPT],
-        options={"finish_fix_ledger": str(ledger)},
-    ) as mitmdump:
+    with mitmdump_process.running_finish_fix(confdir=mitmproxy_confdir, upstream_url=upstream.origin, ledger=ledger) as mitmdump:
         yield FinishFixProxy(mitmdump=mitmdump, upstream=upstream, ledger=ledger)

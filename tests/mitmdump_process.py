@@ -189,3 +189,16 @@ def running_mitmdump(**kwargs: object) -> Iterator[Mitmdump]:
         print(f"--- mitmdump (pid {mitmdump.pid}, exit {mitmdump.process.returncode}) ---")
         print(" ".join(mitmdump.args))
         print(mitmdump.output)
+
+
+@contextmanager
+def running_finish_fix(*, confdir: Path, upstream_url: str, ledger: Path, options: Mapping[str, str] = {}) -> Iterator[Mitmdump]:
+    """`running_mitmdump` with finish_fix in reverse mode in front of `upstream_url`, writing its
+    ledger to `ledger`, with `options` on top of the addon's defaults."""
+    with running_mitmdump(
+        confdir=confdir,
+        mode=f"reverse:{upstream_url}",
+        scripts=[FINISH_FIX_SCRIPT],
+        options={"finish_fix_ledger": str(ledger), **options},
+    ) as mitmdump:
+        yield mitmdump

@@ -29,7 +29,7 @@ from labs.gateways.services import read_books
 from labs.worker import parse_settings, response_plan
 from tests.e2e_support import openai_client, raw_post
 from tests.feeding import data_events
-from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump, running_mitmdump
+from tests.mitmdump_process import Mitmdump, running_finish_fix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -82,11 +82,8 @@ class Proxy:
 def proxy(worker: str, mitmproxy_confdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proxy]:
     """finish_fix with default options (both new ones on) and its metrics, in front of the worker."""
     ledger = tmp_path_factory.mktemp("limits") / "ledger.jsonl"
-    with running_mitmdump(
-        confdir=mitmproxy_confdir,
-        mode=f"reverse:{worker}",
-        scripts=[FINISH_FIX_SCRIPT],
-        options={"finish_fix_ledger": str(ledger), "finish_fix_metrics": "127.0.0.1:0"},
+    with running_finish_fix(
+        confdir=mitmproxy_confdir, upstream_url=worker, ledger=ledger, options={"finish_fix_metrics": "127.0.0.1:0"}
     ) as mitmdump:
         yield Proxy(mitmdump=mitmdump, ledger=ledger)
 
@@ -228,11 +225,11 @@ def test_the_metrics_count_each_correction_under_its_rule(proxy):
 
 def test_with_both_options_off_the_server_bytes_pass(worker, mitmproxy_confdir, tmp_path):
     ledger = tmp_path / "ledger.jsonl"
-    with running_mitmdump(
+    with running_finish_fix(
         confdir=mitmproxy_confdir,
-        mode=f"reverse:{worker}",
-        scripts=[FINISH_FIX_SCRIPT],
-        options={"finish_fix_ledger": str(ledger), "finish_fix_limit_reasons": "false", "finish_fix_responses_indexes": "false"},
+        upstream_url=worker,
+        ledger=ledger,
+        options={"finish_fix_limit_reasons": "false", "finish_fix_responses_indexes": "false"},
     ) as mitmdump:
         for dialect in PATHS:
             model = f"w-off-{dialect};{LLAMA_CPP}"

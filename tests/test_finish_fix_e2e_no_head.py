@@ -33,7 +33,7 @@ from tests.chat_streams import chat_stream
 from tests.dialect_streams import messages_stream, responses_stream
 from tests.e2e_support import ANSWER, API_KEY, PROMPT, RawResponse, openai_client, raw_post
 from tests.fixtures_e2e import FinishFixProxy
-from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
+from tests.mitmdump_process import running_finish_fix
 from tests.upstream_server import Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
@@ -74,12 +74,7 @@ def no_head_proxy(
 ) -> Iterator[FinishFixProxy]:
     """One mitmdump with a 2 s first-token deadline for the module's no-head cases."""
     ledger = tmp_path_factory.mktemp("ledger") / "no-head.jsonl"
-    with running_mitmdump(
-        confdir=mitmproxy_confdir,
-        mode=f"reverse:{upstream.origin}",
-        scripts=[FINISH_FIX_SCRIPT],
-        options={"finish_fix_ledger": str(ledger), **DEADLINE},
-    ) as mitmdump:
+    with running_finish_fix(confdir=mitmproxy_confdir, upstream_url=upstream.origin, ledger=ledger, options=DEADLINE) as mitmdump:
         yield FinishFixProxy(mitmdump=mitmdump, upstream=upstream, ledger=ledger)
 
 

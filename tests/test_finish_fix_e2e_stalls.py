@@ -24,7 +24,7 @@ from tests.chat_streams import chat_stream, sse_event
 from tests.e2e_support import ANSWER, PROMPT, assert_interrupted_error, chat_url, openai_client, stream_completion
 from tests.feeding import chunk, complete_events
 from tests.fixtures_e2e import FinishFixProxy
-from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
+from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_finish_fix
 from tests.upstream_server import Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
@@ -68,11 +68,8 @@ def stalling_proxy(
 ) -> Iterator[FinishFixProxy]:
     """One mitmdump with both deadlines at 2 s for the module (each test has its own script)."""
     ledger = tmp_path_factory.mktemp("ledger") / "stalls.jsonl"
-    with running_mitmdump(
-        confdir=mitmproxy_confdir,
-        mode=f"reverse:{upstream.origin}",
-        scripts=[FINISH_FIX_SCRIPT],
-        options={"finish_fix_ledger": str(ledger), **DEADLINES},
+    with running_finish_fix(
+        confdir=mitmproxy_confdir, upstream_url=upstream.origin, ledger=ledger, options=DEADLINES
     ) as mitmdump:
         yield FinishFixProxy(mitmdump=mitmdump, upstream=upstream, ledger=ledger)
 

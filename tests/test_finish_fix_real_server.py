@@ -29,7 +29,7 @@ from labs.gateways.services import read_books
 from labs.worker.llama_cpp import LlamaCppServer
 from tests.e2e_support import openai_client, raw_post
 from tests.feeding import data_events
-from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump, running_mitmdump
+from tests.mitmdump_process import Mitmdump, running_finish_fix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -47,12 +47,7 @@ def through(
 ) -> Iterator[tuple[Mitmdump, Path]]:
     """finish_fix with default options in reverse mode in front of llama.cpp, and its ledger."""
     ledger = tmp_path_factory.mktemp("real-server") / "ledger.jsonl"
-    with running_mitmdump(
-        confdir=mitmproxy_confdir,
-        mode=f"reverse:{llama_cpp.url}",
-        scripts=[FINISH_FIX_SCRIPT],
-        options={"finish_fix_ledger": str(ledger)},
-    ) as mitmdump:
+    with running_finish_fix(confdir=mitmproxy_confdir, upstream_url=llama_cpp.url, ledger=ledger) as mitmdump:
         yield mitmdump, ledger
 
 

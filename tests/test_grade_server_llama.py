@@ -23,7 +23,7 @@ from labs.grade.card import Card, Mark
 from labs.grade.render import render_terminal
 from labs.grade.server_grader import grade_server
 from labs.worker.llama_cpp import LlamaCppServer
-from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
+from tests.mitmdump_process import running_finish_fix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -111,12 +111,7 @@ def test_through_finish_fix_the_responses_card_passes_what_llama_cpp_gets_wrong(
     # finish_fix in front of the same server (default options): the truncation ends as the spec says
     # (rule R6) and every event is numbered (R7), so both true fails above pass; the ledger books R6.
     ledger = tmp_path / "ledger.jsonl"
-    with running_mitmdump(
-        confdir=mitmproxy_confdir,
-        mode=f"reverse:{llama_cpp.url}",
-        scripts=[FINISH_FIX_SCRIPT],
-        options={"finish_fix_ledger": str(ledger)},
-    ) as mitmdump:
+    with running_finish_fix(confdir=mitmproxy_confdir, upstream_url=llama_cpp.url, ledger=ledger) as mitmdump:
         card = grade_server(f"{mitmdump.url}/v1", dialect=Dialect.RESPONSES)
         # A flow's ledger line comes when it ends, just after the grader read it: wait for the two
         # truncation lines, with room for a loaded machine.

@@ -34,7 +34,7 @@ from labs.hub import (
 from labs.processes import open_service
 from labs.worker import open_worker, parse_settings
 from labs.worker.settings import Framing
-from labs.worker.wire import response_plan
+from labs.worker.wire import ResponsePlan, response_plan
 from tests.fixtures_lab import chat_request, client_exchange, open_proxy, request_for, run_trio
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ QUIET_S = 0.5
 PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
 
 
-def raw_exchange_for(model: str, dialect: Dialect = Dialect.CHAT, *, close: bool = False) -> tuple[bytes, bytes, object]:
+def raw_exchange_for(model: str, dialect: Dialect = Dialect.CHAT, *, close: bool = False) -> tuple[bytes, bytes, ResponsePlan]:
     """The raw request, the worker's whole healthy response and its plan, for a model name
     (`tests.fixtures_lab.request_for`, as bytes on the wire), in `dialect`; `close`: the request
     says `Connection: close`, so the hub closes after the response (read to its end, no wait)."""
@@ -219,15 +219,23 @@ def body_events(response: bytes) -> tuple[int, list[tuple[str | None, dict]]]:
     return status, [(e.event_type.decode() if e.event_type else None, json.loads(e.data)) for e in events if e.data]
 
 
-@pytest.mark.e2e
-@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
-def test_error_event_in_messages_is_anthropics_error_event_and_nothing_after_it(toxiproxy, reset):
-    _, healthy, plan = raw_exchange_for(CHUNKED, Dialect.MESSAGES)
+def error_event_after_3(dialect: Dialect, reset: bool, toxiproxy):
+    """Through the hub with `error_event`, a `dialect` stream whose tunnel fails (a fin, or a reset)
+    after 3 tokens: the gateway gets the healthy body up to there, then the dialect's error ending,
+    then the terminator. Returns the response's status and events (`body_events`) and the hub's record."""
+    _, healthy, plan = raw_exchange_for(CHUNKED, dialect)
     received, exchanges = through_hub(
-        "error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, dialect=Dialect.MESSAGES, close=True
+        "error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, dialect=dialect, close=True
     )
     assert received.data.startswith(healthy[: plan.offset_after_tokens(3)]) and received.data.endswith(TERMINATOR)
     status, events = body_events(received.data)
+    return status, events, exchanges
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
+def test_error_event_in_messages_is_anthropics_error_event_and_nothing_after_it(toxiproxy, reset):
+    status, events, exchanges = error_event_after_3(Dialect.MESSAGES, reset, toxiproxy)
     assert status == 200 and events[0][0] == "message_start"
     # Both Anthropic SDKs dispatch on the `event:` name: a data-only frame would be skipped.
     assert events[-1] == ("error", {"type": "error", "error": {"type": "api_error", "message": ERROR_MESSAGE}})
@@ -238,12 +246,7 @@ def test_error_event_in_messages_is_anthropics_error_event_and_nothing_after_it(
 @pytest.mark.e2e
 @pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
 def test_error_event_in_responses_is_openais_error_then_response_failed_continuing_the_stream(toxiproxy, reset):
-    _, healthy, plan = raw_exchange_for(CHUNKED, Dialect.RESPONSES)
-    received, exchanges = through_hub(
-        "error_event", CHUNKED, partial(cut_after_3, reset=reset), toxiproxy, dialect=Dialect.RESPONSES, close=True
-    )
-    assert received.data.startswith(healthy[: plan.offset_after_tokens(3)]) and received.data.endswith(TERMINATOR)
-    status, events = body_events(received.data)
+    status, events, exchanges = error_event_after_3(Dialect.RESPONSES, reset, toxiproxy)
     relayed, (error_name, error), (failed_name, failed) = events[:-2], events[-2], events[-1]
     assert status == 200 and (error_name, failed_name) == ("error", "response.failed")
     # openai-python raises on the nested `error`, openai-node on the event's name, the AI SDK needs

@@ -24,7 +24,7 @@ tool call answered in prose: `tool_call_check`): a real model's limit is not the
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -314,6 +314,27 @@ def _usage_words(usage: dict[str, Any]) -> str:
 # -- finish reasons (the value, where one was given): every dialect's --------------------------------
 
 
+def _choices_0(
+    readings: Readings, name: str, stream_problem: Problem, completion_problem: Problem
+) -> Iterator[tuple[str, Any, Finding | None]]:
+    """Request `name`'s choice 0 on each side read, stream then JSON, as `(side, choice, None)`; or,
+    last, `(side, None, finding)` for the side that ends the judging: `not tested` for a reading
+    with a problem (`stream_problem`, `completion_problem`), a fail for one with no choice 0. Lazy,
+    so a judge's verdict on the stream side comes before any on the JSON side."""
+    for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
+        if reading is None:
+            continue
+        problem = stream_problem(readings, name, reading) if side == "stream" else completion_problem(readings, name, reading)
+        if problem:
+            yield side, None, (Mark.NOT_TESTED, problem)
+            return
+        choice = reading.choices.get(0)
+        if choice is None:
+            yield side, None, (Mark.FAIL, f"{side} {readings.label(name)}: no choice 0")
+            return
+        yield side, choice, None
+
+
 def reason_check(
     name: str,
     want: str,
@@ -330,15 +351,9 @@ def reason_check(
 
     def judge(readings: Readings) -> Finding:
         seen = []
-        for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
-            if reading is None:
-                continue
-            problem = stream_problem(readings, name, reading) if side == "stream" else completion_problem(readings, name, reading)
-            if problem:
-                return Mark.NOT_TESTED, problem
-            choice = reading.choices.get(0)
-            if choice is None:
-                return Mark.FAIL, f"{side} {readings.label(name)}: no choice 0"
+        for side, choice, finding in _choices_0(readings, name, stream_problem, completion_problem):
+            if finding is not None:
+                return finding
             reason = canonical_reason(choice.finish_reason, readings.dialect)
             if reason is None:
                 seen.append(f"{side}: none")
@@ -383,15 +398,9 @@ def tool_call_check(
         called: list[str] = []
         uncalled: list[tuple[str, str]] = []  # (side, what the model did instead)
         reasonless_call = False  # a call with no reason: the presence checks `see` fail it
-        for side, reading in (("stream", readings.streams.get(name)), ("JSON", readings.completions.get(name))):
-            if reading is None:
-                continue
-            problem = stream_problem(readings, name, reading) if side == "stream" else completion_problem(readings, name, reading)
-            if problem:
-                return Mark.NOT_TESTED, problem
-            choice = reading.choices.get(0)
-            if choice is None:
-                return Mark.FAIL, f"{side} {label}: no choice 0"
+        for side, choice, finding in _choices_0(readings, name, stream_problem, completion_problem):
+            if finding is not None:
+                return finding
             reason = canonical_reason(choice.finish_reason, readings.dialect)
             given = "no reason" if reason is None else f"{reason_words} {choice.finish_reason}"
             if not choice.tool_calls:

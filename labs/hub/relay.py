@@ -56,7 +56,9 @@ from labs.worker.attempts import (
     tunnel_ending,
 )
 from labs.worker.server import (
+    HOP_HEADERS,
     completion_dialect,
+    relayed_headers,
     reset_on_close,
     send_quietly,
     serve_http_connection,
@@ -68,19 +70,9 @@ from labs.worker.wire import ResponsePlan, json_plan, response_plan
 
 __all__ = ["Hub", "HubExchange", "open_hub", "serve_hub"]
 
-#: Request headers that belong to one hop (RFC 9110 section 7.6.1) or to the body's framing; the
-#: hub sets its own (`content-length`, `connection: close`) on the upstream request.
-_HOP_HEADERS = {
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"te",
-    b"trailer",
-    b"transfer-encoding",
-    b"upgrade",
-    b"content-length",
-    b"expect",
-}
+#: Request headers the hub does not send on: a relay's (`HOP_HEADERS`), and the proxy's hop header a
+#: gateway may send; the hub sets its own (`content-length`, `connection: close`) on the upstream request.
+_DROPPED_HEADERS = HOP_HEADERS | {b"proxy-connection"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,7 +232,7 @@ def _first_token_end(request: h11.Request, payload: dict, dialect: Dialect) -> i
 
 def _upstream_request(request: h11.Request, body: bytes) -> tuple[h11.Connection, bytes]:
     """An h11 client for the upstream connection, and the request bytes to send on it."""
-    headers = [(name, value) for name, value in request.headers.raw_items() if name.lower() not in _HOP_HEADERS]
+    headers = relayed_headers(request, _DROPPED_HEADERS)
     if not any(name.lower() == b"host" for name, _ in headers):
         headers.append((b"host", b"127.0.0.1"))  # HTTP/1.1 needs one; an HTTP/1.0 gateway may send none
     headers += [(b"content-length", str(len(body)).encode()), (b"connection", b"close")]

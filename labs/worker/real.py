@@ -60,11 +60,13 @@ from labs.worker.attempts import (
 )
 from labs.worker.server import (
     _PROBES,
+    HOP_HEADERS,
     _error_body,
     _probe,
     _probe_answer,
     completion_dialect,
     refusal_plan,
+    relayed_headers,
     reset_on_close,
     send_quietly,
     serve_http_connection,
@@ -317,19 +319,8 @@ def _lab_settings(payload: dict[str, Any]) -> WorkerSettings:
         return WorkerSettings()
 
 
-#: Request headers not sent on: one hop's (RFC 9110 section 7.6.1) and the body's framing, which
-#: the front sets itself, and `host`, which names the server.
-_HOP_HEADERS = {
-    b"connection",
-    b"keep-alive",
-    b"te",
-    b"trailer",
-    b"transfer-encoding",
-    b"upgrade",
-    b"content-length",
-    b"expect",
-    b"host",
-}
+#: Request headers not sent on: a relay's (`HOP_HEADERS`), and `host`, which names the server.
+_DROPPED_HEADERS = HOP_HEADERS | {b"host"}
 _STATUS = re.compile(rb"^HTTP/1\.[01] (\d{3})")
 
 
@@ -339,7 +330,7 @@ async def _relay(
     """Send the pinned request to the server on a fresh connection and pass its bytes on as they
     come until it closes; False: the connection to the gateway ends with the server's."""
     upstream = worker.upstream
-    headers = [(name, value) for name, value in request.headers.raw_items() if name.lower() not in _HOP_HEADERS]
+    headers = relayed_headers(request, _DROPPED_HEADERS)
     lines = [
         f"{request.method.decode()} {upstream.target(path)} HTTP/1.1".encode(),
         f"host: {upstream.host}:{upstream.port}".encode(),

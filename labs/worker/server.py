@@ -57,6 +57,7 @@ from labs.worker.settings import (
 from labs.worker.wire import ResponsePlan, json_plan, response_plan
 
 __all__ = [
+    "HOP_HEADERS",
     "STALE_STATUS",
     "HandledRequest",
     "RequestHandler",
@@ -65,6 +66,7 @@ __all__ = [
     "maybe_read_request",
     "open_worker",
     "refusal_plan",
+    "relayed_headers",
     "reset_on_close",
     "run_server_cli",
     "send_quietly",
@@ -435,6 +437,27 @@ async def _send_plan(
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return "client_gone", sent
     return "complete", sent
+
+
+#: Request headers a relay (the hub, the real worker's front) does not send on: one hop's (RFC 9110
+#: section 7.6.1) and the body's framing, which the relay sets itself on its fresh upstream connection.
+HOP_HEADERS = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+        b"expect",
+    }
+)
+
+
+def relayed_headers(request: h11.Request, dropped: frozenset[bytes] = HOP_HEADERS) -> list[tuple[bytes, bytes]]:
+    """`request`'s headers as received (raw names, in order) but those `dropped` (lower-case names)."""
+    return [(name, value) for name, value in request.headers.raw_items() if name.lower() not in dropped]
 
 
 def reset_on_close(stream: trio.SocketStream) -> None:
