@@ -8,6 +8,7 @@ that the hub hides, in each dialect, through `direct` and `finish_fix`, one clie
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import struct
 import threading
@@ -18,11 +19,12 @@ from typing import Any
 import pytest
 
 from finishline import Dialect
+from labs.__main__ import run_and_report
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
-from labs.worker.llama_cpp import MODEL_FILE, LlamaCppServer
-from labs.worker.real import RealUpstream, RealWorker, discover_model, open_real_worker
+from labs.worker.llama_cpp import MODEL_FILE, LlamaCppServer, xllamacpp_version
+from labs.worker.real import LLAMA_CPP, RealUpstream, RealWorker, discover_model, open_real_worker
 from tests.fixtures_lab import Received, chat_request, client_exchange, run_trio
 from tests.upstream_server import Drop, Script, UpstreamServer
 
@@ -115,6 +117,37 @@ def test_the_run_keeps_the_servers_stream_for_the_report(real_matrix):
     assert "SmolLM2-135M-Instruct" in streams[("healthy", "chat")]
     assert "content_block_delta" in streams[("healthy", "messages")]
     assert Path(real_matrix["run_dir"]).is_dir()
+
+
+def test_a_run_with_the_llama_cpp_worker_starts_the_server_and_names_it_in_result_json(tmp_path):
+    """`--worker llama.cpp` (issue 26): the lab starts llama.cpp's server itself (labs/workers.py),
+    and result.json says what ran. Small: one client per dialect, the control row and the hub's hidden
+    cut, direct."""
+    scenarios = tuple(
+        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=("direct",), agents=False)
+        for name in SCENARIOS
+    )
+    config = LabConfig(
+        scenarios=scenarios,
+        clients=CLIENTS,
+        gateways=("direct",),
+        dialects=tuple(Dialect),
+        results_dir=tmp_path,
+        worker=LLAMA_CPP,
+    )
+    assert run_and_report(config, []) == 0
+    (written,) = tmp_path.glob("**/result.json")
+    result = json.loads(written.read_text())
+    facts = result["worker"]
+    assert (facts["worker"], facts["model"], facts["model_file"]) == ("llama.cpp", MODEL_FILE, MODEL_FILE)
+    assert facts["xllamacpp_version"] == xllamacpp_version()
+    assert isinstance(facts["llama_cpp_version"], str) and facts["llama_cpp_version"]
+    outcomes = {(cell["scenario"], cell["dialect"]): (cell["outcome"], cell["why"]) for cell in result["cells"]}
+    expected_outcomes = {"healthy": "ok", "cut-after-tokens-hub-close": "silent-truncation"}
+    assert {key: outcome for key, (outcome, _) in outcomes.items()} == {
+        (name, dialect): outcome for name, outcome in expected_outcomes.items() for dialect in Dialect
+    }, outcomes
+    assert (written.parent / "llama.cpp.log").is_file()  # the server the lab started kept its log
 
 
 def front_request(model: str, dialect: Dialect = Dialect.CHAT) -> bytes:
