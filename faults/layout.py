@@ -212,10 +212,10 @@ def _opens_answer(data: str, dialect: Dialect) -> bool:
     value = _json_object(data)
     if value is None:
         return False
-    if dialect is Dialect.MESSAGES:
-        return value.get("type") in _MESSAGES_PREAMBLE
-    if dialect is Dialect.RESPONSES:
-        return value.get("type") in _RESPONSES_PREAMBLE
+    kind = value.get("type")
+    if dialect is not Dialect.CHAT:
+        # A list or an object is unhashable: `in` a frozenset would raise TypeError.
+        return isinstance(kind, str) and kind in (_MESSAGES_PREAMBLE if dialect is Dialect.MESSAGES else _RESPONSES_PREAMBLE)
     choices = value.get("choices")
     if not isinstance(choices, list) or not choices or value.get("error"):
         return False

@@ -30,9 +30,12 @@ from faults.child_processes import (
 )
 from labs.processes import open_service
 from tests.fixtures_lab import run_trio
-from tests.process_watch import DEADLINE, is_dead, wait_until
+from tests.process_watch import CHAINED_WAITS_TIMEOUT, DEADLINE, is_dead, wait_until
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and PR_SET_PDEATHSIG are Linux's"),
+    pytest.mark.timeout(CHAINED_WAITS_TIMEOUT),
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -111,3 +111,29 @@ def test_the_writers_frames_are_finish_fixs_own_for_the_same_cut(dialect):
     writer = StreamErrorWriter(dialect)
     writer.receive_data(upstream)
     assert writer.error_frames(message, code=code) == ending
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+@pytest.mark.parametrize("line_ending", [b"\n", b"\r\n"])
+@pytest.mark.parametrize("where", ["mid-line", "after a line"])
+@pytest.mark.parametrize("dialect", list(Dialect))
+def test_a_cut_inside_an_event_is_ended_before_the_error_frames(dialect, where, line_ending, chunking):
+    """A relay passing bytes on as they come sent half an event: the ending first closes that event,
+    so the client reads the partial event, then the error frames whole (review C1)."""
+    whole = {
+        Dialect.CHAT: b"".join(
+            b'data: {"choices":[{"index":0,"delta":{"content":"%s"}}]}' % text + line_ending * 2 for text in (b"a", b"b")
+        ),
+        Dialect.MESSAGES: b"".join(messages_stream(["a", "b"], closed=False, line_ending=line_ending)),
+        Dialect.RESPONSES: b"".join(responses_stream(["a", "b"], closed=False, line_ending=line_ending)),
+    }[dialect]
+    last_event = whole[: -len(line_ending)].rfind(line_ending * 2) + 2 * len(line_ending)
+    first_line_end = whole.index(line_ending, last_event) + len(line_ending)
+    cut = whole[: first_line_end - 5] if where == "mid-line" else whole[:first_line_end]
+    framer = EventFramer()
+    events = framer.receive_data(cut + written(dialect, cut, chunking))
+    assert framer.receive_end() is None  # nothing left half-read
+    ending = written(dialect, whole[:last_event], "whole")  # the frames after the whole events only
+    expected = [event.raw for event in EventFramer().receive_data(ending)]
+    assert [event.raw for event in events[-len(expected) :]] == expected
+    assert events[-len(expected) - 1].raw.startswith(cut[last_event:])  # the partial event, ended

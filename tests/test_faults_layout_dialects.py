@@ -109,6 +109,21 @@ def test_messages_preamble_keeps_ping_and_the_block_start_before_the_first_token
     assert layout.offset_after_tokens(1) == len(raw) - len(stop)
 
 
+@pytest.mark.parametrize("odd_type", [["message_start"], {"a": 1}], ids=["list", "object"])
+@pytest.mark.parametrize("dialect", DIALECTS, ids=lambda d: d.value)
+def test_an_event_whose_type_is_no_string_is_no_preamble_and_no_crash(dialect, odd_type):
+    """A `type` that is a list or an object is read as no preamble event, not a TypeError (review C3)."""
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
+    odd = b"data: " + json.dumps({"type": odd_type}).encode() + b"\n\n"
+    token = {
+        Dialect.MESSAGES: b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"A"}}\n\n',
+        Dialect.RESPONSES: b'data: {"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"A"}\n\n',
+    }[dialect]
+    layout = layout_from_capture(head + odd + token, dialect)
+    assert layout.offset_after_tokens(0) == len(head)  # the odd event opens no answer
+    assert layout.offset_after_tokens(1) == len(head + odd + token)
+
+
 def test_two_captures_with_a_token_of_another_length_are_refused():
     def capture(first: str) -> bytes:
         head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"

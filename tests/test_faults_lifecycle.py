@@ -26,13 +26,13 @@ from faults.toxiproxy_client import Toxic, ToxiproxyClient, ToxiproxyUnavailable
 from faults.toxiproxy_server import ToxiproxyServerError, run_toxiproxy_server
 from labs.worker import open_worker, parse_settings, response_plan
 from tests.fixtures_lab import open_proxy, run_trio
-from tests.process_watch import DEADLINE, is_dead, wait_until
+from tests.process_watch import CHAINED_WAITS_TIMEOUT, DEADLINE, is_dead, wait_until
 from tests.test_faults_cli import assert_one_line_error, faults_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 # Every test runs toxiproxy-server (a module-scoped fixture), the CLI or both.
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(CHAINED_WAITS_TIMEOUT)]
 
 
 def start_cli(*arguments: str) -> ChildProcess:

@@ -46,8 +46,10 @@ def test_a_scenarios_deadline_governs_its_requests_and_the_labs_comes_back(lab_f
     response = raw_post(f"{lab_finish_fix.url}{prefix}/v1/chat/completions")
     assert response.status == 504 and b"no response head within 1 s of the request" in response.body
 
-    # The next scenario has none: the lab's own value is back (what a PUT answers is what is set).
-    trio.run(options.apply, {})
+    # The next scenario has none: the lab's own value is back (what a PUT answers is read back from
+    # mitmproxy, so this is the deadline in force, not the request echoed).
+    assert trio.run(options.apply, {}) == {"finish_fix_first_token_timeout": "600"}
+    assert trio.run(options.apply, {}) == {}  # nothing to send: the options in force are these
     assert put(lab_finish_fix, {}).json() == {"options": {}}
     again = put(lab_finish_fix, {"finish_fix_idle_timeout": "3"}).json()
     assert again == {"options": {"finish_fix_idle_timeout": "3"}}

@@ -20,9 +20,9 @@ from faults.child_processes import ChildProcess, start_child
 from labs.clients.hosts import DRIVER_HOST_CRASHED, open_driver_hosts
 from labs.worker.server import open_worker
 from tests.fixtures_lab import run_trio
-from tests.process_watch import DEADLINE, wait_until
+from tests.process_watch import CHAINED_WAITS_TIMEOUT, DEADLINE, wait_until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(CHAINED_WAITS_TIMEOUT)]
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,18 +8,25 @@ that the hub hides, in each dialect, through `direct` and `finish_fix`, one clie
 from __future__ import annotations
 
 import dataclasses
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from finishline import Dialect
+from labs.__main__ import run_and_report
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
-from labs.worker.llama_cpp import MODEL_FILE, LlamaCppServer
-from labs.worker.real import RealUpstream, RealWorker, discover_model, open_real_worker
+from labs.worker.llama_cpp import MODEL_FILE, LlamaCppServer, xllamacpp_version
+from labs.worker.real import LLAMA_CPP, RealUpstream, RealWorker, discover_model, open_real_worker
 from tests.fixtures_lab import Received, chat_request, client_exchange, run_trio
+from tests.upstream_server import Drop, Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -112,6 +119,37 @@ def test_the_run_keeps_the_servers_stream_for_the_report(real_matrix):
     assert Path(real_matrix["run_dir"]).is_dir()
 
 
+def test_a_run_with_the_llama_cpp_worker_starts_the_server_and_names_it_in_result_json(tmp_path):
+    """`--worker llama.cpp` (issue 26): the lab starts llama.cpp's server itself (labs/workers.py),
+    and result.json says what ran. Small: one client per dialect, the control row and the hub's hidden
+    cut, direct."""
+    scenarios = tuple(
+        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=("direct",), agents=False)
+        for name in SCENARIOS
+    )
+    config = LabConfig(
+        scenarios=scenarios,
+        clients=CLIENTS,
+        gateways=("direct",),
+        dialects=tuple(Dialect),
+        results_dir=tmp_path,
+        worker=LLAMA_CPP,
+    )
+    assert run_and_report(config, []) == 0
+    (written,) = tmp_path.glob("**/result.json")
+    result = json.loads(written.read_text())
+    facts = result["worker"]
+    assert (facts["worker"], facts["model"], facts["model_file"]) == ("llama.cpp", MODEL_FILE, MODEL_FILE)
+    assert facts["xllamacpp_version"] == xllamacpp_version()
+    assert isinstance(facts["llama_cpp_version"], str) and facts["llama_cpp_version"]
+    outcomes = {(cell["scenario"], cell["dialect"]): (cell["outcome"], cell["why"]) for cell in result["cells"]}
+    expected_outcomes = {"healthy": "ok", "cut-after-tokens-hub-close": "silent-truncation"}
+    assert {key: outcome for key, (outcome, _) in outcomes.items()} == {
+        (name, dialect): outcome for name, outcome in expected_outcomes.items() for dialect in Dialect
+    }, outcomes
+    assert (written.parent / "llama.cpp.log").is_file()  # the server the lab started kept its log
+
+
 def front_request(model: str, dialect: Dialect = Dialect.CHAT) -> bytes:
     """A cell's streamed request to the front, on a connection the client closes after it."""
     body: dict[str, Any] = {"model": model, "stream": True, "max_tokens": 4096, "temperature": 1.5}
@@ -151,3 +189,74 @@ def test_the_front_refuses_a_late_request_of_a_finished_cell_without_asking_the_
     received, worker = run_trio(body, deadline=60)
     assert received.data.startswith(b"HTTP/1.1 409") and b"not one of the lab's current cells" in received.data
     assert worker.stale_refused == 1 and worker.arrivals == []
+
+
+# -- a URL server that is not llama.cpp: the front's head and endings -------------------------------
+
+
+def through_front(port: int, path: str) -> tuple[Received, RealWorker]:
+    """One cell's request through the front of the server at 127.0.0.1:`port`, its routes under `path`."""
+    upstream = RealUpstream(host="127.0.0.1", port=port, path=path, model="m", facts={})
+
+    async def body() -> tuple[Received, RealWorker]:
+        async with open_real_worker(upstream) as worker:
+            return await client_exchange(worker.port, front_request("c0001")), worker
+
+    return run_trio(body, deadline=120)
+
+
+def test_a_head_that_would_keep_the_connection_alive_is_made_to_say_it_closes():
+    # The front closes the gateway's connection after the response; a server that does not echo
+    # the request's `connection: close` must not make the gateway expect to reuse it (review C2).
+    event = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+    with UpstreamServer() as server:
+        prefix = server.route(Script(pieces=[event], headers=[("Connection", "keep-alive"), ("Keep-Alive", "timeout=5")]))
+        received, worker = through_front(server.port, f"{prefix}/v1")
+    head, _, rest = received.data.partition(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    assert lines[0].startswith(b"http/1.1 200") and b"connection: close" in lines
+    assert not any(line.startswith((b"keep-alive:", b"connection: keep-alive")) for line in lines)
+    assert event in rest and rest.endswith(b"0\r\n\r\n") and received.ending == "fin"
+    assert [a.ended for a in worker.attempts] == ["complete"]
+
+
+def test_a_server_that_closes_before_its_head_is_booked_closed_not_client_gone():
+    with UpstreamServer() as server:
+        prefix = server.route(Script(drop=Drop.EVERY))
+        received, worker = through_front(server.port, f"{prefix}/v1")
+    assert (received.data, received.ending) == (b"", "fin")
+    assert [(a.ended, a.status) for a in worker.attempts] == [("closed", None)]
+
+
+@pytest.fixture
+def resetting_server() -> Iterator[int]:
+    """A server that reads a request and resets the connection, before any byte of an answer."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return  # the listener was closed
+            data = b""
+            while b"\r\n\r\n" not in data and (piece := connection.recv(65536)):
+                data += piece
+            connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            connection.close()  # SO_LINGER 0: a reset
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        thread.join()
+
+
+def test_a_server_that_resets_before_its_head_is_booked_reset_and_passed_on_as_one(resetting_server):
+    # Review C4: the gateway did not leave, the server reset; the books say so and so does the wire.
+    received, worker = through_front(resetting_server, "/v1")
+    assert (received.data, received.ending) == (b"", "reset")
+    assert [(a.ended, a.status) for a in worker.attempts] == [("reset", None)]

@@ -15,6 +15,10 @@ A Responses ending continues the stream it ends (the id of its `response.created
 `sequence_number`s: a changed id makes both OpenAI SDKs raise "Lifecycle response identity
 changed"), and every ending is written in the stream's own line endings, so the writer reads the
 body bytes that went out before it: feed them to `receive_data`, in any split.
+
+A relay that passes bytes on as they come (a close-delimited body) may have sent half an event when
+its upstream failed; the ending then starts with the line endings that close that event, so the
+client reads the partial event and then the error, not the error's lines glued onto a `data:` line.
 """
 
 from __future__ import annotations
@@ -32,15 +36,19 @@ __all__ = ["StreamErrorWriter"]
 class StreamErrorWriter:
     """Reads a stream as it goes to the client; `error_frames` is the error ending its dialect takes."""
 
-    __slots__ = ("_dialect", "_framer", "_so_far")
+    __slots__ = ("_dialect", "_framer", "_last_byte", "_so_far")
 
     def __init__(self, dialect: Dialect) -> None:
         self._dialect = Dialect(dialect)
         self._framer = EventFramer()
         self._so_far = ResponseSoFar()
+        # The last byte read: whether the event the framer holds stopped mid-line or after a line.
+        self._last_byte = b""
 
     def receive_data(self, data: bytes) -> None:
         """Body bytes the client was sent. Never raises on what they hold."""
+        if data:
+            self._last_byte = data[-1:]
         for event in self._framer.receive_data(data):
             if self._dialect is not Dialect.RESPONSES:
                 continue  # only Responses continues what came before; the framer notes the line ending
@@ -53,7 +61,16 @@ class StreamErrorWriter:
         """The dialect's error ending, after the bytes read so far (see the module's table)."""
         line_ending = self._framer.line_ending or b"\n"
         if self._dialect is Dialect.MESSAGES:
-            return error_frame(message, line_ending)
-        if self._dialect is Dialect.RESPONSES:
-            return failure_frames(message, line_ending, so_far=self._so_far, code=code)
-        return error_event(message, line_ending, code=code)
+            frames = error_frame(message, line_ending)
+        elif self._dialect is Dialect.RESPONSES:
+            frames = failure_frames(message, line_ending, so_far=self._so_far, code=code)
+        else:
+            frames = error_event(message, line_ending, code=code)
+        return self._partial_event_end(line_ending) + frames
+
+    def _partial_event_end(self, line_ending: bytes) -> bytes:
+        """The line endings that end the event the client got part of: none when it got whole
+        events, one when the part stopped after a line (the blank line), two when mid-line."""
+        if not self._framer.held_bytes:
+            return b""
+        return line_ending if self._last_byte in (b"\r", b"\n") else line_ending * 2

@@ -6,7 +6,8 @@ lab's own back for the next scenario that has none.
 
 `PUT /.finishline-lab/options` with a JSON object `{"finish_fix_...": "value", ...}`: every option it
 names is set (as `--set` would), every option an earlier PUT set and this one does not name goes
-back to its value before the first PUT, and the answer is 200 with the options now set, or 400 with
+back to its value before the first PUT, and the answer is 200 with the value now in force of every
+option it set or put back (read back from mitmproxy, not echoed), or 400 with
 finish_fix's own one line when it refuses a value (mitmproxy then keeps the old ones). Nothing else
 is served, and the request never goes upstream. Only `finish_fix_*` options: the lab's cells must
 not be able to change what mitmproxy does with them. Lab-only: a production finish_fix has no such
@@ -57,7 +58,7 @@ class FinishFixOptions:
             flow.response = _answer(400, {"error": str(refused)})
             return
         self._before = {name: before[name] for name in wanted}
-        flow.response = _answer(200, {"options": values})
+        flow.response = _answer(200, {"options": {name: getattr(ctx.options, name) for name in values}})
 
 
 def _answer(status: int, body: dict[str, Any]) -> http.Response:

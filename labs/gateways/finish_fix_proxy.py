@@ -68,19 +68,24 @@ class FinishFixOptions:
     # What the last `apply` set (the lab's options alone at the start).
     _applied: dict[str, str] = field(default_factory=dict)
 
-    async def apply(self, options: Mapping[str, str]) -> None:
+    async def apply(self, options: Mapping[str, str]) -> dict[str, str]:
         """Run with `options` (full option names) over the lab's, from now on; nothing is sent
         when they are the ones in force.
+
+        Returns:
+            What finish_fix says is now in force for every option it set or put back to the lab's
+            value (empty when nothing was sent).
 
         Raises:
             FinishFixOptionsError: finish_fix refused a value (its own line).
         """
         if dict(options) == self._applied:
-            return
-        await trio.to_thread.run_sync(self._put, dict(options))
+            return {}
+        in_force = await trio.to_thread.run_sync(self._put, dict(options))
         self._applied = dict(options)
+        return in_force
 
-    def _put(self, options: dict[str, str]) -> None:
+    def _put(self, options: dict[str, str]) -> dict[str, str]:
         request = urllib.request.Request(
             self.origin + OPTIONS_PATH,
             data=json.dumps(options).encode(),
@@ -90,7 +95,8 @@ class FinishFixOptions:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy from the environment
         try:
             with opener.open(request, timeout=30) as response:
-                response.read()
+                in_force: dict[str, str] = json.loads(response.read())["options"]
+                return in_force
         except urllib.error.HTTPError as refused:
             error = json.loads(refused.read() or b"{}").get("error", f"HTTP {refused.code}")
             raise FinishFixOptionsError(f"finish_fix at {self.origin} refused {options}: {error}") from None

@@ -94,7 +94,7 @@ class Gateway:
     #: Awaited with a scenario's finish_fix options (full option names; empty: the lab's own) as
     #: it starts, for a gateway with finish_fix in its path (labs/gateways/finish_fix_proxy.py);
     #: gateways sharing one finish_fix share this callable. None for the rest.
-    configure: Callable[[Mapping[str, str]], Awaitable[None]] | None = None
+    configure: Callable[[Mapping[str, str]], Awaitable[object]] | None = None
 
     def model_for(self, dialect: Dialect, model: str) -> str:
         """The model name a `dialect` client asks this gateway for, to reach the worker's `model`."""

@@ -29,6 +29,7 @@ from labs.worker.settings import DEFAULT_MODEL_NAME
 
 __all__ = [
     "ENDED_CLIENT_GONE",
+    "ENDED_CLOSED",
     "ENDED_COMPLETE",
     "ENDED_IN_FLIGHT",
     "ENDED_NO_RESPONSE",
@@ -50,8 +51,10 @@ __all__ = [
 ENDED_COMPLETE = "complete"
 #: Writing failed because the client (or the gateway in front) went away.
 ENDED_CLIENT_GONE = "client_gone"
-#: The server reset the connection before any response byte (`reset_before_head`).
+#: The server reset the connection before any response head (`reset_before_head`; the real front's server).
 ENDED_RESET = "reset"
+#: The server closed the connection (a FIN) before any response head (the real worker's front).
+ENDED_CLOSED = "closed"
 #: The server held the request without answering until the client left (`no_response`).
 ENDED_NO_RESPONSE = "no_response"
 #: Refused with 409: the cell is not one of the lab's current cells (a late retry of an earlier cell).

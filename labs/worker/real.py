@@ -38,7 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -51,6 +51,7 @@ from faults.probe import capture_response, same_layout
 from finishline import Dialect
 from labs.worker.attempts import (
     ENDED_CLIENT_GONE,
+    ENDED_CLOSED,
     ENDED_REFUSED_STALE,
     ENDED_RESET,
     Attempt,
@@ -339,7 +340,8 @@ async def _relay(
     lines += [f"content-length: {len(body)}".encode(), b"connection: close"]
     data = b"\r\n".join(lines) + b"\r\n\r\n" + body
     status: int | None = None
-    head = b""
+    head = b""  # the server's head while it is incomplete
+    head_sent = False
     relayed = 0
     first_token_end = worker.first_token_ends.get(attempt.dialect) if attempt.dialect is not None else None
     try:
@@ -352,22 +354,31 @@ async def _relay(
         return False
     async with server:
         try:
-            await server.send_all(data)
             while True:
                 try:
+                    if data:
+                        await server.send_all(data)  # the request, once
+                        data = b""
                     chunk = await server.receive_some(65536)
                 except trio.BrokenResourceError as error:
-                    if isinstance(error.__cause__, ConnectionResetError):
+                    reset = isinstance(error.__cause__, ConnectionResetError)
+                    await _pass_on(stream, head)  # a part of a head that came is passed on
+                    if reset:
                         reset_on_close(stream)  # a reset is passed on as a reset
-                    attempt.close(worker, ENDED_CLIENT_GONE if status is None else response_ending(status), status)
+                    attempt.close(worker, _ending_before_head(reset) if status is None else response_ending(status), status)
                     return False
                 if not chunk:
                     break
-                if status is None:
+                if not head_sent:
+                    # The head is held until it is whole, so it can be made to say the connection
+                    # closes (the front always closes it after the response).
                     head += chunk
-                    if (match := _STATUS.match(head)) is not None:
+                    if status is None and (match := _STATUS.match(head)) is not None:
                         status = int(match.group(1))
                         attempt.note_head(trio.current_time())
+                    if (blank := head.find(b"\r\n\r\n")) < 0:
+                        continue
+                    chunk, head, head_sent = _closing_head(head[: blank + 2]) + head[blank + 2 :], b"", True
                 await stream.send_all(chunk)
                 relayed += len(chunk)
                 if first_token_end is not None and status is not None and status < 300 and relayed >= first_token_end:
@@ -375,8 +386,36 @@ async def _relay(
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             attempt.close(worker, ENDED_CLIENT_GONE, status)
             return False
-    attempt.close(worker, response_ending(status or 502), status)
+    await _pass_on(stream, head)  # the server ended inside its head: what came is passed on
+    attempt.close(worker, _ending_before_head(reset=False) if status is None else response_ending(status), status)
     return False
+
+
+async def _pass_on(stream: trio.SocketStream, data: bytes) -> None:
+    """Send what is held to the gateway, if anything, unless it has left."""
+    if data:
+        with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(data)
+
+
+def _ending_before_head(reset: bool) -> str:
+    """How an attempt ended that the server ended before a status line: the gateway got what the
+    server did, a reset or a FIN (not `client_gone`: the gateway did not leave)."""
+    return ENDED_RESET if reset else ENDED_CLOSED
+
+
+def _closing_head(head: bytes) -> bytes:
+    """The server's head (its lines, each with its CRLF, without the blank line) saying
+    `connection: close`: the front asked for it, and closes the connection after the response
+    whatever the server says, so a head that would keep it alive gets its connection headers
+    replaced (llama.cpp's server echoes `Connection: close`; another server may not)."""
+    status_line, *lines = head.split(b"\r\n")[:-1]
+    names = [line.partition(b":")[0].strip().lower() for line in lines]
+    for name, line in zip(names, lines, strict=True):
+        if name == b"connection" and b"close" in [t.strip().lower() for t in line.partition(b":")[2].split(b",")]:
+            return head
+    kept = [line for name, line in zip(names, lines, strict=True) if name not in (b"connection", b"keep-alive")]
+    return b"\r\n".join([status_line, *kept, b"connection: close"]) + b"\r\n"
 
 
 # -- the truth, from the server ----------------------------------------------------------------
