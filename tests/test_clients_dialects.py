@@ -36,7 +36,7 @@ from labs.clients.hosts import open_driver_hosts
 from labs.worker.server import open_worker
 from tests.fixtures_lab import run_trio
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 NEW_DIALECTS = (Dialect.MESSAGES, Dialect.RESPONSES)
 #: The worker's answer for `tokens=5` (labs.worker.answer), in every dialect.

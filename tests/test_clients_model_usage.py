@@ -15,7 +15,7 @@ from labs.clients.hosts import open_driver_hosts
 from labs.worker import WorkerSettings, open_worker
 from tests.fixtures_lab import run_trio
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 CELLS = [
     (Dialect.CHAT, "openai-python"),

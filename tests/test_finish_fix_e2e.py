@@ -34,7 +34,7 @@ from tests.feeding import complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.upstream_server import Framing, Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 # -- rule C3: missing terminal reason ------------------------------------------------------------------

@@ -39,7 +39,7 @@ from tests.test_core_malformed import cut, healthy, with_malformed
 from tests.test_finish_fix_e2e_telemetry import SPAN_WAIT_S, scrape, streams_total
 from tests.upstream_server import Ending, Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 # -- books ------------------------------------------------------------------------------------------
 

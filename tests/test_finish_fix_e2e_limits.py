@@ -31,7 +31,7 @@ from tests.e2e_support import openai_client, raw_post
 from tests.feeding import data_events
 from tests.mitmdump_process import Mitmdump, running_finish_fix
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 4

@@ -36,7 +36,7 @@ from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import running_finish_fix
 from tests.upstream_server import Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 DEADLINE = {"finish_fix_first_token_timeout": "2"}
 # Ample for a head the test releases at once, on a loaded machine; no test waits it out.

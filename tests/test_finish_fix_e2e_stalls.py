@@ -27,7 +27,7 @@ from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_finish_fix
 from tests.upstream_server import Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 DEADLINES = {"finish_fix_idle_timeout": "2", "finish_fix_first_token_timeout": "2"}
 KEEP_ALIVE = b": keep-alive\n\n"

@@ -30,7 +30,7 @@ from tests.fixtures_lab import run_trio
 from tests.otlp_receiver import ReceivedSpan, refusing_otlp_endpoint, running_otlp_receiver
 from tests.upstream_server import Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 SPAN_WAIT_S = 30
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

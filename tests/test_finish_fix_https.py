@@ -35,7 +35,7 @@ from tests.e2e_support import (
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump, running_mitmdump
 from tests.upstream_server import Ending, Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 def write_self_signed_certificate(folder: Path) -> tuple[Path, Path]:

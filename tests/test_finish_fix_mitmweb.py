@@ -19,7 +19,7 @@ from tests.e2e_support import ANSWER, CUTS, chat_url, raw_post
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump, MitmdumpError
 from tests.upstream_server import Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 @dataclass

@@ -51,7 +51,7 @@ def finish_fix_gateway(start_mitmdump, tmp_path):
     return f"{mitmdump.url}/v1", upstream_port, ledger
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(600)
 def test_finish_fix_passes_rule_2_the_finish_reasons_and_its_books_but_cannot_retry(finish_fix_gateway, tmp_path):
     url, upstream_port, ledger = finish_fix_gateway
     card = grade(
@@ -74,7 +74,7 @@ def test_finish_fix_passes_rule_2_the_finish_reasons_and_its_books_but_cannot_re
     assert card.exit_status == 1
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(600)
 def test_without_a_spare_rule_1_is_not_tested_and_without_books_rule_3_not_checked(finish_fix_gateway, tmp_path):
     url, upstream_port, _ = finish_fix_gateway
     card = grade(url, upstream_port, tmp_path, only=(*RULE_1, "cut-after-tokens-fin", "cuts-booked-as-errors"))
@@ -85,7 +85,7 @@ def test_without_a_spare_rule_1_is_not_tested_and_without_books_rule_3_not_check
     assert card.exit_status == 0  # nothing failed: not tested and not checked are not failures
 
 
-@pytest.mark.timeout(200)
+@pytest.mark.timeout(600)
 def test_plain_mitmdump_fails_rule_2(start_mitmdump, tmp_path):
     upstream_port = free_port()
     mitmdump = start_mitmdump(mode=f"reverse:http://127.0.0.1:{upstream_port}")
@@ -140,7 +140,7 @@ def test_an_upstream_port_that_is_taken_exits_2_with_one_line(tmp_path, capsys):
     assert err.startswith(f"error: --upstream-port {port}: 127.0.0.1:{port} is taken") and err.count("\n") == 1
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(600)
 def test_a_gateway_whose_upstream_is_elsewhere_cannot_be_graded(start_mitmdump, tmp_path):
     mitmdump = start_mitmdump(mode=f"reverse:http://127.0.0.1:{free_port()}")
     with pytest.raises(

@@ -42,7 +42,7 @@ CLOSED_BEFORE_HEAD = (
 LABELS = {r.name: r.label for r in REQUESTS}
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(600)
 def test_a_kept_alive_connection_closed_before_the_next_response_is_asked_again_once(upstream):
     # Every request that goes out on a connection the server kept alive finds it closed (llama.cpp's
     # FIN after a stream, losing the race every time): each is asked again, once, on a new one.
@@ -73,7 +73,7 @@ def test_a_kept_alive_connection_closed_before_the_next_response_is_asked_again_
     assert KEPT_ALIVE_NOTE in card.setup["answers"]["JSON stop"]
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(600)
 def test_a_server_that_closes_before_any_answer_is_said_in_words_and_not_asked_again(upstream):
     # Every request, each on a new connection, finds it closed: no kept-alive connection, no retry;
     # the evidence says what happened, not a status of 0.

@@ -22,7 +22,7 @@ from tests.e2e_support import ANSWER, raw_post
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump, running_mitmdump
 from tests.upstream_server import Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from tests.fixtures_lab import chat_request
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 
 def test_a_late_retry_of_a_hung_cell_is_refused_and_every_healthy_cell_is_ok(tmp_path: Path):

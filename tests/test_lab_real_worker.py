@@ -28,7 +28,7 @@ from labs.worker.real import LLAMA_CPP, RealUpstream, RealWorker, discover_model
 from tests.fixtures_lab import Received, chat_request, client_exchange, run_trio
 from tests.upstream_server import Drop, Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 #: One client per dialect (openai-python speaks Chat and Responses, anthropic-python Messages).
 CLIENTS = ("openai-python", "anthropic-python")

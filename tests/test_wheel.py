@@ -183,7 +183,7 @@ def _judged(body: bytes) -> Verdict:
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)
 def test_the_installed_finish_fix_repairs_a_stream_in_front_of_the_worker(installed, finishline_worker, tmp_path):
     worker = finishline_worker("finish=omitted")
     addon = _run([installed.bin("finish-fix"), "--addon-path"]).strip()
@@ -263,7 +263,7 @@ def test_the_installed_addon_path_loads_in_a_plain_mitmdump(installed, tmp_path)
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)
 def test_the_installed_finishline_grades_the_worker(installed, finishline_worker, tmp_path):
     result = run_child(
         [str(installed.bin("finishline")), "grade", "server", "--url", finishline_worker()],
@@ -276,7 +276,7 @@ def test_the_installed_finishline_grades_the_worker(installed, finishline_worker
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(600)
 def test_pytest_with_the_plugin_in_a_project_that_has_its_own_labs(installed, tmp_path):
     project = tmp_path / "project"
     (project / "labs").mkdir(parents=True)
