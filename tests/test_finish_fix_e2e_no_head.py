@@ -10,7 +10,7 @@ request and holds its response head back (`Script.head_gate`), for as long as th
 - A head that comes inside the deadline is untouched: the upstream sends it when the test, having
   seen the request arrive, tells it to (the deadline generous, so no race of sleeps decides it).
 - Requests the deadline must not touch (one that asked for no stream, a path out of scope) are
-  left waiting, as mitmproxy would.
+  left waiting, as mitmproxy would: the first is booked as the client's leaving once it gave up.
 
 No timed assertions: each case waits on a condition (the request arrived, the response ended, the
 upstream saw the close); a late 504 only makes a test slower.
@@ -176,17 +176,28 @@ def test_a_head_inside_the_deadline_is_untouched(start_finish_fix, upstream: Ups
     assert not any(target.startswith(prefix + "/") for target in upstream.abandoned)
 
 
-@pytest.mark.parametrize(
-    ("path", "stream"),
-    [("/v1/chat/completions", False), ("/v1/embeddings", True)],
-    ids=["no-stream-asked", "path-out-of-scope"],
-)
-def test_requests_the_deadline_does_not_govern_are_left_waiting(no_head_proxy, upstream: UpstreamServer, path, stream):
-    # A whole answer's head comes after all its tokens, and a path out of scope is not finish_fix's:
-    # mitmproxy waits for them as it would without finish_fix. The client gives up at twice the deadline.
-    prefix = never_answered(upstream)
+def ask_and_give_up(proxy: FinishFixProxy, prefix: str, path: str, *, stream: bool) -> None:
+    """Posts a request whose upstream never answers; the client gives up at twice the 2 s deadline
+    (a lower bound: only a wrong 504 is timing-sensitive, and a late one fails the books' check)."""
     with httpx.Client(trust_env=False, timeout=4) as client:
         with pytest.raises(httpx.ReadTimeout):
-            client.post(f"{no_head_proxy.mitmdump.url}{prefix}{path}", json=request_body(Dialect.CHAT, stream=stream))
-    # (Once the client left, the flow is booked as the client's leaving; never as a 504 of finish_fix's.)
-    assert all(record["status"] != 504 for record in no_head_proxy.ledger_lines(prefix))
+            client.post(f"{proxy.mitmdump.url}{prefix}{path}", json=request_body(Dialect.CHAT, stream=stream))
+
+
+def test_a_request_that_asked_for_no_stream_is_left_waiting(no_head_proxy, upstream: UpstreamServer):
+    # A whole answer's head comes after all its tokens: mitmproxy waits for it as it would without
+    # finish_fix, and the flow is booked as the client's leaving, never as a 504 of finish_fix's.
+    prefix = never_answered(upstream)
+    ask_and_give_up(no_head_proxy, prefix, "/v1/chat/completions", stream=False)
+    [record] = no_head_proxy.wait_ledger_lines(prefix)
+    assert record["verdict"] == "skipped" and record["detail"] == "skipped: the client went away before the response", record
+    assert record.get("status") != 504, record
+
+
+def test_a_path_out_of_scope_is_left_waiting(no_head_proxy, upstream: UpstreamServer):
+    # Not finish_fix's path: it neither answers nor books it (no ledger line to wait for), so the proof
+    # is the client's own timeout; mitmproxy closes the upstream once the client left.
+    prefix = never_answered(upstream)
+    ask_and_give_up(no_head_proxy, prefix, "/v1/embeddings", stream=True)
+    assert upstream.wait_abandoned(prefix)
+    assert no_head_proxy.ledger_lines(prefix) == []
