@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import httpx
 import openai
 import pytest
 
+from faults.child_processes import START_DEADLINE_S
 from finishline import Dialect
 from tests.chat_streams import chat_stream
 from tests.dialect_streams import messages_stream, responses_stream
@@ -36,9 +38,12 @@ from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_mitmdump
 from tests.upstream_server import Script, UpstreamServer
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+# A backstop above the waits a test chains (each up to START_DEADLINE_S on a loaded machine), so a
+# slow run fails with the wait's own message, not pytest-timeout's.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(3 * START_DEADLINE_S)]
 
-DEADLINE = {"finish_fix_first_token_timeout": "2"}
+DEADLINE_S = 2.0
+DEADLINE = {"finish_fix_first_token_timeout": f"{DEADLINE_S:g}"}
 # Ample for a head the test releases at once, on a loaded machine; no test waits it out.
 GENEROUS_DEADLINE = {"finish_fix_first_token_timeout": "60"}
 MESSAGE = "no response head within 2 s of the request; the upstream did not answer (finish_fix)"
@@ -102,30 +107,26 @@ def test_no_head_at_all_is_a_504_with_the_dialects_error_body(no_head_proxy, ups
 
 
 def test_a_head_that_never_comes_after_a_slow_body_counts_from_the_body_sent(no_head_proxy, upstream: UpstreamServer):
-    # The body's second half waits for the upstream to see nothing yet, past the deadline: a
-    # deadline counted from the request head would answer before the request ever went upstream.
+    # The body's second half goes no sooner than twice the 2 s deadline after the first: a deadline
+    # counted from the request head would answer before the request ever went upstream. (A lower
+    # bound only: a right implementation waits for the whole body however late it comes; only a
+    # wrong one is timing-sensitive.)
     prefix = never_answered(upstream)
     body = json.dumps(request_body(Dialect.CHAT)).encode()
-    second_half_may_go = threading.Event()
 
     def slowly() -> Iterator[bytes]:
         yield body[: len(body) // 2]
-        second_half_may_go.wait(30)
+        time.sleep(2 * DEADLINE_S)
         yield body[len(body) // 2 :]
 
-    holder = threading.Timer(3.0, second_half_may_go.set)  # longer than the 2 s deadline
-    holder.start()
-    try:
-        with httpx.Client(trust_env=False, timeout=30) as client:
-            response = client.post(
-                f"{no_head_proxy.mitmdump.url}{prefix}/v1/chat/completions",
-                content=slowly(),
-                headers={"content-type": "application/json", "content-length": str(len(body))},
-            )
-    finally:
-        holder.cancel()
+    with httpx.Client(trust_env=False, timeout=START_DEADLINE_S) as client:
+        response = client.post(
+            f"{no_head_proxy.mitmdump.url}{prefix}/v1/chat/completions",
+            content=slowly(),
+            headers={"content-type": "application/json", "content-length": str(len(body))},
+        )
     assert response.status_code == 504 and response.json() == OPENAI_BODY
-    [arrived] = upstream.requests_under(prefix)
+    arrived = upstream.wait_request(prefix, timeout=START_DEADLINE_S)
     assert arrived.body == body, "the whole request went upstream before finish_fix answered"
     assert upstream.wait_abandoned(prefix)
 
