@@ -53,11 +53,14 @@ mitmproxy upgrade that changes any of them fails loudly.
 
 Hot reloads: mitmproxy re-executes the addon script on change, but this sibling module stays
 imported. The original method is kept on the class itself, so a wrapper is never wrapped, and
-`uninstall` (called from the addon's `done`) puts the original back. A stall timer may still be
-pending then (it outlives its response by up to one timeout), and mitmproxy's own method would refuse
-its `Wakeup` as an unexpected event: so while timers are pending, `uninstall` leaves the wrapper in
-place doing nothing but swallow them, and puts the original back when the last one arrived (a timer
-of a closed connection never arrives: the wrapper then stays, passing everything on).
+`uninstall` (called from the addon's `done`) puts the original back. A timer may still be pending
+then (a stall timer outlives its response by up to one timeout, a head timer is booked for every
+streaming request in scope), and mitmproxy's own method would refuse its `Wakeup` as an unexpected
+event: so while timers of open connections are pending, `uninstall` leaves the wrapper in place doing
+nothing but swallow them, and puts the original back when the last one arrived or its connection
+closed. Timers are counted per client connection because mitmproxy cancels a connection's timers when
+its client disconnects (`ConnectionHandler.handle_client`, before it sets the client's
+`timestamp_end`): such a `Wakeup` never arrives, and counting it would keep the wrapper forever.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from collections.abc import Callable, Iterable
 
 from mitmproxy import flow as mitm_flow
 from mitmproxy import http
+from mitmproxy.connection import Client
 from mitmproxy.proxy.commands import RequestWakeup
 from mitmproxy.proxy.events import Event, Wakeup
 from mitmproxy.proxy.layer import CommandGenerator
@@ -109,9 +113,11 @@ NO_HEAD_MESSAGE = "no response head from the upstream in time; finish_fix closed
 # A timer never fires sooner than this: a deadline that is due now is checked on the next turn of the
 # event loop rather than in a tight loop should the clock step back.
 _MIN_DELAY_S = 0.01
-# Stall timers asked for and not yet delivered, and whether `uninstall` waits for them (module state:
-# it survives hot reloads of the addon, as this module does).
-_timers_pending = 0
+# Timers (stall and head) asked for and not yet delivered, by client connection, and whether
+# `uninstall` waits for them (module state: it survives hot reloads of the addon, as this module does).
+# Weak: a connection's entry goes with it; one whose client is gone is not waited for (its timers
+# were cancelled, see the module's docstring).
+_timers_pending: weakref.WeakKeyDictionary[Client, int] = weakref.WeakKeyDictionary()
 _draining = False
 # mitmproxy's own method while the wrapper is installed (also kept on the class, see `install`): read
 # from here for every piece, a module global being the cheapest lookup. Until `install` sets it (the
@@ -214,10 +220,24 @@ def uninstall() -> None:
     """Puts mitmproxy's own method back, at once or, while stall timers are pending, once they all
     arrived (the wrapper meanwhile only swallows them)."""
     global _draining
-    if _timers_pending > 0 and _ORIGINAL in HttpStream.__dict__:
+    if _ORIGINAL in HttpStream.__dict__ and _open_timers():
         _draining = True
         return
     _restore()
+
+
+def _open_timers() -> bool:
+    """Whether a timer may still arrive: one is pending on a client connection that is still open."""
+    return any(count > 0 and client.timestamp_end is None for client, count in list(_timers_pending.items()))
+
+
+def _book_timer(self: HttpStream, change: int) -> None:
+    client = self.context.client
+    count = _timers_pending.get(client, 0) + change
+    if count > 0:
+        _timers_pending[client] = count
+    else:
+        _timers_pending.pop(client, None)
 
 
 def installed() -> bool:
@@ -265,12 +285,11 @@ def _send_pieces(self: HttpStream, handler: CutHandler, data: bytes):
 
 
 def _handle_other_event(self: HttpStream, event):
-    global _timers_pending
     original = getattr(HttpStream, _ORIGINAL)
     if isinstance(event, Wakeup):
-        _timers_pending -= 1
+        _book_timer(self, -1)
         if _draining:
-            if _timers_pending <= 0:
+            if not _open_timers():
                 _restore()
             return
         watch = _head_watches.get(self.flow)
@@ -280,6 +299,10 @@ def _handle_other_event(self: HttpStream, event):
                 return (yield from _on_head_timer(self, watch))
             return  # the head came meanwhile: its stream has a stall timer of its own
     elif _draining:
+        # The last pending timers may have gone with their connections: no Wakeup is then left to
+        # swallow, and mitmproxy's own method can take over from the next event.
+        if not _open_timers():
+            _restore()
         return (yield from original(self, event))
     if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
         if isinstance(event, ResponseData) and not event.data:
@@ -330,10 +353,9 @@ def _ask(flow: http.HTTPFlow, method: str, *args):
 
 
 def _set_timer(self: HttpStream, now: float):
-    global _timers_pending
     at = _ask(self.flow, "next_stall_check", now)
     if at is not None:
-        _timers_pending += 1
+        _book_timer(self, 1)
         # Delivered back to this stream: HttpLayer.event_to_child remembers who asked for a wakeup.
         yield RequestWakeup(max(at - now, _MIN_DELAY_S))
 
@@ -347,14 +369,13 @@ def _watch_for_head(self: HttpStream):
 
 
 def _set_head_timer(self: HttpStream, watch: HeadWatch, now: float):
-    global _timers_pending
     try:
         at = watch.next_head_check(now)
     except Exception:  # never let the repair make a failure worse
         logger.exception("finish_fix: next_head_check failed; mitmproxy waits for the response head as usual")
         return
     if at is not None:
-        _timers_pending += 1
+        _book_timer(self, 1)
         # Delivered back to this stream, as the stall timer's (HttpLayer.event_to_child).
         watch.wakeup = RequestWakeup(max(at - now, _MIN_DELAY_S))
         yield watch.wakeup

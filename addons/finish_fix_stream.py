@@ -74,9 +74,8 @@ class ClientStream(CutHandler):
             out = repair.receive_data(data, now=_clock()) if data else repair.receive_end(now=_clock())
         except Exception as error:
             # The core passes its own bugs through exactly; reaching here means misuse (e.g. data
-            # after the end). Pass the piece on and stop repairing.
-            repair.give_up(error)
-            out = data
+            # after the end). Pass on what the repair held, then the piece, and stop repairing.
+            out = repair.give_up(error) + data
         if repair.report.internal_error:
             self.log_internal_error_once()
         if out:

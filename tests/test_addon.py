@@ -347,6 +347,25 @@ def test_internal_error_passes_the_rest_through_exactly_and_logs_once(addon, mon
     assert sum("internal error" in r.message for r in caplog.records) == 1
 
 
+def test_a_misuse_the_adapter_catches_drops_no_held_byte(addon, monkeypatch):
+    # Rule C11 holds Chat's finish for the usage chunk after it; if the adapter then catches a misuse
+    # of the machine, the held finish goes out before the piece, as it came.
+    flow = make_flow(body=b'{"model": "m1", "stream": true, "max_tokens": 4, "stream_options": {"include_usage": true}}')
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    head = sse(chunk("a"), chunk(finish_reason="stop"))
+    sent = _as_list(flow.response.stream(head))
+    assert b"".join(sent) == sse(chunk("a")), "the finish waits for its usage chunk"
+
+    def misused(data, now):
+        raise RuntimeError("misuse")
+
+    monkeypatch.setattr(flow.response.stream.repair, "receive_data", misused)
+    rest = sse(b"[DONE]")
+    sent += _as_list(flow.response.stream(rest))
+    assert b"".join(sent) == head + rest
+
+
 def test_a_flow_streaming_across_a_hot_reload_is_still_repaired_and_booked(tmp_path):
     old, new = finish_fix.FinishFix(), finish_fix.FinishFix()
     ledger = tmp_path / "ledger.jsonl"

@@ -20,7 +20,7 @@ from labs.worker.responses_events import response_frames
 from labs.worker.settings import WorkerSettings
 from labs.worker.wire import response_plan
 from tests.dialect_streams import messages_stream
-from tests.feeding import CHUNKINGS, data_events, run, sse
+from tests.feeding import CHUNKINGS, data_events, run, split, sse
 from tests.feeding import chunk as chat_chunk
 
 LIMIT = 4
@@ -331,6 +331,19 @@ def test_c11_a_held_finish_goes_out_as_it_came_when_no_usage_follows():
         out += repair.receive_end() if ending == "clean" else repair.receive_failure("reset").client_bytes
         assert out.startswith(upstream), (ending, tail)  # in order, unchanged
         assert not repair.report.corrections
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_c11_a_held_finish_and_a_half_event_go_out_when_the_caller_gives_up(chunking):
+    # The caller caught a misuse and stops repairing: what the machine held is handed back, in order.
+    upstream = sse(chat_chunk("a"), chat_chunk(finish_reason="stop")) + b'data: {"choi'
+    repair = StreamRepair(request=facts(Dialect.CHAT, stream_usage=True))
+    out = b"".join(repair.receive_data(piece) for piece in split(upstream, chunking))
+    assert out == sse(chat_chunk("a")), "the finish waits for the usage chunk after it"
+    out += repair.give_up(RuntimeError("misuse"))
+    assert out == upstream
+    assert repair.report.verdict is Verdict.SKIPPED and repair.report.client_bytes == len(upstream)
+    assert repair.give_up(RuntimeError("again")) == b""
 
 
 def test_c11_the_option_off_sends_the_finish_at_once():

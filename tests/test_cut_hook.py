@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import time
+import types
 
 import pytest
-from mitmproxy.proxy import commands, events
+from mitmproxy import options
+from mitmproxy.proxy import commands, context, events
 from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers.http import HttpLayer, HttpStream
+from mitmproxy.test import tflow
 
 import finish_fix_cut_hook
 
@@ -119,13 +123,61 @@ def test_install_wraps_once_and_uninstall_restores():
     assert not finish_fix_cut_hook.installed()
 
 
-def test_uninstall_waits_for_pending_stall_timers(monkeypatch):
-    # mitmproxy's own method refuses a Wakeup (an unexpected event), and a stall timer outlives its
-    # response: until the pending ones arrived, the wrapper stays, swallowing them and nothing else.
+class _Stream:
+    """What the hook reads of an HttpStream to book its timers: the client connection."""
+
+    def __init__(self) -> None:
+        client = tflow.tclient_conn()
+        client.timestamp_end = None  # connected (tflow's client has come and gone)
+        self.context = types.SimpleNamespace(client=client)
+
+
+class _DueWatch(finish_fix_cut_hook.HeadWatch):
+    def next_head_check(self, now):
+        return now + 600.0
+
+
+def _book_head_timer(stream: _Stream) -> commands.RequestWakeup:
+    (wakeup,) = finish_fix_cut_hook._set_head_timer(stream, _DueWatch(), time.time())  # type: ignore[arg-type]
+    return wakeup
+
+
+def test_uninstall_waits_for_pending_timers_of_open_connections():
+    # mitmproxy's own method refuses a Wakeup (an unexpected event), and a timer outlives its response:
+    # until the pending ones arrived, the wrapper stays, swallowing them and nothing else.
     original = HttpStream.__dict__["_handle_event"]
     finish_fix_cut_hook.install()
-    monkeypatch.setattr(finish_fix_cut_hook, "_timers_pending", 1)
+    stream = _Stream()
+    wakeup = _book_head_timer(stream)
     finish_fix_cut_hook.uninstall()
     assert HttpStream.__dict__["_handle_event"] is not original and not finish_fix_cut_hook.installed()
-    assert list(finish_fix_cut_hook._handle_event(object(), events.Wakeup(commands.RequestWakeup(1.0)))) == []
+    assert list(finish_fix_cut_hook._handle_event(stream, events.Wakeup(wakeup))) == []
+    assert HttpStream.__dict__["_handle_event"] is original
+
+
+def test_uninstall_restores_at_once_when_the_clients_with_pending_timers_left():
+    # Every streaming request in scope books a head timer; mitmproxy cancels a connection's timers when
+    # its client disconnects (then sets the client's timestamp_end), so that Wakeup never arrives and
+    # must not keep the wrapper in place.
+    original = HttpStream.__dict__["_handle_event"]
+    finish_fix_cut_hook.install()
+    stream = _Stream()
+    _book_head_timer(stream)
+    stream.context.client.timestamp_end = time.time()
+    finish_fix_cut_hook.uninstall()
+    assert HttpStream.__dict__["_handle_event"] is original
+
+
+def test_a_drain_ends_at_the_next_event_once_the_client_waited_for_left():
+    original = HttpStream.__dict__["_handle_event"]
+    finish_fix_cut_hook.install()
+    gone = _Stream()
+    _book_head_timer(gone)
+    finish_fix_cut_hook.uninstall()
+    assert HttpStream.__dict__["_handle_event"] is not original
+    gone.context.client.timestamp_end = time.time()
+    # Another connection's stream starts: mitmproxy's own method handles it, and is back in place.
+    other = HttpStream(context.Context(tflow.tclient_conn(), options.Options()), 1)
+    assert list(finish_fix_cut_hook._handle_event(other, events.Start())) == []
+    assert other.client_state == other.state_wait_for_request_headers
     assert HttpStream.__dict__["_handle_event"] is original

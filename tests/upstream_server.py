@@ -46,6 +46,8 @@ import h2.events
 import h2.exceptions
 import h11
 
+from faults.child_processes import START_DEADLINE_S
+
 __all__ = [
     "Drop",
     "Ending",
@@ -278,9 +280,10 @@ class UpstreamServer:
             time.sleep(0.02)
         return arrived[0]
 
-    def wait_abandoned(self, prefix: str, timeout: float = 10) -> bool:
+    def wait_abandoned(self, prefix: str, timeout: float = START_DEADLINE_S) -> bool:
         """True once a response under `prefix` could not be written to the end because the peer had
-        closed the connection; False if that did not happen within `timeout` s."""
+        closed the connection; False if that did not happen within `timeout` s (a backstop with a
+        loaded machine's room: the wait ends when the close is seen)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:

@@ -355,12 +355,16 @@ class StreamRepair:
         (then the upstream's Content-Length still holds)."""
         return self._phase is not Phase.PASSTHROUGH
 
-    def give_up(self, error: Exception) -> None:
+    def give_up(self, error: Exception) -> bytes:
         """For the caller that caught an exception from this machine (a bug of finishline's): pass
-        everything from here on unchanged and book the stream `skipped` with the error. (An event
-        the rules held, Chat's finish before its usage chunk (C11), is lost with the misuse.)"""
-        if self._phase is not Phase.PASSTHROUGH:
-            self._pass_through_from_here(error)
+        everything from here on unchanged and book the stream `skipped` with the error. Returns
+        the bytes this machine still held, to send before anything else (finish_fix never drops a
+        client's bytes): an event the rules held (Chat's finish before its usage chunk, C11), then
+        the start of an event the framer held (later pieces go on unread, so it would be lost)."""
+        if self._phase is Phase.PASSTHROUGH:
+            return b""
+        held = self._pass_through_from_here(error) + self._framer.take_buffered()
+        return self._sent(held)
 
     # -- events -------------------------------------------------------------------------------
 
