@@ -269,6 +269,31 @@ def test_m2_counts_token_deltas_toward_the_limit_when_no_usage_came(chunking):
     assert repair.report.finish_reasons == ["end_turn"]  # today's inference, with the option off
 
 
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_m2_and_m8_do_not_take_message_starts_placeholder_for_output_tokens(chunking):
+    # Anthropic's `message_start` says `"output_tokens": 1` before any token: a placeholder, not a
+    # count. With `max_tokens` 1 and no token sent, neither rule may say the limit was hit.
+    def placeholder(events: list[bytes]) -> bytes:
+        upstream = b"".join(events)
+        assert upstream.count(b'"output_tokens":0') >= 1
+        return upstream.replace(b'"output_tokens":0}}}', b'"output_tokens":1}}}', 1)
+
+    request = facts(Dialect.MESSAGES, 1)
+    # M8: `end_turn` in a `message_delta` that counts no usage.
+    ended = placeholder(messages_stream([], stop_reason="end_turn"))
+    ended = ended.replace(b',"usage":{"output_tokens":0}}', b"}")
+    assert b'"output_tokens":1}}}' in ended and ended.count(b"output_tokens") == 1
+    out, repair = run(ended, chunking, request=request, dialect=Dialect.MESSAGES)
+    assert out == ended and repair.report.verdict is Verdict.CLEAN
+    # M2: no `message_delta` at all, so the injected reason is inferred.
+    unfinished = placeholder(messages_stream([], message_delta=False))
+    _, repair = run(unfinished, chunking, request=request, dialect=Dialect.MESSAGES)
+    assert repair.report.finish_reasons == ["end_turn"]
+    assert repair.report.repairs == ["injected stop_reason 'end_turn' before message_stop"]
+    _, repair = run(unfinished, chunking, request=request, policy=OFF, dialect=Dialect.MESSAGES)
+    assert repair.report.finish_reasons == ["end_turn"]
+
+
 def test_m8_whole_messages():
     body = worker_body(Dialect.MESSAGES, stream=False, hide_limit=True)
     result = repair_completion(body, facts(Dialect.MESSAGES), dialect=Dialect.MESSAGES)
