@@ -187,6 +187,40 @@ def test_r7_never_changes_a_value_the_server_sent():
     assert out == odd and repair.report.verdict is Verdict.CLEAN
 
 
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_r7_fills_only_absent_or_null_keys_never_a_value_of_another_type(chunking):
+    # A server's `"output_index": "0"` is a value it sent (wrong or not, its own business): kept
+    # as it came, with `content_index` and `sequence_number` likewise. Only `null` is filled in.
+    sent = {
+        b'"sequence_number":2,"output_index":0,': b'"sequence_number":2,"output_index":"0",',
+        b'"sequence_number":9,"item_id":"msg_finishline_1","output_index":1,"content_index":0,': (
+            b'"sequence_number":9,"item_id":"msg_finishline_1","output_index":1,"content_index":"0",'
+        ),
+        b'"sequence_number":10,': b'"sequence_number":"10",',
+    }
+    nulls = {
+        b'"sequence_number":11,"item_id":"msg_finishline_1","output_index":1,"content_index":0,': (
+            b'"sequence_number":11,"item_id":"msg_finishline_1","output_index":null,"content_index":null,'
+        ),
+        b'"sequence_number":12,': b'"sequence_number":null,',
+    }
+    odd = _responses(indexes=True)
+    for old, new in sent.items():
+        assert odd.count(old) == 1
+        odd = odd.replace(old, new)
+    upstream = odd
+    for old, new in nulls.items():
+        assert upstream.count(old) == 1
+        upstream = upstream.replace(old, new)
+    out, repair = run(upstream, chunking, dialect=Dialect.RESPONSES)
+    assert events_of(out) == events_of(odd)
+    for value in sent.values():
+        assert value in out
+    assert repair.report.repairs == [
+        "responses indexes (R7): filled in sequence_number on 1 event, output_index on 1 event, content_index on 1 event"
+    ]
+
+
 def test_r7_a_stream_with_every_index_passes_byte_for_byte():
     indexed = _responses(indexes=True)
     out, repair = run(indexed, "random", dialect=Dialect.RESPONSES)
