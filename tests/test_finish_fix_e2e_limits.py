@@ -10,7 +10,6 @@ Against llama.cpp itself: tests/test_finish_fix_real_server.py.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from faults.child_processes import start_child
+from faults.child_processes import START_DEADLINE_S, start_child
 from finishline import Dialect
 from labs.gateways.finish_fix_scrape import metrics_url_in
 from labs.worker import parse_settings, response_plan
@@ -43,19 +42,12 @@ LLAMA_CPP = "tokens=6;hide_limit=1;responses_indexes=0"
 
 
 @pytest.fixture(scope="module")
-def worker() -> Iterator[str]:
-    """The simulated worker as its own process; yields its origin."""
-    process = start_child(
-        [sys.executable, "-m", "labs.worker", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True, name="worker"
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("worker listening on http://127.0.0.1:"), line
-        yield "http://127.0.0.1:" + line.split("127.0.0.1:")[1].split("/")[0]
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The simulated worker as its own process; yields its origin once it listens."""
+    log = tmp_path_factory.mktemp("limits-worker") / "worker.log"
+    with start_child([sys.executable, "-m", "labs.worker", "--port", "0"], cwd=ROOT, log_path=log, name="worker") as process:
+        port = process.wait_until_listening(timeout=START_DEADLINE_S)
+        yield f"http://127.0.0.1:{port}"
 
 
 @dataclass(frozen=True)
