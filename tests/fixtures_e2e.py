@@ -34,29 +34,48 @@ class FinishFixProxy:
 
     def ledger_lines(self, prefix: str | None = None) -> list[dict]:
         """The ledger's JSON lines, only those whose URL path starts with `prefix` if given."""
-        if not self.ledger.exists():
-            return []
-        text = self.ledger.read_text()
-        complete = text[: text.rfind("\n") + 1]  # a line being written is not read yet
-        records = [json.loads(line) for line in complete.splitlines() if line.strip()]
+        records = read_ledger(self.ledger)
         if prefix is None:
             return records
-        return [r for r in records if _url_path(str(r.get("url", ""))).startswith(prefix + "/")]
+        return [r for r in records if _under(r, prefix)]
 
     def wait_ledger_lines(self, prefix: str, count: int = 1, timeout: float = START_DEADLINE_S) -> list[dict]:
-        """The ledger lines under `prefix` once there are `count` (the addon writes a line when the
-        flow ends, which can be just after the client saw the end); fails after `timeout` s, a
-        backstop with a loaded machine's room: the wait ends when the lines are there."""
-        deadline = time.monotonic() + timeout
-        while len(lines := self.ledger_lines(prefix)) < count and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if len(lines) >= count:
-            time.sleep(0.2)  # so that a second line for the same flow would be seen too
-            return self.ledger_lines(prefix)
-        raise AssertionError(
-            f"expected {count} ledger line(s) for {prefix} within {timeout} s, got {lines!r}; "
-            f"whole ledger: {self.ledger_lines()!r}"
-        )
+        """The ledger lines under `prefix` once there are `count` (`wait_ledger_rows`)."""
+        return wait_ledger_rows(self.ledger, lambda record: _under(record, prefix), count=count, timeout=timeout, what=prefix)
+
+
+def read_ledger(ledger: Path) -> list[dict]:
+    """A ledger's complete JSON lines (a line being written is not read yet)."""
+    if not ledger.exists():
+        return []
+    text = ledger.read_text()
+    complete = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in complete.splitlines() if line.strip()]
+
+
+def wait_ledger_rows(
+    ledger: Path, select: Callable[[dict], bool], *, count: int = 1, timeout: float = START_DEADLINE_S, what: str = "the request"
+) -> list[dict]:
+    """The ledger lines `select` picks (by a marker of the request: its URL prefix, its model) once
+    there are `count`. The addon writes a flow's line when the flow ends, which can be just after
+    the client saw the end, and other flows' lines land in any order: only the marker says whose a
+    line is. Fails after `timeout` s, a backstop with a loaded machine's room: the wait ends when
+    the lines are there."""
+    deadline = time.monotonic() + timeout
+    while len(rows := [row for row in read_ledger(ledger) if select(row)]) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if len(rows) >= count:
+        # A second line for the same flow would be a bug: a moment more lets a test see it (this
+        # can only miss such a line, never fail a right one).
+        time.sleep(0.2)
+        return [row for row in read_ledger(ledger) if select(row)]
+    raise AssertionError(
+        f"expected {count} ledger line(s) for {what} within {timeout} s, got {rows!r}; whole ledger: {read_ledger(ledger)!r}"
+    )
+
+
+def _under(record: dict, prefix: str) -> bool:
+    return _url_path(str(record.get("url", ""))).startswith(prefix + "/")
 
 
 def _url_path(url: str) -> str:

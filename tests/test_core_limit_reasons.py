@@ -187,6 +187,40 @@ def test_r7_never_changes_a_value_the_server_sent():
     assert out == odd and repair.report.verdict is Verdict.CLEAN
 
 
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_r7_fills_only_absent_or_null_keys_never_a_value_of_another_type(chunking):
+    # A server's `"output_index": "0"` is a value it sent (wrong or not, its own business): kept
+    # as it came, with `content_index` and `sequence_number` likewise. Only `null` is filled in.
+    sent = {
+        b'"sequence_number":2,"output_index":0,': b'"sequence_number":2,"output_index":"0",',
+        b'"sequence_number":9,"item_id":"msg_finishline_1","output_index":1,"content_index":0,': (
+            b'"sequence_number":9,"item_id":"msg_finishline_1","output_index":1,"content_index":"0",'
+        ),
+        b'"sequence_number":10,': b'"sequence_number":"10",',
+    }
+    nulls = {
+        b'"sequence_number":11,"item_id":"msg_finishline_1","output_index":1,"content_index":0,': (
+            b'"sequence_number":11,"item_id":"msg_finishline_1","output_index":null,"content_index":null,'
+        ),
+        b'"sequence_number":12,': b'"sequence_number":null,',
+    }
+    odd = _responses(indexes=True)
+    for old, new in sent.items():
+        assert odd.count(old) == 1
+        odd = odd.replace(old, new)
+    upstream = odd
+    for old, new in nulls.items():
+        assert upstream.count(old) == 1
+        upstream = upstream.replace(old, new)
+    out, repair = run(upstream, chunking, dialect=Dialect.RESPONSES)
+    assert events_of(out) == events_of(odd)
+    for value in sent.values():
+        assert value in out
+    assert repair.report.repairs == [
+        "responses indexes (R7): filled in sequence_number on 1 event, output_index on 1 event, content_index on 1 event"
+    ]
+
+
 def test_r7_a_stream_with_every_index_passes_byte_for_byte():
     indexed = _responses(indexes=True)
     out, repair = run(indexed, "random", dialect=Dialect.RESPONSES)
@@ -267,6 +301,31 @@ def test_m2_counts_token_deltas_toward_the_limit_when_no_usage_came(chunking):
     assert repair.report.finish_reasons == ["end_turn"]
     _, repair = run(upstream, chunking, request=facts(Dialect.MESSAGES), policy=OFF, dialect=Dialect.MESSAGES)
     assert repair.report.finish_reasons == ["end_turn"]  # today's inference, with the option off
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_m2_and_m8_do_not_take_message_starts_placeholder_for_output_tokens(chunking):
+    # Anthropic's `message_start` says `"output_tokens": 1` before any token: a placeholder, not a
+    # count. With `max_tokens` 1 and no token sent, neither rule may say the limit was hit.
+    def placeholder(events: list[bytes]) -> bytes:
+        upstream = b"".join(events)
+        assert upstream.count(b'"output_tokens":0') >= 1
+        return upstream.replace(b'"output_tokens":0}}}', b'"output_tokens":1}}}', 1)
+
+    request = facts(Dialect.MESSAGES, 1)
+    # M8: `end_turn` in a `message_delta` that counts no usage.
+    ended = placeholder(messages_stream([], stop_reason="end_turn"))
+    ended = ended.replace(b',"usage":{"output_tokens":0}}', b"}")
+    assert b'"output_tokens":1}}}' in ended and ended.count(b"output_tokens") == 1
+    out, repair = run(ended, chunking, request=request, dialect=Dialect.MESSAGES)
+    assert out == ended and repair.report.verdict is Verdict.CLEAN
+    # M2: no `message_delta` at all, so the injected reason is inferred.
+    unfinished = placeholder(messages_stream([], message_delta=False))
+    _, repair = run(unfinished, chunking, request=request, dialect=Dialect.MESSAGES)
+    assert repair.report.finish_reasons == ["end_turn"]
+    assert repair.report.repairs == ["injected stop_reason 'end_turn' before message_stop"]
+    _, repair = run(unfinished, chunking, request=request, policy=OFF, dialect=Dialect.MESSAGES)
+    assert repair.report.finish_reasons == ["end_turn"]
 
 
 def test_m8_whole_messages():

@@ -14,7 +14,6 @@ import json
 import pytest
 
 from finishline import (
-    MALFORMED_OUTRANKS,
     CutCause,
     Dialect,
     EventFramer,
@@ -247,12 +246,6 @@ def test_an_http_error_body_is_not_read(chunking, dialect):
     out = b"".join(repair.receive_data(piece) for piece in split(upstream, chunking)) + repair.receive_end()
     assert out == upstream
     assert repair.report.verdict is Verdict.HTTP_ERROR
-
-
-def test_what_malformed_outranks_is_the_precedence_table_of_the_docs(chunking):
-    # docs/repair-rules.md's table: malformed over these, not over skipped and http_error.
-    assert MALFORMED_OUTRANKS == {Verdict.CLEAN, Verdict.REPAIRED, Verdict.INTERRUPTED, Verdict.UPSTREAM_ERROR}
-    assert not MALFORMED_OUTRANKS & {Verdict.SKIPPED, Verdict.HTTP_ERROR, Verdict.MALFORMED}
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

@@ -9,7 +9,9 @@ Fast and starts no process. What it holds them to:
   other than `-` and `_` dropped, spaces to `-`, a repeated heading gets `-1`, `-2`, ...);
 - docs/options.md lists exactly the options the real addon registers, with their types, defaults
   and help texts, so the two cannot drift;
-- no line names an issue number: a newcomer cannot look one up.
+- no line names an issue number: a newcomer cannot look one up;
+- docs/repair-rules.md's table "Which verdict a stream gets" says over which verdicts `malformed`
+  wins exactly as the core's `MALFORMED_OUTRANKS` does.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from mitmproxy.test import taddons
 
 import finish_fix
 import finish_fix_cut_hook
+from finishline import MALFORMED_OUTRANKS, Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 OPTIONS_DOC = DOCS / "options.md"
+RULES_DOC = DOCS / "repair-rules.md"
 MAX_README_LINES = 250
 #: The prefix of every option the addon registers (mitmproxy's own options are not ours to document).
 OPTION_PREFIX = "finish_fix_"
@@ -242,3 +246,33 @@ def test_no_line_names_an_issue_number(page):
         if _ISSUE_WORD.search(line) or _NUMBER_SIGN.search(_CODE_SPAN.sub("", line)):
             hits.append(f"{page.name}:{number}: {line.strip()}")
     assert not hits, "issue numbers mean nothing to a newcomer; say what the thing is:\n" + "\n".join(hits)
+
+
+def documented_precedence() -> tuple[set[Verdict], set[Verdict]]:
+    """(what `malformed` outranks, what outranks it) from the table under "Which verdict a stream
+    gets" in docs/repair-rules.md. A row booked `malformed` names the verdict it won over in its
+    detail (`malformed: ...; repaired: ...`; none: the stream was otherwise `clean`); a row booked
+    another verdict is one `malformed` does not win over."""
+    section = RULES_DOC.read_text(encoding="utf-8").split("## Which verdict a stream gets", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    assert rows and _cells(rows[0])[:3] == ["the stream had", "verdict", "detail"], "docs/repair-rules.md: no verdict table"
+    outranked, over_it = set(), set()
+    for row in rows[2:]:
+        _, verdict, detail, *_ = _cells(row)
+        booked = _code(verdict)
+        if booked is None:  # "what the rest says": a malformed event that was not read
+            continue
+        if booked == Verdict.MALFORMED.value:
+            # The clause after `; ` that begins with a verdict's name ("passed on as it came" does not).
+            named = [Verdict(word) for word in re.findall(r"; (\w+)", detail) if word in {v.value for v in Verdict}]
+            outranked.add(named[0] if named else Verdict.CLEAN)
+        else:
+            over_it.add(Verdict(booked))
+    return outranked, over_it
+
+
+def test_what_malformed_outranks_is_the_verdict_table_of_the_docs():
+    outranked, over_it = documented_precedence()
+    assert outranked == MALFORMED_OUTRANKS
+    assert over_it == {Verdict.SKIPPED, Verdict.HTTP_ERROR}
+    assert set(Verdict) == outranked | over_it | {Verdict.MALFORMED}

@@ -10,9 +10,7 @@ Against llama.cpp itself: tests/test_finish_fix_real_server.py.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,16 +20,18 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from faults.child_processes import start_child
+from faults.child_processes import START_DEADLINE_S, start_child
 from finishline import Dialect
 from labs.gateways.finish_fix_scrape import metrics_url_in
-from labs.gateways.services import read_books
 from labs.worker import parse_settings, response_plan
 from tests.e2e_support import openai_client, raw_post
 from tests.feeding import data_events
+from tests.fixtures_e2e import wait_ledger_rows
 from tests.mitmdump_process import Mitmdump, running_finish_fix
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+# Above the waits a test chains (the worker and mitmdump starting, a ledger line: `START_DEADLINE_S`
+# each), so a slow machine fails on the wait that names what is missing, not on pytest-timeout.
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 4
@@ -42,19 +42,12 @@ LLAMA_CPP = "tokens=6;hide_limit=1;responses_indexes=0"
 
 
 @pytest.fixture(scope="module")
-def worker() -> Iterator[str]:
-    """The simulated worker as its own process; yields its origin."""
-    process = start_child(
-        [sys.executable, "-m", "labs.worker", "--port", "0"], cwd=ROOT, stdout=subprocess.PIPE, text=True, name="worker"
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("worker listening on http://127.0.0.1:"), line
-        yield "http://127.0.0.1:" + line.split("127.0.0.1:")[1].split("/")[0]
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The simulated worker as its own process; yields its origin once it listens."""
+    log = tmp_path_factory.mktemp("limits-worker") / "worker.log"
+    with start_child([sys.executable, "-m", "labs.worker", "--port", "0"], cwd=ROOT, log_path=log, name="worker") as process:
+        port = process.wait_until_listening(timeout=START_DEADLINE_S)
+        yield f"http://127.0.0.1:{port}"
 
 
 @dataclass(frozen=True)
@@ -64,18 +57,11 @@ class Proxy:
     mitmdump: Mitmdump
     ledger: Path
 
-    def ledger_row(self, model: str, timeout: float = 20) -> dict[str, Any]:
-        """The one ledger line of the request that sent `model` (finish_fix writes it when the
-        flow ends, which can be just after the client saw the end)."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            rows = [row for row in read_books(self.ledger) if row.get("model") == model]
-            if rows:
-                time.sleep(0.2)  # so that a second line for the same flow would be seen too
-                [row] = [row for row in read_books(self.ledger) if row.get("model") == model]
-                return row
-            time.sleep(0.05)
-        raise AssertionError(f"no ledger line for {model} within {timeout} s: {read_books(self.ledger)!r}")
+    def ledger_row(self, model: str) -> dict[str, Any]:
+        """The one ledger line of the request that sent `model` (each request sends its own, and
+        the worker's answer names it)."""
+        [row] = wait_ledger_rows(self.ledger, lambda row: row.get("model") == model, what=model)
+        return row
 
 
 @pytest.fixture(scope="module")

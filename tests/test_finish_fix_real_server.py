@@ -17,18 +17,19 @@ that fixes its own reasons fails these tests loudly instead of passing them for 
 
 from __future__ import annotations
 
+import itertools
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from labs.gateways.services import read_books
 from labs.worker.llama_cpp import LlamaCppServer
 from tests.e2e_support import openai_client, raw_post
 from tests.feeding import data_events
+from tests.fixtures_e2e import wait_ledger_rows
 from tests.mitmdump_process import Mitmdump, running_finish_fix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -47,32 +48,39 @@ def through(
 ) -> Iterator[tuple[Mitmdump, Path]]:
     """finish_fix with default options in reverse mode in front of llama.cpp, and its ledger."""
     ledger = tmp_path_factory.mktemp("real-server") / "ledger.jsonl"
-    with running_finish_fix(confdir=mitmproxy_confdir, upstream_url=llama_cpp.url, ledger=ledger) as mitmdump:
+    # `keep_host_header`: each request's own Host name marks its ledger line (`_mark`).
+    with running_finish_fix(
+        confdir=mitmproxy_confdir, upstream_url=llama_cpp.url, ledger=ledger, options={"keep_host_header": "true"}
+    ) as mitmdump:
         yield mitmdump, ledger
 
 
-def _new_row(ledger: Path, before: int, timeout: float = 60) -> dict[str, Any]:
-    """The ledger line written after the first `before` lines (a flow's line comes when it ends)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = read_books(ledger)
-        if len(rows) > before:
-            time.sleep(0.2)  # so that a second line would be seen too
-            [row] = read_books(ledger)[before:]
-            return row
-        time.sleep(0.05)
-    raise AssertionError(f"no new ledger line within {timeout} s: {read_books(ledger)!r}")
+_MARKS = itertools.count()
 
 
-def _post(base: str, path: str, body: dict[str, Any]) -> bytes:
-    response = raw_post(base + path, body=body)
+def _mark() -> str:
+    """A Host name of one request's own. mitmdump keeps it (`keep_host_header`), llama.cpp ignores
+    it, and the ledger's URL names it: the request's line is found by it, whatever order the
+    flows' lines land in (llama.cpp names no request's model, so the model cannot say whose)."""
+    return f"request-{next(_MARKS)}.finishline.test"
+
+
+def _row(ledger: Path, host: str) -> dict[str, Any]:
+    """The one ledger line of the request sent with `host` (written when its flow ends)."""
+    [row] = wait_ledger_rows(ledger, lambda row: urlsplit(str(row.get("url", ""))).hostname == host, what=host)
+    return row
+
+
+def _post(base: str, path: str, body: dict[str, Any], host: str | None = None) -> bytes:
+    response = raw_post(base + path, body=body, headers={"host": host} if host else None)
     assert (response.status, response.error) == (200, None), response
     return response.body
 
 
-def _helper_events(base_url: str, model: str) -> list[Any]:
+def _helper_events(base_url: str, model: str, host: str | None = None) -> list[Any]:
     with openai_client(base_url) as client:
-        with client.responses.stream(model=model, input=PROMPT, max_output_tokens=LIMIT) as stream:
+        headers = {"host": host} if host else None
+        with client.responses.stream(model=model, input=PROMPT, max_output_tokens=LIMIT, extra_headers=headers) as stream:
             return list(stream)
 
 
@@ -83,8 +91,8 @@ def test_the_responses_stream_helper_completes_against_llama_cpp_through_finish_
     mitmdump, ledger = through
     with pytest.raises(TypeError, match="list indices must be integers or slices, not NoneType"):
         _helper_events(llama_cpp.base_url, llama_cpp.model)
-    before = len(read_books(ledger))
-    events = _helper_events(f"{mitmdump.url}/v1", llama_cpp.model)
+    host = _mark()
+    events = _helper_events(f"{mitmdump.url}/v1", llama_cpp.model, host)
     terminal = events[-1]
     assert terminal.type == "response.incomplete"
     assert terminal.response.status == "incomplete"
@@ -93,7 +101,7 @@ def test_the_responses_stream_helper_completes_against_llama_cpp_through_finish_
     assert terminal.response.usage is not None and terminal.response.usage.output_tokens == LIMIT
     assert [event.sequence_number for event in events] == list(range(len(events)))
     assert "".join(event.delta for event in events if event.type == "response.output_text.delta")
-    row = _new_row(ledger, before)
+    row = _row(ledger, host)
     assert (row["verdict"], row["dialect"]) == ("repaired", "responses"), row
     assert row["repairs"][0] == (
         f"limit reason (R6): 'response.completed' at {LIMIT} output tokens of the request's {LIMIT} sent as 'response.incomplete'"
@@ -106,10 +114,10 @@ def test_a_whole_responses_body_at_the_limit_is_incomplete_through_finish_fix(ll
     body = {"model": llama_cpp.model, "input": PROMPT, "max_output_tokens": LIMIT}
     direct = json.loads(_post(llama_cpp.url, "/v1/responses", body))
     assert (direct["status"], direct["usage"]["output_tokens"]) == ("completed", LIMIT)  # llama.cpp's lie
-    before = len(read_books(ledger))
-    response = json.loads(_post(mitmdump.url, "/v1/responses", body))
+    host = _mark()
+    response = json.loads(_post(mitmdump.url, "/v1/responses", body, host))
     assert (response["status"], response["incomplete_details"]) == ("incomplete", {"reason": "max_output_tokens"})
-    assert _new_row(ledger, before)["verdict"] == "repaired"
+    assert _row(ledger, host)["verdict"] == "repaired"
 
 
 # -- Messages: M8's stop sequence ----------------------------------------------------------------
@@ -135,16 +143,18 @@ def test_end_turn_at_a_stop_sequence_is_stop_sequence_through_finish_fix(llama_c
     request = _stop_sequence_request(llama_cpp.model, stream=True)
     direct = _message_delta(_post(llama_cpp.url, "/v1/messages", request))
     assert direct["delta"] == {"stop_reason": "end_turn", "stop_sequence": STOP_SEQUENCE}  # llama.cpp's word
-    before = len(read_books(ledger))
-    body = _post(mitmdump.url, "/v1/messages", request)
+    host = _mark()
+    body = _post(mitmdump.url, "/v1/messages", request, host)
     assert _message_delta(body)["delta"] == {"stop_reason": "stop_sequence", "stop_sequence": STOP_SEQUENCE}
-    row = _new_row(ledger, before)
+    row = _row(ledger, host)
     assert row["repairs"] == ["stop sequence reason (M8): 'end_turn' with a stop_sequence sent as 'stop_sequence'"], row
 
     whole = _stop_sequence_request(llama_cpp.model, stream=False)
     assert json.loads(_post(llama_cpp.url, "/v1/messages", whole))["stop_reason"] == "end_turn"
-    message = json.loads(_post(mitmdump.url, "/v1/messages", whole))
+    host = _mark()
+    message = json.loads(_post(mitmdump.url, "/v1/messages", whole, host))
     assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", STOP_SEQUENCE)
+    assert _row(ledger, host)["repairs"] == row["repairs"]
 
 
 # -- where llama.cpp already says the limit ------------------------------------------------------
@@ -171,8 +181,8 @@ def test_end_turn_at_a_stop_sequence_is_stop_sequence_through_finish_fix(llama_c
 def test_a_limit_llama_cpp_reports_itself_is_left_as_it_is(llama_cpp, through, path, extra, reason_of):
     mitmdump, ledger = through
     request = {"model": llama_cpp.model, "stream": True, "messages": [{"role": "user", "content": PROMPT}], **extra}
-    before = len(read_books(ledger))
-    reasons = reason_of(data_events(_post(mitmdump.url, path, request)))
+    host = _mark()
+    reasons = reason_of(data_events(_post(mitmdump.url, path, request, host)))
     assert reasons == (["length"] if path.endswith("completions") else ["max_tokens"])
-    row = _new_row(ledger, before)
+    row = _row(ledger, host)
     assert (row["verdict"], row["repairs"]) == ("clean", []), row

@@ -177,10 +177,12 @@ class MessagesRules(TypedEventRules):
 
     def _output_tokens_seen(self) -> int | None:
         """The output tokens for M2 and M8: the usage a `message_delta` counted; else, with
-        `limit_reasons`, at least one per token delta (and `message_start`'s count)."""
-        if self._counted_output_tokens is not None or not self._machine._policy.limit_reasons:
-            return self._counted_output_tokens if self._counted_output_tokens is not None else self._output_tokens
-        return max(self._output_tokens or 0, self._token_deltas())
+        `limit_reasons`, at least one per token delta. Never `message_start`'s count: that is the
+        placeholder of a turn just begun (Anthropic sends 1 before any token), and taking it would
+        say `max_tokens` at `max_tokens` 1 after no token at all."""
+        if self._counted_output_tokens is not None:
+            return self._counted_output_tokens
+        return self._token_deltas() if self._machine._policy.limit_reasons else None
 
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""

@@ -234,22 +234,26 @@ class ResponsesRules(TypedEventRules):
 
     def _missing_indexes(self, kind: str | None, message: dict[str, Any], edits: dict[JsonPath, bytes]) -> None:
         """R7: the indexes this event lacks, from the stream's own order, into `edits`. What the
-        upstream sent is kept, and read: a later event's missing index follows it."""
+        upstream sent is kept, and read: a later event's missing index follows it. Only a key
+        absent or `null` is missing: any other value the server sent (`"2"`, `1.0`) is its own and
+        stays as it came, the count going on past it as past a number."""
         number = message.get("sequence_number")
         if not _is_int(number):
-            number = self._so_far.sequence_number = (
+            counted = self._so_far.sequence_number = (
                 0 if self._so_far.sequence_number is None else self._so_far.sequence_number + 1
             )
-            edits[("sequence_number",)] = _json(number)
-            self._filled["sequence_number"] += 1
+            if number is None:
+                edits[("sequence_number",)] = _json(counted)
+                self._filled["sequence_number"] += 1
         item_id = message.get("item_id")
         if kind == "response.output_item.added":
             item = message.get("item")
             index = message.get("output_index")
             if not _is_int(index):
+                if index is None:
+                    edits[("output_index",)] = _json(self._items_added)
+                    self._filled["output_index"] += 1
                 index = self._items_added
-                edits[("output_index",)] = _json(index)
-                self._filled["output_index"] += 1
             self._items_added += 1
             if isinstance(item, dict) and isinstance(item.get("id"), str):
                 self._output_indexes[item["id"]] = index
@@ -259,7 +263,7 @@ class ResponsesRules(TypedEventRules):
             item_id = item.get("id") if isinstance(item, dict) else None
         if not isinstance(item_id, str):
             return
-        if not _is_int(message.get("output_index")) and item_id in self._output_indexes:
+        if message.get("output_index") is None and item_id in self._output_indexes:
             edits[("output_index",)] = _json(self._output_indexes[item_id])
             self._filled["output_index"] += 1
         if kind not in CONTENT_INDEXED_EVENTS:
@@ -268,12 +272,13 @@ class ResponsesRules(TypedEventRules):
         if kind == "response.content_part.added":
             added = self._parts_added.get(item_id, 0)
             if not _is_int(index):
+                if index is None:
+                    edits[("content_index",)] = _json(added)
+                    self._filled["content_index"] += 1
                 index = added
-                edits[("content_index",)] = _json(index)
-                self._filled["content_index"] += 1
             self._parts_added[item_id] = added + 1
             self._content_indexes[item_id] = index
-        elif not _is_int(index) and item_id in self._content_indexes:
+        elif index is None and item_id in self._content_indexes:
             edits[("content_index",)] = _json(self._content_indexes[item_id])
             self._filled["content_index"] += 1
 
