@@ -47,8 +47,6 @@ verdicts).
 
 from __future__ import annotations
 
-import re
-
 from . import _wording as wording
 from ._choices import MAX_CHOICES
 from ._deadlines import Deadline, earliest_deadline, next_check
@@ -59,7 +57,7 @@ from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._responses import ResponsesRules
-from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
+from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, SteadyShape, match_plain_text
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
 from ._verdict import (
@@ -125,8 +123,7 @@ class StreamRepair:
         "_event_at",
         "_routine",
         "_steady",
-        "_steady_numbered",
-        "_steady_number",
+        "_steady_gapped",
         "_rules",
         "_dialect",
         "_first_event",
@@ -164,10 +161,9 @@ class StreamRepair:
         self._routine = RoutineChunks(enabled=fast_path, dialect=dialect)
         # The steady path's shape (`RoutineMatch.steady`) while it may be taken, else None.
         self._steady: tuple[bytes, bytes, int, int] | None = None
-        # The steady path of a Responses delta shape (`RoutineMatch.numbered_steady`), and the match
-        # of the last sequence number it took, read when it leaves (`_leave_steady`).
-        self._steady_numbered: tuple[bool, bytes, bytes, bytes, int] | None = None
-        self._steady_number: re.Match[bytes] | None = None
+        # The steady path of a shape with more gaps (`RoutineMatch.gapped_steady`: a Responses
+        # delta's sequence number, OpenAI's obfuscation padding) while it may be taken, else None.
+        self._steady_gapped: SteadyShape | None = None
         # What the dialect's events mean (`_chat`, `_messages`, `_responses`).
         self._rules = DIALECT_RULES[dialect](self)
         # No event has been read yet: the first one is checked against the dialect.
@@ -206,15 +202,13 @@ class StreamRepair:
                 self._last_event_at = now
                 return data
             self._steady = None
-        elif self._steady_numbered is not None:
-            number = match_steady_numbered(data, self._steady_numbered)
-            if number is not None:
+        elif self._steady_gapped is not None:
+            if self._steady_gapped.take(data):
                 report = self.report
                 report.events += 1
                 report.upstream_bytes += len(data)
                 report.client_bytes += len(data)
                 self._last_event_at = now
-                self._steady_number = number
                 return data
             self._leave_steady()
         if self._ended:
@@ -502,8 +496,8 @@ class StreamRepair:
         ):
             if match.steady is not None:
                 self._steady = match.steady
-            elif match.numbered_steady is not None:
-                self._steady_numbered = match.numbered_steady
+            elif match.gapped_steady is not None:
+                self._steady_gapped = match.gapped_steady.start(match.number)
         return True
 
     # -- injected events ----------------------------------------------------------------------
@@ -590,14 +584,14 @@ class StreamRepair:
     def _leave_steady(self) -> None:
         """No steady path from here; the last sequence number it took goes to the rules."""
         self._steady = None
-        if self._steady_numbered is not None:
-            self._steady_numbered = None
-            if self._steady_number is not None:
-                # Only a Responses shape is numbered (`RoutineSpec.numbered`): no other rules have
-                # a steady numbered path.
-                if isinstance(self._rules, ResponsesRules):
-                    self._rules.note_sequence_number(int(self._steady_number.group()))
-                self._steady_number = None
+        gapped = self._steady_gapped
+        if gapped is not None:
+            self._steady_gapped = None
+            # Only a Responses shape is numbered (`RoutineSpec.numbered`): no other rules have a
+            # steady path that took a number.
+            number = gapped.last_number
+            if number is not None and isinstance(self._rules, ResponsesRules):
+                self._rules.note_sequence_number(number)
 
     def _pass_through_from_here(self, cause: Exception | str) -> bytes:
         """Gives up (`skipped`, and why); returns an event the rules held (C11), which goes on as

@@ -74,8 +74,8 @@ __all__ = [
     "RoutineMatch",
     "RoutineSpec",
     "TEXT_DELTA_KEYS",
+    "SteadyShape",
     "match_plain_text",
-    "match_steady_numbered",
 ]
 
 # What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
@@ -169,12 +169,12 @@ class RoutineMatch:
             prefix, ends with the suffix and `match_plain_text` finds the text between them. None for
             a shape with more gaps.
         number: the matched piece's `sequence_number` (Responses), else None.
-        numbered_steady: for a shape whose only gaps are the text and a sequence number, in either
-            order, what `match_steady_numbered` needs to check a piece of it without a call per gap:
-            (number first, prefix, the segment between the gaps, suffix, the suffix's length).
+        gapped_steady: for a shape with more gaps than the text (a sequence number, an
+            `obfuscation` padding, or both), its `SteadyShape`: the steady path of that shape.
+            None for a one-gap shape (that has `steady`).
     """
 
-    __slots__ = ("index", "remembered", "has_text", "steady", "number", "numbered_steady")
+    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
@@ -182,7 +182,7 @@ class RoutineMatch:
         self.has_text = False
         self.steady: tuple[bytes, bytes, int, int] | None = None
         self.number: int | None = None
-        self.numbered_steady: tuple[bool, bytes, bytes, bytes, int] | None = None
+        self.gapped_steady: SteadyShape | None = None
 
 
 class _Shape:
@@ -217,8 +217,8 @@ class _Shape:
         )
         if self.segments is None:
             result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
-        elif len(segments) == 3 and number_gap >= 0:
-            result.numbered_steady = (number_gap == 0, segments[0], segments[1], segments[2], len(segments[2]))
+        else:
+            result.gapped_steady = SteadyShape.of(segments, [kind for _, kind, _, _ in self._gaps])
 
     def maybe_has_text(self, piece: bytes) -> bool | None:
         """None if `piece` is not this shape; else whether its text is non-empty."""
@@ -493,21 +493,125 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
     return None
 
 
-def match_steady_numbered(piece: bytes, shape: tuple[bool, bytes, bytes, bytes, int]) -> re.Match[bytes] | None:
-    """The repair machine's steady path for a Responses delta (`RoutineMatch.numbered_steady`): the
-    match of the piece's sequence number when the piece is the shape with plain text, else None.
-    The number's value is read only when the machine leaves the steady path."""
-    number_first, prefix, middle, suffix, suffix_length = shape
-    if not piece.startswith(prefix) or not piece.endswith(suffix):
-        return None
-    end = len(piece) - suffix_length
-    if number_first:
-        number = _JSON_INT_PATTERN.match(piece, len(prefix))
-        if number is None or not piece.startswith(middle, number.end()):
+class SteadyShape:
+    """The repair machine's steady path for a shape with more gaps than the text: Responses' deltas
+    (the text and a `sequence_number`) and OpenAI's padded chunks and deltas (the text and an
+    `obfuscation` string, with or without a number).
+
+    A stream numbers its events one by one, so the next piece's number is the last one plus one:
+    `start` folds that predicted number into the literal segment around it, and the piece is then
+    literals and plain-text strings only: `head`, a string, (`middle`, a string,) `tail`. Checking
+    it is two `startswith`/`endswith` and one pattern per string, as for a one-gap shape, rather
+    than a pattern per gap and the number parsed; after a match `take` changes the predicted
+    number's last digit in place (a carry one time in ten). A piece whose number is not the one
+    predicted (a gap in the numbering) is not taken: it leaves the steady path and the fast path
+    reads it, which starts the steady path again from its number. The machine hands the last
+    number taken (`last_number`) to the rules when it leaves the steady path.
+
+    The string gaps take only plain ASCII text here (`match_plain_text`), like the one-gap steady
+    path; anything else leaves it. A matched piece is the learned shape with other JSON strings in
+    its string gaps and the next JSON integer in its number gap: what the fast path's own match
+    (`_Shape.maybe_has_text`) accepts, minus non-empty text's being a token, which the steady path
+    only runs once the first token came (`StreamRepair._on_routine_piece`).
+    """
+
+    __slots__ = (
+        "head",
+        "middle",
+        "tail",
+        "head_length",
+        "middle_length",
+        "tail_length",
+        "_segments",
+        "_kinds",
+        "_digits",
+        "_first_digit",
+        "_last_digit",
+    )
+
+    def __init__(self, segments: list[bytes], kinds: list[str]) -> None:
+        self._segments = segments
+        self._kinds = kinds
+        self.head: bytes | bytearray = b""
+        self.middle: bytes | bytearray = b""
+        self.tail: bytes | bytearray = b""
+        self.head_length = self.middle_length = self.tail_length = 0
+        # The literal holding the predicted number (a bytearray that `head`, `middle` or `tail`
+        # is, so that the next number is most often one byte changed in place), and where in it
+        # the number's first and last digits are. None for a shape without a number.
+        self._digits: bytearray | None = None
+        self._first_digit = self._last_digit = 0
+
+    @classmethod
+    def of(cls, segments: list[bytes], kinds: list[str]) -> SteadyShape | None:
+        """The steady path of a shape (its literal `segments` around gaps of `kinds`, in order), if
+        it has one: the text gap, at most one number and at most one other string."""
+        strings = sum(kind is not _NUMBER for kind in kinds)
+        if kinds.count(_TEXT) != 1 or kinds.count(_NUMBER) > 1 or strings > 2:
             return None
-        return number if match_plain_text(piece, number.end() + len(middle), end) is not None else None
-    text = _match_plain_text_at(piece, len(prefix))
-    if text is None or not piece.startswith(middle, text.end()):
-        return None
-    number = _JSON_INT_PATTERN.match(piece, text.end() + len(middle))
-    return number if number is not None and number.end() == end else None
+        return cls(segments, kinds)
+
+    def start(self, number: int | None) -> SteadyShape:
+        """Ready for the pieces after one of this shape numbered `number` (None when the shape has
+        no number gap): the next is predicted to be `number + 1`."""
+        literals: list[bytes | bytearray] = [self._segments[0]]
+        self._digits = None
+        for gap, kind in enumerate(self._kinds):
+            after = self._segments[gap + 1]
+            if kind is _NUMBER and number is not None:
+                digits = b"%d" % (number + 1)
+                literal = bytearray(literals[-1])
+                self._digits, self._first_digit = literal, len(literal)
+                self._last_digit = len(literal) + len(digits) - 1
+                literal += digits + after
+                literals[-1] = literal
+            else:
+                literals.append(after)
+        self.head, self.tail = literals[0], literals[-1]
+        self.middle = literals[1] if len(literals) == 3 else b""
+        self.head_length, self.middle_length, self.tail_length = len(self.head), len(self.middle), len(self.tail)
+        return self
+
+    @property
+    def last_number(self) -> int | None:
+        """The number of the last piece taken (or of the one `start` was given)."""
+        if self._digits is None:
+            return None
+        return int(self._digits[self._first_digit : self._last_digit + 1]) - 1
+
+    def take(self, piece: bytes) -> bool:
+        """Whether `piece` is this shape with plain text and the predicted number; if so, the
+        number after it is predicted next."""
+        if not (piece.startswith(self.head) and piece.endswith(self.tail)):
+            return False
+        end = len(piece) - self.tail_length
+        if self.middle_length:
+            first = _match_plain_text_at(piece, self.head_length)
+            if first is None:
+                return False
+            at = first.end()
+            if not piece.startswith(self.middle, at) or match_plain_text(piece, at + self.middle_length, end) is None:
+                return False
+        elif match_plain_text(piece, self.head_length, end) is None:
+            return False
+        digits = self._digits
+        if digits is not None:
+            at = self._last_digit
+            digit = digits[at]
+            if digit != 0x39:  # not "9": the next number differs in its last digit only
+                digits[at] = digit + 1
+            else:
+                self._carry()
+        return True
+
+    def _carry(self) -> None:
+        """The predicted number ends in 9: the next one is written in place, or, when it has one
+        digit more (after 9, 99, ...), the literals are folded again."""
+        digits = self._digits
+        assert digits is not None
+        taken = int(digits[self._first_digit : self._last_digit + 1])
+        following = b"%d" % (taken + 1)
+        if len(following) == self._last_digit + 1 - self._first_digit:
+            digits[self._first_digit : self._last_digit + 1] = following
+        else:
+            self.start(taken)
