@@ -57,7 +57,7 @@ from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._responses import ResponsesRules
-from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, SteadyShape, match_plain_text
+from ._routine_chunks import DECLINE, MAY_STEADY, NumberedSteady, RoutineChunks, SteadyShape, match_plain_text
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
 from ._verdict import (
@@ -124,6 +124,7 @@ class StreamRepair:
         "_routine",
         "_steady",
         "_steady_gapped",
+        "_steady_numbered",
         "_rules",
         "_dialect",
         "_first_event",
@@ -164,6 +165,8 @@ class StreamRepair:
         # The steady path of a shape with more gaps (`RoutineMatch.gapped_steady`: a Responses
         # delta's sequence number, OpenAI's obfuscation padding) while it may be taken, else None.
         self._steady_gapped: SteadyShape | None = None
+        # For a shape of the text and a number only, what its check reads in `receive_data`.
+        self._steady_numbered: NumberedSteady | None = None
         # What the dialect's events mean (`_chat`, `_messages`, `_responses`).
         self._rules = DIALECT_RULES[dialect](self)
         # No event has been read yet: the first one is checked against the dialect.
@@ -202,7 +205,30 @@ class StreamRepair:
                 self._last_event_at = now
                 return data
             self._steady = None
+        elif self._steady_numbered is not None:
+            # A Responses delta: the same check, with the next sequence number in the head or the
+            # tail (`SteadyShape` predicts it); after it, the number after that.
+            head, tail, head_length, tail_length, digits, last_digit = self._steady_numbered
+            size = len(data)
+            if (
+                data.startswith(head)
+                and data.endswith(tail)
+                and match_plain_text(data, head_length, size - tail_length) is not None
+            ):
+                report = self.report
+                report.events += 1
+                report.upstream_bytes += size
+                report.client_bytes += size
+                self._last_event_at = now
+                digit = digits[last_digit]
+                if digit != 0x39:  # not a 9: only the last digit changes
+                    digits[last_digit] = digit + 1
+                else:
+                    self._steady_numbered = self._steady_gapped.carry()  # type: ignore[union-attr]  # set with it
+                return data
+            self._leave_steady()
         elif self._steady_gapped is not None:
+            # More than one string gap (OpenAI's padding): the shape's own check.
             if self._steady_gapped.take(data):
                 report = self.report
                 report.events += 1
@@ -497,7 +523,8 @@ class StreamRepair:
             if match.steady is not None:
                 self._steady = match.steady
             elif match.gapped_steady is not None:
-                self._steady_gapped = match.gapped_steady.start(match.number)
+                self._steady_gapped = gapped = match.gapped_steady.start(match.number)
+                self._steady_numbered = gapped.numbered
         return True
 
     # -- injected events ----------------------------------------------------------------------
@@ -586,7 +613,7 @@ class StreamRepair:
         self._steady = None
         gapped = self._steady_gapped
         if gapped is not None:
-            self._steady_gapped = None
+            self._steady_gapped = self._steady_numbered = None
             # Only a Responses shape is numbered (`RoutineSpec.numbered`): no other rules have a
             # steady path that took a number.
             number = gapped.last_number

@@ -74,6 +74,7 @@ __all__ = [
     "RoutineMatch",
     "RoutineSpec",
     "TEXT_DELTA_KEYS",
+    "NumberedSteady",
     "SteadyShape",
     "match_plain_text",
 ]
@@ -493,6 +494,9 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
     return None
 
 
+NumberedSteady = tuple[bytes | bytearray, bytes | bytearray, int, int, bytearray, int]
+
+
 class SteadyShape:
     """The repair machine's steady path for a shape with more gaps than the text: Responses' deltas
     (the text and a `sequence_number`) and OpenAI's padded chunks and deltas (the text and an
@@ -522,11 +526,12 @@ class SteadyShape:
         "head_length",
         "middle_length",
         "tail_length",
+        "numbered",
         "_segments",
         "_kinds",
-        "_digits",
+        "digits",
         "_first_digit",
-        "_last_digit",
+        "last_digit",
     )
 
     def __init__(self, segments: list[bytes], kinds: list[str]) -> None:
@@ -539,8 +544,14 @@ class SteadyShape:
         # The literal holding the predicted number (a bytearray that `head`, `middle` or `tail`
         # is, so that the next number is most often one byte changed in place), and where in it
         # the number's first and last digits are. None for a shape without a number.
-        self._digits: bytearray | None = None
-        self._first_digit = self._last_digit = 0
+        # For a shape whose gaps are the text and a number (a Responses delta without padding), what
+        # the machine checks a piece against in its own body (`StreamRepair.receive_data`): (head,
+        # tail, the head's length, the tail's length, the digits, where the last digit is). A piece
+        # that starts with the head, ends with the tail and has plain text between them is taken;
+        # the machine then adds one to the last digit in place, or calls `carry` on a 9.
+        self.numbered: NumberedSteady | None = None
+        self.digits: bytearray | None = None
+        self._first_digit = self.last_digit = 0
 
     @classmethod
     def of(cls, segments: list[bytes], kinds: list[str]) -> SteadyShape | None:
@@ -555,14 +566,14 @@ class SteadyShape:
         """Ready for the pieces after one of this shape numbered `number` (None when the shape has
         no number gap): the next is predicted to be `number + 1`."""
         literals: list[bytes | bytearray] = [self._segments[0]]
-        self._digits = None
+        self.digits = None
         for gap, kind in enumerate(self._kinds):
             after = self._segments[gap + 1]
             if kind is _NUMBER and number is not None:
                 digits = b"%d" % (number + 1)
                 literal = bytearray(literals[-1])
-                self._digits, self._first_digit = literal, len(literal)
-                self._last_digit = len(literal) + len(digits) - 1
+                self.digits, self._first_digit = literal, len(literal)
+                self.last_digit = len(literal) + len(digits) - 1
                 literal += digits + after
                 literals[-1] = literal
             else:
@@ -570,14 +581,19 @@ class SteadyShape:
         self.head, self.tail = literals[0], literals[-1]
         self.middle = literals[1] if len(literals) == 3 else b""
         self.head_length, self.middle_length, self.tail_length = len(self.head), len(self.middle), len(self.tail)
+        self.numbered = (
+            None
+            if self.digits is None or self.middle_length
+            else (self.head, self.tail, self.head_length, self.tail_length, self.digits, self.last_digit)
+        )
         return self
 
     @property
     def last_number(self) -> int | None:
         """The number of the last piece taken (or of the one `start` was given)."""
-        if self._digits is None:
+        if self.digits is None:
             return None
-        return int(self._digits[self._first_digit : self._last_digit + 1]) - 1
+        return int(self.digits[self._first_digit : self.last_digit + 1]) - 1
 
     def take(self, piece: bytes) -> bool:
         """Whether `piece` is this shape with plain text and the predicted number; if so, the
@@ -594,24 +610,28 @@ class SteadyShape:
                 return False
         elif match_plain_text(piece, self.head_length, end) is None:
             return False
-        digits = self._digits
+        digits = self.digits
         if digits is not None:
-            at = self._last_digit
+            at = self.last_digit
             digit = digits[at]
             if digit != 0x39:  # not "9": the next number differs in its last digit only
                 digits[at] = digit + 1
             else:
-                self._carry()
+                self.carry()
         return True
 
-    def _carry(self) -> None:
-        """The predicted number ends in 9: the next one is written in place, or, when it has one
-        digit more (after 9, 99, ...), the literals are folded again."""
-        digits = self._digits
+    def carry(self) -> NumberedSteady | None:
+        """The predicted number ends in 9 and was taken: the next one is written in place, or, when
+        it has one digit more (after 9, 99, ...), the literals are folded again. Returns the
+        `numbered` tuple, new in the second case."""
+        digits = self.digits
         assert digits is not None
-        taken = int(digits[self._first_digit : self._last_digit + 1])
-        following = b"%d" % (taken + 1)
-        if len(following) == self._last_digit + 1 - self._first_digit:
-            digits[self._first_digit : self._last_digit + 1] = following
-        else:
-            self.start(taken)
+        at = self.last_digit
+        while at >= self._first_digit and digits[at] == 0x39:  # 9s roll over to 0s
+            digits[at] = 0x30
+            at -= 1
+        if at >= self._first_digit:
+            digits[at] += 1
+            return self.numbered
+        # Every digit was a 9: the number taken was 10**n - 1, and the next has n + 1 digits.
+        return self.start(10 ** (self.last_digit + 1 - self._first_digit) - 1).numbered
