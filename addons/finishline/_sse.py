@@ -91,6 +91,15 @@ class EventFramer:
         if not data:
             return events
         buffer = self._buffer
+        if not buffer and not self._after_cr and data.endswith(b"\n\n") and data.find(b"\n\n") == len(data) - 2:
+            if b"\r" not in data and data[:1] != b"\n":
+                # The usual piece: one whole event, LF only, nothing held before it. Framed as the
+                # loop below would frame it (its lines end at each LF, its blank line is its last),
+                # without a search per line.
+                self._note_line_ending(b"\n")
+                event = self._parse(data, complete=True)
+                self.idle = True  # (`_parse` read the stream's start)
+                return [event]
         if self._after_cr:
             self._after_cr = False
             if data[:1] == b"\n":
