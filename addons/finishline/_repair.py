@@ -57,9 +57,10 @@ from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._responses import ResponsesRules
-from ._routine_chunks import DECLINE, MAY_STEADY, NumberedSteady, RoutineChunks, SteadyShape, match_plain_text
+from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
+from ._steady import NumberedSteady, SteadyShape, match_plain_text
 from ._verdict import (
     MALFORMED_OUTRANKS,
     ClientEnding,

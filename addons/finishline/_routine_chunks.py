@@ -23,7 +23,8 @@ token). That, and the choice index, is what `maybe_match` gives back; the repair
 same bookkeeping its full path would (`StreamRepair._on_routine_piece`). Once a match leaves that
 bookkeeping nothing to record but the counts (the first token seen, no finish injected before it),
 the machine checks the next pieces against the shape in `receive_data` itself: its steady path
-(`RoutineMatch.steady`), the same match for plain ASCII text, one frame fewer. Anything else, or anything
+(`RoutineMatch.steady`), the same match for plain ASCII text, one frame fewer; for a shape with more
+gaps (a Responses sequence number, OpenAI's padding), `_steady.SteadyShape`. Anything else, or anything
 unusual (another shape, a finish_reason, a tool call, `\\r` inside, a split event, a piece holding two
 events), goes the full path, which is always right; the fast path only has to be right when it says
 yes. `tests/test_core_fast_path.py` checks that both paths give the same bytes and report for
@@ -64,6 +65,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ._dialect import Dialect
+from ._steady import ASCII_CHARS, GAP_NUMBER, GAP_STRING, GAP_TEXT, SteadyShape, match_plain_text
 
 __all__ = [
     "DECLINE",
@@ -74,9 +76,6 @@ __all__ = [
     "RoutineMatch",
     "RoutineSpec",
     "TEXT_DELTA_KEYS",
-    "NumberedSteady",
-    "SteadyShape",
-    "match_plain_text",
 ]
 
 # What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
@@ -93,37 +92,26 @@ _FREE_TOP_LEVEL_KEYS = ("obfuscation",)
 # Fields the repair remembers from every chunk for the finishing events it may inject.
 _REMEMBERED_KEYS = ("id", "created", "model", "system_fingerprint")
 
-_ASCII_CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7f]++"
 _ESCAPE = rb'\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
 _UTF8_SEQUENCE = (
     rb"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
     rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
     rb"|\xf4[\x80-\x8f][\x80-\xbf]{2}"
 )
-_JSON_CHAR = rb"(?:" + _ASCII_CHARS + rb"|" + _ESCAPE + rb"|" + _UTF8_SEQUENCE + rb")"
+_JSON_CHAR = rb"(?:" + ASCII_CHARS + rb"|" + _ESCAPE + rb"|" + _UTF8_SEQUENCE + rb")"
 _JSON_STRING = rb'"' + _JSON_CHAR + rb'*+"'
 # The text gap: the empty string, or a non-empty one as group 1 (so `lastindex` says which); plain
 # ASCII text, the usual token, is tried first because it matches in a third less time.
-_TEXT_GAP = rb'(?:""|("' + _ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
+_TEXT_GAP = rb'(?:""|("' + ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
 _TEXT_GAP_PATTERN = re.compile(_TEXT_GAP)
 _TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
-# The usual token alone: `match_plain_text(piece, start, end)` is not None when piece[start:end] is one
-# non-empty JSON string of plain ASCII text. The hottest line of finish_fix in a profiled mitmdump is
-# this check (here and on the repair machine's steady path, `RoutineMatch.steady`), and a pattern
-# without alternation or group runs it in less time and needs no `lastindex`; anything else is left
-# to `_TEXT_GAP`.
-match_plain_text = re.compile(rb'"' + _ASCII_CHARS + rb'"').fullmatch
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 # A sequence number: a non-negative JSON integer, no exponent or fraction (json.loads gives an int).
 _JSON_INT = rb"(?:0|[1-9][0-9]{0,17})"
 _JSON_INT_PATTERN = re.compile(_JSON_INT)
 _NUMBER_KEY = "sequence_number"
-# The kinds of gap in a shape (`_Shape._gaps`), compared by identity on the path of every piece.
-_TEXT, _NUMBER, _STRING = "text", "number", "string"
 _PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
-# Plain ASCII text as a JSON string at a position, not to the end (where the text gap is first).
-_match_plain_text_at = re.compile(rb'"' + _ASCII_CHARS + rb'"').match
 _PROBE = "finishline probe \u00e9"
 _PROBE_TOKEN = json.dumps(_PROBE).encode()
 
@@ -203,14 +191,14 @@ class _Shape:
         self.text_gap = text_gap
         self.number_gap = number_gap
         self.result = result
-        # Per gap, in order: its pattern's `match`, its kind (_TEXT, _NUMBER, _STRING), and the
+        # Per gap, in order: its pattern's `match`, its kind (GAP_TEXT, GAP_NUMBER, GAP_STRING), and the
         # literal segment after it (None after the last gap) with its length: read per piece.
         self._gaps = tuple(
             (
                 (
                     _TEXT_GAP_PATTERN if gap == text_gap else _JSON_INT_PATTERN if gap == number_gap else _JSON_STRING_PATTERN
                 ).match,
-                _TEXT if gap == text_gap else _NUMBER if gap == number_gap else _STRING,
+                GAP_TEXT if gap == text_gap else GAP_NUMBER if gap == number_gap else GAP_STRING,
                 segments[gap + 1] if gap + 2 < len(segments) else None,
                 len(segments[gap + 1]),
             )
@@ -239,9 +227,9 @@ class _Shape:
             match = match_gap(piece, position)
             if match is None:
                 return None
-            if kind is _TEXT:
+            if kind is GAP_TEXT:
                 has_text = match.lastindex is not None
-            elif kind is _NUMBER:
+            elif kind is GAP_NUMBER:
                 number = match.group()
             position = match.end()
             if segment is not None:
@@ -492,146 +480,3 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
         if probed == event:
             return start, end
     return None
-
-
-NumberedSteady = tuple[bytes | bytearray, bytes | bytearray, int, int, bytearray, int]
-
-
-class SteadyShape:
-    """The repair machine's steady path for a shape with more gaps than the text: Responses' deltas
-    (the text and a `sequence_number`) and OpenAI's padded chunks and deltas (the text and an
-    `obfuscation` string, with or without a number).
-
-    A stream numbers its events one by one, so the next piece's number is the last one plus one:
-    `start` folds that predicted number into the literal segment around it, and the piece is then
-    literals and plain-text strings only: `head`, a string, (`middle`, a string,) `tail`. Checking
-    it is two `startswith`/`endswith` and one pattern per string, as for a one-gap shape, rather
-    than a pattern per gap and the number parsed; after a match `take` changes the predicted
-    number's last digit in place (a carry one time in ten). A piece whose number is not the one
-    predicted (a gap in the numbering) is not taken: it leaves the steady path and the fast path
-    reads it, which starts the steady path again from its number. The machine hands the last
-    number taken (`last_number`) to the rules when it leaves the steady path.
-
-    The string gaps take only plain ASCII text here (`match_plain_text`), like the one-gap steady
-    path; anything else leaves it. A matched piece is the learned shape with other JSON strings in
-    its string gaps and the next JSON integer in its number gap: what the fast path's own match
-    (`_Shape.maybe_has_text`) accepts, minus non-empty text's being a token, which the steady path
-    only runs once the first token came (`StreamRepair._on_routine_piece`).
-    """
-
-    __slots__ = (
-        "head",
-        "middle",
-        "tail",
-        "head_length",
-        "middle_length",
-        "tail_length",
-        "numbered",
-        "_segments",
-        "_kinds",
-        "digits",
-        "_first_digit",
-        "last_digit",
-    )
-
-    def __init__(self, segments: list[bytes], kinds: list[str]) -> None:
-        self._segments = segments
-        self._kinds = kinds
-        self.head: bytes | bytearray = b""
-        self.middle: bytes | bytearray = b""
-        self.tail: bytes | bytearray = b""
-        self.head_length = self.middle_length = self.tail_length = 0
-        # The literal holding the predicted number (a bytearray that `head`, `middle` or `tail`
-        # is, so that the next number is most often one byte changed in place), and where in it
-        # the number's first and last digits are. None for a shape without a number.
-        # For a shape whose gaps are the text and a number (a Responses delta without padding), what
-        # the machine checks a piece against in its own body (`StreamRepair.receive_data`): (head,
-        # tail, the head's length, the tail's length, the digits, where the last digit is). A piece
-        # that starts with the head, ends with the tail and has plain text between them is taken;
-        # the machine then adds one to the last digit in place, or calls `carry` on a 9.
-        self.numbered: NumberedSteady | None = None
-        self.digits: bytearray | None = None
-        self._first_digit = self.last_digit = 0
-
-    @classmethod
-    def of(cls, segments: list[bytes], kinds: list[str]) -> SteadyShape | None:
-        """The steady path of a shape (its literal `segments` around gaps of `kinds`, in order), if
-        it has one: the text gap, at most one number and at most one other string."""
-        strings = sum(kind is not _NUMBER for kind in kinds)
-        if kinds.count(_TEXT) != 1 or kinds.count(_NUMBER) > 1 or strings > 2:
-            return None
-        return cls(segments, kinds)
-
-    def start(self, number: int | None) -> SteadyShape:
-        """Ready for the pieces after one of this shape numbered `number` (None when the shape has
-        no number gap): the next is predicted to be `number + 1`."""
-        literals: list[bytes | bytearray] = [self._segments[0]]
-        self.digits = None
-        for gap, kind in enumerate(self._kinds):
-            after = self._segments[gap + 1]
-            if kind is _NUMBER and number is not None:
-                digits = b"%d" % (number + 1)
-                literal = bytearray(literals[-1])
-                self.digits, self._first_digit = literal, len(literal)
-                self.last_digit = len(literal) + len(digits) - 1
-                literal += digits + after
-                literals[-1] = literal
-            else:
-                literals.append(after)
-        self.head, self.tail = literals[0], literals[-1]
-        self.middle = literals[1] if len(literals) == 3 else b""
-        self.head_length, self.middle_length, self.tail_length = len(self.head), len(self.middle), len(self.tail)
-        self.numbered = (
-            None
-            if self.digits is None or self.middle_length
-            else (self.head, self.tail, self.head_length, self.tail_length, self.digits, self.last_digit)
-        )
-        return self
-
-    @property
-    def last_number(self) -> int | None:
-        """The number of the last piece taken (or of the one `start` was given)."""
-        if self.digits is None:
-            return None
-        return int(self.digits[self._first_digit : self.last_digit + 1]) - 1
-
-    def take(self, piece: bytes) -> bool:
-        """Whether `piece` is this shape with plain text and the predicted number; if so, the
-        number after it is predicted next."""
-        if not (piece.startswith(self.head) and piece.endswith(self.tail)):
-            return False
-        end = len(piece) - self.tail_length
-        if self.middle_length:
-            first = _match_plain_text_at(piece, self.head_length)
-            if first is None:
-                return False
-            at = first.end()
-            if not piece.startswith(self.middle, at) or match_plain_text(piece, at + self.middle_length, end) is None:
-                return False
-        elif match_plain_text(piece, self.head_length, end) is None:
-            return False
-        digits = self.digits
-        if digits is not None:
-            at = self.last_digit
-            digit = digits[at]
-            if digit != 0x39:  # not "9": the next number differs in its last digit only
-                digits[at] = digit + 1
-            else:
-                self.carry()
-        return True
-
-    def carry(self) -> NumberedSteady | None:
-        """The predicted number ends in 9 and was taken: the next one is written in place, or, when
-        it has one digit more (after 9, 99, ...), the literals are folded again. Returns the
-        `numbered` tuple, new in the second case."""
-        digits = self.digits
-        assert digits is not None
-        at = self.last_digit
-        while at >= self._first_digit and digits[at] == 0x39:  # 9s roll over to 0s
-            digits[at] = 0x30
-            at -= 1
-        if at >= self._first_digit:
-            digits[at] += 1
-            return self.numbered
-        # Every digit was a 9: the number taken was 10**n - 1, and the next has n + 1 digits.
-        return self.start(10 ** (self.last_digit + 1 - self._first_digit) - 1).numbered
