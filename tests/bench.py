@@ -685,7 +685,7 @@ def print_concurrent_table(rows: list[Row], *, streams: int, events: int, runs: 
 
 
 #: The targets: a finish_fix stream at 0.9x plain mitmdump's or better in the paired rounds (which
-#: carry the machine's drift) and 0.97x in every race (issue 27), the core alone at 1M routine events
+#: carry the machine's drift) and 0.97x in every race, the core alone at 1M routine events
 #: per second or more in every dialect, and finish_fix with metrics and spans on at 0.95x finish_fix alone.
 _RATIO_TARGET = 0.9
 _RACE_TARGET = 0.97
