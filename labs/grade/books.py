@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Verdict
+from labs.cell_books import BOOKS_NO_ENTRY
 from labs.gateways.services import last_entry_by_cell, read_books
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.runner import BOOKS_NO_ENTRY
 from labs.scenario import cell_id_of
 
 __all__ = ["BOOKS_NO_ENTRY", "books_word", "read_books_file"]

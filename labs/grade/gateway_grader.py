@@ -36,6 +36,7 @@ import trio
 
 from faults.toxiproxy_server import open_toxiproxy_server
 from finishline import Dialect
+from labs.cell_books import BOOKS_DEADLINE_S  # how long a cut's books entry may take: the lab's wait
 from labs.clients import LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.clients.python_messages import messages_body
@@ -65,9 +66,6 @@ from labs.grade.reading import CLEAN_END, TRANSPORT_ERROR, StreamReading
 from labs.grade.server_suites import SERVER_SUITES
 from labs.hub import TunnelDropPolicy, open_hub
 from labs.outcome import BOOKS_ERROR, ClientReport, judge
-
-# How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
-from labs.runner import BOOKS_DEADLINE_S
 from labs.scenario import CELL_ID_TEMPLATE, cell_id_of
 from labs.topology import PRIMARY, SPARE
 from labs.worker.server import RunningWorker, open_worker
