@@ -260,14 +260,50 @@ def load_scenario(path: Path) -> Scenario:
         ScenarioError: not TOML, an unknown key, a value of the wrong type, an unknown client or
             gateway, or worker settings the worker would refuse; the message names file and key.
     """
-    name = path.stem
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ScenarioError(f"{path}: not valid TOML: {error}") from None
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
-    known = {
+    data = _read_toml(path)
+    _check_keys(path, data)
+    requests_per_cell = _requests_per_cell(path, data)
+    deadline_s = _deadline_s(path, data)
+    clients = _names(path, data, "clients", EVERY_CLIENT)
+    gateways = _names(path, data, "gateways", GATEWAYS)
+    dialects, default_dialects = _dialects(path, data)
+    upstream_dialect = _upstream_dialect(path, data)
+    worker = _worker_settings(path, data.get("worker", {}))
+    request = data.get("request", {})
+    max_tokens = _max_tokens(path, request)
+    fault = _fault(path, data.get("fault"))
+    hub_policy = _hub_policy(path, data.get("hub"))
+    pool_workers = _pool_workers(path, data.get("pool", {}))
+    finish_fix_options = _finish_fix_options(path, data.get("finish_fix", {}))
+    return Scenario(
+        name=path.stem,
+        title=data["title"],
+        worker=_pinned(worker, max_tokens),
+        fault=fault,
+        max_tokens=max_tokens,
+        tools=bool(request.get("tools", False)),
+        deadline_s=deadline_s,
+        clients=clients,
+        gateways=gateways,
+        order=data.get("order", 1000),
+        default=bool(default_dialects),
+        dialects=dialects,
+        default_dialects=default_dialects,
+        listed_dialects=dialects,
+        upstream_dialect=upstream_dialect,
+        source=str(path),
+        hub_policy=hub_policy,
+        pool_workers=pool_workers,
+        agents=bool(data.get("agents", False)),
+        finish_fix_options=finish_fix_options,
+        requests_per_cell=requests_per_cell,
+        **({"prompt": data["prompt"]} if "prompt" in data else {}),
+    )
+
+
+#: The top-level keys of a scenario file (the module docstring's format).
+_KNOWN_KEYS = frozenset(
+    {
         "title",
         "deadline_s",
         "clients",
@@ -287,9 +323,23 @@ def load_scenario(path: Path) -> Scenario:
         "finish_fix",
         "requests_per_cell",
     }
-    unknown = set(data) - known
+)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ScenarioError(f"{path}: not valid TOML: {error}") from None
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
+
+
+def _check_keys(path: Path, data: dict[str, Any]) -> None:
+    """Every top-level key known, `title` there, and each table and plain value of its type."""
+    unknown = set(data) - _KNOWN_KEYS
     if unknown:
-        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(_KNOWN_KEYS)}")
     if "title" not in data:
         raise ScenarioError(f"{path}: missing `title`")
     _check_type(path, "title", data["title"], str, "a string")
@@ -303,22 +353,33 @@ def load_scenario(path: Path) -> Scenario:
         _check_type(path, "default", data["default"], bool, "true or false")
     if "agents" in data:
         _check_type(path, "agents", data["agents"], bool, "true or false")
+
+
+def _requests_per_cell(path: Path, data: dict[str, Any]) -> int:
     requests_per_cell = data.get("requests_per_cell", 1)
     if isinstance(requests_per_cell, bool) or not isinstance(requests_per_cell, int) or requests_per_cell < 1:
         raise ScenarioError(f"{path}: `requests_per_cell` must be a whole number of requests above 0, not {requests_per_cell!r}")
+    return requests_per_cell
+
+
+def _deadline_s(path: Path, data: dict[str, Any]) -> float:
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
-    clients = _names(path, data, "clients", EVERY_CLIENT)
-    gateways = _names(path, data, "gateways", GATEWAYS)
-    dialects, default_dialects = _dialects(path, data)
-    upstream_dialect = None
-    if "upstream_dialect" in data:
-        valid = [d.value for d in Dialect]
-        if data["upstream_dialect"] not in valid:
-            raise ScenarioError(f"{path}: `upstream_dialect` must be one of {', '.join(valid)}, not {data['upstream_dialect']!r}")
-        upstream_dialect = Dialect(data["upstream_dialect"])
-    worker_items = data.get("worker", {})
+    return float(deadline_s)
+
+
+def _upstream_dialect(path: Path, data: dict[str, Any]) -> Dialect | None:
+    if "upstream_dialect" not in data:
+        return None
+    valid = [d.value for d in Dialect]
+    if data["upstream_dialect"] not in valid:
+        raise ScenarioError(f"{path}: `upstream_dialect` must be one of {', '.join(valid)}, not {data['upstream_dialect']!r}")
+    return Dialect(data["upstream_dialect"])
+
+
+def _worker_settings(path: Path, worker_items: dict[str, Any]) -> WorkerSettings:
+    """`[worker]` as the worker reads it, for the one choice the lab judges."""
     try:
         # Through the worker's own text encoding, so a scenario accepts exactly what a model name
         # or header does, with the same error messages.
@@ -329,7 +390,11 @@ def load_scenario(path: Path) -> Scenario:
         # Drivers read choice 0 only (labs/clients/python_drivers.py); a matrix about n > 1 would
         # need a judgement per choice, which the lab does not make.
         raise ScenarioError(f"{path}: [worker]: n = {worker.n}: the lab judges one choice; use n = 1 or leave it out")
-    request = data.get("request", {})
+    return worker
+
+
+def _max_tokens(path: Path, request: dict[str, Any]) -> int | None:
+    """`[request]`'s keys checked; its `max_tokens`, if any."""
     unknown_request = set(request) - {"max_tokens", "tools"}
     if unknown_request:
         raise ScenarioError(f"{path}: [request]: unknown keys {sorted(unknown_request)}; known: max_tokens, tools")
@@ -338,45 +403,25 @@ def load_scenario(path: Path) -> Scenario:
         raise ScenarioError(f"{path}: [request]: `max_tokens` must be a positive integer, not {max_tokens!r}")
     if "tools" in request:
         _check_type(path, "[request] tools", request["tools"], bool, "true or false")
-    # Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
-    # gateway may add `stream_options` or rename fields, a client asks for its own limit, and every
-    # cell must get the same bytes (`PINNED_MAX_TOKENS` says where a limit shows).
-    worker = dataclasses.replace(
+    return max_tokens
+
+
+def _pinned(worker: WorkerSettings, max_tokens: int | None) -> WorkerSettings:
+    """Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
+    gateway may add `stream_options` or rename fields, a client asks for its own limit, and every
+    cell must get the same bytes (`PINNED_MAX_TOKENS` says where a limit shows)."""
+    return dataclasses.replace(
         worker,
         n=worker.n if worker.n is not None else 1,
         include_usage=worker.include_usage if worker.include_usage is not None else False,
         max_tokens=next(limit for limit in (worker.max_tokens, max_tokens, PINNED_MAX_TOKENS) if limit is not None),
     )
-    fault = data.get("fault")
+
+
+def _fault(path: Path, fault: dict[str, Any] | None) -> dict[str, Any] | None:
     if fault is not None and not isinstance(fault.get("kind"), str):
         raise ScenarioError(f'{path}: [fault] needs a `kind` (a fault name, e.g. "cut_after_tokens")')
-    hub_policy = _hub_policy(path, data.get("hub"))
-    pool_workers = _pool_workers(path, data.get("pool", {}))
-    finish_fix_options = _finish_fix_options(path, data.get("finish_fix", {}))
-    return Scenario(
-        name=name,
-        title=data["title"],
-        worker=worker,
-        fault=fault,
-        max_tokens=max_tokens,
-        tools=bool(request.get("tools", False)),
-        deadline_s=float(deadline_s),
-        clients=clients,
-        gateways=gateways,
-        order=data.get("order", 1000),
-        default=bool(default_dialects),
-        dialects=dialects,
-        default_dialects=default_dialects,
-        listed_dialects=dialects,
-        upstream_dialect=upstream_dialect,
-        source=str(path),
-        hub_policy=hub_policy,
-        pool_workers=pool_workers,
-        agents=bool(data.get("agents", False)),
-        finish_fix_options=finish_fix_options,
-        requests_per_cell=requests_per_cell,
-        **({"prompt": data["prompt"]} if "prompt" in data else {}),
-    )
+    return fault
 
 
 def _dialects(path: Path, data: dict[str, Any]) -> tuple[tuple[Dialect, ...], tuple[Dialect, ...]]:
