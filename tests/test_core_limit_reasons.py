@@ -250,6 +250,7 @@ def test_r7_a_cut_continues_the_filled_in_numbers():
 
 # -- R8: the snapshot fields llama.cpp leaves out -----------------------------------------------
 
+
 #: llama.cpp's `response.created` and `response.in_progress` name neither a `created_at` nor a
 #: `model` (only its `response.completed` does); the worker's stream with those two removed.
 def _without_snapshot_fields() -> tuple[bytes, bytes]:
