@@ -128,7 +128,10 @@ def test_the_responses_snapshots_get_their_created_at_and_model_through_finish_f
     fixed = [e for e in data_events(_post(mitmdump.url, "/v1/responses", body, host)) if e["type"] in _SNAPSHOTS]
     assert [e["response"]["model"] for e in fixed] == [llama_cpp.model] * 2
     assert all(sent_at <= e["response"]["created_at"] <= int(time.time()) for e in fixed), fixed
-    assert "responses fields (R8): filled in created_at on 2 events, model on 2 events from the request" in _row(ledger, host)["repairs"]
+    assert (
+        "responses fields (R8): filled in created_at on 2 events, model on 2 events from the request"
+        in _row(ledger, host)["repairs"]
+    )
 
 
 def test_a_whole_responses_body_at_the_limit_is_incomplete_through_finish_fix(llama_cpp, through):
