@@ -81,8 +81,8 @@ from labs.gateways import GATEWAYS
 from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
-from labs.worker.answer import dialect_reason, expected_answer
-from labs.worker.settings import TOOL_NAME, WorkerSettings, parse_settings
+from labs.worker.answer import TOOL_NAME, dialect_reason, expected_answer
+from labs.worker.settings import WorkerSettings, parse_settings
 
 __all__ = [
     "AGENT_DEADLINE_S",
@@ -109,7 +109,7 @@ CELL_ID_TEMPLATE = "c{:04d}"
 #: The most cells one run can number with `CELL_ID_TEMPLATE` (the runner refuses more).
 MAX_CELLS = 9999
 
-#: The one tool the worker calls (labs.worker.settings.TOOL_NAME), declared OpenAI-style.
+#: The one tool the worker calls (labs.worker.answer.TOOL_NAME), declared OpenAI-style.
 WORKER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
