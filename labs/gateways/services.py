@@ -20,17 +20,28 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from faults.child_processes import ChildStartError, bind_failed, free_port
 from finish_fix_command import addon_path
 from finishline import Dialect
+from labs.gateways.registry import (
+    BooksReader,
+    Gateway,
+    GatewayContext,
+    GatewayEntry,
+    RunServices,
+    TopologyPlan,
+    books_reader,
+    lookup,
+    missing_installs,
+)
 from labs.outcome import BOOKS_NONE
 from labs.processes import open_service
 
@@ -64,41 +75,6 @@ BIND_ATTEMPTS = 3
 class GatewayNotInstalled(ChildStartError):
     """A requested gateway is not installed; the message says, per gateway, how to install it.
     (A `ChildStartError`: the CLI prints it as its one error line, like a helper that did not start.)"""
-
-
-if TYPE_CHECKING:
-    from labs.gateways.registry import BooksReader, GatewayContext, GatewayEntry, RunServices, TopologyPlan
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Gateway:
-    name: str
-    base_url: str
-    #: The JSON-lines file this gateway's books go to, or None (no books, or none read).
-    books_path: Path | None = None
-    #: Prefix the gateway needs on the model name (LiteLLM's topology and finish_fix routes).
-    model_prefix: str = ""
-    #: Per client dialect, what follows `model_prefix` (LiteLLM's route in that dialect); see
-    #: `model_for`.
-    route_prefixes: Mapping[Dialect, str] = field(default_factory=dict)
-    #: Whose books: its registry entry's `books_kind`, which `open_gateways` gives every gateway it
-    #: starts (an entry's `start` leaves it out: the entry says it, once).
-    books_kind: str | None = None
-    #: The API key the gateway wants (LiteLLM's master key of this run); None: any.
-    api_key: str | None = None
-    #: JSON lines of the streams finish_fix sent on (labs/gateways/stream_capture.py), or None.
-    capture_path: Path | None = None
-    #: Awaited with a scenario's request models before its fault is applied, for a gateway that
-    #: must be told a model before it routes it (SMG, labs/gateways/smg.py); None for the rest.
-    prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
-    #: Awaited with a scenario's finish_fix options (full option names; empty: the lab's own) as
-    #: it starts, for a gateway with finish_fix in its path (labs/gateways/finish_fix_proxy.py);
-    #: gateways sharing one finish_fix share this callable. None for the rest.
-    configure: Callable[[Mapping[str, str]], Awaitable[object]] | None = None
-
-    def model_for(self, dialect: Dialect, model: str) -> str:
-        """The model name a `dialect` client asks this gateway for, to reach the worker's `model`."""
-        return self.model_prefix + self.route_prefixes.get(dialect, "") + model
 
 
 async def prepare_gateways(gateways: dict[str, Gateway], requests: Iterable[tuple[str, str]]) -> None:
@@ -151,8 +127,6 @@ async def open_gateways(
         GatewayNotInstalled: a requested gateway is not installed (one line each, with the fix).
         ChildStartError: a gateway did not start (the first that failed; the others are stopped).
     """
-    from labs.gateways.registry import GatewayContext, RunServices, lookup, missing_installs
-
     chosen = [lookup(name) for name in names]
     missing = missing_installs(names)
     if missing:
@@ -282,8 +256,6 @@ def books_entry(gateway: Gateway, entries: list[dict[str, Any]], cell_id: str) -
     """
     if gateway.books_kind is None or gateway.books_kind == BOOKS_NONE:
         return None, None
-    from labs.gateways.registry import books_reader
-
     return books_reader(gateway.books_kind)(entries, cell_id)
 
 
