@@ -76,9 +76,9 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Dialect
+from labs.cell_ids import CELL_ID_TEMPLATE, MAX_CELLS, cell_id_of
 from labs.clients import AGENT_CLIENTS, DEFAULT_MAX_TOKENS, EVERY_CLIENT
 from labs.gateways import GATEWAYS
-from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
 from labs.worker.answer import TOOL_NAME, dialect_reason, expected_answer
@@ -101,13 +101,6 @@ __all__ = [
 ]
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
-
-#: Cell ids are this long (`c` and four digits), so every cell's model name has the same length:
-#: the worker echoes the request's model in every chunk, and a byte-exact cut needs every cell of a
-#: scenario to get a response of the same length (faults/layout.py: lengths, not content).
-CELL_ID_TEMPLATE = "c{:04d}"
-#: The most cells one run can number with `CELL_ID_TEMPLATE` (the runner refuses more).
-MAX_CELLS = 9999
 
 #: The one tool the worker calls (labs.worker.answer.TOOL_NAME), declared OpenAI-style.
 WORKER_TOOL: dict[str, Any] = {

@@ -31,6 +31,7 @@ import trio
 from faults.child_processes import ChildStartError, bind_failed, free_port
 from finish_fix_command import addon_path
 from finishline import Dialect
+from labs.cell_ids import cell_id_of
 from labs.gateways.registry import (
     BooksReader,
     Gateway,
@@ -46,6 +47,7 @@ from labs.outcome import BOOKS_NONE
 from labs.processes import open_service
 
 __all__ = [
+    "BOOKS_DEADLINE_S",
     "BOOKS_NONE",
     "Gateway",
     "GatewayNotInstalled",
@@ -70,6 +72,10 @@ MITM_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
 #: Tries for a program that cannot listen on port 0 (LiteLLM): the free port may be taken between
 #: `free_port` and the program's bind; a bind failure is then retried on another port.
 BIND_ATTEMPTS = 3
+#: LiteLLM's callbacks write their books after the response went out: a reader of the books waits
+#: until every cell of a books-keeping gateway has its entry, at most this many seconds after the
+#: cell ended; a cell still without one is reported as `no entry` (`labs.outcome.BOOKS_NO_ENTRY`).
+BOOKS_DEADLINE_S = 15.0
 
 
 class GatewayNotInstalled(ChildStartError):
@@ -268,13 +274,3 @@ def captured_stream(entries: list[dict[str, Any]], cell_id: str) -> str | None:
 def entries_for_cell(entries: list[dict[str, Any]], cell_id: str, key: str = "model") -> list[dict[str, Any]]:
     """The entries whose `key` (the request's model name) belongs to the cell, oldest first."""
     return [e for e in entries if cell_id_of(e.get(key)) == cell_id]
-
-
-def cell_id_of(model: object) -> str | None:
-    """The cell id in a model name as a gateway or worker saw it (`c0007;tokens=3`, with or
-    without a route prefix such as `via-finish-fix/`), or None. Here rather than in labs.scenario,
-    which builds the names, because the gateways' books readers need it and labs.scenario imports
-    the gateways."""
-    if not isinstance(model, str):
-        return None
-    return model.split(";", 1)[0].rsplit("/", 1)[-1] or None
