@@ -2,8 +2,9 @@
 finish_fix's books), read after the cells ran and attached to each `CellResult`.
 
 A gateway may write its record after the response went out (LiteLLM's callbacks do), so the
-runner waits for every cell's entry (`wait_for_books`) before it reads them (`attach_books`).
-Graders read the same words (`BOOKS_NO_ENTRY`) and the same deadline (`BOOKS_DEADLINE_S`).
+runner waits for every cell's entry (`wait_for_books`, at most `BOOKS_DEADLINE_S` after each cell,
+labs.gateways.services) before it reads them (`attach_books`; a cell its gateway's books do not
+know is `labs.outcome.BOOKS_NO_ENTRY`, as the graders say it).
 """
 
 from __future__ import annotations
@@ -13,18 +14,10 @@ from typing import Any
 import trio
 
 from labs.cell_result import CellResult
-from labs.gateways.services import BOOKS_NONE, Gateway, books_entry, captured_stream, read_books
-from labs.outcome import BOOKS_ERROR, books_mismatch
+from labs.gateways.services import BOOKS_DEADLINE_S, BOOKS_NONE, Gateway, books_entry, captured_stream, read_books
+from labs.outcome import BOOKS_ERROR, BOOKS_NO_ENTRY, books_mismatch
 
-__all__ = ["BOOKS_DEADLINE_S", "BOOKS_NO_ENTRY", "attach_books", "wait_for_books"]
-
-#: LiteLLM's callbacks write their books after the response went out: the runner waits until every
-#: cell of a books-keeping gateway has its entry, at most this many seconds after the cell ended
-#: (so a cell that ended early in the run costs no wait at its end); a cell still without one is
-#: reported as `no entry`.
-BOOKS_DEADLINE_S = 15.0
-#: The books word for a cell whose gateway keeps books but wrote nothing for it.
-BOOKS_NO_ENTRY = "no entry"
+__all__ = ["attach_books", "wait_for_books"]
 
 
 def _missing_books(results: list[CellResult], gateways: dict[str, Gateway]) -> list[CellResult]:

@@ -13,7 +13,7 @@ import finishline_pytest
 from faults.child_processes import free_port
 from finishline import Dialect
 from labs.grade.gateway_plan import card_check_ids
-from labs.grade.server_checks_chat import SERVER_CHECKS
+from labs.grade.server_checks import SERVER_CHECKS
 from labs.grade.server_suites import SERVER_SUITES
 
 pytest_plugins = ["pytester"]

@@ -10,7 +10,7 @@ import pytest
 
 from labs.grade.card import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_PASSED, Mark
 from labs.grade.cli import main
-from labs.grade.server_checks_chat import SERVER_CHECKS
+from labs.grade.server_checks import SERVER_CHECKS
 from labs.grade.server_grader import grade_server
 from tests.chat_streams import chat_stream
 from tests.upstream_server import Script

@@ -15,7 +15,7 @@ import pytest
 from labs.grade.card import Mark
 from labs.grade.fetch import transport_words
 from labs.grade.render import render_terminal
-from labs.grade.server_checks_chat import REQUESTS
+from labs.grade.server_checks import REQUESTS
 from labs.grade.server_grader import grade_server
 from tests.chat_streams import chat_stream
 from tests.upstream_server import Drop, Script

@@ -13,10 +13,10 @@ from __future__ import annotations
 import trio
 from trio.testing import MockClock
 
-from labs.cell_books import BOOKS_NO_ENTRY, attach_books, wait_for_books
+from labs.cell_books import attach_books, wait_for_books
 from labs.cell_result import CellResult
 from labs.gateways.services import Gateway
-from labs.outcome import Outcome
+from labs.outcome import BOOKS_NO_ENTRY, Outcome
 from tests.fixtures_lab import run_trio
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from finishline import Dialect
+from labs.cell_ids import cell_id_of
 from labs.cell_result import CellResult
 from labs.evidence import (
     PROBE_SETTINGS,
@@ -16,7 +17,6 @@ from labs.evidence import (
     probe_json,
     probe_model_name,
 )
-from labs.gateways.services import cell_id_of
 from labs.outcome import ClientReport, Judgement, Outcome, judge
 from labs.topology import attach_workers
 from labs.worker import Attempt, RunningWorker, WorkerSettings

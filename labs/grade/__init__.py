@@ -4,9 +4,8 @@
 - `labs.grade.reading`: one response read with finishline's repair core (the judge of well-formed);
   `labs.grade.dialect_reading`: what a Messages or Responses answer carried.
 - `labs.grade.fetch`: asking the target (identity bodies, as they came off the wire), for both graders.
-- `labs.grade.server_checks` (what every dialect's checks share), `server_checks_chat`,
-  `server_checks_messages`, `server_checks_responses`, `server_suites` (all three by dialect),
-  `labs.grade.server_grader`:
+- `labs.grade.server_checks` (Chat, and what every dialect shares), `server_checks_messages`,
+  `server_checks_responses`, `server_suites` (all three by dialect), `labs.grade.server_grader`:
   `python -m labs.grade server [--dialect chat|messages|responses]`.
 - `labs.grade.gateway_checks`, `labs.grade.gateway_plan`, `labs.grade.gateway_grader`:
   `python -m labs.grade gateway`.

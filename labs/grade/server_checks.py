@@ -1,17 +1,17 @@
 """The server checks, as data: what to ask an OpenAI-compatible server, and how each answer is judged.
 
-This module holds what every dialect's checks share (`ServerRequest`, `Readings`, `ServerCheck`,
-`ServerSuite`, the judges that read alike in every dialect, each given its dialect's `Problem`s);
-the suites are in `server_checks_chat`, `server_checks_messages` and `server_checks_responses`,
-and `server_suites.SERVER_SUITES` names all three.
+This module holds the judges that read alike in every dialect and the Chat Completions suite; what
+a check and a suite are (`ServerRequest`, `Readings`, `ServerCheck`, `ServerSuite`) is in
+`server_check`, the Messages and Responses suites are in `server_checks_messages` and
+`server_checks_responses`, and `server_suites.SERVER_SUITES` names all three.
 
 Theory of operation
 -------------------
-The grader sends a suite's requests (Chat's `REQUESTS`: five), each streamed and not streamed: a
-natural stop, a `max_tokens` truncation, a forced tool call (`tool_choice: "required"`, at most
-`TOOL_CALL_TOKENS`), `n=2`, and `stream_options.include_usage`. Every answer is read once
-(`labs.grade.reading`, finishline's core as the judge) and the checks read those readings; a check
-never sends anything itself.
+The grader sends five requests (`REQUESTS`), each streamed and not streamed: a natural stop, a
+`max_tokens` truncation, a forced tool call (`tool_choice: "required"`, at most `TOOL_CALL_TOKENS`),
+`n=2`, and `stream_options.include_usage`. Every answer is read once (`labs.grade.reading`,
+finishline's core as the judge) and the checks below read those readings; a check never sends
+anything itself.
 
 Each check tests one thing, so that each way of ending badly fails the check named after it and
 no other: a missing reason fails `stream-finish-reason` (and `json-finish-reason`), not the check
@@ -25,158 +25,71 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 from finishline import Dialect
-from labs.grade.card import CheckResult, Finding, Mark, shortened
-from labs.grade.reading import CompletionReading, StreamReading
+from labs.grade.card import Finding, Mark, shortened
+from labs.grade.reading import StreamReading
+from labs.grade.server_check import (
+    TOOL_CALL_TOKENS,
+    Problem,
+    Readings,
+    ServerCheck,
+    ServerRequest,
+    ServerSuite,
+    completion_problem_for,
+    stream_problem_for,
+)
 from labs.outcome import canonical_reason
 from labs.scenario import WORKER_TOOL
 
 __all__ = [
-    "TOOL_CALL_TOKENS",
-    "Problem",
-    "Readings",
-    "ServerCheck",
-    "ServerRequest",
-    "ServerSuite",
-    "completion_problem_for",
+    "CHAT_SUITE",
+    "REQUESTS",
+    "SERVER_CHECKS",
     "json_no_error",
     "reason_check",
-    "request_body",
     "status_evidence",
     "stream_json_agree",
     "stream_no_error",
-    "stream_problem_for",
     "tool_call_check",
     "tool_call_shape",
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerRequest:
-    """One request the grader sends, streamed and not."""
+#: A prompt whose honest answer is long, so that `max_tokens` really truncates it.
+_LONG_PROMPT = "Write the numbers from 1 to 200 in words, separated by commas."
+_SHORT_PROMPT = "Say the sentence about the quick brown fox."
 
-    name: str
-    #: In the evidence: what this request asks for.
-    label: str
-    fields: dict[str, Any]
-    #: Only streamed (`stream_options` means nothing to a non-streamed request).
-    stream_only: bool = False
-
-
-#: The forced tool call's budget, in every dialect: room for a `get_weather` call (about 30 tokens
-#: as Hermes-style `<tool_call>` JSON) and a few words before it, and a bound on what a model that
-#: writes prose instead costs (without one, llama.cpp let SmolLM2 write until its context was full:
-#: minutes on a CPU). A call that does not fit is `not tested`, never a fail (`tool_call_check`).
-TOOL_CALL_TOKENS = 64
-
-
-def request_body(request: ServerRequest, *, model: str, stream: bool) -> dict[str, Any]:
-    """The JSON body for one request; temperature 0 so the streamed and the JSON answer can agree."""
-    return {"model": model, **request.fields, "stream": stream, "temperature": 0}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Readings:
-    """Every answer, by request name, and what was asked (the requests' labels for the evidence)."""
-
-    streams: dict[str, StreamReading]
-    completions: dict[str, CompletionReading]
-    requests: tuple[ServerRequest, ...]
-    dialect: Dialect = Dialect.CHAT
-
-    def label(self, name: str) -> str:
-        """The evidence's words for request `name` (`a natural stop`, `max_tokens=5`)."""
-        return next(r.label for r in self.requests if r.name == name)
-
-    def retry_notes(self, *, streams: bool) -> list[str]:
-        """The notes of the streamed (or the JSON) answers whose first attempt was sent again."""
-        side, answers = ("stream", self.streams) if streams else ("JSON", self.completions)
-        return [f"{side} {self.label(name)}: {reading.retry_note}" for name, reading in answers.items() if reading.retry_note]
+REQUESTS = (
+    ServerRequest(name="stop", label="a natural stop", fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}]}),
+    ServerRequest(
+        name="length",
+        label="max_tokens=5",
+        fields={"messages": [{"role": "user", "content": _LONG_PROMPT}], "max_tokens": 5},
+    ),
+    ServerRequest(
+        name="tool_call",
+        label=f'a forced tool call (tool_choice "required", max_tokens={TOOL_CALL_TOKENS})',
+        fields={
+            "messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
+            "tools": [WORKER_TOOL],
+            "tool_choice": "required",
+            "max_tokens": TOOL_CALL_TOKENS,
+        },
+    ),
+    ServerRequest(name="n2", label="n=2", fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}], "n": 2}),
+    ServerRequest(
+        name="usage",
+        label="stream_options.include_usage",
+        fields={"messages": [{"role": "user", "content": _SHORT_PROMPT}], "stream_options": {"include_usage": True}},
+        stream_only=True,
+    ),
+)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerCheck:
-    rule: str
-    check: str
-    title: str
-    judge: Callable[[Readings], Finding]
-    #: It reads the streamed answers (every check but the JSON-only ones).
-    reads_streams: bool = True
-    #: Its evidence also notes every answer (streamed, or JSON for a JSON-only check) the grader had
-    #: to ask again on a fresh connection (`labs.grade.fetch.open_response`): the dialect's
-    #: no-error checks, whose subject is how the exchange went. A note, never a fail.
-    notes_retries: bool = False
-
-    def run(self, readings: Readings) -> CheckResult:
-        unread = _unread_stream(readings) if self.reads_streams else None
-        mark, evidence = unread or self.judge(readings)
-        if self.notes_retries:
-            evidence = "; ".join([evidence, *readings.retry_notes(streams=self.reads_streams)])
-        return CheckResult(rule=self.rule, check=self.check, title=self.title, mark=mark, evidence=evidence)
-
-
-def _unread_stream(readings: Readings) -> Finding | None:
-    """`not tested` when a stream came compressed: its bytes are not SSE, and judging them as if
-    they were would fail a server for the grader's own blindness."""
-    for name, reading in readings.streams.items():
-        if reading.compressed is not None:
-            return Mark.NOT_TESTED, f"stream {readings.label(name)}: {reading.compression_note()}"
-    return None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ServerSuite:
-    """One dialect's checks: where to ask, what, and how each answer is judged."""
-
-    dialect: Dialect
-    #: The path under the base URL the requests go to (`/chat/completions`, `/messages`, `/responses`).
-    path: str
-    requests: tuple[ServerRequest, ...]
-    checks: tuple[ServerCheck, ...]
-    #: Chat checks that mean nothing in this dialect, and why: the card says so instead of a row.
-    not_run: dict[str, str] = field(default_factory=dict)
-    #: Headers every request carries (Anthropic's `anthropic-version`).
-    headers: dict[str, str] = field(default_factory=dict)
-    #: A header that carries `--api-key` besides the bearer token (Anthropic's `x-api-key`).
-    api_key_header: str | None = None
-
-
-#: Why a stream (or a JSON answer) cannot be judged beyond its dialect's no-error check, or None:
-#: `(readings, request name, reading)`.
-Problem = Callable[[Readings, str, Any], str | None]
-
-
-def stream_problem_for(no_error_check: str) -> Problem:
-    """Why a stream cannot be judged beyond `no_error_check` (the dialect's), or None: an error
-    status, an error event, a cut (the core's interruption)."""
-
-    def problem(readings: Readings, name: str, reading: StreamReading) -> str | None:
-        label = readings.label(name)
-        if reading.status != 200:
-            return f"stream {label}: {reading.status_words()}"
-        if reading.error_positions:
-            return f"stream {label} ended in an error event (see {no_error_check})"
-        if reading.report.interruption is not None:
-            return f"stream {label} was cut: {reading.report.interruption.how} (see {no_error_check})"
-        return None
-
-    return problem
-
-
-def completion_problem_for(no_error_check: str, answer: str = "a completion") -> Problem:
-    """Why a JSON answer cannot be judged beyond `no_error_check`, or None."""
-
-    def problem(readings: Readings, name: str, reading: CompletionReading) -> str | None:
-        if reading.failure is not None or reading.status != 200:
-            return f"JSON {readings.label(name)}: {reading.status_words()}"
-        if reading.error is not None or not reading.choices:
-            return f"JSON {readings.label(name)} is an error, not {answer} (see {no_error_check})"
-        return None
-
-    return problem
+_stream_problem = stream_problem_for("stream-no-error")
+_completion_problem = completion_problem_for("json-no-error")
 
 
 # -- streaming ----------------------------------------------------------------------------------
@@ -202,6 +115,77 @@ def stream_no_error(readings: Readings) -> Finding:
         if reading.report.interruption is not None:
             return Mark.FAIL, f"stream {readings.label(name)}: {reading.report.detail}"
     return Mark.PASS, f"{len(readings.streams)} streams, each completed without an error event or a cut"
+
+
+def _stream_finish_reason(readings: Readings) -> Finding:
+    judged = 0
+    for name, reading in readings.streams.items():
+        if _stream_problem(readings, name, reading):
+            continue
+        judged += 1
+        if not reading.choices:
+            return Mark.FAIL, f"stream {readings.label(name)} carried no choice at all"
+        for choice in reading.choices.values():
+            if choice.finish_reason is None:
+                injected = [r for r in reading.report.repairs if "injected finish_reason" in r]
+                why = f"; the core: {injected[0]}" if injected else ""
+                return (
+                    Mark.FAIL,
+                    f"stream {readings.label(name)}: choice {choice.index} got no non-empty finish_reason before [DONE]{why}",
+                )
+    if not judged:
+        return Mark.NOT_TESTED, "no stream completed (see stream-no-error)"
+    return Mark.PASS, f"every choice of {judged} streams got a non-empty finish_reason"
+
+
+def _stream_null_not_empty(readings: Readings) -> Finding:
+    for name, reading in readings.streams.items():
+        for choice in reading.choices.values():
+            if "" in choice.reasons_seen:
+                count = choice.reasons_seen.count("")
+                return (
+                    Mark.FAIL,
+                    f'stream {readings.label(name)}: choice {choice.index} has "finish_reason": "" on {count} chunks (null is the spec\'s "not yet")',
+                )
+    return Mark.PASS, 'no chunk says "finish_reason": ""'
+
+
+def _stream_done_last(readings: Readings) -> Finding:
+    for name, reading in readings.streams.items():
+        if reading.status != 200:
+            continue
+        done = reading.done_positions
+        if not done:
+            return (
+                Mark.FAIL,
+                f"stream {readings.label(name)} ended without data: [DONE] ({reading.ending}, last event: {reading.last_event})",
+            )
+        if len(done) > 1 or done[-1] != len(reading.events) - 1:
+            return Mark.FAIL, f"stream {readings.label(name)}: {len(reading.events) - 1 - done[0]} events after the first [DONE]"
+    return Mark.PASS, "every stream ends with exactly one data: [DONE]"
+
+
+def _stream_usage_after_finish(readings: Readings) -> Finding:
+    reading = readings.streams["usage"]
+    problem = _stream_problem(readings, "usage", reading)
+    if problem:
+        return Mark.NOT_TESTED, problem
+    usage = reading.usage_positions
+    if not usage:
+        return Mark.FAIL, "stream_options.include_usage was set, but no usage-only chunk (choices [] and usage) came"
+    reasons = reading.reason_positions()
+    late = [p for p in reasons if p > usage[0]]
+    if late:
+        return (
+            Mark.FAIL,
+            f"a finish_reason came in event {late[0] + 1}, after the usage chunk (event {usage[0] + 1}); OpenAI sends the finish chunk first",
+        )
+    tokens = reading.events[usage[0]][1]["usage"]
+    return Mark.PASS, f"the usage chunk ({_usage_words(tokens)}) follows every finish chunk"
+
+
+def _usage_words(usage: dict[str, Any]) -> str:
+    return ", ".join(f"{k} {usage[k]}" for k in ("prompt_tokens", "completion_tokens") if k in usage) or "no counts"
 
 
 # -- finish reasons (the value, where one was given): every dialect's --------------------------------
@@ -233,8 +217,8 @@ def reason_check(
     want: str,
     extra: Callable[[Any], str | None] | None = None,
     *,
-    stream_problem: Problem,
-    completion_problem: Problem,
+    stream_problem: Problem = _stream_problem,
+    completion_problem: Problem = _completion_problem,
     see: str = "stream-finish-reason, json-finish-reason",
     reason_words: str = "finish_reason",
 ) -> Callable[[Readings], Finding]:
@@ -272,8 +256,8 @@ def tool_call_check(
     limit: str,
     shape: Callable[[Any], str | None] | None = None,
     reason_names_a_call: bool = True,
-    stream_problem: Problem,
-    completion_problem: Problem,
+    stream_problem: Problem = _stream_problem,
+    completion_problem: Problem = _completion_problem,
     see: str = "stream-finish-reason, json-finish-reason",
     reason_words: str = "finish_reason",
 ) -> Callable[[Readings], Finding]:
@@ -343,6 +327,20 @@ def tool_call_shape(choice: Any, *, reason: str = "tool_calls") -> str | None:
     return None
 
 
+def _n_choices(readings: Readings) -> Finding:
+    for side, reading in (("stream", readings.streams["n2"]), ("JSON", readings.completions["n2"])):
+        problem = _stream_problem(readings, "n2", reading) if side == "stream" else _completion_problem(readings, "n2", reading)
+        if problem:
+            return Mark.NOT_TESTED, problem
+        indices = sorted(reading.choices)
+        if indices != [0, 1]:
+            return Mark.FAIL, f"{side} n=2 carried choices {indices}, expected [0, 1]"
+        empty = [c.index for c in reading.choices.values() if not (c.content or c.tool_calls)]
+        if empty:
+            return Mark.FAIL, f"{side} n=2: choice {empty[0]} carried no content"
+    return Mark.PASS, "stream and JSON each carried choices 0 and 1 with content"
+
+
 # -- non-streaming: every dialect's ------------------------------------------------------------------
 
 
@@ -365,10 +363,28 @@ def json_no_error(*, answer: str = "a chat.completion with choices", noun: str =
     return judge
 
 
+def _json_finish_reason(readings: Readings) -> Finding:
+    judged = 0
+    for name, reading in readings.completions.items():
+        if _completion_problem(readings, name, reading):
+            continue
+        judged += 1
+        for choice in reading.choices.values():
+            if choice.finish_reason is None:
+                given = repr(choice.reasons_seen[-1]) if choice.reasons_seen else "null or missing"
+                return (
+                    Mark.FAIL,
+                    f"JSON {readings.label(name)}: choice {choice.index} finish_reason is {given}; the core: {reading.detail}",
+                )
+    if not judged:
+        return Mark.NOT_TESTED, "no completion answered (see json-no-error)"
+    return Mark.PASS, f"every choice of {judged} completions has a non-empty finish_reason"
+
+
 def stream_json_agree(
     *,
-    stream_problem: Problem,
-    completion_problem: Problem,
+    stream_problem: Problem = _stream_problem,
+    completion_problem: Problem = _completion_problem,
     see: str = "stream-no-error, json-no-error",
 ) -> Callable[[Readings], Finding]:
     """A judge: per request and choice, the streamed and the JSON answer agree on the reason (in the
@@ -408,3 +424,78 @@ def stream_json_agree(
         return Mark.PASS, f"{compared} requests: streamed and JSON answers agree on reason and content"
 
     return judge
+
+
+SERVER_CHECKS = (
+    ServerCheck(
+        rule="streaming",
+        check="stream-no-error",
+        title="every stream completes: no error event, no cut",
+        judge=stream_no_error,
+        notes_retries=True,
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-finish-reason",
+        title="every choice gets a non-empty finish_reason before [DONE]",
+        judge=_stream_finish_reason,
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-null-not-empty",
+        title='intermediate chunks say "finish_reason": null, never ""',
+        judge=_stream_null_not_empty,
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-done-last",
+        title="data: [DONE] ends every stream, once, nothing after it",
+        judge=_stream_done_last,
+    ),
+    ServerCheck(
+        rule="streaming",
+        check="stream-usage-after-finish",
+        title="include_usage: a usage-only chunk after every finish chunk",
+        judge=_stream_usage_after_finish,
+    ),
+    ServerCheck(
+        rule="finish reasons", check="reason-stop", title="a natural stop ends with stop", judge=reason_check("stop", "stop")
+    ),
+    ServerCheck(
+        rule="finish reasons",
+        check="reason-length",
+        title="a max_tokens truncation ends with length",
+        judge=reason_check("length", "length"),
+    ),
+    ServerCheck(
+        rule="finish reasons",
+        check="reason-tool-calls",
+        title="a forced tool call ends with tool_calls and a JSON call",
+        judge=tool_call_check("tool_call", "tool_calls", limit="length"),
+    ),
+    ServerCheck(rule="finish reasons", check="n-choices", title="n=2 gives choices 0 and 1", judge=_n_choices),
+    ServerCheck(
+        rule="non-streaming",
+        check="json-no-error",
+        title="every non-streamed answer is a completion, not an error",
+        judge=json_no_error(),
+        reads_streams=False,
+        notes_retries=True,
+    ),
+    ServerCheck(
+        rule="non-streaming",
+        check="json-finish-reason",
+        title="every choice of a completion has a non-empty finish_reason",
+        judge=_json_finish_reason,
+        reads_streams=False,
+    ),
+    ServerCheck(
+        rule="non-streaming",
+        check="stream-json-agree",
+        title="streamed and non-streamed answers agree on reason and content",
+        judge=stream_json_agree(),
+    ),
+)
+
+#: Chat Completions (`/chat/completions`): the checks as they always were.
+CHAT_SUITE = ServerSuite(dialect=Dialect.CHAT, path="/chat/completions", requests=REQUESTS, checks=SERVER_CHECKS)

@@ -1,6 +1,6 @@
 """The server checks of every dialect, by dialect: what `python -m labs.grade server --dialect D` runs.
 
-- Chat Completions: `labs.grade.server_checks_chat` (`/chat/completions`, the checks as they always were);
+- Chat Completions: `labs.grade.server_checks` (`/chat/completions`, the checks as they always were);
 - Anthropic Messages: `labs.grade.server_checks_messages` (`/messages`);
 - OpenAI Responses: `labs.grade.server_checks_responses` (`/responses`).
 """
@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 from finishline import Dialect
-from labs.grade.server_checks import ServerSuite
-from labs.grade.server_checks_chat import CHAT_SUITE
+from labs.grade.server_check import ServerSuite
+from labs.grade.server_checks import CHAT_SUITE
 from labs.grade.server_checks_messages import MESSAGES_SUITE
 from labs.grade.server_checks_responses import RESPONSES_SUITE
 

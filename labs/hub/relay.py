@@ -33,7 +33,7 @@ from functools import partial
 import h11
 import trio
 
-from finishline import Dialect, StreamErrorWriter
+from finishline import Dialect
 from labs.hub.policy import (
     ERROR_CODE,
     ERROR_MESSAGE,
@@ -271,34 +271,25 @@ def _failure(error: trio.BrokenResourceError) -> TunnelFailure:
 
 @dataclass(slots=True, kw_only=True)
 class _Exchange:
-    """One request through the hub (`_relay`): what the gateway asked, the policy it keeps, its
-    attempt's record, and what went back to the gateway so far."""
+    """One request from the gateway, as the hub relays it: what it asks, and how it is recorded."""
 
     hub: Hub
     request: h11.Request
     body: bytes
-    #: Read once, when the request arrives: a request in flight keeps the policy it started with.
-    policy: TunnelDropPolicy
     path: str
-    #: The completion dialect of the request's route; None: no completion request (no attempt).
+    #: Read once, when the request arrives (the module's docstring).
+    policy: TunnelDropPolicy
+    #: The completion dialect of a POST to a completion route, else None (no attempt is recorded).
     dialect: Dialect | None
     payload: dict
     cell: str | None
     attempt: AttemptInProgress | None
-    #: Body bytes through the first token event of the healthy answer (module docstring), if known.
-    first_token_end: int | None
     client_wants_close: bool
-    #: Reads what went to the gateway, for the error frames of `error_event` in the request's dialect.
-    relayed_body: StreamErrorWriter
-    response: h11.Response | None = None
-    framing: Framing | None = None
-    #: The chunk being read (chunked framing): it goes out whole, once it ends.
-    chunk: bytearray = field(default_factory=bytearray)
-    #: Body bytes read from the tunnel, the chunk being read included.
-    relayed: int = 0
+    #: Body bytes through the first token event, when known (`_first_token_end`).
+    first_token_end: int | None
 
     @classmethod
-    def arrived(cls, hub: Hub, request: h11.Request, body: bytes) -> _Exchange:
+    def arrived(cls, request: h11.Request, body: bytes, hub: Hub) -> _Exchange:
         arrived_at = trio.current_time()
         path = request.target.decode("latin-1").split("?", 1)[0]
         dialect = completion_dialect(path) if request.method == b"POST" else None
@@ -314,31 +305,25 @@ class _Exchange:
             hub=hub,
             request=request,
             body=body,
-            policy=hub.on_tunnel_drop,
             path=path,
+            policy=hub.on_tunnel_drop,
             dialect=dialect,
             payload=payload,
             cell=cell,
             attempt=AttemptInProgress.open(hub, cell, dialect, arrived_at) if dialect is not None else None,
-            first_token_end=first_token_end,
             client_wants_close=request.http_version != b"1.1"
             or any(name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()),
-            relayed_body=error_writer(dialect),
+            first_token_end=first_token_end,
         )
 
     @property
-    def is_stale(self) -> bool:
-        """A completion request of a cell that is not current (labs.worker.attempts)."""
+    def stale(self) -> bool:
+        """A late completion request of an earlier cell: it never reaches the worker."""
         current = self.hub.current_cells
         return self.dialect is not None and self.cell is not None and current is not None and self.cell not in current
 
-    @property
-    def status(self) -> int | None:
-        """The upstream's status, None before its head."""
-        return self.response.status_code if self.response is not None else None
-
     def record(self, status: int | None, ending: str, action: str, body_bytes: int) -> None:
-        """The exchange in the hub's record, and its attempt closed."""
+        """Book the exchange (`Hub.exchanges`) and close its attempt with the ending it had."""
         self.hub.exchanges.append(
             HubExchange(
                 method=self.request.method.decode(),
@@ -371,131 +356,183 @@ class _Exchange:
 
 async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *, hub: Hub) -> bool:
     """Relay one request; True when the gateway's connection can take another."""
-    exchange = _Exchange.arrived(hub, request, body)
-    if exchange.is_stale:
-        return await _refuse_stale(stream, exchange)
+    exchange = _Exchange.arrived(request, body, hub)
+    if exchange.stale:
+        # A late request of an earlier cell never reaches the worker.
+        hub.stale_refused += 1
+        assert exchange.attempt is not None and exchange.dialect is not None and exchange.cell is not None
+        exchange.attempt.note_head(trio.current_time())
+        exchange.record(409, ENDED_REFUSED_STALE, ENDED_REFUSED_STALE, 0)
+        await stream.send_all(stale_refusal(exchange.cell, exchange.dialect).to_bytes())
+        return not exchange.client_wants_close
     try:
         upstream = await trio.open_tcp_stream(hub.upstream_host, hub.upstream_port)
     except OSError:
-        return await _dropped(stream, exchange, TunnelFailure.UNREACHABLE, closes=True)
+        return await _dropped(
+            stream,
+            exchange.policy,
+            TunnelFailure.UNREACHABLE,
+            None,
+            exchange.record,
+            dialect=exchange.dialect,
+            status=None,
+            body_bytes=0,
+            closes=True,
+        )
     async with upstream:
-        parser, request_bytes = _upstream_request(request, body)
-        try:
-            await upstream.send_all(request_bytes)
-        except trio.BrokenResourceError as error:
-            # The tunnel failed before it took the request: nothing reached the gateway yet.
-            return await _dropped(stream, exchange, _failure(error), closes=True)
-        try:
-            failure = await _relay_response(stream, upstream, parser, exchange)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            # Writing to the gateway failed: it left. Nothing to tell it; the upstream closes.
-            exchange.record(exchange.status, "gateway_gone", "none", exchange.relayed)
-            raise
-        if failure is None:
-            assert exchange.response is not None
-            return not exchange.client_wants_close and not _closes(exchange.response, exchange.framing)
+        passed = await _pass_response(stream, upstream, exchange)
+    if isinstance(passed, bool):
+        return passed
+    # The tunnel failed mid-response: answered once the upstream connection is closed.
     return await _dropped(
         stream,
-        exchange,
-        failure,
-        closes=exchange.client_wants_close or (exchange.response is not None and _closes(exchange.response, exchange.framing)),
+        exchange.policy,
+        passed.failure,
+        passed.framing,
+        exchange.record,
+        dialect=exchange.dialect,
+        error_frames=passed.error_frames,
+        status=passed.status,
+        body_bytes=passed.body_bytes,
+        closes=passed.closes,
     )
 
 
-async def _refuse_stale(stream: trio.SocketStream, exchange: _Exchange) -> bool:
-    """A late request of an earlier cell never reaches the worker (issue 14, item 1): the worker's 409."""
-    exchange.hub.stale_refused += 1
-    assert exchange.attempt is not None and exchange.dialect is not None and exchange.cell is not None
-    exchange.attempt.note_head(trio.current_time())
-    exchange.record(409, ENDED_REFUSED_STALE, ENDED_REFUSED_STALE, 0)
-    await stream.send_all(stale_refusal(exchange.cell, exchange.dialect).to_bytes())
-    return not exchange.client_wants_close
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _TunnelDrop:
+    """How the tunnel failed a response already under way, for `_dropped` to answer."""
+
+    failure: TunnelFailure
+    framing: Framing | None
+    #: What `error_event` writes mid-body in the request's dialect.
+    error_frames: bytes
+    status: int | None
+    #: Body bytes the gateway got (a chunk held back for being cut is not counted).
+    body_bytes: int
+    closes: bool
 
 
-async def _relay_response(
-    stream: trio.SocketStream, upstream: trio.SocketStream, parser: h11.Connection, exchange: _Exchange
-) -> TunnelFailure | None:
-    """Relay the tunnel's response to the gateway as it arrives (module docstring); None when it
-    ended complete (and is recorded so), else how the tunnel failed."""
-    while True:
-        try:
-            event = parser.next_event()
-        except h11.RemoteProtocolError:
-            # At EOF: the tunnel closed mid-body (h11: "peer closed connection without sending
-            # complete message body"); before EOF: bytes that are no response.
-            return TunnelFailure.FIN if parser.trailing_data[1] else TunnelFailure.MALFORMED
-        if event is h11.NEED_DATA:
+async def _pass_response(stream: trio.SocketStream, upstream: trio.SocketStream, exchange: _Exchange) -> bool | _TunnelDrop:
+    """Send the request up the tunnel and pass the response down to the gateway as it comes; True
+    when the gateway's connection can take another request. A tunnel failure before the request
+    went up is answered here (`_dropped`); one during the response is returned, to be answered
+    once the upstream connection is closed."""
+    # Reads what went to the gateway, for the error frames of `error_event` in the request's dialect.
+    relayed_body = error_writer(exchange.dialect)
+    parser, request_bytes = _upstream_request(exchange.request, exchange.body)
+    response: h11.Response | None = None
+    framing: Framing | None = None
+    chunk = bytearray()
+    relayed = 0
+    try:
+        await upstream.send_all(request_bytes)
+    except trio.BrokenResourceError as error:
+        # The tunnel failed before it took the request: nothing reached the gateway yet.
+        return await _dropped(
+            stream,
+            exchange.policy,
+            _failure(error),
+            None,
+            exchange.record,
+            dialect=exchange.dialect,
+            status=None,
+            body_bytes=0,
+            closes=True,
+        )
+    try:
+        while True:
             try:
-                data = await upstream.receive_some(65536)
-            except trio.BrokenResourceError as error:
-                return _failure(error)
-            parser.receive_data(data)  # b"" is EOF
-        elif isinstance(event, h11.InformationalResponse):
-            continue
-        elif isinstance(event, h11.Response):
-            exchange.response, exchange.framing = event, _framing(event)
-            await stream.send_all(_head(event))
-            if exchange.attempt is not None:
-                exchange.attempt.note_head(trio.current_time())
-        elif isinstance(event, h11.Data):
-            await _relay_data(stream, exchange, event)
-        elif isinstance(event, h11.EndOfMessage):
-            await _relay_end(stream, exchange)
-            return None
-        else:  # h11.ConnectionClosed before a response: the tunnel closed at once
-            return TunnelFailure.FIN
+                event = parser.next_event()
+            except h11.RemoteProtocolError:
+                # At EOF: the tunnel closed mid-body (h11: "peer closed connection without
+                # sending complete message body"); before EOF: bytes that are no response.
+                failure = TunnelFailure.FIN if parser.trailing_data[1] else TunnelFailure.MALFORMED
+                break
+            if event is h11.NEED_DATA:
+                try:
+                    data = await upstream.receive_some(65536)
+                except trio.BrokenResourceError as error:
+                    failure = _failure(error)
+                    break
+                parser.receive_data(data)  # b"" is EOF
+            elif isinstance(event, h11.InformationalResponse):
+                continue
+            elif isinstance(event, h11.Response):
+                response, framing = event, _framing(event)
+                await stream.send_all(_head(event))
+                if exchange.attempt is not None:
+                    exchange.attempt.note_head(trio.current_time())
+            elif isinstance(event, h11.Data):
+                relayed += len(event.data)
+                if framing is Framing.CHUNKED:
+                    # Whole chunks only, each as it was framed: a healthy stream passes byte
+                    # for byte, and a chunk the tunnel cut in half is never half-forwarded.
+                    chunk += event.data
+                    if event.chunk_end:
+                        await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), bytes(chunk)))
+                        relayed_body.receive_data(bytes(chunk))
+                        chunk.clear()
+                else:
+                    await stream.send_all(event.data)
+                    relayed_body.receive_data(event.data)
+                assert response is not None
+                if (
+                    exchange.attempt is not None
+                    and exchange.first_token_end is not None
+                    and response.status_code < 300
+                    and relayed - len(chunk) >= exchange.first_token_end
+                ):
+                    exchange.attempt.note_first_token(trio.current_time())
+            elif isinstance(event, h11.EndOfMessage):
+                if framing is Framing.CHUNKED:
+                    await stream.send_all(TERMINATOR)
+                assert response is not None
+                if (
+                    exchange.attempt is not None
+                    and exchange.payload.get("stream") is not True
+                    and response.status_code < 300
+                    and relayed
+                ):
+                    exchange.attempt.note_first_token(trio.current_time())  # a whole body carries the tokens
+                exchange.record(response.status_code, "complete", "passed", relayed)
+                return not exchange.client_wants_close and not _closes(response, framing)
+            else:  # h11.ConnectionClosed before a response: the tunnel closed at once
+                failure = TunnelFailure.FIN
+                break
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        # Writing to the gateway failed: it left. Nothing to tell it; the upstream closes.
+        exchange.record(response.status_code if response else None, "gateway_gone", "none", relayed)
+        raise
+
+    return _TunnelDrop(
+        failure=failure,
+        framing=framing,
+        error_frames=relayed_body.error_frames(ERROR_MESSAGE, code=ERROR_CODE),
+        status=response.status_code if response else None,
+        body_bytes=relayed - len(chunk),
+        closes=exchange.client_wants_close or (response is not None and _closes(response, framing)),
+    )
 
 
-async def _relay_data(stream: trio.SocketStream, exchange: _Exchange, event: h11.Data) -> None:
-    """A piece of the body: on to the gateway in its framing, and the first token noted."""
-    exchange.relayed += len(event.data)
-    chunk = exchange.chunk
-    if exchange.framing is Framing.CHUNKED:
-        # Whole chunks only, each as it was framed: a healthy stream passes byte for byte, and a
-        # chunk the tunnel cut in half is never half-forwarded.
-        chunk += event.data
-        if event.chunk_end:
-            await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), bytes(chunk)))
-            exchange.relayed_body.receive_data(bytes(chunk))
-            chunk.clear()
-    else:
-        await stream.send_all(event.data)
-        exchange.relayed_body.receive_data(event.data)
-    assert exchange.response is not None
-    if (
-        exchange.attempt is not None
-        and exchange.first_token_end is not None
-        and exchange.response.status_code < 300
-        and exchange.relayed - len(chunk) >= exchange.first_token_end
-    ):
-        exchange.attempt.note_first_token(trio.current_time())
-
-
-async def _relay_end(stream: trio.SocketStream, exchange: _Exchange) -> None:
-    """The body ended complete: its terminator (chunked), and the exchange recorded."""
-    if exchange.framing is Framing.CHUNKED:
-        await stream.send_all(TERMINATOR)
-    response = exchange.response
-    assert response is not None
-    if (
-        exchange.attempt is not None
-        and exchange.payload.get("stream") is not True
-        and response.status_code < 300
-        and exchange.relayed
-    ):
-        exchange.attempt.note_first_token(trio.current_time())  # a whole body carries the tokens
-    exchange.record(response.status_code, "complete", "passed", exchange.relayed)
-
-
-async def _dropped(stream: trio.SocketStream, exchange: _Exchange, failure: TunnelFailure, *, closes: bool) -> bool:
-    """Answer the gateway after a tunnel failure, as the exchange's policy says; True to keep its
-    connection. `error_event` writes its error frames mid-body only (before a head it is the 502)."""
-    framing = exchange.framing
-    error_frames = exchange.relayed_body.error_frames(ERROR_MESSAGE, code=ERROR_CODE) if framing is not None else b""
-    answer = after_tunnel_drop(exchange.policy, failure, framing=framing, error_frames=error_frames)
-    exchange.record(exchange.status, failure.value, answer.action, exchange.relayed - len(exchange.chunk))
+async def _dropped(
+    stream: trio.SocketStream,
+    policy: TunnelDropPolicy,
+    failure: TunnelFailure,
+    framing: Framing | None,
+    record,
+    *,
+    dialect: Dialect | None,
+    error_frames: bytes = b"",
+    status: int | None,
+    body_bytes: int,
+    closes: bool,
+) -> bool:
+    """Answer the gateway after a tunnel failure, as the policy says; True to keep its connection.
+    `error_frames`: what `error_event` writes mid-body (none before a head: that is the 502)."""
+    answer = after_tunnel_drop(policy, failure, framing=framing, error_frames=error_frames)
+    record(status, failure.value, answer.action, body_bytes)
     if answer.action == "bad_gateway":
-        await send_quietly(stream, json_plan(502, bad_gateway_body(exchange.dialect), connection_close=True))
+        await send_quietly(stream, json_plan(502, bad_gateway_body(dialect), connection_close=True))
         return False
     if answer.send:
         await stream.send_all(answer.send)
