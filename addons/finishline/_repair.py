@@ -10,10 +10,13 @@ The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of wh
 dialect's terminator, an upstream error event, giving up) and `_move` is the only place that changes
 it.
 
-What an event means is the dialect's business: one rules object per stream (`_rules.DIALECT_RULES`:
-`_chat.ChatRules`, `_messages.MessagesRules`, `_responses.ResponsesRules`) reads each event and says
-what to send for it, and at the end what the terminator is, what a cut sends, and whether the
-stream is finished. The machine does what every dialect shares, at these points:
+What an event means is the dialect's business: one rules object per stream, found in the registry
+(`_rules.DIALECT_RULES`: `_chat.ChatRules`, `_messages.MessagesRules`, `_responses.ResponsesRules`),
+reads each event and says what to send for it, and at the end what the terminator is, what a cut
+sends, and whether the stream is finished. The rules see the stream through `StreamServices` and
+the machine asks them through `DialectRules` (`_rule_interface`, the one interface between the two);
+the books are kept through `StreamServices` too, and a cut's ending is `_cut_policy`'s. The machine
+does what every dialect shares, at these points:
 
 * an event                                      -> counted (not a keep-alive such as `ping`), its
                                                    first one checked against the path's dialect
@@ -40,17 +43,17 @@ A response the core is told not to repair (an HTTP error status, a compressed bo
 passthrough with its verdict already decided (`http_error`, `skipped`): the caller only applies it.
 
 Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through. An
-event whose data is not JSON, read before the stream's end, is noted by the rules (`_malformed`)
-and books the stream `malformed` when it ends (`_finish`; `MALFORMED_OUTRANKS` says over which
-verdicts).
+event whose data is not JSON, read before the stream's end, is noted by the rules
+(`StreamServices.malformed`) and books the stream `malformed` when it ends (`StreamServices.close`;
+`MALFORMED_OUTRANKS` says over which verdicts).
 """
 
 from __future__ import annotations
 
 import re
 
-from . import _wording as wording
 from ._choices import MAX_CHOICES
+from ._cut_policy import cut_ending
 from ._deadlines import Deadline, earliest_deadline, next_check
 from ._dialect import Dialect
 from ._errors import LocalProtocolError
@@ -58,20 +61,21 @@ from ._injected import DONE
 from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
-from ._responses import ResponsesRules
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
+from ._rule_interface import DialectRules, StreamServices
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
-from ._verdict import (
-    MALFORMED_OUTRANKS,
-    ClientEnding,
-    Correction,
-    CutCause,
-    Interruption,
-    OnCut,
-    RepairPolicy,
-    StreamReport,
-    Verdict,
+from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
+from ._wording import (
+    client_gone_detail,
+    completed_framing,
+    compressed_body,
+    event_too_long,
+    http_error_detail,
+    internal_error,
+    skipped_detail,
+    stall_reason,
+    wrong_dialect,
 )
 
 __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
@@ -128,9 +132,9 @@ class StreamRepair:
         "_steady_numbered",
         "_steady_number",
         "_rules",
+        "_services",
         "_dialect",
         "_first_event",
-        "_keepalives",
         "report",
         "__dict__",
     )
@@ -168,21 +172,29 @@ class StreamRepair:
         # of the last sequence number it took, read when it leaves (`_leave_steady`).
         self._steady_numbered: tuple[bool, bytes, bytes, bytes, int] | None = None
         self._steady_number: re.Match[bytes] | None = None
-        # What the dialect's events mean (`_chat`, `_messages`, `_responses`).
-        self._rules = DIALECT_RULES[dialect](self)
+        self.report = StreamReport(model=request.model, dialect=dialect)
+        # What the dialect's rules may use of this stream, and its books (`_rule_interface`).
+        self._services = StreamServices(
+            request=request,
+            policy=policy,
+            report=self.report,
+            framer=self._framer,
+            token_seen=self._token_seen,
+            terminated=self._terminated,
+            error_event=self._error_event,
+            cut_here=self._cut_here,
+        )
+        # What the dialect's events mean (the registry's rules: `_chat`, `_messages`, `_responses`).
+        self._rules: DialectRules = DIALECT_RULES[dialect](self._services)
         # No event has been read yet: the first one is checked against the dialect.
         self._first_event = True
-        # Keep-alive events (`ping`) so far: not in `report.events`, but a client and mitmweb's view
-        # number them, so the number of a malformed event counts them (`_malformed`).
-        self._keepalives = 0
-        self.report = StreamReport(model=request.model, dialect=dialect)
         encoding = content_encoding.strip().lower()
         if status >= 400:
             self._move(Signal.GIVE_UP)
-            self._set(Verdict.HTTP_ERROR, wording.http_error_detail(status))
+            self._services.book_verdict(Verdict.HTTP_ERROR, http_error_detail(status))
         elif encoding not in ("", "identity"):
             self._move(Signal.GIVE_UP)
-            self._set(Verdict.SKIPPED, wording.skipped_detail(wording.compressed_body(encoding)))
+            self._services.book_verdict(Verdict.SKIPPED, skipped_detail(compressed_body(encoding)))
 
     # -- input --------------------------------------------------------------------------------
 
@@ -229,7 +241,7 @@ class StreamRepair:
         if self.report.events != events_before:
             self._last_event_at = now
         if self._phase is not Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
-            out += self._pass_through_from_here(wording.event_too_long(MAX_HELD_BYTES))
+            out += self._pass_through_from_here(event_too_long(MAX_HELD_BYTES))
             out += self._framer.take_buffered()
         elif self._phase is Phase.PASSTHROUGH and self._framer.held_bytes:
             # An event of this piece made the machine stop reading (another dialect's first event):
@@ -289,7 +301,7 @@ class StreamRepair:
         deadline = self._stall_deadline()
         if deadline is None or now < deadline.at:
             return None
-        reason = wording.stall_reason(first_token=deadline.first_token, timeout=deadline.timeout, events=self.report.events)
+        reason = stall_reason(first_token=deadline.first_token, timeout=deadline.timeout, events=self.report.events)
         return self._end_broken(CutCause.STALLED, reason, now)
 
     def _stall_deadline(self) -> Deadline | None:
@@ -316,7 +328,7 @@ class StreamRepair:
         # `repairing` reads the phase as it is now: the `except` above may have given up (passthrough)
         # since the check at the top (`self._phase` would still look narrowed by it to a type checker).
         end_response = self.repairing and (
-            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._finished()
+            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._rules.finished()
         )
         return ClientEnding(self._sent(out), end_response=end_response)
 
@@ -335,7 +347,7 @@ class StreamRepair:
                 before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason, dialect=self._dialect
             )
             self.report.interruption = cut
-            self._set(Verdict.INTERRUPTED, wording.client_gone_detail(how=cut.how, events=self.report.events))
+            self._services.book_verdict(Verdict.INTERRUPTED, client_gone_detail(how=cut.how, events=self.report.events))
         self._finish(now)
 
     @property
@@ -395,7 +407,7 @@ class StreamRepair:
         rules = self._rules
         kind, message = rules.read(event)
         if kind in rules.keepalives:  # `ping`: a keep-alive, like a comment (M6)
-            self._keepalives += 1
+            self._services.keepalives += 1
             return event.raw
         self.report.events += 1
         if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
@@ -406,7 +418,7 @@ class StreamRepair:
             self._first_event = False
             if self._maybe_wrong_dialect(message, kind):
                 return event.raw
-        self._event_at = now  # for a rule that ends the stream at this event (`_cut_at_done`)
+        self._event_at = now  # for a rule that ends the stream at this event (`_cut_here`)
         out = rules.on_event(event, kind, message)
         if self._first_token_seen and self.report.time_to_first_token is None:
             self._note_first_token(now)
@@ -421,12 +433,23 @@ class StreamRepair:
         if seen is None or seen is self._dialect:
             return False
         self._move(Signal.GIVE_UP)
-        self._set(Verdict.SKIPPED, wording.skipped_detail(wording.wrong_dialect(path_dialect=self._dialect, event_dialect=seen)))
+        self._services.book_verdict(
+            Verdict.SKIPPED, skipped_detail(wrong_dialect(path_dialect=self._dialect, event_dialect=seen))
+        )
         return True
 
-    # -- services for the dialect rules (`_chat`, `_messages`, `_responses`) -----------------------
+    # -- what the rules tell the machine (`StreamServices`) -----------------------------------
 
-    def _cut_at_done(self) -> bytes:
+    def _token_seen(self) -> None:
+        self._first_token_seen = True
+
+    def _terminated(self) -> None:
+        self._move(Signal.DONE)
+
+    def _error_event(self) -> None:
+        self._move(Signal.ERROR_EVENT)
+
+    def _cut_here(self) -> bytes:
         """The upstream ended a stream that never finished with a `[DONE]` of its own (Responses,
         which has no such terminator): a clean-end cut at this event, told before the `[DONE]` every
         client stops reading at (R3), and from here on the stream is past its end."""
@@ -435,42 +458,11 @@ class StreamRepair:
         self._move(Signal.DONE)
         return out
 
-    def _malformed(self) -> None:
-        """The event the rules are reading has data that is not JSON (or not UTF-8): it passes as it
-        came (rule C8), and the stream is booked `malformed` when it ends (`_finish`), naming the
-        first such event by its place among the stream's events (keep-alives included, as a client
-        dispatches them). Called only for such an event: one that parsed costs nothing here."""
-        report = self.report
-        report.malformed_events += 1
-        if report.first_malformed_event is None:
-            report.first_malformed_event = report.events + self._keepalives
-
-    def _token_seen(self) -> None:
-        self._first_token_seen = True
-
     def _note_first_token(self, now: float | None) -> None:
         """The event just read carried the first token: its time goes to the report. (The rules
         only flag the token; the time is the machine's, which has the caller's clock.)"""
         if now is not None and self._started_at is not None:
             self.report.time_to_first_token = now - self._started_at
-
-    def _note_model(self, model: object) -> None:
-        if self.report.model is None and isinstance(model, str):
-            self.report.model = model
-
-    def _upstream_error(self, *, label: object, message: object) -> None:
-        """The upstream said it failed (an error event, `response.failed`): passed on, nothing is
-        injected after it (rule C5, M5, R4)."""
-        self._move(Signal.ERROR_EVENT)
-        if isinstance(message, bytes):
-            message = message.decode("utf-8", "replace")
-        self.report.upstream_error_message = wording.one_line(str(message)) if message else None
-        self._set(Verdict.UPSTREAM_ERROR, wording.upstream_error_detail(str(label) if label else None))
-
-    def _finished(self) -> bool:
-        """A clean end now lacks only the terminator: every choice finished (Chat), the
-        stop_reason came (Messages); never in Responses."""
-        return self._rules.finished()
 
     def _on_routine_piece(self, data: bytes, now: float | None) -> bool:
         """The fast path (`_routine_chunks`): `data` is exactly one event of a routine chunk shape
@@ -485,6 +477,8 @@ class StreamRepair:
         verdict = self._rules.on_routine(match)
         if verdict is DECLINE:
             return False
+        if match.has_text:  # a routine piece's text is a token in every dialect (C7, M6, R5)
+            self._first_token_seen = True
         report = self.report
         report.events += 1
         self._last_event_at = now
@@ -506,12 +500,6 @@ class StreamRepair:
                 self._steady_numbered = match.numbered_steady
         return True
 
-    # -- injected events ----------------------------------------------------------------------
-
-    def _line_ending(self) -> bytes:
-        """The stream's own line ending for what finish_fix writes (LF until it showed another)."""
-        return self._framer.line_ending or b"\n"
-
     # -- the end ------------------------------------------------------------------------------
 
     def _on_unterminated(self, leftover: Event, now: float | None) -> bytes:
@@ -522,10 +510,10 @@ class StreamRepair:
         readable = data is not None and (data.startswith(DONE) or json_or_unreadable(data) is not UNREADABLE)
         if not readable or self._phase is not Phase.STREAMING:
             return self._drop_or_pass(leftover)
-        ending = self._line_ending()
+        ending = self._services.line_ending()
         missing = ending if leftover.raw.endswith((b"\n", b"\r")) else ending + ending
         out = self._on_event(Event(raw=leftover.raw + missing, data=data, event_type=leftover.event_type), now)
-        self._repaired(wording.completed_framing())
+        self._services.repaired(completed_framing())
         return out
 
     def _drop_or_pass(self, leftover: Event) -> bytes:
@@ -534,7 +522,7 @@ class StreamRepair:
         # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
         # (With on_cut=pass nothing is added at a cut, but rule C4 still appends [DONE] to a stream
         # whose choices all finished: the fuzz contracts found that merge.)
-        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._finished()):
+        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._rules.finished()):
             return leftover.raw
         self.report.dropped_incomplete_bytes += len(leftover.raw)
         return b""
@@ -544,42 +532,14 @@ class StreamRepair:
         held = self._rules.release_held()
         if self._phase is not Phase.STREAMING:
             return held
-        if not self._finished():
+        if not self._rules.finished():
             return held + self._on_cut(cut, now)
         # Rules C4 and M3: the stream finished, only its terminator is missing.
         return held + self._rules.terminator(cut.how)
 
     def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
-        self.report.interruption = cut
         elapsed = now - self._started_at if now is not None and self._started_at is not None else None
-        policy = self._policy.on_cut
-        rules = self._rules
-        if policy is OnCut.STOP and not rules.may_stop:
-            policy = OnCut.ERROR  # Responses: no made-up response.completed, ever (R2)
-        # The books stay true whatever the client is told (on_cut=stop tells it a story).
-        self._set(
-            Verdict.INTERRUPTED,
-            wording.cut_detail(
-                how=cut.how,
-                before_first_token=cut.before_first_token,
-                events=self.report.events,
-                elapsed=elapsed,
-                on_cut=str(policy),
-            ),
-        )
-        if policy is OnCut.ERROR:
-            message = wording.cut_message(
-                cause=str(cut.cause),
-                reason=cut.reason,
-                before_first_token=cut.before_first_token,
-                events=self.report.events,
-                elapsed=elapsed,
-                dialect=self._dialect,
-            )
-            return rules.cut_frames(message)
-        if policy is OnCut.STOP:
-            return rules.stop_frames()
-        return b""
+        return cut_ending(cut, rules=self._rules, stream=self._services, elapsed=elapsed)
 
     # -- books --------------------------------------------------------------------------------
 
@@ -593,10 +553,8 @@ class StreamRepair:
         if self._steady_numbered is not None:
             self._steady_numbered = None
             if self._steady_number is not None:
-                # Only a Responses shape is numbered (`RoutineSpec.numbered`): no other rules have
-                # a steady numbered path.
-                if isinstance(self._rules, ResponsesRules):
-                    self._rules.note_sequence_number(int(self._steady_number.group()))
+                # Only a Responses shape is numbered (`RoutineSpec.numbered`).
+                self._rules.note_sequence_number(int(self._steady_number.group()))
                 self._steady_number = None
 
     def _pass_through_from_here(self, cause: Exception | str) -> bytes:
@@ -604,50 +562,15 @@ class StreamRepair:
         it came before anything that follows."""
         held = self._rules.release_held()
         self._move(Signal.GIVE_UP)
-        why = cause if isinstance(cause, str) else wording.internal_error(cause)
+        why = cause if isinstance(cause, str) else internal_error(cause)
         if not isinstance(cause, str):
             self.report.internal_error = why
-        self._set(Verdict.SKIPPED, wording.skipped_detail(why, from_event=self.report.events + 1))
+        self._services.book_verdict(Verdict.SKIPPED, skipped_detail(why, from_event=self.report.events + 1))
         return held
-
-    def _corrected(self, rule: Correction, what: str | None) -> None:
-        """A rule changed an upstream event (C11, M8, R6, R7): counted per rule, and booked as a
-        repair in `what`'s words (None: the rule books its words once at the end, R7)."""
-        corrections = self.report.corrections
-        corrections[rule] = corrections.get(rule, 0) + 1
-        if what is None:
-            self._repaired_verdict()
-        else:
-            self._repaired(what)
-
-    def _repaired(self, what: str) -> None:
-        self.report.repairs.append(what)
-        self._repaired_verdict()
-
-    def _repaired_verdict(self) -> None:
-        if self.report.verdict is Verdict.CLEAN:
-            self.report.verdict = Verdict.REPAIRED
-
-    def _set(self, verdict: Verdict, detail: str) -> None:
-        self.report.verdict = verdict
-        self.report.detail = detail
 
     def _finish(self, now: float | None) -> None:
         self._rules.closing_books()
-        report = self.report
-        if report.verdict is Verdict.REPAIRED:
-            report.detail = wording.repaired_detail(report.repairs)
-        if report.first_malformed_event is not None and report.verdict in MALFORMED_OUTRANKS:
-            # The client read garbage: that is what the books say first, and what else the stream
-            # ended as follows in the detail (its repairs, injections and cut stay as they are).
-            report.detail = wording.malformed_detail(
-                event=report.first_malformed_event,
-                count=report.malformed_events,
-                other=None if report.verdict is Verdict.CLEAN else report.detail,
-            )
-            report.verdict = Verdict.MALFORMED
-        if now is not None and self._started_at is not None:
-            self.report.duration = now - self._started_at
+        self._services.close(now - self._started_at if now is not None and self._started_at is not None else None)
 
     def _sent(self, out: bytes) -> bytes:
         self.report.client_bytes += len(out)
