@@ -1,8 +1,11 @@
-"""What a cut sends and books: `RepairPolicy.on_cut` read against what the dialect may say.
+"""How a stream's end is told: the terminator a finished stream lacks, or a cut's ending by
+`RepairPolicy.on_cut` read against what the dialect may say.
 
-A stream that ended before it finished (a clean end too early, a transport failure, a stall) is
-booked `interrupted`, with where, how and when, whatever the client is told; the client is told
-what `on_cut` says:
+When the upstream's stream ends (a clean end, a transport failure, a stall), an event the rules held
+(Chat's finish waiting for its usage chunk, C11) goes first, as it came. Then a stream that was
+still streaming either finished, and only its terminator is missing (rules C4, M3: the rules'
+`terminator`), or it was cut. A cut is booked `interrupted`, with where, how and when, whatever the
+client is told; the client is told what `on_cut` says:
 
     error   the dialect's error ending (rules C6, M4, R3: the rules' `cut_frames`), with the cut's
             message in the dialect's words
@@ -10,15 +13,32 @@ what `on_cut` says:
             still say interrupted; a dialect that may not finish what it did not see (Responses'
             `may_stop` is False: no made-up `response.completed`, R2) is told as `error`
     pass    nothing: the client sees the stream end where the upstream's did
+
+An incomplete last event is dropped before anything is added (`incomplete_event`), and the client's
+response is ended after a broken end only when something was added (`ends_response`).
 """
 
 from __future__ import annotations
 
 from ._rule_interface import DialectRules, StreamServices
-from ._verdict import Interruption, OnCut, Verdict
-from ._wording import cut_detail, cut_message
+from ._verdict import Interruption, OnCut, RepairPolicy, Verdict
+from ._wording import client_gone_detail, cut_detail, cut_message
 
-__all__ = ["cut_ending"]
+__all__ = ["book_client_gone", "cut_ending", "ends_response", "incomplete_event", "stream_end"]
+
+
+def stream_end(
+    cut: Interruption, *, rules: DialectRules, stream: StreamServices, streaming: bool, elapsed: float | None
+) -> bytes:
+    """What the client is sent when the upstream's stream ended as `cut` says (`streaming`: it had
+    not ended already, by its terminator, an error event or giving up)."""
+    held = rules.release_held()
+    if not streaming:
+        return held
+    if not rules.finished():
+        return held + cut_ending(cut, rules=rules, stream=stream, elapsed=elapsed)
+    # Rules C4 and M3: the stream finished, only its terminator is missing.
+    return held + rules.terminator(cut.how)
 
 
 def cut_ending(cut: Interruption, *, rules: DialectRules, stream: StreamServices, elapsed: float | None) -> bytes:
@@ -49,3 +69,30 @@ def cut_ending(cut: Interruption, *, rules: DialectRules, stream: StreamServices
     if told is OnCut.STOP:
         return rules.stop_frames()
     return b""
+
+
+def incomplete_event(raw: bytes, *, rules: DialectRules, stream: StreamServices, streaming: bool) -> bytes:
+    """The bytes of an incomplete last event at a broken end: dropped (and counted), unless nothing
+    will be added after them."""
+    # An incomplete event is discarded by every SSE client (WHATWG: "the incomplete event is not
+    # dispatched"), and bytes appended after it would merge into its last line and corrupt
+    # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
+    # (With on_cut=pass nothing is added at a cut, but rule C4 still appends [DONE] to a stream
+    # whose choices all finished: the fuzz contracts found that merge.)
+    if not streaming or (stream.policy.on_cut is OnCut.PASS and not rules.finished()):
+        return raw
+    stream.report.dropped_incomplete_bytes += len(raw)
+    return b""
+
+
+def ends_response(*, rules: DialectRules, policy: RepairPolicy, streaming: bool) -> bool:
+    """Whether the client's response ends after a broken end's frames (`ClientEnding.end_response`):
+    when the stream had ended already, or something was added to it; with on_cut=pass, a cut
+    stream ends as the upstream's did (the transport's failure passed on)."""
+    return not streaming or policy.on_cut is not OnCut.PASS or rules.finished()
+
+
+def book_client_gone(cut: Interruption, *, stream: StreamServices) -> None:
+    """The client went away while the stream was streaming: `interrupted`, and nothing is sent."""
+    stream.report.interruption = cut
+    stream.book_verdict(Verdict.INTERRUPTED, client_gone_detail(how=cut.how, events=stream.report.events))

@@ -23,8 +23,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ._verdict import RepairPolicy
+from ._wording import stall_reason
 
-__all__ = ["Deadline", "earliest_deadline", "head_deadline", "next_check"]
+__all__ = ["Deadline", "earliest_deadline", "head_deadline", "maybe_stalled", "next_check"]
 
 
 class Deadline(NamedTuple):
@@ -81,3 +82,14 @@ def next_check(
         look_again = now + policy.idle_timeout
         return look_again if deadline is None else min(deadline.at, look_again)
     return None if deadline is None else deadline.at
+
+
+def maybe_stalled(
+    policy: RepairPolicy, *, sent_at: float | None, last_event_at: float | None, first_token_seen: bool, events: int, now: float
+) -> str | None:
+    """Why the stream counts as stalled at `now` (which deadline passed, after how many `events`),
+    or None while no running deadline has passed."""
+    deadline = earliest_deadline(policy, sent_at=sent_at, last_event_at=last_event_at, first_token_seen=first_token_seen)
+    if deadline is None or now < deadline.at:
+        return None
+    return stall_reason(first_token=deadline.first_token, timeout=deadline.timeout, events=events)

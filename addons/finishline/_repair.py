@@ -18,21 +18,19 @@ the machine asks them through `DialectRules` (`_rule_interface`, the one interfa
 the books are kept through `StreamServices` too, and a cut's ending is `_cut_policy`'s. The machine
 does what every dialect shares, at these points:
 
-* an event                                      -> counted (not a keep-alive such as `ping`), its
-                                                   first one checked against the path's dialect
-                                                   (another dialect's: passed untouched), then read
-                                                   by the rules
-* the upstream body ends cleanly                -> the terminator appended if the stream finished
-                                                   (rules C4, M3), else the stream was cut (rules C6,
-                                                   7, M4, R3)
-* the upstream connection fails mid-body        -> the stream was cut, unless it finished
-* the caller's timer finds a deadline passed     -> the upstream stalled: a cut as above, and the
-  (`next_stall_check`, `receive_timer`)             caller closes the upstream connection
+* an event                               -> counted (not a keep-alive such as `ping`), its first
+                                            one checked against the path's dialect (another
+                                            dialect's: passed untouched), then read by the rules
+* the upstream body ends cleanly         -> the terminator appended if the stream finished (rules
+                                            C4, M3), else the stream was cut (C6, C7, M4, R3)
+* the upstream connection fails mid-body -> the stream was cut, unless it finished
+* the caller's timer finds a deadline    -> the upstream stalled: a cut as above, and the caller
+  passed (`receive_timer`)                  closes the upstream connection
 
-Stall deadlines. The core has no clock: the caller passes `now` into every call and sets its own
-timer for `next_stall_check(now)`. The machine notes when events arrive (once per `receive_data`
-call that completed any, so a stream of many small events costs nothing extra per event) and when
-the first token came; a comment or keep-alive line is not an event and never moves a deadline.
+Stall deadlines (`_deadlines`). The core has no clock: the caller passes `now` into every call and
+sets its own timer for `next_stall_check(now)`. The machine notes when events arrive (once per
+`receive_data` call that completed any, so a stream of many small events costs nothing extra per
+event) and when the first token came.
 
 Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`, the rules'
 `on_routine`), and a run of one routine shape is counted on the steady path at the top of
@@ -51,10 +49,11 @@ event whose data is not JSON, read before the stream's end, is noted by the rule
 from __future__ import annotations
 
 import re
+from functools import partial
 
 from ._choices import MAX_CHOICES
-from ._cut_policy import cut_ending
-from ._deadlines import Deadline, earliest_deadline, next_check
+from ._cut_policy import book_client_gone, cut_ending, ends_response, incomplete_event, stream_end
+from ._deadlines import maybe_stalled, next_check
 from ._dialect import Dialect
 from ._errors import LocalProtocolError
 from ._injected import DONE
@@ -65,18 +64,8 @@ from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_tex
 from ._rule_interface import DialectRules, StreamServices
 from ._rules import DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
-from ._verdict import ClientEnding, CutCause, Interruption, OnCut, RepairPolicy, StreamReport, Verdict
-from ._wording import (
-    client_gone_detail,
-    completed_framing,
-    compressed_body,
-    event_too_long,
-    http_error_detail,
-    internal_error,
-    skipped_detail,
-    stall_reason,
-    wrong_dialect,
-)
+from ._verdict import ClientEnding, CutCause, Interruption, RepairPolicy, StreamReport
+from ._wording import completed_framing, event_too_long
 
 __all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
 
@@ -174,27 +163,23 @@ class StreamRepair:
         self._steady_number: re.Match[bytes] | None = None
         self.report = StreamReport(model=request.model, dialect=dialect)
         # What the dialect's rules may use of this stream, and its books (`_rule_interface`).
-        self._services = StreamServices(
+        self._services = services = StreamServices(
             request=request,
             policy=policy,
             report=self.report,
+            started_at=started_at,
             framer=self._framer,
             token_seen=self._token_seen,
-            terminated=self._terminated,
-            error_event=self._error_event,
+            terminated=partial(self._move, Signal.DONE),
+            error_event=partial(self._move, Signal.ERROR_EVENT),
             cut_here=self._cut_here,
         )
         # What the dialect's events mean (the registry's rules: `_chat`, `_messages`, `_responses`).
         self._rules: DialectRules = DIALECT_RULES[dialect](self._services)
         # No event has been read yet: the first one is checked against the dialect.
         self._first_event = True
-        encoding = content_encoding.strip().lower()
-        if status >= 400:
+        if services.book_not_repaired(status=status, content_encoding=content_encoding):
             self._move(Signal.GIVE_UP)
-            self._services.book_verdict(Verdict.HTTP_ERROR, http_error_detail(status))
-        elif encoding not in ("", "identity"):
-            self._move(Signal.GIVE_UP)
-            self._services.book_verdict(Verdict.SKIPPED, skipped_detail(compressed_body(encoding)))
 
     # -- input --------------------------------------------------------------------------------
 
@@ -252,29 +237,14 @@ class StreamRepair:
     def receive_end(self, *, now: float | None = None) -> bytes:
         """The upstream body ended cleanly (chunked terminator, Content-Length reached, EOF of a
         close-delimited body, HTTP/2 END_STREAM)."""
-        self._check_open("receive_end")
-        self._ended = True
-        self._leave_steady()
-        if self._phase is Phase.PASSTHROUGH:
-            self._finish(now)
+        if self._close_input("receive_end", now):
             return b""
-        leftover = self._framer.receive_end()
-        try:
-            out = b"" if leftover is None else self._on_unterminated(leftover, now)
-            out += self._on_stream_end(
-                Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect), now
-            )
-        except Exception as error:  # a bug of ours: the leftover goes on as it came
-            out = self._pass_through_from_here(error)
-            out += b"" if leftover is None else leftover.raw
-        self._finish(now)
-        return self._sent(out)
+        return self._sent(self._end(CutCause.CLEAN_END, "", now))
 
     def receive_failure(self, reason: str, *, now: float | None = None) -> ClientEnding:
         """The upstream connection failed mid-body (incomplete chunked body, short Content-Length,
         reset, HTTP/2 stream reset). `reason` is the transport's own words."""
-        self._check_open("receive_failure")
-        return self._end_broken(CutCause.TRANSPORT_ERROR, reason, now)
+        return self._end_broken("receive_failure", CutCause.TRANSPORT_ERROR, reason, now)
 
     def next_stall_check(self, now: float) -> float | None:
         """When (in the caller's clock) to call `receive_timer` next, or None when no timer is
@@ -298,57 +268,68 @@ class StreamRepair:
         self._check_open("receive_timer")
         if self._phase not in DEADLINES_RUN:
             return None
-        deadline = self._stall_deadline()
-        if deadline is None or now < deadline.at:
-            return None
-        reason = stall_reason(first_token=deadline.first_token, timeout=deadline.timeout, events=self.report.events)
-        return self._end_broken(CutCause.STALLED, reason, now)
-
-    def _stall_deadline(self) -> Deadline | None:
-        return earliest_deadline(
-            self._policy, sent_at=self._sent_at, last_event_at=self._last_event_at, first_token_seen=self._first_token_seen
+        reason = maybe_stalled(
+            self._policy,
+            sent_at=self._sent_at,
+            last_event_at=self._last_event_at,
+            first_token_seen=self._first_token_seen,
+            events=self.report.events,
+            now=now,
         )
+        return None if reason is None else self._end_broken("receive_timer", CutCause.STALLED, reason, now)
 
-    def _end_broken(self, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
+    def _end_broken(self, method: str, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
         """The stream ended without its clean end (a transport failure, a stall)."""
-        self._ended = True
-        self._leave_steady()
-        if self._phase is Phase.PASSTHROUGH:
-            self._finish(now)
+        if self._close_input(method, now):
             return ClientEnding(b"", end_response=False)
+        out = self._end(cause, reason, now)
+        # `repairing` reads the phase as it is now: `_end` may have given up (passthrough).
+        end_response = self.repairing and ends_response(
+            rules=self._rules, policy=self._policy, streaming=self._phase is Phase.STREAMING
+        )
+        return ClientEnding(self._sent(out), end_response=end_response)
+
+    def _end(self, cause: CutCause, reason: str, now: float | None) -> bytes:
+        """The upstream's stream ended (`cause`): what its incomplete last event and its end send."""
         leftover = self._framer.receive_end()
         try:
-            out = b"" if leftover is None else self._drop_or_pass(leftover)
-            cut = Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason, dialect=self._dialect)
-            out += self._on_stream_end(cut, now)
-        except Exception as error:
+            out = b""
+            if leftover is not None:  # the framing finished at a clean end, else dropped or passed
+                out = self._on_unterminated(leftover, now) if cause is CutCause.CLEAN_END else self._drop_or_pass(leftover)
+            streaming = self._phase is Phase.STREAMING
+            elapsed = self._services.elapsed(now)
+            out += stream_end(
+                self._interruption(cause, reason), rules=self._rules, stream=self._services, streaming=streaming, elapsed=elapsed
+            )
+        except Exception as error:  # a bug of ours: the leftover goes on as it came
             out = self._pass_through_from_here(error)
             out += b"" if leftover is None else leftover.raw
         self._finish(now)
-        # `repairing` reads the phase as it is now: the `except` above may have given up (passthrough)
-        # since the check at the top (`self._phase` would still look narrowed by it to a type checker).
-        end_response = self.repairing and (
-            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._rules.finished()
-        )
-        return ClientEnding(self._sent(out), end_response=end_response)
+        return out
 
     def receive_client_gone(self, reason: str, *, now: float | None = None) -> None:
         """The exchange ended on the client's side (the client went away, the flow was killed):
         nothing more can be sent, so this only closes the books."""
-        self._check_open("receive_client_gone")
+        if self._close_input("receive_client_gone", now):
+            return
+        self._framer.receive_end()
+        if self._phase is Phase.STREAMING:
+            book_client_gone(self._interruption(CutCause.CLIENT_GONE, reason), stream=self._services)
+        self._finish(now)
+
+    def _close_input(self, method: str, now: float | None) -> bool:
+        """The stream ends here (after the end it is the caller's misuse). True when that is all: a
+        stream passed through only closes its books."""
+        self._check_open(method)
         self._ended = True
         self._leave_steady()
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
-            return
-        self._framer.receive_end()
-        if self._phase is Phase.STREAMING:
-            cut = Interruption(
-                before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason, dialect=self._dialect
-            )
-            self.report.interruption = cut
-            self._services.book_verdict(Verdict.INTERRUPTED, client_gone_detail(how=cut.how, events=self.report.events))
-        self._finish(now)
+            return True
+        return False
+
+    def _interruption(self, cause: CutCause, reason: str = "") -> Interruption:
+        return Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason, dialect=self._dialect)
 
     @property
     def ended(self) -> bool:
@@ -433,9 +414,7 @@ class StreamRepair:
         if seen is None or seen is self._dialect:
             return False
         self._move(Signal.GIVE_UP)
-        self._services.book_verdict(
-            Verdict.SKIPPED, skipped_detail(wrong_dialect(path_dialect=self._dialect, event_dialect=seen))
-        )
+        self._services.book_wrong_dialect(seen)
         return True
 
     # -- what the rules tell the machine (`StreamServices`) -----------------------------------
@@ -443,18 +422,10 @@ class StreamRepair:
     def _token_seen(self) -> None:
         self._first_token_seen = True
 
-    def _terminated(self) -> None:
-        self._move(Signal.DONE)
-
-    def _error_event(self) -> None:
-        self._move(Signal.ERROR_EVENT)
-
     def _cut_here(self) -> bytes:
-        """The upstream ended a stream that never finished with a `[DONE]` of its own (Responses,
-        which has no such terminator): a clean-end cut at this event, told before the `[DONE]` every
-        client stops reading at (R3), and from here on the stream is past its end."""
-        cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect)
-        out = self._on_cut(cut, self._event_at)
+        """`StreamServices.cut_here`: a clean-end cut at the event being read (R3), then past the end."""
+        elapsed = self._services.elapsed(self._event_at)
+        out = cut_ending(self._interruption(CutCause.CLEAN_END), rules=self._rules, stream=self._services, elapsed=elapsed)
         self._move(Signal.DONE)
         return out
 
@@ -517,29 +488,7 @@ class StreamRepair:
         return out
 
     def _drop_or_pass(self, leftover: Event) -> bytes:
-        # An incomplete event is discarded by every SSE client (WHATWG: "the incomplete event is not
-        # dispatched"), and bytes appended after it would merge into its last line and corrupt
-        # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
-        # (With on_cut=pass nothing is added at a cut, but rule C4 still appends [DONE] to a stream
-        # whose choices all finished: the fuzz contracts found that merge.)
-        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._rules.finished()):
-            return leftover.raw
-        self.report.dropped_incomplete_bytes += len(leftover.raw)
-        return b""
-
-    def _on_stream_end(self, cut: Interruption, now: float | None) -> bytes:
-        # An event the rules held (Chat's finish, waiting for its usage chunk: C11) goes first, as it came.
-        held = self._rules.release_held()
-        if self._phase is not Phase.STREAMING:
-            return held
-        if not self._rules.finished():
-            return held + self._on_cut(cut, now)
-        # Rules C4 and M3: the stream finished, only its terminator is missing.
-        return held + self._rules.terminator(cut.how)
-
-    def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
-        elapsed = now - self._started_at if now is not None and self._started_at is not None else None
-        return cut_ending(cut, rules=self._rules, stream=self._services, elapsed=elapsed)
+        return incomplete_event(leftover.raw, rules=self._rules, stream=self._services, streaming=self._phase is Phase.STREAMING)
 
     # -- books --------------------------------------------------------------------------------
 
@@ -562,15 +511,12 @@ class StreamRepair:
         it came before anything that follows."""
         held = self._rules.release_held()
         self._move(Signal.GIVE_UP)
-        why = cause if isinstance(cause, str) else internal_error(cause)
-        if not isinstance(cause, str):
-            self.report.internal_error = why
-        self._services.book_verdict(Verdict.SKIPPED, skipped_detail(why, from_event=self.report.events + 1))
+        self._services.book_given_up(cause)
         return held
 
     def _finish(self, now: float | None) -> None:
         self._rules.closing_books()
-        self._services.close(now - self._started_at if now is not None and self._started_at is not None else None)
+        self._services.close(now)
 
     def _sent(self, out: bytes) -> bytes:
         self.report.client_bytes += len(out)

@@ -30,8 +30,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._dialect import Dialect
 from ._verdict import MALFORMED_OUTRANKS, Correction, Injection, RepairPolicy, StreamReport, Verdict
-from ._wording import malformed_detail, one_line, repaired_detail, upstream_error_detail
+from ._wording import (
+    compressed_body,
+    http_error_detail,
+    internal_error,
+    malformed_detail,
+    one_line,
+    repaired_detail,
+    skipped_detail,
+    upstream_error_detail,
+    wrong_dialect,
+)
 
 if TYPE_CHECKING:  # types only: neither module imports this one
     from ._request import RequestFacts
@@ -46,6 +57,8 @@ class StreamServices:
 
     Args:
         request, policy, report: the stream's request facts, repair options and running account.
+        started_at: the caller's clock when the request started, if it has one (for the times in
+            the books).
         framer: the stream's SSE framer (its `line_ending` is the one every injected frame uses).
         token_seen: the machine's note that the event being read carried a token (rules C7, M6, R5).
         terminated: the machine's move past the end: the dialect's terminator came (`[DONE]`,
@@ -58,7 +71,18 @@ class StreamServices:
 
     # The machine's callables are kept as they were given (a rule calls the bound method itself,
     # no second call in between: `token_seen` runs once per token event on the full path).
-    __slots__ = ("request", "policy", "report", "keepalives", "token_seen", "terminated", "cut_here", "_framer", "_error_event")
+    __slots__ = (
+        "request",
+        "policy",
+        "report",
+        "keepalives",
+        "token_seen",
+        "terminated",
+        "cut_here",
+        "_started_at",
+        "_framer",
+        "_error_event",
+    )
 
     def __init__(
         self,
@@ -66,6 +90,7 @@ class StreamServices:
         request: RequestFacts,
         policy: RepairPolicy,
         report: StreamReport,
+        started_at: float | None,
         framer: EventFramer,
         token_seen: Callable[[], None],
         terminated: Callable[[], None],
@@ -81,6 +106,7 @@ class StreamServices:
         self.token_seen = token_seen
         self.terminated = terminated
         self.cut_here = cut_here
+        self._started_at = started_at
         self._framer = framer
         self._error_event = error_event
 
@@ -144,12 +170,41 @@ class StreamServices:
 
     # -- the machine's books ------------------------------------------------------------------
 
+    def elapsed(self, now: float | None) -> float | None:
+        """Seconds since the request started, by the caller's clock, if it has one."""
+        return now - self._started_at if now is not None and self._started_at is not None else None
+
     def book_verdict(self, verdict: Verdict, detail: str) -> None:
-        """The verdict and its detail, decided (`http_error`, `skipped`, `interrupted`, ...)."""
+        """The verdict and its detail, decided (`interrupted`, ...)."""
         self.report.verdict = verdict
         self.report.detail = detail
 
-    def close(self, duration: float | None) -> None:
+    def book_not_repaired(self, *, status: int, content_encoding: str) -> bool:
+        """Whether a response is passed through from its head on, its verdict decided here: an error
+        status (`http_error`), a compressed body (`skipped`: it cannot be read in flight)."""
+        encoding = content_encoding.strip().lower()
+        if status >= 400:
+            self.book_verdict(Verdict.HTTP_ERROR, http_error_detail(status))
+        elif encoding not in ("", "identity"):
+            self.book_verdict(Verdict.SKIPPED, skipped_detail(compressed_body(encoding)))
+        else:
+            return False
+        return True
+
+    def book_wrong_dialect(self, seen: Dialect) -> None:
+        """The first event is `seen`'s, not the path's: passed through untouched, `skipped`."""
+        path = self.report.dialect
+        self.book_verdict(Verdict.SKIPPED, skipped_detail(wrong_dialect(path_dialect=path, event_dialect=seen)))
+
+    def book_given_up(self, cause: Exception | str) -> None:
+        """The machine passes the rest of the stream through (`skipped`, and why: a bug of ours, as
+        `internal_error`, or `cause`'s words)."""
+        why = cause if isinstance(cause, str) else internal_error(cause)
+        if not isinstance(cause, str):
+            self.report.internal_error = why
+        self.book_verdict(Verdict.SKIPPED, skipped_detail(why, from_event=self.report.events + 1))
+
+    def close(self, now: float | None) -> None:
         """The books at the stream's end (after the rules' `closing_books`): a repaired stream's
         detail lists its repairs; a stream that sent garbage is `malformed` first."""
         report = self.report
@@ -164,8 +219,8 @@ class StreamServices:
                 other=None if report.verdict is Verdict.CLEAN else report.detail,
             )
             report.verdict = Verdict.MALFORMED
-        if duration is not None:
-            report.duration = duration
+        if now is not None and self._started_at is not None:
+            report.duration = now - self._started_at
 
 
 class DialectRules(Protocol):
