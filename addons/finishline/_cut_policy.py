@@ -14,17 +14,21 @@ client is told; the client is told what `on_cut` says:
             `may_stop` is False: no made-up `response.completed`, R2) is told as `error`
     pass    nothing: the client sees the stream end where the upstream's did
 
-An incomplete last event is dropped before anything is added (`incomplete_event`), and the client's
+A last event without its blank line is read at a clean end if the server meant it whole
+(`missing_blank_line`), else dropped before anything is added (`incomplete_event`); the client's
 response is ended after a broken end only when something was added (`ends_response`).
 """
 
 from __future__ import annotations
 
+from ._injected import DONE
+from ._json import UNREADABLE, json_or_unreadable
 from ._rule_interface import DialectRules, StreamServices
+from ._sse import Event
 from ._verdict import Interruption, OnCut, RepairPolicy, Verdict
 from ._wording import client_gone_detail, cut_detail, cut_message
 
-__all__ = ["book_client_gone", "cut_ending", "ends_response", "incomplete_event", "stream_end"]
+__all__ = ["book_client_gone", "cut_ending", "ends_response", "incomplete_event", "missing_blank_line", "stream_end"]
 
 
 def stream_end(
@@ -69,6 +73,16 @@ def cut_ending(cut: Interruption, *, rules: DialectRules, stream: StreamServices
     if told is OnCut.STOP:
         return rules.stop_frames()
     return b""
+
+
+def missing_blank_line(leftover: Event, line_ending: bytes) -> bytes | None:
+    """At a clean end, the line endings that finish a last event the server meant whole: one that
+    ended on `data: [DONE]` or a whole JSON chunk but forgot the blank line. None for anything
+    else: an incomplete event, i.e. a cut."""
+    data = leftover.data
+    if data is None or not (data.startswith(DONE) or json_or_unreadable(data) is not UNREADABLE):
+        return None
+    return line_ending if leftover.raw.endswith((b"\n", b"\r")) else line_ending + line_ending
 
 
 def incomplete_event(raw: bytes, *, rules: DialectRules, stream: StreamServices, streaming: bool) -> bytes:

@@ -10,13 +10,12 @@ The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of wh
 dialect's terminator, an upstream error event, giving up) and `_move` is the only place that changes
 it.
 
-What an event means is the dialect's business: one rules object per stream, found in the registry
-(`_rules.DIALECT_RULES`: `_chat.ChatRules`, `_messages.MessagesRules`, `_responses.ResponsesRules`),
-reads each event and says what to send for it, and at the end what the terminator is, what a cut
-sends, and whether the stream is finished. The rules see the stream through `StreamServices` and
-the machine asks them through `DialectRules` (`_rule_interface`, the one interface between the two);
-the books are kept through `StreamServices` too, and a cut's ending is `_cut_policy`'s. The machine
-does what every dialect shares, at these points:
+What an event means is the dialect's business: one rules object per stream, from the registry
+(`_rules.DIALECT_RULES`), reads each event and says what to send for it, and at the end what the
+terminator is, what a cut sends, and whether the stream finished. It sees the stream through
+`StreamServices` and is asked through `DialectRules` (`_rule_interface`: the one interface between
+the two, and the stream's books); how an end is told is `_cut_policy`'s. The machine does what
+every dialect shares, at these points:
 
 * an event                               -> counted (not a keep-alive such as `ping`), its first
                                             one checked against the path's dialect (another
@@ -37,13 +36,10 @@ Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`,
 `receive_data`; both are held to the full parse by `tests/test_core_fast_path.py` and
 `tests/test_core_fast_path_dialects.py`.
 
-A response the core is told not to repair (an HTTP error status, a compressed body) starts in
-passthrough with its verdict already decided (`http_error`, `skipped`): the caller only applies it.
-
-Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through. An
-event whose data is not JSON, read before the stream's end, is noted by the rules
-(`StreamServices.malformed`) and books the stream `malformed` when it ends (`StreamServices.close`;
-`MALFORMED_OUTRANKS` says over which verdicts).
+Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through,
+data that is not JSON booked `malformed` (`StreamServices.malformed`); a response it is told not to
+repair (an HTTP error status, a compressed body) passes from its head on, its verdict decided
+(`StreamServices.book_not_repaired`): the caller only applies it.
 """
 
 from __future__ import annotations
@@ -51,13 +47,10 @@ from __future__ import annotations
 import re
 from functools import partial
 
-from ._choices import MAX_CHOICES
-from ._cut_policy import book_client_gone, cut_ending, ends_response, incomplete_event, stream_end
+from ._cut_policy import book_client_gone, cut_ending, ends_response, incomplete_event, missing_blank_line, stream_end
 from ._deadlines import maybe_stalled, next_check
 from ._dialect import Dialect
 from ._errors import LocalProtocolError
-from ._injected import DONE
-from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
@@ -67,7 +60,7 @@ from ._sse import Event, EventFramer
 from ._verdict import ClientEnding, CutCause, Interruption, RepairPolicy, StreamReport
 from ._wording import completed_framing, event_too_long
 
-__all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
+__all__ = ["StreamRepair", "MAX_HELD_BYTES"]
 
 # An event still open after this many bytes is not a chat chunk (rule C8 asks for 10 MB events to
 # pass whole): stop framing and pass the stream through rather than hold it all.
@@ -106,8 +99,6 @@ class StreamRepair:
     # Slots: the path of every piece reads and writes a few of these, and slots are the cheapest
     # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
     __slots__ = (
-        "_request",
-        "_policy",
         "_started_at",
         "_sent_at",
         "_framer",
@@ -140,8 +131,6 @@ class StreamRepair:
         fast_path: bool = True,
         dialect: Dialect = Dialect.CHAT,
     ) -> None:
-        self._request = request
-        self._policy = policy
         self._started_at = started_at
         self._sent_at = sent_at if sent_at is not None else started_at
         self._framer = EventFramer()
@@ -227,10 +216,9 @@ class StreamRepair:
             self._last_event_at = now
         if self._phase is not Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
             out += self._pass_through_from_here(event_too_long(MAX_HELD_BYTES))
-            out += self._framer.take_buffered()
-        elif self._phase is Phase.PASSTHROUGH and self._framer.held_bytes:
-            # An event of this piece made the machine stop reading (another dialect's first event):
-            # the start of the next event, held by the framer, goes on as it came.
+        if self._phase is Phase.PASSTHROUGH and self._framer.held_bytes:
+            # The machine stopped reading (an event too long, or another dialect's first event in
+            # this piece): the start of the next event, held by the framer, goes on as it came.
             out += self._framer.take_buffered()
         return self._sent(out)
 
@@ -254,7 +242,7 @@ class StreamRepair:
         if self._ended or self._phase not in DEADLINES_RUN:
             return None
         return next_check(
-            self._policy,
+            self._services.policy,
             sent_at=self._sent_at,
             last_event_at=self._last_event_at,
             first_token_seen=self._first_token_seen,
@@ -269,7 +257,7 @@ class StreamRepair:
         if self._phase not in DEADLINES_RUN:
             return None
         reason = maybe_stalled(
-            self._policy,
+            self._services.policy,
             sent_at=self._sent_at,
             last_event_at=self._last_event_at,
             first_token_seen=self._first_token_seen,
@@ -285,7 +273,7 @@ class StreamRepair:
         out = self._end(cause, reason, now)
         # `repairing` reads the phase as it is now: `_end` may have given up (passthrough).
         end_response = self.repairing and ends_response(
-            rules=self._rules, policy=self._policy, streaming=self._phase is Phase.STREAMING
+            rules=self._rules, policy=self._services.policy, streaming=self._phase is Phase.STREAMING
         )
         return ClientEnding(self._sent(out), end_response=end_response)
 
@@ -293,9 +281,7 @@ class StreamRepair:
         """The upstream's stream ended (`cause`): what its incomplete last event and its end send."""
         leftover = self._framer.receive_end()
         try:
-            out = b""
-            if leftover is not None:  # the framing finished at a clean end, else dropped or passed
-                out = self._on_unterminated(leftover, now) if cause is CutCause.CLEAN_END else self._drop_or_pass(leftover)
+            out = b"" if leftover is None else self._on_leftover(leftover, cause is CutCause.CLEAN_END, now)
             streaming = self._phase is Phase.STREAMING
             elapsed = self._services.elapsed(now)
             out += stream_end(
@@ -340,7 +326,7 @@ class StreamRepair:
     @property
     def request(self) -> RequestFacts:
         """The request's facts the repair was made with."""
-        return self._request
+        return self._services.request
 
     @property
     def repairing(self) -> bool:
@@ -390,32 +376,27 @@ class StreamRepair:
         if kind in rules.keepalives:  # `ping`: a keep-alive, like a comment (M6)
             self._services.keepalives += 1
             return event.raw
-        self.report.events += 1
-        if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
-            self.report.time_to_first_event = now - self._started_at
+        report = self.report
+        report.events += 1
+        if report.time_to_first_event is None and now is not None and self._started_at is not None:
+            report.time_to_first_event = now - self._started_at
         if self._phase is not Phase.STREAMING:
             return event.raw
-        if self._first_event:
+        if self._first_event:  # another dialect's first event: passed through untouched, `skipped`
             self._first_event = False
-            if self._maybe_wrong_dialect(message, kind):
+            seen = event_dialect(message, kind)
+            if seen is not None and seen is not self._dialect:
+                self._move(Signal.GIVE_UP)
+                self._services.book_wrong_dialect(seen)
                 return event.raw
         self._event_at = now  # for a rule that ends the stream at this event (`_cut_here`)
         out = rules.on_event(event, kind, message)
-        if self._first_token_seen and self.report.time_to_first_token is None:
-            self._note_first_token(now)
+        # The event carried the first token: its time is the machine's (the rules only flag it).
+        if self._first_token_seen and report.time_to_first_token is None and now is not None and self._started_at is not None:
+            report.time_to_first_token = now - self._started_at
         if self._phase is _STREAMING:  # the fast path learns the shapes of routine events it read
-            self._routine.learn(event.raw, event.data, message, self.report.events)
+            self._routine.learn(event.raw, event.data, message, report.events)
         return out
-
-    def _maybe_wrong_dialect(self, message: object, kind: str | None) -> bool:
-        """Whether the first event belongs to another dialect than the path's; if so the stream
-        passes through untouched from here, `skipped`, and why."""
-        seen = event_dialect(message, kind)
-        if seen is None or seen is self._dialect:
-            return False
-        self._move(Signal.GIVE_UP)
-        self._services.book_wrong_dialect(seen)
-        return True
 
     # -- what the rules tell the machine (`StreamServices`) -----------------------------------
 
@@ -428,12 +409,6 @@ class StreamRepair:
         out = cut_ending(self._interruption(CutCause.CLEAN_END), rules=self._rules, stream=self._services, elapsed=elapsed)
         self._move(Signal.DONE)
         return out
-
-    def _note_first_token(self, now: float | None) -> None:
-        """The event just read carried the first token: its time goes to the report. (The rules
-        only flag the token; the time is the machine's, which has the caller's clock.)"""
-        if now is not None and self._started_at is not None:
-            self.report.time_to_first_token = now - self._started_at
 
     def _on_routine_piece(self, data: bytes, now: float | None) -> bool:
         """The fast path (`_routine_chunks`): `data` is exactly one event of a routine chunk shape
@@ -455,8 +430,8 @@ class StreamRepair:
         self._last_event_at = now
         if report.time_to_first_event is None and now is not None and self._started_at is not None:
             report.time_to_first_event = now - self._started_at
-        if self._first_token_seen and report.time_to_first_token is None:
-            self._note_first_token(now)
+        if self._first_token_seen and report.time_to_first_token is None and now is not None and self._started_at is not None:
+            report.time_to_first_token = now - self._started_at
         # The steady path may take the next pieces if, for another piece of this shape, all of the
         # above would change nothing but the counts and the time of the last event. Whatever could
         # change that goes through the full path or ends the stream, and both clear it.
@@ -473,22 +448,16 @@ class StreamRepair:
 
     # -- the end ------------------------------------------------------------------------------
 
-    def _on_unterminated(self, leftover: Event, now: float | None) -> bytes:
-        """Bytes after the last blank line at a clean end. A server that ended on `data: [DONE]` or a
-        whole JSON chunk but forgot the blank line meant it: finish the framing and read it. Anything
-        else is an incomplete event, i.e. a cut."""
-        data = leftover.data
-        readable = data is not None and (data.startswith(DONE) or json_or_unreadable(data) is not UNREADABLE)
-        if not readable or self._phase is not Phase.STREAMING:
-            return self._drop_or_pass(leftover)
-        ending = self._services.line_ending()
-        missing = ending if leftover.raw.endswith((b"\n", b"\r")) else ending + ending
-        out = self._on_event(Event(raw=leftover.raw + missing, data=data, event_type=leftover.event_type), now)
+    def _on_leftover(self, leftover: Event, clean: bool, now: float | None) -> bytes:
+        """Bytes after the last blank line at the end: at a `clean` end read, if the server meant
+        them whole (`missing_blank_line`); else an incomplete event, i.e. a cut (`incomplete_event`)."""
+        streaming = self._phase is Phase.STREAMING
+        missing = missing_blank_line(leftover, self._services.line_ending()) if clean and streaming else None
+        if missing is None:
+            return incomplete_event(leftover.raw, rules=self._rules, stream=self._services, streaming=streaming)
+        out = self._on_event(Event(raw=leftover.raw + missing, data=leftover.data, event_type=leftover.event_type), now)
         self._services.repaired(completed_framing())
         return out
-
-    def _drop_or_pass(self, leftover: Event) -> bytes:
-        return incomplete_event(leftover.raw, rules=self._rules, stream=self._services, streaming=self._phase is Phase.STREAMING)
 
     # -- books --------------------------------------------------------------------------------
 
