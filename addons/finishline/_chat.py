@@ -26,6 +26,9 @@ upstream event (rules C2, C11) by the JSON editor `_json_edit`, their sentences 
 A finish injected at a usage chunk counts for rule C4 only if no content followed it; otherwise the
 usage chunk was not the end, and a stream that then stops is a cut, never a success. The fast path
 (`_routine_chunks`) brings routine text chunks here through `on_routine`.
+
+The rules see their stream only through `_rule_interface.StreamServices`; the per-choice table they
+keep is `_choices`'.
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ _DONE_EVENT: Any = object()
 # Rule C11's id, as docs/repair-rules.md numbers it and the books name it.
 _RULE = "C11"
 _LENGTH = json.dumps("length").encode()
+# The upstream's chunk fields a finishing chunk finish_fix writes repeats (C3), as they came last.
+_CHUNK_FIELDS = ("id", "created", "model", "system_fingerprint")
 
 
 class ChatRules:
@@ -232,7 +237,7 @@ class ChatRules:
         return event.raw
 
     def _remember_chunk(self, chunk: dict[str, Any]) -> None:
-        for key in ("id", "created", "model", "system_fingerprint"):
+        for key in _CHUNK_FIELDS:
             if key in chunk:
                 self.chunk_fields[key] = chunk[key]
                 self.fields_from = None

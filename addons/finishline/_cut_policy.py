@@ -16,7 +16,8 @@ client is told; the client is told what `on_cut` says:
 
 A last event without its blank line is read at a clean end if the server meant it whole
 (`missing_blank_line`), else dropped before anything is added (`incomplete_event`); the client's
-response is ended after a broken end only when something was added (`ends_response`).
+response is ended normally after a broken end unless on_cut=pass left a cut as it was
+(`ends_response`).
 """
 
 from __future__ import annotations
@@ -100,9 +101,10 @@ def incomplete_event(raw: bytes, *, rules: DialectRules, stream: StreamServices,
 
 
 def ends_response(*, rules: DialectRules, policy: RepairPolicy, streaming: bool) -> bool:
-    """Whether the client's response ends after a broken end's frames (`ClientEnding.end_response`):
-    when the stream had ended already, or something was added to it; with on_cut=pass, a cut
-    stream ends as the upstream's did (the transport's failure passed on)."""
+    """Whether the client's response ends normally after a broken end's frames
+    (`ClientEnding.end_response`): what was sent says how the stream ended (it had ended already,
+    its terminator was added, or a cut's ending), unless on_cut=pass left a cut stream as it was,
+    and the client sees the failure as it happened."""
     return not streaming or policy.on_cut is not OnCut.PASS or rules.finished()
 
 

@@ -29,6 +29,10 @@ The output tokens are the usage a `message_delta` counted. A stream that never c
 never says "limit" where the limit was not reached.
 
 Every frame finish_fix writes carries `event: <type>`: both Anthropic SDKs skip a frame without one.
+
+The tables come first (the event types, the token deltas, the tool blocks, the corrections), then
+the frames and inferences built from them, then `MessagesRules`, which reads them. The rules see
+their stream only through `_rule_interface.StreamServices`.
 """
 
 from __future__ import annotations
@@ -86,6 +90,10 @@ TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 # The error type a cut is reported as: what Anthropic itself sends for an internal failure, which
 # both SDKs raise on and pi-ai's retry filter ("stream was interrupted") matches by its message.
 CUT_ERROR_TYPE = "api_error"
+#: The reason each correction sends (M8), and its words in the books.
+CORRECTED_REASONS = {Correction.STOP_SEQUENCE_REASON: "stop_sequence", Correction.LIMIT_REASON: "max_tokens"}
+# Rule M8's id, as docs/repair-rules.md numbers it and the books name it.
+_RULE = "M8"
 
 
 def error_frame(message: str, line_ending: bytes) -> bytes:
@@ -112,10 +120,6 @@ def infer_stop_reason(*, tool_use: bool, output_tokens: int | None, max_tokens: 
     return "end_turn"
 
 
-# Rule M8's id, as docs/repair-rules.md numbers it and the books name it.
-_RULE = "M8"
-
-
 def corrected_stop_reason(
     *, stop_reason: object, stop_sequence: object, output_tokens: int | None, max_tokens: int | None
 ) -> Correction | None:
@@ -129,10 +133,6 @@ def corrected_stop_reason(
     if max_tokens is not None and output_tokens is not None and output_tokens >= max_tokens:
         return Correction.LIMIT_REASON
     return None
-
-
-#: The reason each correction sends (M8), and its words in the books.
-CORRECTED_REASONS = {Correction.STOP_SEQUENCE_REASON: "stop_sequence", Correction.LIMIT_REASON: "max_tokens"}
 
 
 def correction_words(correction: Correction, *, output_tokens: int | None, max_tokens: int | None) -> str:

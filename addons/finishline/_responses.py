@@ -29,6 +29,10 @@ cut, and finish_fix never writes `response.completed` (rule R2). The rules:
   filled in from the stream's own order; a value the upstream sent is never changed (R7,
   `RepairPolicy.responses_indexes`). A stream that has them all passes byte for byte, and its
   routine deltas keep the fast path (`_routine_chunks` learns only deltas that carry their indexes).
+
+The tables come first (terminal, error, token and content-indexed events), then what R3's frames
+continue (`ResponseSoFar`, `failure_frames`), then `ResponsesRules`, which reads them. The rules
+see their stream only through `_rule_interface.StreamServices`.
 """
 
 from __future__ import annotations
