@@ -209,7 +209,7 @@ class ChatRules:
         if match.remembered is not self.fields_from:  # the same shape again: its fields are there
             self.chunk_fields.update(match.remembered)
             self.fields_from = match.remembered
-        if match.has_text and state.finish_reason is not None and not state.finished_by_upstream:
+        if state.finish_reason is not None and not state.finished_by_upstream and match.has_text:
             state.content_after_injection = True
         # Another piece of this shape changes nothing but the counts unless a finish finish_fix
         # injected is still believed: text after it would make it a cut.
