@@ -75,7 +75,13 @@ POLICY_OPTIONS = {
     "finish_fix_first_token_timeout",
     "finish_fix_limit_reasons",
     "finish_fix_responses_indexes",
+    "finish_fix_responses_fields",
 }
+
+
+def _request_facts(flow: http.HTTPFlow) -> RequestFacts:
+    """The request's facts, with the time it was sent in whole Unix seconds (rule R8's `created_at`)."""
+    return RequestFacts.from_body(flow.request.raw_content, created_at=int(flow.request.timestamp_start))
 
 
 class FinishFix:
@@ -161,6 +167,16 @@ class FinishFix:
             "Fill in the sequence_number, output_index and content_index a Responses event lacks "
             "(true or false), from the stream's own order: llama.cpp sends none, and openai-python's "
             "responses.stream() helper then fails. A value the server sent is never changed.",
+            choices=sorted(BOOLEANS),
+        )
+        loader.add_option(
+            "finish_fix_responses_fields",
+            str,
+            "true",
+            "Fill in the created_at and model a Responses response.created or response.in_progress "
+            "lacks (true or false), from the request: its model, and the time it was sent. llama.cpp "
+            "sends neither there, and the AI SDK then fails the whole stream. A value the server sent "
+            "is never changed.",
             choices=sorted(BOOLEANS),
         )
         loader.add_option(
@@ -258,6 +274,7 @@ class FinishFix:
                 first_token_timeout=_seconds("finish_fix_first_token_timeout", options.finish_fix_first_token_timeout),
                 limit_reasons=_boolean("finish_fix_limit_reasons", options.finish_fix_limit_reasons),
                 responses_indexes=_boolean("finish_fix_responses_indexes", options.finish_fix_responses_indexes),
+                responses_fields=_boolean("finish_fix_responses_fields", options.finish_fix_responses_fields),
             )
         if "finish_fix_body_copy" in updated:
             try:
@@ -323,7 +340,7 @@ class FinishFix:
         dialect = self._dialect_of(flow)
         if dialect is None or self.policy.first_token_timeout <= 0:
             return
-        request = RequestFacts.from_body(flow.request.raw_content)
+        request = _request_facts(flow)
         if request.stream:
             finish_fix_cut_hook.watch_head(flow, HeadWait(dialect, self.policy, request, flow.request.timestamp_start))
 
@@ -343,7 +360,7 @@ class FinishFix:
         waited = watch if isinstance(watch, HeadWait) else None
         repair = StreamRepair(
             dialect=dialect,
-            request=waited.request if waited is not None else RequestFacts.from_body(flow.request.raw_content),
+            request=waited.request if waited is not None else _request_facts(flow),
             policy=self.policy,
             started_at=flow.request.timestamp_start,
             sent_at=waited.sent_at if waited is not None else None,
@@ -377,7 +394,7 @@ class FinishFix:
             dialect = self._dialect_of(flow)
             if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")
-                request = RequestFacts.from_body(flow.request.raw_content)
+                request = _request_facts(flow)
                 missing = book_missing_response(flow.error.msg, client_gone=client_gone, model=request.model, dialect=dialect)
                 self._book(flow, missing, request)
             return
@@ -390,7 +407,7 @@ class FinishFix:
     def _on_whole_response(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
         response = flow.response
         assert response is not None
-        request = RequestFacts.from_body(flow.request.raw_content)
+        request = _request_facts(flow)
         result = repair_completion(
             response.raw_content or b"",
             request,
