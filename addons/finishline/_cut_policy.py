@@ -24,31 +24,31 @@ from __future__ import annotations
 
 from ._injected import DONE
 from ._json import UNREADABLE, json_or_unreadable
+from ._phases import Phase
 from ._rule_interface import DialectRules, StreamServices
 from ._sse import Event
-from ._verdict import Interruption, OnCut, RepairPolicy, Verdict
+from ._verdict import Interruption, OnCut, Verdict
 from ._wording import client_gone_detail, cut_detail, cut_message
 
 __all__ = ["book_client_gone", "cut_ending", "ends_response", "incomplete_event", "missing_blank_line", "stream_end"]
 
 
-def stream_end(
-    cut: Interruption, *, rules: DialectRules, stream: StreamServices, streaming: bool, elapsed: float | None
-) -> bytes:
-    """What the client is sent when the upstream's stream ended as `cut` says (`streaming`: it had
-    not ended already, by its terminator, an error event or giving up)."""
+def stream_end(cut: Interruption, *, rules: DialectRules, stream: StreamServices, phase: Phase, now: float | None) -> bytes:
+    """What the client is sent when the upstream's stream ended as `cut` says, at `now` (the
+    caller's clock, if it has one), the stream in `phase`."""
     held = rules.release_held()
-    if not streaming:
+    if phase is not Phase.STREAMING:  # it had ended already: its terminator, an error event, given up
         return held
     if not rules.finished():
-        return held + cut_ending(cut, rules=rules, stream=stream, elapsed=elapsed)
+        return held + cut_ending(cut, rules=rules, stream=stream, now=now)
     # Rules C4 and M3: the stream finished, only its terminator is missing.
     return held + rules.terminator(cut.how)
 
 
-def cut_ending(cut: Interruption, *, rules: DialectRules, stream: StreamServices, elapsed: float | None) -> bytes:
-    """Books the cut `cut` (`elapsed` seconds after the request started, if known) and returns the
-    frames the client is sent for it."""
+def cut_ending(cut: Interruption, *, rules: DialectRules, stream: StreamServices, now: float | None) -> bytes:
+    """Books the cut `cut` at `now` (the caller's clock, if it has one) and returns the frames the
+    client is sent for it."""
+    elapsed = stream.elapsed(now)
     report = stream.report
     report.interruption = cut
     told = stream.policy.on_cut
@@ -86,26 +86,29 @@ def missing_blank_line(leftover: Event, line_ending: bytes) -> bytes | None:
     return line_ending if leftover.raw.endswith((b"\n", b"\r")) else line_ending + line_ending
 
 
-def incomplete_event(raw: bytes, *, rules: DialectRules, stream: StreamServices, streaming: bool) -> bytes:
-    """The bytes of an incomplete last event at a broken end: dropped (and counted), unless nothing
-    will be added after them."""
+def incomplete_event(raw: bytes, *, rules: DialectRules, stream: StreamServices, phase: Phase) -> bytes:
+    """The bytes of an incomplete last event at the end (the stream in `phase`): dropped (and
+    counted), unless nothing will be added after them."""
     # An incomplete event is discarded by every SSE client (WHATWG: "the incomplete event is not
     # dispatched"), and bytes appended after it would merge into its last line and corrupt
     # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
     # (With on_cut=pass nothing is added at a cut, but rule C4 still appends [DONE] to a stream
     # whose choices all finished: the fuzz contracts found that merge.)
-    if not streaming or (stream.policy.on_cut is OnCut.PASS and not rules.finished()):
+    if phase is not Phase.STREAMING or (stream.policy.on_cut is OnCut.PASS and not rules.finished()):
         return raw
     stream.report.dropped_incomplete_bytes += len(raw)
     return b""
 
 
-def ends_response(*, rules: DialectRules, policy: RepairPolicy, streaming: bool) -> bool:
+def ends_response(*, rules: DialectRules, stream: StreamServices, phase: Phase) -> bool:
     """Whether the client's response ends normally after a broken end's frames
     (`ClientEnding.end_response`): what was sent says how the stream ended (it had ended already,
     its terminator was added, or a cut's ending), unless on_cut=pass left a cut stream as it was,
-    and the client sees the failure as it happened."""
-    return not streaming or policy.on_cut is not OnCut.PASS or rules.finished()
+    and the client sees the failure as it happened. A stream passed through (given up, maybe at
+    its end) is left as it was."""
+    if phase is Phase.PASSTHROUGH:
+        return False
+    return phase is not Phase.STREAMING or stream.policy.on_cut is not OnCut.PASS or rules.finished()
 
 
 def book_client_gone(cut: Interruption, *, stream: StreamServices) -> None:

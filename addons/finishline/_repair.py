@@ -48,7 +48,7 @@ import re
 from functools import partial
 
 from ._cut_policy import book_client_gone, cut_ending, ends_response, incomplete_event, missing_blank_line, stream_end
-from ._deadlines import maybe_stalled, next_check
+from ._deadlines import StallDeadlines
 from ._dialect import Dialect
 from ._errors import LocalProtocolError
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
@@ -100,7 +100,7 @@ class StreamRepair:
     # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
     __slots__ = (
         "_started_at",
-        "_sent_at",
+        "_deadlines",
         "_framer",
         "_phase",
         "_ended",
@@ -132,7 +132,8 @@ class StreamRepair:
         dialect: Dialect = Dialect.CHAT,
     ) -> None:
         self._started_at = started_at
-        self._sent_at = sent_at if sent_at is not None else started_at
+        # The first-token deadline counts from the request going upstream (`_deadlines`).
+        self._deadlines = StallDeadlines(policy, sent_at=sent_at if sent_at is not None else started_at)
         self._framer = EventFramer()
         self._phase = Phase.STREAMING
         self._ended = False
@@ -241,13 +242,7 @@ class StreamRepair:
         idle timeout (`_deadlines.next_check` says why)."""
         if self._ended or self._phase not in DEADLINES_RUN:
             return None
-        return next_check(
-            self._services.policy,
-            sent_at=self._sent_at,
-            last_event_at=self._last_event_at,
-            first_token_seen=self._first_token_seen,
-            now=now,
-        )
+        return self._deadlines.next_check(self._last_event_at, self._first_token_seen, now=now)
 
     def receive_timer(self, now: float) -> ClientEnding | None:
         """The caller's timer went off. None when no deadline has passed (set the next timer from
@@ -256,37 +251,24 @@ class StreamRepair:
         self._check_open("receive_timer")
         if self._phase not in DEADLINES_RUN:
             return None
-        reason = maybe_stalled(
-            self._services.policy,
-            sent_at=self._sent_at,
-            last_event_at=self._last_event_at,
-            first_token_seen=self._first_token_seen,
-            events=self.report.events,
-            now=now,
-        )
+        reason = self._deadlines.maybe_stalled(self._last_event_at, self._first_token_seen, events=self.report.events, now=now)
         return None if reason is None else self._end_broken("receive_timer", CutCause.STALLED, reason, now)
 
     def _end_broken(self, method: str, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
         """The stream ended without its clean end (a transport failure, a stall)."""
         if self._close_input(method, now):
             return ClientEnding(b"", end_response=False)
-        out = self._end(cause, reason, now)
-        # `repairing` reads the phase as it is now: `_end` may have given up (passthrough).
-        end_response = self.repairing and ends_response(
-            rules=self._rules, policy=self._services.policy, streaming=self._phase is Phase.STREAMING
-        )
-        return ClientEnding(self._sent(out), end_response=end_response)
+        out = self._sent(self._end(cause, reason, now))
+        # The phase as it is now: `_end` may have given up (passthrough).
+        return ClientEnding(out, end_response=ends_response(rules=self._rules, stream=self._services, phase=self._phase))
 
     def _end(self, cause: CutCause, reason: str, now: float | None) -> bytes:
         """The upstream's stream ended (`cause`): what its incomplete last event and its end send."""
         leftover = self._framer.receive_end()
         try:
             out = b"" if leftover is None else self._on_leftover(leftover, cause is CutCause.CLEAN_END, now)
-            streaming = self._phase is Phase.STREAMING
-            elapsed = self._services.elapsed(now)
-            out += stream_end(
-                self._interruption(cause, reason), rules=self._rules, stream=self._services, streaming=streaming, elapsed=elapsed
-            )
+            cut = self._interruption(cause, reason)
+            out += stream_end(cut, rules=self._rules, stream=self._services, phase=self._phase, now=now)
         except Exception as error:  # a bug of ours: the leftover goes on as it came
             out = self._pass_through_from_here(error)
             out += b"" if leftover is None else leftover.raw
@@ -405,8 +387,7 @@ class StreamRepair:
 
     def _cut_here(self) -> bytes:
         """`StreamServices.cut_here`: a clean-end cut at the event being read (R3), then past the end."""
-        elapsed = self._services.elapsed(self._event_at)
-        out = cut_ending(self._interruption(CutCause.CLEAN_END), rules=self._rules, stream=self._services, elapsed=elapsed)
+        out = cut_ending(self._interruption(CutCause.CLEAN_END), rules=self._rules, stream=self._services, now=self._event_at)
         self._move(Signal.DONE)
         return out
 
@@ -454,7 +435,7 @@ class StreamRepair:
         streaming = self._phase is Phase.STREAMING
         missing = missing_blank_line(leftover, self._services.line_ending()) if clean and streaming else None
         if missing is None:
-            return incomplete_event(leftover.raw, rules=self._rules, stream=self._services, streaming=streaming)
+            return incomplete_event(leftover.raw, rules=self._rules, stream=self._services, phase=self._phase)
         out = self._on_event(Event(raw=leftover.raw + missing, data=leftover.data, event_type=leftover.event_type), now)
         self._services.repaired(completed_framing())
         return out
