@@ -7,19 +7,16 @@ send for it, plus anything injected before it) and the caller, who sends those b
 event leaves as soon as it arrived; only the current incomplete event is held.
 
 The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of what moves it (the
-dialect's terminator, an upstream error event, giving up) and `_move` is the only place that changes
-it.
-
-What an event means is the dialect's business: one rules object per stream, from the registry
+dialect's terminator, an upstream error event, giving up), read by `_move` alone. What an event
+means is the dialect's business: one rules object per stream, from the registry
 (`_rules.DIALECT_RULES`), reads each event and says what to send for it, and at the end what the
 terminator is, what a cut sends, and whether the stream finished. It sees the stream through
 `StreamServices` and is asked through `DialectRules` (`_rule_interface`: the one interface between
 the two, and the stream's books); how an end is told is `_cut_policy`'s. The machine does what
 every dialect shares, at these points:
 
-* an event                               -> counted (not a keep-alive such as `ping`), its first
-                                            one checked against the path's dialect (another
-                                            dialect's: passed untouched), then read by the rules
+* an event                               -> counted (not a keep-alive such as `ping`), the first
+                                            checked against the path's dialect, read by the rules
 * the upstream body ends cleanly         -> the terminator appended if the stream finished (rules
                                             C4, M3), else the stream was cut (C6, C7, M4, R3)
 * the upstream connection fails mid-body -> the stream was cut, unless it finished
@@ -33,8 +30,7 @@ event) and when the first token came.
 
 Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`, the rules'
 `on_routine`), and a run of one routine shape is counted on the steady path at the top of
-`receive_data`; both are held to the full parse by `tests/test_core_fast_path.py` and
-`tests/test_core_fast_path_dialects.py`.
+`receive_data`; `tests/test_core_fast_path*.py` hold both to the full parse.
 
 Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through,
 data that is not JSON booked `malformed` (`StreamServices.malformed`); a response it is told not to
@@ -286,8 +282,7 @@ class StreamRepair:
         self._finish(now)
 
     def _close_input(self, method: str, now: float | None) -> bool:
-        """The stream ends here (after the end it is the caller's misuse). True when that is all: a
-        stream passed through only closes its books."""
+        """The stream ends here; True when that is all (a stream passed through closes its books)."""
         self._check_open(method)
         self._ended = True
         self._leave_steady()
