@@ -74,7 +74,16 @@ class ChatRules:
     dialect = Dialect.CHAT
     keepalives: frozenset[str] = frozenset()
     may_stop = True
-    __slots__ = ("_stream", "choices", "chunk_fields", "fields_from", "completion_tokens", "empty_rewritten", "held")
+    __slots__ = (
+        "_stream",
+        "choices",
+        "chunk_fields",
+        "fields_from",
+        "completion_tokens",
+        "empty_rewritten",
+        "held",
+        "_token_told",
+    )
 
     def __init__(self, stream: StreamServices) -> None:
         self._stream = stream
@@ -87,6 +96,9 @@ class ChatRules:
         self.empty_rewritten = 0
         # C11: the finish chunk waiting for its usage chunk (the event, its parsed data).
         self.held: tuple[Event, dict[str, Any]] | None = None
+        # The machine was told a token came (once is enough: most chunks carry one, and a flag read
+        # costs less than a call on the full path of every chunk).
+        self._token_told = False
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -224,7 +236,8 @@ class ChatRules:
         """Records one choice of a chunk (`_choices.record_choice`); returns 1 if its finish_reason
         is the empty string."""
         empty, token = record_choice(self.choices, choice)
-        if token:
+        if token and not self._token_told:
+            self._token_told = True
             self._stream.token_seen()
         return empty
 
