@@ -2,7 +2,7 @@
 
 - `faults.catalog`: each fault as data (`cut_during_prefill`, `cut_after_tokens`,
   `stall_after_tokens`, `slice`, `latency`, `bandwidth`, `down`); `fault.applied(client, proxy)` is a
-  `with` / `async with` block that applies it and always removes it (`faults.scoped`).
+  `with` / `async with` block that applies it and always removes it (`faults.fault`).
 - `faults.layout` / `faults.probe`: where token events end, computed (the worker) or captured (any
   upstream), so that "cut after n tokens" is exact.
 - `faults.toxiproxy_server`: start/stop toxiproxy-server (port 0: the port it binds is read back);
@@ -21,9 +21,9 @@ from faults.catalog import (
     slice,
     stall_after_tokens,
 )
+from faults.fault import ScopedFault
 from faults.layout import CapturedLayout, ResponseLayout, layout_from_capture
 from faults.probe import UnstableUpstream, probe_layout
-from faults.scoped import ScopedFault
 from faults.toxiproxy_client import ProxyInfo, Toxic, ToxiproxyClient, ToxiproxyError, ToxiproxyUnavailable
 from faults.toxiproxy_server import ToxiproxyServer, open_toxiproxy_server, run_toxiproxy_server
 

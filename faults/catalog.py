@@ -1,7 +1,7 @@
 """The faults, as data: which toxics (or a disabled proxy) produce each one.
 
 Every builder is named after the fault a user reads in a report and returns a `Fault`; nothing
-here touches the network. `Fault.applied(client, proxy)` (in `faults.scoped`) puts it in place for
+here touches the network. `Fault.applied(client, proxy)` (`faults.fault`) puts it in place for
 the duration of a `with` / `async with` block and always takes it away.
 
 Byte-exact faults take a `layout` (`faults.layout.ResponseLayout`): the worker's computed
@@ -18,15 +18,9 @@ toxiproxy facts these rely on (v2.12.0, `toxics/*.go` and `link.go`; checked by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
+from faults.fault import Fault
 from faults.layout import ResponseLayout
 from faults.toxiproxy_client import Toxic
-
-if TYPE_CHECKING:
-    from faults.scoped import ScopedFault
-    from faults.toxiproxy_client import ToxiproxyClient
 
 __all__ = [
     "FAULT_NAMES",
@@ -42,29 +36,6 @@ __all__ = [
 
 #: A day: "forever" for a test or a lab run, yet finite if a toxic is ever left behind.
 STALL_MILLISECONDS = 24 * 3600 * 1000
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Fault:
-    """One fault: its name, what the client sees, and the toxics that make it."""
-
-    #: The fault's name, as the CLI, the lab's scenarios and reports spell it.
-    name: str
-    #: One line: what the client will see.
-    summary: str
-    toxics: tuple[Toxic, ...] = ()
-    #: Disable the proxy (connections refused) instead of, or besides, adding toxics.
-    disables_proxy: bool = False
-
-    def applied(self, client: ToxiproxyClient, proxy: str) -> ScopedFault:
-        """A context manager (`with` or `async with`) that applies this fault to `proxy` and undoes it.
-
-        Apply it before the client opens its connection: the reset variant arms at connection
-        start, and `limit_data` counts bytes per connection from the moment it is added.
-        """
-        from faults.scoped import ScopedFault
-
-        return ScopedFault(client=client, proxy=proxy, fault=self)
 
 
 def _token_events(n: int) -> str:

@@ -35,7 +35,13 @@ from faults.toxiproxy_client import (
     ToxiproxyError,
     ToxiproxyUnavailable,
 )
+from faults.toxiproxy_server import ToxiproxyServerError, run_toxiproxy_server
 from finishline import Dialect
+
+# A CLI is the top layer: `--worker-settings` computes the byte counts of the lab's simulated worker
+# with the worker's own code (its settings and wire), the one part of `faults` that knows the lab.
+from labs.worker.settings import SettingsError, parse_settings
+from labs.worker.wire import response_plan
 
 __all__ = ["main"]
 
@@ -266,10 +272,6 @@ def _layout(client: ToxiproxyClient, arguments: argparse.Namespace) -> ResponseL
     if not isinstance(body, dict):
         raise UsageError("--request must be a JSON object")
     if arguments.worker_settings is not None:
-        # Imported here: the fault CLI works against any upstream without the worker package.
-        from labs.worker.settings import SettingsError, parse_settings
-        from labs.worker.wire import response_plan
-
         try:
             settings = parse_settings(arguments.worker_settings).for_request(body)
         except SettingsError as exc:
@@ -348,8 +350,6 @@ def _wait(seconds: float | None) -> str | None:
 
 
 def _serve(client: ToxiproxyClient, arguments: argparse.Namespace) -> int:
-    from faults.toxiproxy_server import ToxiproxyServerError, run_toxiproxy_server
-
     try:
         with run_toxiproxy_server(host=client.host, port=client.port) as server:
             line = f"toxiproxy {server.client.version()} API on {server.url}"

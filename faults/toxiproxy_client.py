@@ -9,7 +9,7 @@ module does not use their methods; it keeps the library's HTTP layer, its respon
 its exceptions (`ProxyExists`, `NotFound`, `InvalidToxic`).
 
 Everything here is blocking and fast (loopback); trio code calls it through
-`trio.to_thread.run_sync` (see `faults.scoped`).
+`trio.to_thread.run_sync` (see `faults.fault`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from typing import Any
 
 import trio
 
-from faults import orphans
+import faults.orphans as orphans
 from faults.child_processes import START_DEADLINE_S, ChildProcess, ChildStartError, start_child, start_trio_child
 from faults.toxiproxy_client import ToxiproxyClient, ToxiproxyUnavailable
 

@@ -21,6 +21,9 @@ from typing import Any
 
 import trio
 
+from faults.child_processes import ChildStartError
+from faults.toxiproxy_client import ToxiproxyError
+
 __all__ = ["EXIT_ERROR", "Stopped", "error_line", "run_command"]
 
 EXIT_ERROR = 2
@@ -68,9 +71,6 @@ def leaf_errors(error: BaseException) -> list[BaseException]:
 def error_line(error: BaseException) -> str:
     """One line for a user: the first line of each distinct error's message (a ChildStartError's
     message goes on with its log's tail, which the log file keeps)."""
-    from faults.child_processes import ChildStartError
-    from faults.toxiproxy_client import ToxiproxyError
-
     parts = []
     for leaf in leaf_errors(error):
         message = (str(leaf).strip().splitlines() or [""])[0]

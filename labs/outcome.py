@@ -52,6 +52,7 @@ from finishline import Dialect
 __all__ = [
     "BOOKS_ERROR",
     "BOOKS_NONE",
+    "BOOKS_NO_ENTRY",
     "BOOKS_OK",
     "Change",
     "ClientReport",
@@ -92,6 +93,8 @@ BOOKS_OK = "ok"
 BOOKS_ERROR = "error"
 #: The books column of a gateway that keeps no per-request record (never a blank).
 BOOKS_NONE = "none"
+#: The books word for a cell whose gateway keeps books but wrote nothing for it.
+BOOKS_NO_ENTRY = "no entry"
 
 # Reasons with which a client tells its application the stream did not end well, without raising,
 # whichever client surfaces them: the AI SDK's unified `interrupted`/`error`/`other` (packages/openai:

@@ -76,13 +76,13 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Dialect
+from labs.cell_ids import CELL_ID_TEMPLATE, MAX_CELLS, cell_id_of
 from labs.clients import AGENT_CLIENTS, DEFAULT_MAX_TOKENS, EVERY_CLIENT
 from labs.gateways import GATEWAYS
-from labs.gateways.services import cell_id_of
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
-from labs.worker.answer import dialect_reason, expected_answer
-from labs.worker.settings import TOOL_NAME, WorkerSettings, parse_settings
+from labs.worker.answer import TOOL_NAME, dialect_reason, expected_answer
+from labs.worker.settings import WorkerSettings, parse_settings
 
 __all__ = [
     "AGENT_DEADLINE_S",
@@ -102,14 +102,7 @@ __all__ = [
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 
-#: Cell ids are this long (`c` and four digits), so every cell's model name has the same length:
-#: the worker echoes the request's model in every chunk, and a byte-exact cut needs every cell of a
-#: scenario to get a response of the same length (faults/layout.py: lengths, not content).
-CELL_ID_TEMPLATE = "c{:04d}"
-#: The most cells one run can number with `CELL_ID_TEMPLATE` (the runner refuses more).
-MAX_CELLS = 9999
-
-#: The one tool the worker calls (labs.worker.settings.TOOL_NAME), declared OpenAI-style.
+#: The one tool the worker calls (labs.worker.answer.TOOL_NAME), declared OpenAI-style.
 WORKER_TOOL: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -260,14 +253,47 @@ def load_scenario(path: Path) -> Scenario:
         ScenarioError: not TOML, an unknown key, a value of the wrong type, an unknown client or
             gateway, or worker settings the worker would refuse; the message names file and key.
     """
-    name = path.stem
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as error:
-        raise ScenarioError(f"{path}: not valid TOML: {error}") from None
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
-    known = {
+    data = _read_toml(path)
+    # Checked in the file's reading order, so that the first mistake is the one reported.
+    _check_top_level(path, data)
+    requests_per_cell = _requests_per_cell(path, data)
+    deadline_s = _deadline_s(path, data)
+    clients = _names(path, data, "clients", EVERY_CLIENT)
+    gateways = _names(path, data, "gateways", GATEWAYS)
+    dialects, default_dialects = _dialects(path, data)
+    upstream_dialect = _upstream_dialect(path, data)
+    request = data.get("request", {})
+    worker = _worker_settings(path, data.get("worker", {}))
+    max_tokens = _request_max_tokens(path, request)
+    return Scenario(
+        name=path.stem,
+        title=data["title"],
+        worker=_pinned(worker, max_tokens),
+        fault=_fault_table(path, data.get("fault")),
+        max_tokens=max_tokens,
+        tools=bool(request.get("tools", False)),
+        deadline_s=float(deadline_s),
+        clients=clients,
+        gateways=gateways,
+        order=data.get("order", 1000),
+        default=bool(default_dialects),
+        dialects=dialects,
+        default_dialects=default_dialects,
+        listed_dialects=dialects,
+        upstream_dialect=upstream_dialect,
+        source=str(path),
+        hub_policy=_hub_policy(path, data.get("hub")),
+        pool_workers=_pool_workers(path, data.get("pool", {})),
+        agents=bool(data.get("agents", False)),
+        finish_fix_options=_finish_fix_options(path, data.get("finish_fix", {})),
+        requests_per_cell=requests_per_cell,
+        **({"prompt": data["prompt"]} if "prompt" in data else {}),
+    )
+
+
+#: The keys a scenario file may have at its top level.
+_SCENARIO_KEYS = frozenset(
+    {
         "title",
         "deadline_s",
         "clients",
@@ -287,9 +313,23 @@ def load_scenario(path: Path) -> Scenario:
         "finish_fix",
         "requests_per_cell",
     }
-    unknown = set(data) - known
+)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as error:
+        raise ScenarioError(f"{path}: not valid TOML: {error}") from None
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read: {error.strerror}") from None
+
+
+def _check_top_level(path: Path, data: dict[str, Any]) -> None:
+    """The file's keys are known, its title is there, and its plain values have their types."""
+    unknown = set(data) - _SCENARIO_KEYS
     if unknown:
-        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(known)}")
+        raise ScenarioError(f"{path}: unknown keys {sorted(unknown)}; known: {sorted(_SCENARIO_KEYS)}")
     if "title" not in data:
         raise ScenarioError(f"{path}: missing `title`")
     _check_type(path, "title", data["title"], str, "a string")
@@ -303,22 +343,46 @@ def load_scenario(path: Path) -> Scenario:
         _check_type(path, "default", data["default"], bool, "true or false")
     if "agents" in data:
         _check_type(path, "agents", data["agents"], bool, "true or false")
+
+
+def _requests_per_cell(path: Path, data: dict[str, Any]) -> int:
     requests_per_cell = data.get("requests_per_cell", 1)
     if isinstance(requests_per_cell, bool) or not isinstance(requests_per_cell, int) or requests_per_cell < 1:
         raise ScenarioError(f"{path}: `requests_per_cell` must be a whole number of requests above 0, not {requests_per_cell!r}")
+    return requests_per_cell
+
+
+def _deadline_s(path: Path, data: dict[str, Any]) -> int | float:
     deadline_s = data.get("deadline_s", DEFAULT_DEADLINE_S)
     if isinstance(deadline_s, bool) or not isinstance(deadline_s, (int, float)) or deadline_s <= 0:
         raise ScenarioError(f"{path}: `deadline_s` must be a number of seconds above 0, not {deadline_s!r}")
-    clients = _names(path, data, "clients", EVERY_CLIENT)
-    gateways = _names(path, data, "gateways", GATEWAYS)
-    dialects, default_dialects = _dialects(path, data)
-    upstream_dialect = None
-    if "upstream_dialect" in data:
-        valid = [d.value for d in Dialect]
-        if data["upstream_dialect"] not in valid:
-            raise ScenarioError(f"{path}: `upstream_dialect` must be one of {', '.join(valid)}, not {data['upstream_dialect']!r}")
-        upstream_dialect = Dialect(data["upstream_dialect"])
-    worker_items = data.get("worker", {})
+    return deadline_s
+
+
+def _upstream_dialect(path: Path, data: dict[str, Any]) -> Dialect | None:
+    if "upstream_dialect" not in data:
+        return None
+    valid = [d.value for d in Dialect]
+    if data["upstream_dialect"] not in valid:
+        raise ScenarioError(f"{path}: `upstream_dialect` must be one of {', '.join(valid)}, not {data['upstream_dialect']!r}")
+    return Dialect(data["upstream_dialect"])
+
+
+def _request_max_tokens(path: Path, request: dict[str, Any]) -> int | None:
+    """The `[request]` table checked; its `max_tokens`, if any."""
+    unknown_request = set(request) - {"max_tokens", "tools"}
+    if unknown_request:
+        raise ScenarioError(f"{path}: [request]: unknown keys {sorted(unknown_request)}; known: max_tokens, tools")
+    max_tokens = request.get("max_tokens")
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
+        raise ScenarioError(f"{path}: [request]: `max_tokens` must be a positive integer, not {max_tokens!r}")
+    if "tools" in request:
+        _check_type(path, "[request] tools", request["tools"], bool, "true or false")
+    return max_tokens
+
+
+def _worker_settings(path: Path, worker_items: dict[str, Any]) -> WorkerSettings:
+    """The `[worker]` table as the worker's settings."""
     try:
         # Through the worker's own text encoding, so a scenario accepts exactly what a model name
         # or header does, with the same error messages.
@@ -329,54 +393,26 @@ def load_scenario(path: Path) -> Scenario:
         # Drivers read choice 0 only (labs/clients/python_drivers.py); a matrix about n > 1 would
         # need a judgement per choice, which the lab does not make.
         raise ScenarioError(f"{path}: [worker]: n = {worker.n}: the lab judges one choice; use n = 1 or leave it out")
-    request = data.get("request", {})
-    unknown_request = set(request) - {"max_tokens", "tools"}
-    if unknown_request:
-        raise ScenarioError(f"{path}: [request]: unknown keys {sorted(unknown_request)}; known: max_tokens, tools")
-    max_tokens = request.get("max_tokens")
-    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1):
-        raise ScenarioError(f"{path}: [request]: `max_tokens` must be a positive integer, not {max_tokens!r}")
-    if "tools" in request:
-        _check_type(path, "[request] tools", request["tools"], bool, "true or false")
+    return worker
+
+
+def _pinned(worker: WorkerSettings, max_tokens: int | None) -> WorkerSettings:
+    """`worker` with what it would otherwise take from a request pinned."""
     # Pin everything the worker would otherwise take from the request (n, usage, max_tokens): a
     # gateway may add `stream_options` or rename fields, a client asks for its own limit, and every
     # cell must get the same bytes (`PINNED_MAX_TOKENS` says where a limit shows).
-    worker = dataclasses.replace(
+    return dataclasses.replace(
         worker,
         n=worker.n if worker.n is not None else 1,
         include_usage=worker.include_usage if worker.include_usage is not None else False,
         max_tokens=next(limit for limit in (worker.max_tokens, max_tokens, PINNED_MAX_TOKENS) if limit is not None),
     )
-    fault = data.get("fault")
+
+
+def _fault_table(path: Path, fault: dict[str, Any] | None) -> dict[str, Any] | None:
     if fault is not None and not isinstance(fault.get("kind"), str):
         raise ScenarioError(f'{path}: [fault] needs a `kind` (a fault name, e.g. "cut_after_tokens")')
-    hub_policy = _hub_policy(path, data.get("hub"))
-    pool_workers = _pool_workers(path, data.get("pool", {}))
-    finish_fix_options = _finish_fix_options(path, data.get("finish_fix", {}))
-    return Scenario(
-        name=name,
-        title=data["title"],
-        worker=worker,
-        fault=fault,
-        max_tokens=max_tokens,
-        tools=bool(request.get("tools", False)),
-        deadline_s=float(deadline_s),
-        clients=clients,
-        gateways=gateways,
-        order=data.get("order", 1000),
-        default=bool(default_dialects),
-        dialects=dialects,
-        default_dialects=default_dialects,
-        listed_dialects=dialects,
-        upstream_dialect=upstream_dialect,
-        source=str(path),
-        hub_policy=hub_policy,
-        pool_workers=pool_workers,
-        agents=bool(data.get("agents", False)),
-        finish_fix_options=finish_fix_options,
-        requests_per_cell=requests_per_cell,
-        **({"prompt": data["prompt"]} if "prompt" in data else {}),
-    )
+    return fault
 
 
 def _dialects(path: Path, data: dict[str, Any]) -> tuple[tuple[Dialect, ...], tuple[Dialect, ...]]:

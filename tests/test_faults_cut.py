@@ -18,7 +18,8 @@ from faults import catalog
 from faults.probe import probe_layout
 from finishline import Dialect
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
-from labs.worker.settings import CONTENT_WORDS, Finish, Framing
+from labs.worker.answer import CONTENT_WORDS
+from labs.worker.settings import Finish, Framing
 from tests.feeding import complete_events
 from tests.fixtures_lab import (
     chat_request,

@@ -14,7 +14,7 @@ import pytest
 from finishline import Dialect, sse_event
 from labs.grade.card import Mark
 from labs.grade.reading import read_completion, read_stream
-from labs.grade.server_checks import Readings
+from labs.grade.server_check import Readings
 from labs.grade.server_suites import SERVER_SUITES
 from tests.chat_streams import chat_chunk, chat_stream
 from tests.dialect_streams import messages_stream, responses_stream

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from finishline import Dialect
+from labs.cell_ids import cell_id_of
 from labs.evidence import (
     PROBE_SETTINGS,
     first_gap_s,
@@ -15,7 +16,6 @@ from labs.evidence import (
     probe_json,
     probe_model_name,
 )
-from labs.gateways.services import cell_id_of
 from labs.outcome import ClientReport, Judgement, Outcome, judge
 from labs.runner import CellResult
 from labs.topology import attach_workers

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from faults import catalog
-from faults.scoped import ScopedFault
+from faults.fault import ScopedFault
 from faults.toxiproxy_client import InvalidToxic, Toxic, ToxiproxyClient, ToxiproxyUnavailable
 from faults.toxiproxy_server import open_toxiproxy_server, run_toxiproxy_server
 from tests.fixtures_lab import run_trio

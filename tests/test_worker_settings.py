@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from labs.worker.answer import expected_answer
+from labs.worker.knob_help import KNOB_HELP
 from labs.worker.settings import (
     DEFAULT_MODEL_NAME,
     Finish,
     Framing,
     SettingsError,
     WorkerSettings,
-    expected_answer,
     parse_settings,
 )
 
@@ -49,6 +50,12 @@ def test_model_name_encoding_round_trips(settings):
     name = settings.to_model_name()
     assert name.startswith(DEFAULT_MODEL_NAME)
     assert parse_settings(name) == settings
+
+
+def test_every_knob_has_its_help_and_every_help_a_knob():
+    # `python -m labs.worker --help` prints the help of every field; the table keeps the fields' order.
+    assert list(KNOB_HELP) == [knob.name for knob in dataclasses.fields(WorkerSettings)]
+    assert all(text.strip() for text in KNOB_HELP.values())
 
 
 def test_defaults_encode_to_nothing():

@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from labs.worker.settings import Finish, Framing, WorkerSettings, expected_answer
+from labs.worker.answer import expected_answer
+from labs.worker.settings import Finish, Framing, WorkerSettings
 from labs.worker.wire import response_plan
 from tests.feeding import complete_events
 from tests.fixtures_lab import split_response, token_texts

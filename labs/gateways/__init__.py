@@ -7,15 +7,9 @@ the registry lists. `python -m labs.gateways` lists them, each with a sentence a
 installed.
 """
 
-#: The name of the engineer's own gateway (`--gateway-url`); not one of the lab's gateways.
-EXTERNAL = "external"
+from labs.gateways.registry import EXTERNAL, entries
 
-#: Environment variable naming the file LiteLLM's books callback (labs.gateways.litellm_books)
-#: appends to; here so the runner need not import LiteLLM to know it.
-LITELLM_BOOKS_ENV = "FINISHLINE_LITELLM_BOOKS"
-
-# After the names above: the gateway modules import them while the registry loads.
-from labs.gateways.registry import entries as _entries  # noqa: E402
+__all__ = ["EXTERNAL", "GATEWAYS"]
 
 #: The lab's own gateways, in the order the matrix shows them (built from the registry).
-GATEWAYS = tuple(name for name in _entries() if name != EXTERNAL)
+GATEWAYS = tuple(name for name in entries() if name != EXTERNAL)

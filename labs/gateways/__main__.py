@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from faults.cli_parser import OneLineParser
-from labs.gateways import EXTERNAL
-from labs.gateways.registry import entries
+from labs.gateways.registry import EXTERNAL, entries
 
 
 def build_parser() -> OneLineParser:

@@ -4,9 +4,7 @@ reads its books)."""
 
 from __future__ import annotations
 
-from labs.gateways import EXTERNAL
-from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
-from labs.gateways.services import Gateway
+from labs.gateways.registry import EXTERNAL, NATIVE_ROUTES, Gateway, GatewayContext, GatewayEntry
 
 
 async def _start_direct(ctx: GatewayContext) -> Gateway:

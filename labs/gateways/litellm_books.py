@@ -36,7 +36,7 @@ from typing import Any
 
 from litellm.integrations.custom_logger import CustomLogger
 
-from labs.gateways import LITELLM_BOOKS_ENV as BOOKS_ENV
+from labs.gateways.litellm_proxy import LITELLM_BOOKS_ENV as BOOKS_ENV
 
 #: LiteLLM's `log_event_type` for a call its success handler logged (litellm_logging.py,
 #: `_prepare_success_logging`).

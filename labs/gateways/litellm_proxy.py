@@ -75,12 +75,14 @@ from typing import Any
 
 from finishline import Dialect
 from labs.clients import LAB_API_KEY
-from labs.gateways import LITELLM_BOOKS_ENV
 from labs.gateways.finish_fix_proxy import shared_finish_fix
 from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, Gateway, books_reader_from, open_service_on_free_ports
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
+#: Environment variable naming the file LiteLLM's books callback (labs.gateways.litellm_books)
+#: appends to: set here for the LiteLLM process, read there.
+LITELLM_BOOKS_ENV = "FINISHLINE_LITELLM_BOOKS"
 #: LiteLLM routes model names with this prefix through finish_fix.
 VIA_FINISH_FIX = "via-finish-fix/"
 SERVICE = "litellm"

@@ -42,22 +42,21 @@ stay cheap (the LiteLLM proxy imports this package to load its books callback).
 from __future__ import annotations
 
 import importlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import trio
 
 from finishline import Dialect
 
-if TYPE_CHECKING:
-    from labs.gateways.services import Gateway
-
 __all__ = [
+    "EXTERNAL",
     "BooksReader",
+    "Gateway",
     "GatewayContext",
     "GatewayEntry",
     "RunServices",
@@ -76,6 +75,9 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: The name of the engineer's own gateway (`--gateway-url`); not one of the lab's gateways.
+EXTERNAL = "external"
+
 #: An entry's `routes` when it passes every dialect on as it is (a relay that reads no dialect, or
 #: one that speaks each natively): each client dialect goes to the worker in the same dialect.
 NATIVE_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in Dialect})
@@ -92,6 +94,37 @@ REQUEST_PATHS: dict[Dialect, str] = {
 #: Reads one cell's books: (every entry the gateway's books hold, the cell id) -> (the books' word,
 #: `ok`/`error` from labs.outcome, or None; the entry it came from, or None when there is none).
 BooksReader = Callable[[list[dict[str, Any]], str], "tuple[str | None, dict[str, Any] | None]"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Gateway:
+    name: str
+    base_url: str
+    #: The JSON-lines file this gateway's books go to, or None (no books, or none read).
+    books_path: Path | None = None
+    #: Prefix the gateway needs on the model name (LiteLLM's topology and finish_fix routes).
+    model_prefix: str = ""
+    #: Per client dialect, what follows `model_prefix` (LiteLLM's route in that dialect); see
+    #: `model_for`.
+    route_prefixes: Mapping[Dialect, str] = field(default_factory=dict)
+    #: Whose books: its registry entry's `books_kind`, which `open_gateways` gives every gateway it
+    #: starts (an entry's `start` leaves it out: the entry says it, once).
+    books_kind: str | None = None
+    #: The API key the gateway wants (LiteLLM's master key of this run); None: any.
+    api_key: str | None = None
+    #: JSON lines of the streams finish_fix sent on (labs/gateways/stream_capture.py), or None.
+    capture_path: Path | None = None
+    #: Awaited with a scenario's request models before its fault is applied, for a gateway that
+    #: must be told a model before it routes it (SMG, labs/gateways/smg.py); None for the rest.
+    prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
+    #: Awaited with a scenario's finish_fix options (full option names; empty: the lab's own) as
+    #: it starts, for a gateway with finish_fix in its path (labs/gateways/finish_fix_proxy.py);
+    #: gateways sharing one finish_fix share this callable. None for the rest.
+    configure: Callable[[Mapping[str, str]], Awaitable[object]] | None = None
+
+    def model_for(self, dialect: Dialect, model: str) -> str:
+        """The model name a `dialect` client asks this gateway for, to reach the worker's `model`."""
+        return self.model_prefix + self.route_prefixes.get(dialect, "") + model
 
 
 class UnknownGateway(ValueError):
@@ -272,8 +305,6 @@ def _load() -> dict[str, GatewayEntry]:
                 raise RuntimeError(f"gateway {entry.name!r} is defined twice (labs.gateways.{module})")
             registry[entry.name] = entry
     # `external` last: it is not one of the lab's gateways, and the matrix shows it after them.
-    from labs.gateways import EXTERNAL
-
     registry[EXTERNAL] = registry.pop(EXTERNAL)
     return registry
 

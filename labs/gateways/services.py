@@ -20,21 +20,34 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from faults.child_processes import ChildStartError, bind_failed, free_port
 from finish_fix_command import addon_path
 from finishline import Dialect
+from labs.cell_ids import cell_id_of
+from labs.gateways.registry import (
+    BooksReader,
+    Gateway,
+    GatewayContext,
+    GatewayEntry,
+    RunServices,
+    TopologyPlan,
+    books_reader,
+    lookup,
+    missing_installs,
+)
 from labs.outcome import BOOKS_NONE
 from labs.processes import open_service
 
 __all__ = [
+    "BOOKS_DEADLINE_S",
     "BOOKS_NONE",
     "Gateway",
     "GatewayNotInstalled",
@@ -59,46 +72,15 @@ MITM_LISTENING = re.compile(r"listening at 127\.0\.0\.1:(\d+)")
 #: Tries for a program that cannot listen on port 0 (LiteLLM): the free port may be taken between
 #: `free_port` and the program's bind; a bind failure is then retried on another port.
 BIND_ATTEMPTS = 3
+#: LiteLLM's callbacks write their books after the response went out: a reader of the books waits
+#: until every cell of a books-keeping gateway has its entry, at most this many seconds after the
+#: cell ended; a cell still without one is reported as `no entry` (`labs.outcome.BOOKS_NO_ENTRY`).
+BOOKS_DEADLINE_S = 15.0
 
 
 class GatewayNotInstalled(ChildStartError):
     """A requested gateway is not installed; the message says, per gateway, how to install it.
     (A `ChildStartError`: the CLI prints it as its one error line, like a helper that did not start.)"""
-
-
-if TYPE_CHECKING:
-    from labs.gateways.registry import BooksReader, GatewayContext, GatewayEntry, RunServices, TopologyPlan
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Gateway:
-    name: str
-    base_url: str
-    #: The JSON-lines file this gateway's books go to, or None (no books, or none read).
-    books_path: Path | None = None
-    #: Prefix the gateway needs on the model name (LiteLLM's topology and finish_fix routes).
-    model_prefix: str = ""
-    #: Per client dialect, what follows `model_prefix` (LiteLLM's route in that dialect); see
-    #: `model_for`.
-    route_prefixes: Mapping[Dialect, str] = field(default_factory=dict)
-    #: Whose books: its registry entry's `books_kind`, which `open_gateways` gives every gateway it
-    #: starts (an entry's `start` leaves it out: the entry says it, once).
-    books_kind: str | None = None
-    #: The API key the gateway wants (LiteLLM's master key of this run); None: any.
-    api_key: str | None = None
-    #: JSON lines of the streams finish_fix sent on (labs/gateways/stream_capture.py), or None.
-    capture_path: Path | None = None
-    #: Awaited with a scenario's request models before its fault is applied, for a gateway that
-    #: must be told a model before it routes it (SMG, labs/gateways/smg.py); None for the rest.
-    prepare: Callable[[Sequence[str]], Awaitable[None]] | None = None
-    #: Awaited with a scenario's finish_fix options (full option names; empty: the lab's own) as
-    #: it starts, for a gateway with finish_fix in its path (labs/gateways/finish_fix_proxy.py);
-    #: gateways sharing one finish_fix share this callable. None for the rest.
-    configure: Callable[[Mapping[str, str]], Awaitable[object]] | None = None
-
-    def model_for(self, dialect: Dialect, model: str) -> str:
-        """The model name a `dialect` client asks this gateway for, to reach the worker's `model`."""
-        return self.model_prefix + self.route_prefixes.get(dialect, "") + model
 
 
 async def prepare_gateways(gateways: dict[str, Gateway], requests: Iterable[tuple[str, str]]) -> None:
@@ -151,8 +133,6 @@ async def open_gateways(
         GatewayNotInstalled: a requested gateway is not installed (one line each, with the fix).
         ChildStartError: a gateway did not start (the first that failed; the others are stopped).
     """
-    from labs.gateways.registry import GatewayContext, RunServices, lookup, missing_installs
-
     chosen = [lookup(name) for name in names]
     missing = missing_installs(names)
     if missing:
@@ -282,8 +262,6 @@ def books_entry(gateway: Gateway, entries: list[dict[str, Any]], cell_id: str) -
     """
     if gateway.books_kind is None or gateway.books_kind == BOOKS_NONE:
         return None, None
-    from labs.gateways.registry import books_reader
-
     return books_reader(gateway.books_kind)(entries, cell_id)
 
 
@@ -296,13 +274,3 @@ def captured_stream(entries: list[dict[str, Any]], cell_id: str) -> str | None:
 def entries_for_cell(entries: list[dict[str, Any]], cell_id: str, key: str = "model") -> list[dict[str, Any]]:
     """The entries whose `key` (the request's model name) belongs to the cell, oldest first."""
     return [e for e in entries if cell_id_of(e.get(key)) == cell_id]
-
-
-def cell_id_of(model: object) -> str | None:
-    """The cell id in a model name as a gateway or worker saw it (`c0007;tokens=3`, with or
-    without a route prefix such as `via-finish-fix/`), or None. Here rather than in labs.scenario,
-    which builds the names, because the gateways' books readers need it and labs.scenario imports
-    the gateways."""
-    if not isinstance(model, str):
-        return None
-    return model.split(";", 1)[0].rsplit("/", 1)[-1] or None

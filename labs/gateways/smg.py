@@ -62,9 +62,10 @@ from typing import Any
 import trio
 
 from faults.child_processes import START_DEADLINE_S, ChildStartError
+from labs.cell_ids import cell_id_of
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
-from labs.gateways.services import Gateway, books_reader_from, cell_id_of, open_service_on_free_ports
+from labs.gateways.services import Gateway, books_reader_from, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 

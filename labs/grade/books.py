@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from finishline import Verdict
+from labs.cell_ids import cell_id_of
 from labs.gateways.services import last_entry_by_cell, read_books
-from labs.outcome import BOOKS_ERROR, BOOKS_OK
-from labs.runner import BOOKS_NO_ENTRY
-from labs.scenario import cell_id_of
+from labs.outcome import BOOKS_ERROR, BOOKS_NO_ENTRY, BOOKS_OK
 
 __all__ = ["BOOKS_NO_ENTRY", "books_word", "read_books_file"]
 

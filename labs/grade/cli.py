@@ -15,9 +15,16 @@ from pathlib import Path
 from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
 from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
-from labs.grade.card import EXIT_CANNOT_RUN, Card, GradeError
+from labs.entry import run_command
+from labs.gateways import GATEWAYS
+from labs.gateways.registry import lookup, unserved_reason
+from labs.grade.card import EXIT_CANNOT_RUN, EXIT_FAILED, EXIT_PASSED, Card, GradeError
 from labs.grade.gateway_checks import DEFAULT_GATEWAY_CLIENTS_BY_DIALECT
-from labs.grade.render import render_terminal, write_html, write_json
+from labs.grade.gateway_grader import grade_gateway
+from labs.grade.gateway_plan import GatewayTarget
+from labs.grade.lab_gateways import grade_lab_gateways
+from labs.grade.render import render_cards_markdown, render_terminal, write_html, write_json
+from labs.grade.server_grader import grade_server
 
 __all__ = ["build_parser", "main"]
 
@@ -215,8 +222,6 @@ def main(argv: list[str] | None = None) -> int:
     if arguments.command != "lab-gateways":
         _refuse_folders(parser, arguments, ("--json", "--html"))
     if arguments.command == "server":
-        from labs.grade.server_grader import grade_server
-
         try:
             card = grade_server(
                 arguments.url, model=arguments.model, api_key=arguments.api_key, dialect=Dialect(arguments.dialect)
@@ -231,10 +236,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--spare-port {arguments.spare_port} is the --upstream-port; give the spare worker another port")
     if arguments.books is not None and not arguments.books.parent.is_dir():
         parser.error(f"--books {arguments.books}: no directory {arguments.books.parent}")
-    from labs.entry import run_command
-    from labs.grade.gateway_grader import grade_gateway
-    from labs.grade.gateway_plan import GatewayTarget
-
     target = GatewayTarget(
         url=arguments.url,
         upstream_port=arguments.upstream_port,
@@ -256,16 +257,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _lab_gateways(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
-    from labs.entry import run_command
-    from labs.gateways import GATEWAYS as known
-    from labs.gateways.registry import lookup, unserved_reason
-    from labs.grade.card import EXIT_FAILED, EXIT_PASSED
-    from labs.grade.lab_gateways import grade_lab_gateways
-    from labs.grade.render import render_cards_markdown
-
     _refuse_folders(parser, arguments, ("--markdown",))
     if arguments.json is not None and arguments.json.exists() and not arguments.json.is_dir():
         parser.error(f"--json {arguments.json}: is a file; give a folder for one card per gateway")
+    known = GATEWAYS
     unknown = [name for name in arguments.gateway or () if name not in known]
     if unknown:
         parser.error(f"--gateway {unknown[0]!r} is not a lab gateway; lab gateways: {', '.join(known)}")

@@ -22,12 +22,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from finishline import Dialect
-
-if TYPE_CHECKING:  # annotations only: labs.grade.reading defines the shape and imports this module
-    from labs.grade.reading import ChoiceReading
+from labs.grade.choice_reading import ChoiceReading
 
 __all__ = ["DIALECT_READINGS", "DialectReading", "event_type"]
 

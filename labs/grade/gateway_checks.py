@@ -38,7 +38,7 @@ from labs.grade.card import Finding, Mark, shortened
 from labs.grade.reading import CLEAN_END, StreamReading
 from labs.hub.policy import TunnelDropPolicy
 from labs.outcome import Outcome
-from labs.topology import PRIMARY, SPARE
+from labs.worker.attempts import PRIMARY, SPARE
 
 __all__ = [
     "BYTES_CLIENT",

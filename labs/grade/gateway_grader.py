@@ -36,12 +36,16 @@ import trio
 
 from faults.toxiproxy_server import open_toxiproxy_server
 from finishline import Dialect
+
+# How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
+from labs.cell_ids import CELL_ID_TEMPLATE, cell_id_of
 from labs.clients import LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
 from labs.clients.python_messages import messages_body
 from labs.clients.python_responses import responses_body
 from labs.entry import leaf_errors
 from labs.fault_plan import build_fault
+from labs.gateways.services import BOOKS_DEADLINE_S
 from labs.grade.books import BOOKS_NO_ENTRY, read_books_file
 from labs.grade.card import Card, CheckResult, GradeError, Mark, shortened
 from labs.grade.fetch import cannot_connect, fetch_stream, grading_client
@@ -65,11 +69,7 @@ from labs.grade.reading import CLEAN_END, TRANSPORT_ERROR, StreamReading
 from labs.grade.server_suites import SERVER_SUITES
 from labs.hub import TunnelDropPolicy, open_hub
 from labs.outcome import BOOKS_ERROR, ClientReport, judge
-
-# How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
-from labs.runner import BOOKS_DEADLINE_S
-from labs.scenario import CELL_ID_TEMPLATE, cell_id_of
-from labs.topology import PRIMARY, SPARE
+from labs.worker.attempts import PRIMARY, SPARE
 from labs.worker.server import RunningWorker, open_worker
 
 __all__ = [

@@ -29,7 +29,7 @@ Pure: no sockets, no clock. The graders fetch the bytes; this reads them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from finishline import (
@@ -44,6 +44,7 @@ from finishline import (
     Verdict,
     repair_completion,
 )
+from labs.grade.choice_reading import ChoiceReading
 from labs.grade.dialect_reading import DIALECT_READINGS, event_type
 
 __all__ = [
@@ -70,25 +71,6 @@ TIMEOUT = "timeout: "
 _CHUNK, _USAGE, _EVENT, _ERROR, _DONE, _UNREADABLE = "chunk", "usage", "event", "error", "done", "unreadable"
 #: Terminators the core appends of its own when only they were missing (Chat rule C4, Messages M3).
 _APPENDED_TERMINATORS = frozenset({InjectionKind.DONE, InjectionKind.MESSAGE_STOP})
-
-
-@dataclass(slots=True, kw_only=True)
-class ChoiceReading:
-    """One choice as the stream (or the JSON completion) carried it."""
-
-    index: int
-    content: str = ""
-    reasoning: str = ""
-    #: Each tool call's name and arguments, by the call's `index`, in order of first appearance.
-    tool_calls: list[dict[str, str]] = field(default_factory=list)
-    #: Every `finish_reason` value that was not null, in order (`""` included: the defect).
-    reasons_seen: list[str] = field(default_factory=list)
-
-    @property
-    def finish_reason(self) -> str | None:
-        """The last non-empty reason the choice got, or None."""
-        real = [r for r in self.reasons_seen if r]
-        return real[-1] if real else None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -29,18 +29,20 @@ from typing import Any
 
 from finishline import Dialect
 from labs.grade.card import Finding, Mark
-from labs.grade.server_checks import (
+from labs.grade.server_check import (
     TOOL_CALL_TOKENS,
     Readings,
     ServerCheck,
     ServerRequest,
     ServerSuite,
     completion_problem_for,
+    stream_problem_for,
+)
+from labs.grade.server_checks import (
     json_no_error,
     reason_check,
     stream_json_agree,
     stream_no_error,
-    stream_problem_for,
     tool_call_check,
     tool_call_shape,
 )

@@ -15,7 +15,7 @@ from finishline import Dialect
 from labs.grade.card import Card, GradeError, shortened
 from labs.grade.fetch import cannot_connect, failure_words, fetch_stream, grading_client, open_response, transport_words
 from labs.grade.reading import CompletionReading, read_completion
-from labs.grade.server_checks import Readings, ServerSuite, request_body
+from labs.grade.server_check import Readings, ServerSuite, request_body
 from labs.grade.server_suites import SERVER_SUITES
 
 __all__ = ["REQUEST_TIMEOUT_S", "grade_server", "read_server"]

@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 from finishline import Dialect
-from labs.grade.server_checks import CHAT_SUITE, ServerSuite
+from labs.grade.server_check import ServerSuite
+from labs.grade.server_checks import CHAT_SUITE
 from labs.grade.server_checks_messages import MESSAGES_SUITE
 from labs.grade.server_checks_responses import RESPONSES_SUITE
 

@@ -269,153 +269,248 @@ def _failure(error: trio.BrokenResourceError) -> TunnelFailure:
     return TunnelFailure.RESET if isinstance(error.__cause__, ConnectionResetError) else TunnelFailure.FIN
 
 
-async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *, hub: Hub) -> bool:
-    """Relay one request; True when the gateway's connection can take another."""
-    arrived_at = trio.current_time()
-    policy = hub.on_tunnel_drop
-    client_wants_close = request.http_version != b"1.1" or any(
-        name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()
-    )
-    path = request.target.decode("latin-1").split("?", 1)[0]
-    dialect = completion_dialect(path) if request.method == b"POST" else None
-    payload = _payload_of(body)
-    cell = request_cell_id(payload.get("model"))
-    attempt = AttemptInProgress.open(hub, cell, dialect, arrived_at) if dialect is not None else None
-    if dialect is None:
-        first_token_end = None
-    elif hub.first_token_body_ends is not None:
-        first_token_end = hub.first_token_body_ends.get(dialect) if payload.get("stream") is True else None
-    else:
-        first_token_end = _first_token_end(request, payload, dialect)
-    # Reads what went to the gateway, for the error frames of `error_event` in the request's dialect.
-    relayed_body = error_writer(dialect)
+@dataclass(slots=True, kw_only=True)
+class _Exchange:
+    """One request from the gateway, as the hub relays it: what it asks, and how it is recorded."""
 
-    def record(status: int | None, ending: str, action: str, body_bytes: int) -> None:
-        hub.exchanges.append(
+    hub: Hub
+    request: h11.Request
+    body: bytes
+    path: str
+    #: Read once, when the request arrives (the module's docstring).
+    policy: TunnelDropPolicy
+    #: The completion dialect of a POST to a completion route, else None (no attempt is recorded).
+    dialect: Dialect | None
+    payload: dict
+    cell: str | None
+    attempt: AttemptInProgress | None
+    client_wants_close: bool
+    #: Body bytes through the first token event, when known (`_first_token_end`).
+    first_token_end: int | None
+
+    @classmethod
+    def arrived(cls, request: h11.Request, body: bytes, hub: Hub) -> _Exchange:
+        arrived_at = trio.current_time()
+        path = request.target.decode("latin-1").split("?", 1)[0]
+        dialect = completion_dialect(path) if request.method == b"POST" else None
+        payload = _payload_of(body)
+        cell = request_cell_id(payload.get("model"))
+        if dialect is None:
+            first_token_end = None
+        elif hub.first_token_body_ends is not None:
+            first_token_end = hub.first_token_body_ends.get(dialect) if payload.get("stream") is True else None
+        else:
+            first_token_end = _first_token_end(request, payload, dialect)
+        return cls(
+            hub=hub,
+            request=request,
+            body=body,
+            path=path,
+            policy=hub.on_tunnel_drop,
+            dialect=dialect,
+            payload=payload,
+            cell=cell,
+            attempt=AttemptInProgress.open(hub, cell, dialect, arrived_at) if dialect is not None else None,
+            client_wants_close=request.http_version != b"1.1"
+            or any(name.lower() == b"connection" and b"close" in value.lower() for name, value in request.headers.raw_items()),
+            first_token_end=first_token_end,
+        )
+
+    @property
+    def stale(self) -> bool:
+        """A late completion request of an earlier cell: it never reaches the worker."""
+        current = self.hub.current_cells
+        return self.dialect is not None and self.cell is not None and current is not None and self.cell not in current
+
+    def record(self, status: int | None, ending: str, action: str, body_bytes: int) -> None:
+        """Book the exchange (`Hub.exchanges`) and close its attempt with the ending it had."""
+        self.hub.exchanges.append(
             HubExchange(
-                method=request.method.decode(),
-                path=path,
-                model=_model_of(body),
-                policy=policy,
+                method=self.request.method.decode(),
+                path=self.path,
+                model=_model_of(self.body),
+                policy=self.policy,
                 status=status,
                 upstream_ending=ending,
                 action=action,
                 body_bytes=body_bytes,
             )
         )
-        if attempt is not None:
-            sent_status = status if attempt.head_at is not None else None
-            if ending == "complete":
-                ended = response_ending(status or 0)
-            elif ending == "gateway_gone":
-                ended = ENDED_CLIENT_GONE
-            elif ending == ENDED_REFUSED_STALE:
-                ended = ending
-            else:
-                ended = tunnel_ending(ending)
-                if action == "bad_gateway":  # the hub's own 502 goes out right after this record
-                    attempt.note_head(trio.current_time())
-                    sent_status = 502
-            attempt.close(hub, ended, sent_status)
+        attempt = self.attempt
+        if attempt is None:
+            return
+        sent_status = status if attempt.head_at is not None else None
+        if ending == "complete":
+            ended = response_ending(status or 0)
+        elif ending == "gateway_gone":
+            ended = ENDED_CLIENT_GONE
+        elif ending == ENDED_REFUSED_STALE:
+            ended = ending
+        else:
+            ended = tunnel_ending(ending)
+            if action == "bad_gateway":  # the hub's own 502 goes out right after this record
+                attempt.note_head(trio.current_time())
+                sent_status = 502
+        attempt.close(self.hub, ended, sent_status)
 
-    if dialect is not None and cell is not None and hub.current_cells is not None and cell not in hub.current_cells:
-        # A late request of an earlier cell never reaches the worker (issue 14, item 1).
+
+async def _relay(stream: trio.SocketStream, request: h11.Request, body: bytes, *, hub: Hub) -> bool:
+    """Relay one request; True when the gateway's connection can take another."""
+    exchange = _Exchange.arrived(request, body, hub)
+    if exchange.stale:
+        # A late request of an earlier cell never reaches the worker.
         hub.stale_refused += 1
-        assert attempt is not None
-        attempt.note_head(trio.current_time())
-        record(409, ENDED_REFUSED_STALE, ENDED_REFUSED_STALE, 0)
-        await stream.send_all(stale_refusal(cell, dialect).to_bytes())
-        return not client_wants_close
-
+        assert exchange.attempt is not None and exchange.dialect is not None and exchange.cell is not None
+        exchange.attempt.note_head(trio.current_time())
+        exchange.record(409, ENDED_REFUSED_STALE, ENDED_REFUSED_STALE, 0)
+        await stream.send_all(stale_refusal(exchange.cell, exchange.dialect).to_bytes())
+        return not exchange.client_wants_close
     try:
         upstream = await trio.open_tcp_stream(hub.upstream_host, hub.upstream_port)
     except OSError:
         return await _dropped(
-            stream, policy, TunnelFailure.UNREACHABLE, None, record, dialect=dialect, status=None, body_bytes=0, closes=True
+            stream,
+            exchange.policy,
+            TunnelFailure.UNREACHABLE,
+            None,
+            exchange.record,
+            dialect=exchange.dialect,
+            status=None,
+            body_bytes=0,
+            closes=True,
         )
     async with upstream:
-        parser, request_bytes = _upstream_request(request, body)
-        response: h11.Response | None = None
-        framing: Framing | None = None
-        chunk = bytearray()
-        relayed = 0
-        try:
-            await upstream.send_all(request_bytes)
-        except trio.BrokenResourceError as error:
-            # The tunnel failed before it took the request: nothing reached the gateway yet.
-            return await _dropped(
-                stream, policy, _failure(error), None, record, dialect=dialect, status=None, body_bytes=0, closes=True
-            )
-        try:
-            while True:
-                try:
-                    event = parser.next_event()
-                except h11.RemoteProtocolError:
-                    # At EOF: the tunnel closed mid-body (h11: "peer closed connection without
-                    # sending complete message body"); before EOF: bytes that are no response.
-                    failure = TunnelFailure.FIN if parser.trailing_data[1] else TunnelFailure.MALFORMED
-                    break
-                if event is h11.NEED_DATA:
-                    try:
-                        data = await upstream.receive_some(65536)
-                    except trio.BrokenResourceError as error:
-                        failure = _failure(error)
-                        break
-                    parser.receive_data(data)  # b"" is EOF
-                elif isinstance(event, h11.InformationalResponse):
-                    continue
-                elif isinstance(event, h11.Response):
-                    response, framing = event, _framing(event)
-                    await stream.send_all(_head(event))
-                    if attempt is not None:
-                        attempt.note_head(trio.current_time())
-                elif isinstance(event, h11.Data):
-                    relayed += len(event.data)
-                    if framing is Framing.CHUNKED:
-                        # Whole chunks only, each as it was framed: a healthy stream passes byte
-                        # for byte, and a chunk the tunnel cut in half is never half-forwarded.
-                        chunk += event.data
-                        if event.chunk_end:
-                            await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), bytes(chunk)))
-                            relayed_body.receive_data(bytes(chunk))
-                            chunk.clear()
-                    else:
-                        await stream.send_all(event.data)
-                        relayed_body.receive_data(event.data)
-                    assert response is not None
-                    if (
-                        attempt is not None
-                        and first_token_end is not None
-                        and response.status_code < 300
-                        and relayed - len(chunk) >= first_token_end
-                    ):
-                        attempt.note_first_token(trio.current_time())
-                elif isinstance(event, h11.EndOfMessage):
-                    if framing is Framing.CHUNKED:
-                        await stream.send_all(TERMINATOR)
-                    assert response is not None
-                    if attempt is not None and payload.get("stream") is not True and response.status_code < 300 and relayed:
-                        attempt.note_first_token(trio.current_time())  # a whole body carries the tokens
-                    record(response.status_code, "complete", "passed", relayed)
-                    return not client_wants_close and not _closes(response, framing)
-                else:  # h11.ConnectionClosed before a response: the tunnel closed at once
-                    failure = TunnelFailure.FIN
-                    break
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            # Writing to the gateway failed: it left. Nothing to tell it; the upstream closes.
-            record(response.status_code if response else None, "gateway_gone", "none", relayed)
-            raise
+        passed = await _pass_response(stream, upstream, exchange)
+    if isinstance(passed, bool):
+        return passed
+    # The tunnel failed mid-response: answered once the upstream connection is closed.
     return await _dropped(
         stream,
-        policy,
-        failure,
-        framing,
-        record,
-        dialect=dialect,
+        exchange.policy,
+        passed.failure,
+        passed.framing,
+        exchange.record,
+        dialect=exchange.dialect,
+        error_frames=passed.error_frames,
+        status=passed.status,
+        body_bytes=passed.body_bytes,
+        closes=passed.closes,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _TunnelDrop:
+    """How the tunnel failed a response already under way, for `_dropped` to answer."""
+
+    failure: TunnelFailure
+    framing: Framing | None
+    #: What `error_event` writes mid-body in the request's dialect.
+    error_frames: bytes
+    status: int | None
+    #: Body bytes the gateway got (a chunk held back for being cut is not counted).
+    body_bytes: int
+    closes: bool
+
+
+async def _pass_response(stream: trio.SocketStream, upstream: trio.SocketStream, exchange: _Exchange) -> bool | _TunnelDrop:
+    """Send the request up the tunnel and pass the response down to the gateway as it comes; True
+    when the gateway's connection can take another request. A tunnel failure before the request
+    went up is answered here (`_dropped`); one during the response is returned, to be answered
+    once the upstream connection is closed."""
+    # Reads what went to the gateway, for the error frames of `error_event` in the request's dialect.
+    relayed_body = error_writer(exchange.dialect)
+    parser, request_bytes = _upstream_request(exchange.request, exchange.body)
+    response: h11.Response | None = None
+    framing: Framing | None = None
+    chunk = bytearray()
+    relayed = 0
+    try:
+        await upstream.send_all(request_bytes)
+    except trio.BrokenResourceError as error:
+        # The tunnel failed before it took the request: nothing reached the gateway yet.
+        return await _dropped(
+            stream,
+            exchange.policy,
+            _failure(error),
+            None,
+            exchange.record,
+            dialect=exchange.dialect,
+            status=None,
+            body_bytes=0,
+            closes=True,
+        )
+    try:
+        while True:
+            try:
+                event = parser.next_event()
+            except h11.RemoteProtocolError:
+                # At EOF: the tunnel closed mid-body (h11: "peer closed connection without
+                # sending complete message body"); before EOF: bytes that are no response.
+                failure = TunnelFailure.FIN if parser.trailing_data[1] else TunnelFailure.MALFORMED
+                break
+            if event is h11.NEED_DATA:
+                try:
+                    data = await upstream.receive_some(65536)
+                except trio.BrokenResourceError as error:
+                    failure = _failure(error)
+                    break
+                parser.receive_data(data)  # b"" is EOF
+            elif isinstance(event, h11.InformationalResponse):
+                continue
+            elif isinstance(event, h11.Response):
+                response, framing = event, _framing(event)
+                await stream.send_all(_head(event))
+                if exchange.attempt is not None:
+                    exchange.attempt.note_head(trio.current_time())
+            elif isinstance(event, h11.Data):
+                relayed += len(event.data)
+                if framing is Framing.CHUNKED:
+                    # Whole chunks only, each as it was framed: a healthy stream passes byte
+                    # for byte, and a chunk the tunnel cut in half is never half-forwarded.
+                    chunk += event.data
+                    if event.chunk_end:
+                        await stream.send_all(b"%x\r\n%s\r\n" % (len(chunk), bytes(chunk)))
+                        relayed_body.receive_data(bytes(chunk))
+                        chunk.clear()
+                else:
+                    await stream.send_all(event.data)
+                    relayed_body.receive_data(event.data)
+                assert response is not None
+                if (
+                    exchange.attempt is not None
+                    and exchange.first_token_end is not None
+                    and response.status_code < 300
+                    and relayed - len(chunk) >= exchange.first_token_end
+                ):
+                    exchange.attempt.note_first_token(trio.current_time())
+            elif isinstance(event, h11.EndOfMessage):
+                if framing is Framing.CHUNKED:
+                    await stream.send_all(TERMINATOR)
+                assert response is not None
+                if (
+                    exchange.attempt is not None
+                    and exchange.payload.get("stream") is not True
+                    and response.status_code < 300
+                    and relayed
+                ):
+                    exchange.attempt.note_first_token(trio.current_time())  # a whole body carries the tokens
+                exchange.record(response.status_code, "complete", "passed", relayed)
+                return not exchange.client_wants_close and not _closes(response, framing)
+            else:  # h11.ConnectionClosed before a response: the tunnel closed at once
+                failure = TunnelFailure.FIN
+                break
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        # Writing to the gateway failed: it left. Nothing to tell it; the upstream closes.
+        exchange.record(response.status_code if response else None, "gateway_gone", "none", relayed)
+        raise
+
+    return _TunnelDrop(
+        failure=failure,
+        framing=framing,
         error_frames=relayed_body.error_frames(ERROR_MESSAGE, code=ERROR_CODE),
         status=response.status_code if response else None,
         body_bytes=relayed - len(chunk),
-        closes=client_wants_close or (response is not None and _closes(response, framing)),
+        closes=exchange.client_wants_close or (response is not None and _closes(response, framing)),
     )
 
 

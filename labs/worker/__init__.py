@@ -1,9 +1,9 @@
 """A simulated worker with deterministic bytes and defects on demand, in three dialects: OpenAI Chat
 Completions, Anthropic Messages and OpenAI Responses, all from the same settings.
 
-- `labs.worker.settings`: `WorkerSettings` (every knob), its header / model-name encoding, and the
-  expected answer for given settings.
-- `labs.worker.answer`: the answer (the same in every dialect) and the per-dialect words for it.
+- `labs.worker.settings`: `WorkerSettings` (every knob) and its header / model-name encoding.
+- `labs.worker.answer`: the expected answer for given settings (the same in every dialect) and the
+  per-dialect words for it.
 - `labs.worker.wire`: the exact response bytes for given settings and dialect (head length, framed
   events, the byte offset after n token events).
 - `labs.worker.messages_events`, `labs.worker.responses_events`: the Messages and Responses event
@@ -15,19 +15,16 @@ Completions, Anthropic Messages and OpenAI Responses, all from the same settings
 - `python -m labs.worker --help`: run it standalone.
 """
 
+from labs.worker.answer import ExpectedAnswer, ExpectedChoice, ExpectedToolCall, expected_answer
 from labs.worker.attempts import Attempt, attempts_of
 from labs.worker.server import HandledRequest, RunningWorker, open_worker, serve_worker, settings_for_request
 from labs.worker.settings import (
     DEFAULT_MODEL_NAME,
     SETTINGS_HEADER,
-    ExpectedAnswer,
-    ExpectedChoice,
-    ExpectedToolCall,
     Finish,
     Framing,
     SettingsError,
     WorkerSettings,
-    expected_answer,
     parse_settings,
 )
 from labs.worker.wire import ResponsePlan, Segment, response_plan

@@ -14,6 +14,7 @@ from functools import partial
 import trio
 
 from faults.cli_parser import OneLineParser
+from labs.worker.knob_help import KNOB_HELP
 from labs.worker.server import run_server_cli, serve_worker
 from labs.worker.settings import DEFAULT_MODEL_NAME, SETTINGS_HEADER, SettingsError, WorkerSettings, parse_settings
 
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
             dest=field.name,
             metavar=field.name.upper(),
             default=None,
-            help=f"{field.metadata['help']} (default {shown})",
+            help=f"{KNOB_HELP[field.name]} (default {shown})",
         )
     return parser
 

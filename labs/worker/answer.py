@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from finishline import Dialect
-
-if TYPE_CHECKING:  # annotations only: labs.worker.settings re-exports this module's names
-    from labs.worker.settings import WorkerSettings
+from labs.worker.settings import WorkerSettings
 
 __all__ = [
     "CONTEXT_LENGTH_MESSAGE",

@@ -12,7 +12,7 @@ several servers sort into one timeline (`attempts_of`).
 A record is appended when the request arrives, with `ended = "in_flight"`, and replaced in place
 when it ends, so a request that never ends (a gateway holding a `no_response`) is still seen.
 
-The cell id is the lab's: `labs.gateways.services.cell_id_of` on the request's model (the lab puts
+The cell id is the lab's: `labs.cell_ids.cell_id_of` on the request's model (the lab puts
 it there, `labs.scenario.CELL_ID_TEMPLATE`); a model named after the worker itself
 (`DEFAULT_MODEL_NAME`, or no model) carries none.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from finishline import Dialect
-from labs.gateways.services import cell_id_of
+from labs.cell_ids import cell_id_of
 from labs.worker.settings import DEFAULT_MODEL_NAME
 
 __all__ = [
@@ -35,6 +35,8 @@ __all__ = [
     "ENDED_NO_RESPONSE",
     "ENDED_REFUSED_STALE",
     "ENDED_RESET",
+    "PRIMARY",
+    "SPARE",
     "Attempt",
     "AttemptInProgress",
     "HasAttempts",
@@ -45,6 +47,11 @@ __all__ = [
     "request_cell_id",
     "tunnel_ending",
 ]
+
+#: The two workers of a pool, as their attempts and a cell's `answered_by` name them: the one
+#: behind the tunnel, and the spare.
+PRIMARY = "primary"
+SPARE = "spare"
 
 #: The words of `Attempt.ended` (besides `http_error:<status>` and the hub's `tunnel_<failure>`).
 #: The whole response went out (a 2xx; an error status is `http_error:<status>`).

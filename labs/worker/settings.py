@@ -21,8 +21,8 @@ A few fields default to `None`, meaning "as the request asks" (`n`, `max_tokens`
 tokens), either resolve with the body the worker will receive or pin those fields in the settings:
 a gateway in between may add `stream_options` or change the model name on its own.
 
-The answer is a pure function of resolved settings (`expected_answer`, in `labs.worker.answer` and
-re-exported here); the bytes of a response are in `labs.worker.wire`.
+The answer is a pure function of resolved settings (`expected_answer`, in `labs.worker.answer`); the
+bytes of a response are in `labs.worker.wire`.
 """
 
 from __future__ import annotations
@@ -30,33 +30,20 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from finishline import Dialect
 from labs.worker.request_reading import REQUEST_READINGS
 
 __all__ = [
-    "CONTENT_WORDS",
     "DEFAULT_MODEL_NAME",
-    "REASONING_WORDS",
-    "TOOL_ARGUMENT_PIECES",
     "SETTINGS_HEADER",
-    "ExpectedAnswer",
-    "ExpectedChoice",
-    "ExpectedToolCall",
     "Finish",
     "Framing",
-    "Piece",
     "SettingsError",
-    "TOOL_NAME",
     "WorkerSettings",
-    "choice_pieces",
-    "error_object",
-    "expected_answer",
-    "interleaved_pieces",
     "parse_settings",
-    "tool_call_id",
 ]
 
 #: Request header that carries per-request settings; the worker echoes the effective settings in a
@@ -103,357 +90,55 @@ class WorkerSettings:
     In Messages they are `thinking_delta`, `text_delta`, a `tool_use` block's `content_block_start`
     and `input_json_delta`; in Responses `response.reasoning_summary_text.delta`,
     `response.output_text.delta`, a `function_call`'s `response.output_item.added` and
-    `response.function_call_arguments.delta`. Every knob's help says what it does in each dialect
-    (Chat first, then "Messages:" and "Responses:" where they differ).
+    `response.function_call_arguments.delta`. What each knob does, in each dialect, is its help in
+    `labs.worker.knob_help.KNOB_HELP` (what `python -m labs.worker --help` prints).
     """
 
-    tokens: int = field(
-        default=16,
-        metadata={
-            "help": (
-                "Content pieces per choice (before `max_tokens` truncation). Messages: `text_delta`s of "
-                "one text block; Responses: `response.output_text.delta`s of one message item."
-            )
-        },
-    )
-    reasoning_tokens: int = field(
-        default=0,
-        metadata={
-            "help": (
-                "`reasoning_content` pieces per choice, streamed before any content. Messages: "
-                "`thinking_delta`s of a thinking block (closed by one `signature_delta`); Responses: "
-                "`response.reasoning_summary_text.delta`s of a reasoning item."
-            )
-        },
-    )
-    tool_calls: int = field(
-        default=0,
-        metadata={
-            "help": (
-                "Tool calls per choice, streamed after content; the finish reason becomes "
-                "`tool_calls`. Messages: `tool_use` blocks (arguments as `input_json_delta`s), "
-                "stop_reason `tool_use`; Responses: `function_call` items (arguments as "
-                "`response.function_call_arguments.delta`s), status `completed`."
-            )
-        },
-    )
-    n: int | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Choices per response; `None`: the request's `n` (default 1). Messages and Responses "
-                "have no choices: always 1 (choice 0 only), whatever this says."
-            )
-        },
-    )
-    max_tokens: int | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Truncate every choice to this many token events and finish with `length`; `None`: "
-                "the request's `max_completion_tokens` or `max_tokens` (default: no limit). Messages: "
-                "the request's `max_tokens`, stop_reason `max_tokens`; Responses: the request's "
-                "`max_output_tokens`, terminal `response.incomplete` (reason `max_output_tokens`)."
-            )
-        },
-    )
-    include_usage: bool | None = field(
-        default=None,
-        metadata={
-            "help": (
-                'Send usage (`"usage": null` on every chunk, a final usage-only chunk); `None`: the'
-                " request's `stream_options.include_usage` (default off). Messages and Responses: no "
-                "effect (usage is always in `message_start`/`message_delta`, in the terminal response)."
-            )
-        },
-    )
-    prefill_delay: float = field(
-        default=0.0,
-        metadata={"help": ('Seconds between the response head and the first event (the model is "in prefill"); every dialect.')},
-    )
-    token_delay: float = field(
-        default=0.0,
-        metadata={"help": "Seconds between two token events (every dialect)."},
-    )
-    framing: Framing = field(
-        default=Framing.CHUNKED,
-        metadata={"help": "Body framing on the wire (every dialect)."},
-    )
-    connection_close: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Send `Connection: close` and close after the response. Node's undici before 6.26 "
-                "takes EOF on such a response as a complete body, so a lab records this (see "
-                "shared/notes/clients.md)."
-            )
-        },
-    )
-    finish: Finish = field(
-        default=Finish.SENT,
-        metadata={
-            "help": (
-                "How a natural end is reported: sent (correct), omitted, or empty (the two defects). "
-                'Messages, the `message_delta`: omitted = none at all, empty = stop_reason `""`. '
-                "Responses: omitted = no terminal event, and with `done` a `data: [DONE]` instead (a "
-                'gateway ending it the Chat way); empty = the terminal response\'s `status` is `""`.'
-            )
-        },
-    )
-    done: bool = field(
-        default=True,
-        metadata={
-            "help": (
-                'End a stream with `data: [DONE]`; 0 is the "no [DONE]" defect. Also sent after an '
-                "error event. Messages: `message_stop` (never after an error event). Responses: the "
-                "terminal event, `response.completed` or `response.incomplete` (`response.failed` "
-                "after an error event). 0 in either: the terminator is lost."
-            )
-        },
-    )
-    error_after: int | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "After this many token events (all choices together), send an error event instead of "
-                "the rest. Messages: `event: error` with the Anthropic error type for `error_status`; "
-                "Responses: `event: error` with a nested `error` object (what openai-python raises "
-                "on), then `response.failed` when `done`."
-            )
-        },
-    )
-    error_status: int = field(
-        default=429,
-        metadata={
-            "help": (
-                "HTTP status whose OpenAI error (type and code) the error event carries, e.g. 429. "
-                "Messages: its Anthropic type (429 `rate_limit_error`, 529 `overloaded_error`, other "
-                "5xx `api_error`, 4xx `invalid_request_error` and kin)."
-            )
-        },
-    )
-    http_error: int | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Answer with this HTTP status and a JSON error body instead of any completion (e.g. "
-                '429, 500). Messages: Anthropic\'s body `{"type":"error","error":{...}}`.'
-            )
-        },
-    )
-    model: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Model name echoed in every chunk (Messages `message.model`, Responses "
-                "`response.model`); `None`: the request's `model` as sent."
-            )
-        },
-    )
-    prompt_tokens: int = field(
-        default=12,
-        metadata={
-            "help": (
-                "`usage.prompt_tokens` reported (fixed, so the bytes do not depend on the prompt); "
-                "Messages and Responses: `usage.input_tokens`."
-            )
-        },
-    )
-    null_reason: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Report the natural end with a null reason, whatever `finish` says: Chat a final chunk "
-                'with `"finish_reason": null`; Messages a `message_delta` with `stop_reason: null`, '
-                "then `message_stop` (vLLM's `/v1/messages` on an abort); Responses the terminal "
-                "event with `status: null`."
-            )
-        },
-    )
-    bare_error: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                'The `error_after` error is a bare `data: {"error":{...}}` frame (OpenAI\'s error '
-                "object): no `event:` line and nothing after it, as vLLM's `/v1/responses` sends. "
-                "Messages: the same frame instead of `event: error` (both Anthropic SDKs skip it). "
-                "Chat: no effect (its error event is that frame already)."
-            )
-        },
-    )
-    hide_limit: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Report a truncation at `max_tokens` as a natural end (the expected answer keeps the "
-                "true `length`): Chat `stop`; Messages `end_turn`; Responses `response.completed` with "
-                "status `completed` and no `incomplete_details` (llama.cpp's and Ollama's Responses, "
-                "ik_llama.cpp's Chat and Messages before its fix). Streams and whole bodies."
-            )
-        },
-    )
-    responses_indexes: bool = field(
-        default=True,
-        metadata={
-            "help": (
-                "Responses: 0 sends no `sequence_number`, `output_index` or `content_index` on any "
-                "event, as llama.cpp does (openai-python's `responses.stream()` helper then fails). "
-                "Chat and Messages: no effect."
-            )
-        },
-    )
-    close_after_reasoning: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Close the stream cleanly right after the last reasoning token event (after the "
-                "opening events when there is no reasoning): no content, tool calls, closing events, "
-                "finish or terminator, as Ollama's `/v1/responses` sometimes does. Every dialect; an "
-                "earlier `error_after` still comes first."
-            )
-        },
-    )
+    tokens: int = 16
+    reasoning_tokens: int = 0
+    tool_calls: int = 0
+    n: int | None = None
+    max_tokens: int | None = None
+    include_usage: bool | None = None
+    prefill_delay: float = 0.0
+    token_delay: float = 0.0
+    framing: Framing = Framing.CHUNKED
+    connection_close: bool = False
+    finish: Finish = Finish.SENT
+    done: bool = True
+    error_after: int | None = None
+    error_status: int = 429
+    http_error: int | None = None
+    model: str | None = None
+    prompt_tokens: int = 12
+    null_reason: bool = False
+    bare_error: bool = False
+    hide_limit: bool = False
+    responses_indexes: bool = True
+    close_after_reasoning: bool = False
 
     # -- conduct faults (issue 14): HTTP-level failures that failover suites use. "Once" means the
     # first attempt of a cell at this worker (the cell id in the model name, `labs.worker.attempts`;
     # a request without one: the first such request ever); later attempts are healthy. The server
     # decides "first" (`labs.worker.server`); `after_first_attempt()` is what later attempts get.
-    http_429_retry_after: int | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "Once: answer 429 with `Retry-After: <this many seconds>` and the dialect's rate-limit "
-                "body, then healthy (failoverbench S01). Every dialect."
-            )
-        },
-    )
-    http_500_once: bool = field(
-        default=False,
-        metadata={"help": "Once: answer 500 with the dialect's server-error body, then healthy (S03). Every dialect."},
-    )
-    reset_before_head: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Once: read the request, then reset the connection (SO_LINGER 0) before any response "
-                "byte; then healthy (S05). Every dialect."
-            )
-        },
-    )
-    no_response: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Every attempt: read the request and never answer; the connection stays open until "
-                "the client goes (S06). Every dialect. (Head at once and the first token late is "
-                "`prefill_delay`.)"
-            )
-        },
-    )
-    malformed_chunk: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Every attempt: one SSE event whose data is invalid JSON after half the token events, "
-                "then the rest of the stream as usual (S10): the dialect's own token event cut in half. "
-                "Chat: a bare `data:` line; Messages and Responses: with the `event:` line of a token "
-                "event (`content_block_delta`, `response.output_text.delta`). Streams only."
-            )
-        },
-    )
-    http_400_context_length: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Every attempt: 400 with code `context_length_exceeded` (S12), which a client or "
-                "gateway must not retry; implies `http_error=400`. Chat and Responses: OpenAI's error object with that code; "
-                "Messages: Anthropic's `invalid_request_error` (it has no codes) saying the prompt "
-                "is too long."
-            )
-        },
-    )
+    http_429_retry_after: int | None = None
+    http_500_once: bool = False
+    reset_before_head: bool = False
+    no_response: bool = False
+    malformed_chunk: bool = False
+    http_400_context_length: bool = False
 
     # -- failover faults (issue 28): what the primary does wrong while the spare (a worker opened
     # with `spare=True`, the lab's second worker) does not. The spare's view is `for_attempt(...,
     # spare=True)`: the `primary_*` faults cleared, `spare_model` and `spare_prompt_tokens` applied.
-    primary_429_persistent: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Every attempt at the primary: 429 with the dialect's rate-limit body and no "
-                "`Retry-After` (failoverbench S02); the spare answers normally. Every dialect."
-            )
-        },
-    )
-    primary_503_persistent: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Every attempt at the primary: 503 with the dialect's server-error body (S04, S16); "
-                "the spare answers normally. Every dialect."
-            )
-        },
-    )
-    primary_503_first: int | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "A flapping primary (S15): 503 for a cell's first this many attempts at the primary, "
-                "then healthy; the spare answers normally. Every dialect."
-            )
-        },
-    )
-    http_400_content_policy: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "Every attempt, at every worker: 400 for a content-policy refusal (S13), which a "
-                "client or gateway must not retry; implies `http_error=400`. Chat and Responses: "
-                "OpenAI's error object with code `content_policy_violation`; Messages: Anthropic's "
-                "`invalid_request_error` saying the content was blocked by its policy."
-            )
-        },
-    )
-    reject_prefill: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                "At every worker: a request whose last message is the assistant's (a partial answer "
-                'to continue, "prefill") gets 400 "assistant message prefill is not supported" '
-                "(`http_400_prefill`); any other request is answered as usual (S14). Chat and "
-                "Messages: the last of `messages`; Responses: the last item of `input`."
-            )
-        },
-    )
-    http_400_prefill: bool = field(
-        default=False,
-        metadata={
-            "help": (
-                'Every attempt: 400 "assistant message prefill is not supported" (what '
-                "`reject_prefill` answers a prefill with); implies `http_error=400`. Chat and "
-                "Responses: OpenAI's error object (type `invalid_request_error`, param `messages`); "
-                "Messages: Anthropic's `invalid_request_error`."
-            )
-        },
-    )
-    spare_model: str | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "At the spare: the model name it answers with, whatever the request named (S16: "
-                "the caller should see the fallback's model). Every dialect."
-            )
-        },
-    )
-    spare_prompt_tokens: int | None = field(
-        default=None,
-        metadata={
-            "help": (
-                "At the spare: its `prompt_tokens` (Messages and Responses `input_tokens`), so its "
-                "usage is its own (S16). Every dialect."
-            )
-        },
-    )
+    primary_429_persistent: bool = False
+    primary_503_persistent: bool = False
+    primary_503_first: int | None = None
+    http_400_content_policy: bool = False
+    reject_prefill: bool = False
+    http_400_prefill: bool = False
+    spare_model: str | None = None
+    spare_prompt_tokens: int | None = None
 
     def __post_init__(self) -> None:
         # Values may arrive from the command line or a header as strings already converted; check
@@ -734,23 +419,3 @@ def _model_or_default(model: Any) -> str:
     if isinstance(model, str) and model.strip():
         return model
     return DEFAULT_MODEL_NAME
-
-
-# The answer lives in labs.worker.answer (one idea per module); its names are re-exported here
-# because the lab was written against `labs.worker.settings` and they stay importable from here.
-# Imported last: labs.worker.answer itself imports WorkerSettings from this module.
-from labs.worker.answer import (  # noqa: E402
-    CONTENT_WORDS,
-    REASONING_WORDS,
-    TOOL_ARGUMENT_PIECES,
-    TOOL_NAME,
-    ExpectedAnswer,
-    ExpectedChoice,
-    ExpectedToolCall,
-    Piece,
-    choice_pieces,
-    error_object,
-    expected_answer,
-    interleaved_pieces,
-    tool_call_id,
-)

@@ -1,4 +1,7 @@
-"""Apply a `Fault` to a toxiproxy proxy for the duration of a block, and always take it away.
+"""A fault as data (`Fault`), and applying it to a toxiproxy proxy for the duration of a block.
+
+`Fault` is what `faults.catalog` builds; `Fault.applied(...)` gives a `ScopedFault`, which puts the
+fault in place and always takes it away. They live together because each needs the other.
 
 Like toxiproxy's Ruby client (`proxy.down do ... end`): entering adds the fault's toxics (and
 disables the proxy for `down`), leaving removes exactly those toxics and re-enables the proxy,
@@ -8,14 +11,35 @@ also when the block raised or was cancelled. Usable from plain code (`with`) and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import TracebackType
 
 import trio
 
-from faults.catalog import Fault
-from faults.toxiproxy_client import ToxiproxyClient
+from faults.toxiproxy_client import Toxic, ToxiproxyClient
 
-__all__ = ["ScopedFault"]
+__all__ = ["Fault", "ScopedFault"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fault:
+    """One fault: its name, what the client sees, and the toxics that make it."""
+
+    #: The fault's name, as the CLI, the lab's scenarios and reports spell it.
+    name: str
+    #: One line: what the client will see.
+    summary: str
+    toxics: tuple[Toxic, ...] = ()
+    #: Disable the proxy (connections refused) instead of, or besides, adding toxics.
+    disables_proxy: bool = False
+
+    def applied(self, client: ToxiproxyClient, proxy: str) -> ScopedFault:
+        """A context manager (`with` or `async with`) that applies this fault to `proxy` and undoes it.
+
+        Apply it before the client opens its connection: the reset variant arms at connection
+        start, and `limit_data` counts bytes per connection from the moment it is added.
+        """
+        return ScopedFault(client=client, proxy=proxy, fault=self)
 
 
 class ScopedFault:
