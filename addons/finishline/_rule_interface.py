@@ -28,9 +28,12 @@ Neither side reads the other's private attributes; `tests/test_core_structure.py
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ._dialect import Dialect
+from ._request import RequestFacts
+from ._routine_chunks import RoutineMatch
+from ._sse import Event, EventFramer
 from ._verdict import MALFORMED_OUTRANKS, Correction, Injection, RepairPolicy, StreamReport, Verdict
 from ._wording import (
     compressed_body,
@@ -43,11 +46,6 @@ from ._wording import (
     upstream_error_detail,
     wrong_dialect,
 )
-
-if TYPE_CHECKING:  # types only: neither module imports this one
-    from ._request import RequestFacts
-    from ._routine_chunks import RoutineMatch
-    from ._sse import Event, EventFramer
 
 __all__ = ["DialectRules", "StreamServices"]
 
