@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from faults.child_processes import ChildStartError, bind_failed, free_port
-from finish_fix_command import addon_path
 from finishline import Dialect
+from finishline.commands import addon_path
 from labs.outcome import BOOKS_NONE
 from labs.processes import open_service
 
