@@ -20,7 +20,7 @@ from mitmproxy.test import tflow
 from finishline.addon import cut_hook
 
 # sha256 of `inspect.getsource(HttpStream.<method>)` in mitmproxy 12.3.1. A new value means: read the
-# new method, check that finish_fix_cut_hook still does what mitmproxy would (states, hooks, commands,
+# new method, check that finishline.addon.cut_hook still does what mitmproxy would (states, hooks, commands,
 # the b"" end-of-body call), run the e2e cut tests, then move the pin together with the mitmproxy pin
 # in pyproject.toml.
 PINNED_SOURCES = {
@@ -56,7 +56,7 @@ def test_the_methods_are_the_ones_we_read(method):
     source = inspect.getsource(getattr(HttpStream, method))
     digest = hashlib.sha256(source.encode()).hexdigest()
     assert digest == PINNED_SOURCES[method], (
-        f"mitmproxy's HttpStream.{method} changed; finish_fix_cut_hook depends on it. "
+        f"mitmproxy's HttpStream.{method} changed; finishline.addon.cut_hook depends on it. "
         "Re-verify the hook against the new source before moving the pin:\n" + source
     )
 

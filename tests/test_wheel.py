@@ -198,7 +198,11 @@ def test_installing_the_wheel_puts_three_packages_in_site_packages(installed):
 
 @pytest.mark.e2e
 def test_the_installed_commands_answer_help_and_the_addon_path(installed):
-    assert "usage: finish-fix [options]" in _run([installed.bin("finish-fix"), "--help"])
+    # mitmdump's help under finish-fix's name, with mitmdump's own exit status for --help.
+    ours = run_child([str(installed.bin("finish-fix")), "--help"], timeout=60, env=_child_env())
+    theirs = run_child([str(installed.bin("mitmdump")), "--help"], timeout=60, env=_child_env())
+    assert ours.stdout.startswith("usage: finish-fix [options]") and theirs.stdout.startswith("usage: mitmdump [options]")
+    assert ours.returncode == theirs.returncode and "finish_fix" not in ours.stderr, ours.stderr
     assert _run([installed.bin("finishline"), "--help"]).startswith("usage: finishline grade {gateway,server,lab-gateways}")
     addon = Path(_run([installed.bin("finish-fix"), "--addon-path"]).strip())
     assert addon == installed.purelib() / "finishline" / "addon" / "finish_fix.py"
@@ -323,7 +327,11 @@ def test_pytest_with_the_plugin_in_a_project_that_has_its_own_labs(installed, tm
         "    assert Path(labs.__file__).parent == Path(__file__).parent / 'labs'\n"
     )
     pytest_argv = [str(installed.bin("python")), "-m", "pytest", "-p", "no:cacheprovider"]
-    assert "--finishline-server-url" in _run([*pytest_argv, "--help"], cwd=project)  # the plugin is loaded
+    # pytest lists the plugin, from the installed package, and loads it.
+    plugin = installed.purelib() / "finishline" / "pytest_plugin.py"
+    listed = [line.strip() for line in _run([*pytest_argv, "-VV"], cwd=project).splitlines()]
+    assert f"finishline-0.1.0 at {plugin}" in listed, listed
+    assert "--finishline-server-url" in _run([*pytest_argv, "--help"], cwd=project)
     assert "1 passed" in _run([*pytest_argv, "-q"], cwd=project)
     graded = run_child(
         [*pytest_argv, "--finishline-server-url=http://127.0.0.1:9/v1"], timeout=120, cwd=project, env=_child_env()
