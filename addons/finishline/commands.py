@@ -64,6 +64,7 @@ def finish_fix(argv: list[str] | None = None) -> int:
     if not script.is_file():
         return _refuse(f"the finish_fix addon is missing from this install: no {script}; reinstall finishline")
     try:
+        # Here, not at the top: `finish-fix --addon-path` and the plugin's import stay standard library only.
         from mitmproxy.tools.main import mitmdump
     except ImportError as error:
         return _refuse(f"finish-fix needs mitmproxy in its environment ({sys.executable}): {error}; reinstall finishline")
