@@ -76,6 +76,7 @@ def _as_list(result):
         ("finish_fix_empty_to_null", "maybe", "finish_fix_empty_to_null: 'maybe' is not one of true, false"),
         ("finish_fix_limit_reasons", "maybe", "finish_fix_limit_reasons: 'maybe' is not one of true, false"),
         ("finish_fix_responses_indexes", "2", "finish_fix_responses_indexes: '2' is not one of true, false"),
+        ("finish_fix_responses_fields", "maybe", "finish_fix_responses_fields: 'maybe' is not one of true, false"),
         ("finish_fix_body_copy", "lots", "finish_fix_body_copy: 'lots' is not a size; use a number of bytes or e.g. 512KB"),
         ("finish_fix_ledger", "/nonexistent-dir/ledger.jsonl", "finish_fix_ledger: cannot append to"),
         ("finish_fix_idle_timeout", "soon", "finish_fix_idle_timeout: 'soon' is not a number of seconds >= 0 (0 = no limit)"),
@@ -113,6 +114,7 @@ def test_every_option_has_help_and_the_prefix(addon):
             "finish_fix_paths",
             "finish_fix_limit_reasons",
             "finish_fix_responses_indexes",
+            "finish_fix_responses_fields",
             "finish_fix_messages_paths",
             "finish_fix_responses_paths",
             "finish_fix_on_cut",
@@ -519,9 +521,9 @@ def test_the_request_body_is_parsed_once_per_flow(addon, monkeypatch, content_ty
     parsed = []
     from_body = finishline.RequestFacts.from_body.__func__
 
-    def counting_from_body(cls, body):
+    def counting_from_body(cls, body, **facts):
         parsed.append(body)
-        return from_body(cls, body)
+        return from_body(cls, body, **facts)
 
     monkeypatch.setattr(finishline.RequestFacts, "from_body", classmethod(counting_from_body))
     flow = make_flow(body=b'{"model": "asked-for", "stream": true}', content_type=content_type)

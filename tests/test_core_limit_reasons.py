@@ -248,6 +248,66 @@ def test_r7_a_cut_continues_the_filled_in_numbers():
     assert numbers == list(range(len(numbers)))
 
 
+# -- R8: the snapshot fields llama.cpp leaves out -----------------------------------------------
+
+
+#: llama.cpp's `response.created` and `response.in_progress` name neither a `created_at` nor a
+#: `model` (only its `response.completed` does); the worker's stream with those two removed.
+def _without_snapshot_fields() -> tuple[bytes, bytes]:
+    whole = _responses(indexes=True)
+    snapshots, rest = whole.split(b"\n\n", 2)[:2], whole.split(b"\n\n", 2)[2]
+    assert [b"event: response.created\n", b"event: response.in_progress\n"] == [s[: s.index(b"\n") + 1] for s in snapshots]
+    bare = [s.replace(b',"created_at":1764000000', b"").replace(b',"model":"m"', b"") for s in snapshots]
+    assert bare != snapshots
+    return whole, b"\n\n".join([*bare, rest])
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_r8_fills_in_a_snapshots_created_at_and_model_from_the_request(chunking):
+    whole, bare = _without_snapshot_fields()
+    request = RequestFacts(model="m", created_at=1764000000)
+    out, repair = run(bare, chunking, request=request, dialect=Dialect.RESPONSES)
+    # What the client gets reads as the stream of a server that sent them: the same values, in the
+    # snapshot objects, every other byte as it came.
+    assert events_of(out) == events_of(whole)
+    report = repair.report
+    assert report.verdict is Verdict.REPAIRED and report.corrections == {Correction.RESPONSES_FIELDS: 2}
+    assert report.repairs == ["responses fields (R8): filled in created_at on 2 events, model on 2 events from the request"]
+    assert out.replace(b',"created_at":1764000000,"model":"m"}}', b"}}") == bare
+
+
+def test_r8_never_changes_a_value_the_server_sent_nor_makes_up_one_the_request_lacks():
+    whole, bare = _without_snapshot_fields()
+    # Every field there: byte for byte, whatever the request says.
+    out, repair = run(whole, "random", request=RequestFacts(model="other", created_at=1), dialect=Dialect.RESPONSES)
+    assert out == whole and repair.report.verdict is Verdict.CLEAN
+    # A request without a model and no clock reading: nothing to fill in, nothing made up.
+    out, repair = run(bare, "bytewise", dialect=Dialect.RESPONSES)
+    assert out == bare and repair.report.verdict is Verdict.CLEAN
+    # Only the model known: only the model filled in; a `null` counts as missing.
+    nulled = bare.replace(b'"status":"in_progress"', b'"model":null,"status":"in_progress"', 1)
+    out, repair = run(nulled, request=RequestFacts(model="asked"), dialect=Dialect.RESPONSES)
+    snapshots = [event["response"] for event in events_of(out)[:2]]
+    assert [(r.get("model"), "created_at" in r) for r in snapshots] == [("asked", False), ("asked", False)]
+    assert repair.report.corrections == {Correction.RESPONSES_FIELDS: 2}
+
+
+def test_r8_off_leaves_the_snapshots_as_they_came():
+    _, bare = _without_snapshot_fields()
+    request = RequestFacts(model="m", created_at=1764000000)
+    out, repair = run(bare, request=request, dialect=Dialect.RESPONSES, policy=RepairPolicy(responses_fields=False))
+    assert out == bare and repair.report.verdict is Verdict.CLEAN
+
+
+def test_r8_a_cut_stream_still_ends_in_the_error_with_the_snapshot_filled_in():
+    _, bare = _without_snapshot_fields()
+    cut = bare[: bare.index(b"event: response.output_text.done")]
+    out, repair = run(cut, "random", request=RequestFacts(model="m", created_at=5), dialect=Dialect.RESPONSES)
+    events = events_of(out)
+    assert events[0]["response"]["created_at"] == 5 and events[-1]["type"] == "response.failed"
+    assert repair.report.verdict is Verdict.INTERRUPTED
+
+
 # -- M8: Messages `end_turn` ---------------------------------------------------------------------
 
 

@@ -6,6 +6,9 @@ through the real mitmdump: what the server gets wrong at a limit, and what the c
   `responses.stream()` helper dies on it with a TypeError. Through finish_fix (rules R6, R7) the
   helper reads the whole stream and its last event is `response.incomplete` with the reason
   `max_output_tokens`; the ledger books both rules. A whole body gets R6 too.
+- Responses, streamed: llama.cpp's `response.created` and `response.in_progress` name no `created_at`
+  and no `model` (the AI SDK fails the whole stream on that); through finish_fix (rule R8) both come
+  from the request, and the ledger books it.
 - Messages with a stop sequence: llama.cpp says `end_turn` with the matched `stop_sequence`;
   through finish_fix it is `stop_sequence` (rule M8), streamed and whole.
 - Where llama.cpp already says the limit (Chat `length`, Messages `max_tokens`), finish_fix changes
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
 #: A limit the answer always reaches (SmolLM2 answers this prompt in tens of tokens).
 LIMIT = 8
+_SNAPSHOTS = ("response.created", "response.in_progress")
 PROMPT = "Tell me about the sun."
 #: The model's answer to PROMPT starts "The sun is" (greedy sampling: every run), so a stop at " sun"
 #: comes after a token or two.
@@ -107,6 +112,26 @@ def test_the_responses_stream_helper_completes_against_llama_cpp_through_finish_
         f"limit reason (R6): 'response.completed' at {LIMIT} output tokens of the request's {LIMIT} sent as 'response.incomplete'"
     ), row
     assert row["repairs"][1].startswith("responses indexes (R7): filled in sequence_number on "), row
+
+
+def test_the_responses_snapshots_get_their_created_at_and_model_through_finish_fix(llama_cpp, through):
+    # The AI SDK's schema requires both in `response.created` and `response.in_progress`, and fails
+    # the whole stream without them (rule R8); llama.cpp names them only in `response.completed`.
+    mitmdump, ledger = through
+    body = {"model": llama_cpp.model, "input": PROMPT, "max_output_tokens": LIMIT, "stream": True}
+    snapshots = [e for e in data_events(_post(llama_cpp.url, "/v1/responses", body)) if e["type"] in _SNAPSHOTS]
+    assert [(e["type"], "created_at" in e["response"], "model" in e["response"]) for e in snapshots] == [
+        (kind, False, False) for kind in _SNAPSHOTS
+    ]  # llama.cpp's omission
+    host = _mark()
+    sent_at = int(time.time())
+    fixed = [e for e in data_events(_post(mitmdump.url, "/v1/responses", body, host)) if e["type"] in _SNAPSHOTS]
+    assert [e["response"]["model"] for e in fixed] == [llama_cpp.model] * 2
+    assert all(sent_at <= e["response"]["created_at"] <= int(time.time()) for e in fixed), fixed
+    assert (
+        "responses fields (R8): filled in created_at on 2 events, model on 2 events from the request"
+        in _row(ledger, host)["repairs"]
+    )
 
 
 def test_a_whole_responses_body_at_the_limit_is_incomplete_through_finish_fix(llama_cpp, through):

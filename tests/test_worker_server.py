@@ -79,6 +79,22 @@ def test_worker_closes_after_a_response_when_settings_say_so(knob):
     assert handled[0].connection_close == (knob == "connection_close=1")
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/messages", "/v1/responses"])
+def test_a_whole_answer_closes_its_connection_and_a_streamed_one_keeps_it(path):
+    # A non-streamed answer is shorter than any fault's byte budget, which toxiproxy counts per
+    # connection: kept alive, its connection would hand the next stream a spent budget (issue 25,
+    # claude-code's whole request before pi-coding-agent's retry). The client asks for keep-alive.
+    body = {"model": "m;tokens=3", "max_tokens": 16, "input": "hi", "messages": [{"role": "user", "content": "hi"}]}
+    received, handled = exchange(chat_request(body, path=path))
+    head, whole = split_response(received.data)
+    assert received.ending == "fin"
+    assert "\r\nconnection: close\r\n" in head.lower() + "\r\n"
+    assert head.startswith("HTTP/1.1 200") and json.loads(whole)
+    assert [(h.stream, h.connection_close, h.outcome) for h in handled] == [(False, True, "complete")]
+    streamed, _ = exchange(chat_request({**body, "stream": True}, path=path), stop_after_bytes=1, quiet_seconds=0.3)
+    assert streamed.ending == "open"
+
+
 def test_keep_alive_connection_stays_open_otherwise():
     received, _ = exchange(chat_request({"model": "m;tokens=2", "stream": True}), stop_after_bytes=1, quiet_seconds=0.3)
     assert received.ending == "open"

@@ -15,7 +15,7 @@ The editor never decides whether its result is right: every caller parses the re
 compares it with the value it meant (`rewrite_event` does that for an SSE event), and where the edit
 cannot be made in place (a text the walk cannot follow, a parent that is not there, an event whose
 data spans several `data:` lines) the value is written anew, its other fields kept. Used by rules
-C2, C9, C11, M7, M8, R6 and R7 (docs/repair-rules.md).
+C2, C9, C11, M7, M8, R6, R7 and R8 (docs/repair-rules.md).
 """
 
 from __future__ import annotations

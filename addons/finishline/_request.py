@@ -23,6 +23,8 @@ class RequestFacts:
             `stream_options.include_usage`), so a usage chunk should follow the finish (rule C11).
         choices: Chat's `n` (1 when absent or not a positive integer). With several choices the
             usage counts them all, so no one choice's limit can be read from it (rules C3, C11).
+        created_at: when the request went upstream, in whole Unix seconds, from the caller's clock
+            (the core has none): what rule R8 gives a Responses snapshot without its `created_at`.
     """
 
     max_tokens: int | None = None
@@ -30,14 +32,15 @@ class RequestFacts:
     stream: bool = False
     stream_usage: bool = False
     choices: int = 1
+    created_at: int | None = None
 
     @classmethod
-    def from_body(cls, body: bytes | None) -> RequestFacts:
+    def from_body(cls, body: bytes | None, *, created_at: int | None = None) -> RequestFacts:
         """Reads a JSON request body. Anything unreadable gives empty facts, never an error: the
         repair then infers `stop` rather than `length`, which is what it would do without a limit."""
         request = json_or_unreadable(body) if body else None
         if not isinstance(request, dict):
-            return cls()
+            return cls(created_at=created_at)
         max_tokens = None
         for key in ("max_completion_tokens", "max_tokens", "max_output_tokens"):
             value = request.get(key)
@@ -53,4 +56,5 @@ class RequestFacts:
             stream=request.get("stream") is True,
             stream_usage=isinstance(options, dict) and options.get("include_usage") is True,
             choices=choices if isinstance(choices, int) and not isinstance(choices, bool) and choices > 1 else 1,
+            created_at=created_at,
         )

@@ -29,6 +29,11 @@ cut, and finish_fix never writes `response.completed` (rule R2). The rules:
   filled in from the stream's own order; a value the upstream sent is never changed (R7,
   `RepairPolicy.responses_indexes`). A stream that has them all passes byte for byte, and its
   routine deltas keep the fast path (`_routine_chunks` learns only deltas that carry their indexes).
+* a `response.created` or `response.in_progress` whose `response` lacks `created_at` or `model`
+  (llama.cpp sends neither there, only in `response.completed`; the AI SDK's schema requires both
+  and fails the whole stream) -> each missing one filled in from the request: its `model`, and the
+  time it went upstream (the caller's clock, `RequestFacts.created_at`). A value the upstream sent
+  is never changed, and a fact the request lacks is never made up (R8, `RepairPolicy.responses_fields`).
 """
 
 from __future__ import annotations
@@ -95,6 +100,10 @@ CONTENT_INDEXED_EVENTS = frozenset(
 # The rules' ids, as docs/repair-rules.md numbers them and the books name them.
 _LIMIT_RULE = "R6"
 _INDEXES_RULE = "R7"
+_FIELDS_RULE = "R8"
+#: R8: the snapshot events whose `response` must name its creation time and model (the OpenAI
+#: spec's `Response` requires both; `response.queued` is not in the AI SDK's union, so not here).
+_FIELDS_EVENTS = frozenset({"response.created", "response.in_progress"})
 _INCOMPLETE_DETAILS = {"reason": "max_output_tokens"}
 # The lifecycle events whose `response` is the snapshot a `response.failed` repeats.
 _SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued"})
@@ -167,6 +176,8 @@ class ResponsesRules(TypedEventRules):
         self._items_added = 0
         self._parts_added: dict[str, int] = {}
         self._filled = {"sequence_number": 0, "output_index": 0, "content_index": 0}
+        # R8: how many snapshots got each field.
+        self._fields = {"created_at": 0, "model": 0}
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -196,6 +207,8 @@ class ResponsesRules(TypedEventRules):
             self._missing_indexes(kind, message, edits)
             if edits:
                 machine._corrected(Correction.RESPONSES_INDEXES, None)  # its words at the end: `closing_books`
+        if kind in _FIELDS_EVENTS and machine._policy.responses_fields and self._missing_fields(message, edits):
+            machine._corrected(Correction.RESPONSES_FIELDS, None)  # its words at the end: `closing_books`
         event_type = None
         if kind == "response.completed" and machine._policy.limit_reasons and self._at_the_limit(message, edits):
             kind = event_type = "response.incomplete"
@@ -282,6 +295,22 @@ class ResponsesRules(TypedEventRules):
             edits[("content_index",)] = _json(self._content_indexes[item_id])
             self._filled["content_index"] += 1
 
+    def _missing_fields(self, message: dict[str, Any], edits: dict[JsonPath, bytes]) -> bool:
+        """R8: the `created_at` and `model` this snapshot's `response` lacks (absent or `null`),
+        from the request, into `edits`; whether it added any. A field the request cannot give (no
+        model asked for, no clock reading passed in) stays missing."""
+        response = message.get("response")
+        if not isinstance(response, dict):
+            return False
+        request = self._machine._request
+        added = False
+        for field, value in (("created_at", request.created_at), ("model", request.model)):
+            if response.get(field) is None and value is not None:
+                edits[("response", field)] = _json(value)
+                self._fields[field] += 1
+                added = True
+        return added
+
     def _at_the_limit(self, message: dict[str, Any], edits: dict[JsonPath, bytes]) -> bool:
         """R6: whether this `response.completed` hides the request's token limit; if so, the edits
         that say `incomplete` go into `edits` and the correction is booked. Only a `completed`
@@ -312,9 +341,11 @@ class ResponsesRules(TypedEventRules):
         return True
 
     def closing_books(self) -> None:
-        """R7's count of what it filled in, once for the whole stream."""
+        """R7's and R8's counts of what they filled in, once for the whole stream."""
         if any(self._filled.values()):
             self._machine._repaired(wording.filled_indexes(_INDEXES_RULE, self._filled))
+        if any(self._fields.values()):
+            self._machine._repaired(wording.filled_fields(_FIELDS_RULE, self._fields))
 
     def _note_terminal(self, kind: str, response: object) -> None:
         """The finish reason and the usage of a terminal event's response (`StreamReport` says which words)."""

@@ -69,8 +69,8 @@ class OnCut(enum.StrEnum):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RepairPolicy:
     """The repair's options (finish_fix's `finish_fix_empty_to_null`, `finish_fix_on_cut`,
-    `finish_fix_idle_timeout`, `finish_fix_first_token_timeout`, `finish_fix_limit_reasons` and
-    `finish_fix_responses_indexes`).
+    `finish_fix_idle_timeout`, `finish_fix_first_token_timeout`, `finish_fix_limit_reasons`,
+    `finish_fix_responses_indexes` and `finish_fix_responses_fields`).
 
     Attributes:
         idle_timeout: seconds allowed between two events once the first event arrived (comments and
@@ -83,6 +83,8 @@ class RepairPolicy:
             C11, M8, R6), and count Messages' token deltas toward the limit when no usage came (M2).
         responses_indexes: fill in the `sequence_number`, `output_index` and `content_index` a
             Responses event lacks (rule R7).
+        responses_fields: fill in the `created_at` and `model` a Responses `response.created` or
+            `response.in_progress` snapshot lacks, from the request (rule R8).
     """
 
     empty_to_null: bool = True
@@ -91,6 +93,7 @@ class RepairPolicy:
     first_token_timeout: float = 0.0
     limit_reasons: bool = True
     responses_indexes: bool = True
+    responses_fields: bool = True
 
 
 class CutCause(enum.StrEnum):
@@ -165,6 +168,8 @@ class Correction(enum.StrEnum):
     STOP_SEQUENCE_REASON = "stop_sequence_reason"
     # Responses events given the `sequence_number`, `output_index`, `content_index` they lacked (R7).
     RESPONSES_INDEXES = "responses_indexes"
+    # A Responses snapshot given the `created_at` and `model` it lacked, from the request (R8).
+    RESPONSES_FIELDS = "responses_fields"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

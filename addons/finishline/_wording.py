@@ -203,6 +203,12 @@ def filled_indexes(rule: str, counts: dict[str, int]) -> str:
     return f"responses indexes ({rule}): filled in {filled}"
 
 
+def filled_fields(rule: str, fields: dict[str, int]) -> str:
+    """R8: which snapshot fields were filled in on how many events, e.g. {"created_at": 2, ...}."""
+    filled = ", ".join(f"{name} on {plural(count, 'event')}" for name, count in fields.items() if count)
+    return f"responses fields ({rule}): filled in {filled} from the request"
+
+
 def appended_done(how: str) -> str:
     return f"appended [DONE] ({how})"
 

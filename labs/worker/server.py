@@ -8,8 +8,8 @@ h11 parses requests; responses are written as the exact bytes of `labs.worker.wi
 choose the framing itself, and the point here is to choose it: chunked, Content-Length or
 close-delimited). One connection serves requests one after another (keep-alive) until the client
 closes, the settings say `Connection: close`, or the framing is close-delimited; an answer to
-anything but a completion (a probe, the model list, a 404) always closes it (`_probe_answer` says
-why: a tunnel's byte budget is per connection).
+anything but a streamed completion (a whole answer, a probe, the model list, a 404) always closes
+it (`_probe_answer` and `wire.completion_plan` say why: a tunnel's byte budget is per connection).
 
 For the lab (issue 14): every completion request is an `Attempt` in `RunningWorker.attempts`
 (`labs.worker.attempts`); a request for a cell that is not one of `RunningWorker.current_cells`

@@ -265,11 +265,21 @@ def completion_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT
     `finish=empty` gives `""`. An `error_after` within the answer gives a 200 with a top-level
     `error` instead (some gateways do that), so the defect is visible without streaming too
     (Messages: Anthropic's error body; Responses: a `response` with status `failed`).
+
+    It always closes the connection after it (`Connection: close`): a lab fault is a toxiproxy
+    `limit_data` budget, counted per TCP connection and laid out for one streamed answer
+    (faults/layout.py), and a whole answer is shorter than that budget. Kept alive in a router's
+    pool, the connection would hand the next cell's stream a budget this answer had partly spent:
+    in an `--all` run of smg+finish_fix, claude-code's non-streamed request left one behind and
+    pi-coding-agent's retry got `message_start` and a ping, then silence, where the fault promised
+    5 tokens (issue 25). The probes close for the same reason (`server._probe_answer`). A streamed
+    answer keeps the connection: under a budget fault it never completes, and `Connection: close`
+    on a stream is what makes undici 6.24 take a cut for a whole body (shared/notes/clients.md).
     """
     if dialect is not Dialect.CHAT:
         settings = single_choice(settings)
         body = _json(DIALECT_WIRES[dialect].body(settings))
-        return _single_body_plan(settings, 200, body, expected_answer(settings))
+        return _single_body_plan(settings, 200, body, expected_answer(settings), close=True)
     answer = expected_answer(settings)
     if answer.error is not None:
         body = _json({"error": answer.error})
@@ -299,7 +309,7 @@ def completion_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT
                 "usage": _usage(settings, answer),
             }
         )
-    return _single_body_plan(settings, 200, body, answer)
+    return _single_body_plan(settings, 200, body, answer, close=True)
 
 
 def error_plan(
@@ -341,14 +351,19 @@ def _single_body_plan(
     *,
     echo_settings: bool = True,
     extra_headers: tuple[str, ...] = (),
+    close: bool = False,
 ) -> ResponsePlan:
+    """One JSON body; `close` sends `Connection: close` and ends the connection after it, whatever
+    the settings say."""
     framed = _frame(settings.framing, body)
     segment = Segment(kind="body", choice=None, event=body, framed=framed)
+    if close and not settings.connection_close:
+        extra_headers = (*extra_headers, "connection: close")
     return ResponsePlan(
         head=_head(settings, status, "application/json", len(framed), echo_settings=echo_settings, extra_headers=extra_headers),
         segments=(segment,),
         end=_end(settings.framing),
-        closes=_closes(settings),
+        closes=close or _closes(settings),
         answer=answer,
     )
 

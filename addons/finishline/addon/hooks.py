@@ -70,6 +70,11 @@ METADATA_KEY = "finish_fix"
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:", Verdict.MALFORMED: ":x:"}
 
 
+def _request_facts(flow: http.HTTPFlow) -> RequestFacts:
+    """The request's facts, with the time it was sent in whole Unix seconds (rule R8's `created_at`)."""
+    return RequestFacts.from_body(flow.request.raw_content, created_at=int(flow.request.timestamp_start))
+
+
 class FinishFix:
     def __init__(self) -> None:
         # Per dialect, the compiled path regex (None: that dialect is off).
@@ -175,7 +180,7 @@ class FinishFix:
         dialect = self._dialect_of(flow)
         if dialect is None or self.policy.first_token_timeout <= 0:
             return
-        request = RequestFacts.from_body(flow.request.raw_content)
+        request = _request_facts(flow)
         if request.stream:
             cut_hook.watch_head(flow, HeadWait(dialect, self.policy, request, flow.request.timestamp_start))
 
@@ -195,7 +200,7 @@ class FinishFix:
         waited = watch if isinstance(watch, HeadWait) else None
         repair = StreamRepair(
             dialect=dialect,
-            request=waited.request if waited is not None else RequestFacts.from_body(flow.request.raw_content),
+            request=waited.request if waited is not None else _request_facts(flow),
             policy=self.policy,
             started_at=flow.request.timestamp_start,
             sent_at=waited.sent_at if waited is not None else None,
@@ -229,7 +234,7 @@ class FinishFix:
             dialect = self._dialect_of(flow)
             if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")
-                request = RequestFacts.from_body(flow.request.raw_content)
+                request = _request_facts(flow)
                 missing = book_missing_response(flow.error.msg, client_gone=client_gone, model=request.model, dialect=dialect)
                 self._book(flow, missing, request)
             return
@@ -242,7 +247,7 @@ class FinishFix:
     def _on_whole_response(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
         response = flow.response
         assert response is not None
-        request = RequestFacts.from_body(flow.request.raw_content)
+        request = _request_facts(flow)
         result = repair_completion(
             response.raw_content or b"",
             request,

@@ -46,6 +46,7 @@ POLICY_OPTIONS = {
     "finish_fix_first_token_timeout",
     "finish_fix_limit_reasons",
     "finish_fix_responses_indexes",
+    "finish_fix_responses_fields",
 }
 
 
@@ -129,6 +130,16 @@ def _declare_repairs(loader: Loader) -> None:
         "Fill in the sequence_number, output_index and content_index a Responses event lacks "
         "(true or false), from the stream's own order: llama.cpp sends none, and openai-python's "
         "responses.stream() helper then fails. A value the server sent is never changed.",
+        choices=sorted(BOOLEANS),
+    )
+    loader.add_option(
+        "finish_fix_responses_fields",
+        str,
+        "true",
+        "Fill in the created_at and model a Responses response.created or response.in_progress "
+        "lacks (true or false), from the request: its model, and the time it was sent. llama.cpp "
+        "sends neither there, and the AI SDK then fails the whole stream. A value the server sent "
+        "is never changed.",
         choices=sorted(BOOLEANS),
     )
 
@@ -235,6 +246,7 @@ def read_policy(options: Any) -> RepairPolicy:
         first_token_timeout=_seconds("finish_fix_first_token_timeout", options.finish_fix_first_token_timeout),
         limit_reasons=_boolean("finish_fix_limit_reasons", options.finish_fix_limit_reasons),
         responses_indexes=_boolean("finish_fix_responses_indexes", options.finish_fix_responses_indexes),
+        responses_fields=_boolean("finish_fix_responses_fields", options.finish_fix_responses_fields),
     )
 
 
