@@ -19,7 +19,7 @@ import pytest
 
 from faults.child_processes import run_child, start_child
 from finishline import RepairPolicy, RequestFacts, StreamRepair, Verdict
-from finishline.commands import addon_path
+from finishline.install import addon_path
 from labs.gateways.finish_fix_scrape import metrics_url_in
 from labs.gateways.services import MITM_LISTENING
 from tests.otlp_receiver import running_otlp_receiver

@@ -14,7 +14,7 @@ puts scripts for every scheme).
 
 `finishline grade gateway|server ...` is `python -m labs.grade ...` (the same parser, options and
 exit statuses: 0 passed, 1 a check failed, 2 could not run). It is also the one check that
-finishline's `labs` and `faults` are the ones Python would import (`maybe_shadowed`): they are
+finishline's `labs` and `faults` are the ones Python would import (`finishline.install.maybe_shadowed`): they are
 common names, and a project that has its own (found first on sys.path, or imported already) hides
 ours. The pytest plugin (`finishline.pytest_plugin`) asks it before it imports the graders, and so
 does this command, so both say so in one line rather than fail with a ModuleNotFoundError deep
@@ -26,29 +26,16 @@ standard library only); mitmproxy once it runs mitmdump, the graders once it gra
 
 from __future__ import annotations
 
-import importlib.util
 import sys
-from pathlib import Path
 
-__all__ = ["COMMANDS", "addon_path", "finish_fix", "finishline", "maybe_shadowed"]
+from finishline.install import addon_path, maybe_shadowed
+
+__all__ = ["COMMANDS", "finish_fix", "finishline"]
 
 #: The only argument of `finish-fix` itself; mitmdump has no option of that name.
 ADDON_PATH_FLAG = "--addon-path"
 #: The subcommands of `finishline`.
 COMMANDS = ("grade",)
-#: finishline's packages beside this one, each with a file only finishline's has: a package of that
-#: name without it is someone else's. (`finishline` itself is ours: this module is in it.)
-OUR_PACKAGES = {"labs": "grade/cli.py", "faults": "toxiproxy_server.py"}
-
-
-def addon_path() -> Path:
-    """The finish_fix addon's script in this package, `finishline/addon/finish_fix.py`: the file to
-    give `mitmdump -s` or `mitmweb -s` wherever finishline is importable (an installed wheel, or a
-    checkout's venv). A checkout also has `addons/finish_fix.py`, which a stock mitmproxy loads
-    without installing anything; both make the same addon."""
-    return Path(__file__).resolve().parent / "addon" / "finish_fix.py"
-
-
 def finish_fix(argv: list[str] | None = None) -> int:
     """`finish-fix [MITMDUMP ARGUMENTS]` or `finish-fix --addon-path`; returns the exit status."""
     arguments = sys.argv[1:] if argv is None else list(argv)
@@ -70,22 +57,6 @@ def finish_fix(argv: list[str] | None = None) -> int:
         return _refuse(f"finish-fix needs mitmproxy in its environment ({sys.executable}): {error}; reinstall finishline")
     # Its usage and error lines name sys.argv[0], which is `finish-fix` here.
     return mitmdump(["-s", str(script), *arguments]) or 0
-
-
-def maybe_shadowed() -> str | None:
-    """Why finishline's packages cannot be imported, as a clause for a one-line error ("`labs` here
-    is /project/labs/__init__.py, not finishline's `labs` package, which it hides"); None when
-    Python would import finishline's own."""
-    for name, marker in OUR_PACKAGES.items():
-        # A top-level name is found without running any code; one imported already gives its own spec.
-        spec = importlib.util.find_spec(name)
-        if spec is None:
-            return f"finishline's `{name}` package is not importable by {sys.executable}"
-        folders = [Path(folder) for folder in spec.submodule_search_locations or ()]
-        if not any((folder / marker).is_file() for folder in folders):
-            where = spec.origin if spec.origin and spec.origin != "namespace" else ", ".join(map(str, folders))
-            return f"`{name}` here is {where}, not finishline's `{name}` package, which it hides"
-    return None
 
 
 def finishline(argv: list[str] | None = None) -> int:

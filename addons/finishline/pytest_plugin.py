@@ -25,7 +25,7 @@ project with its own `labs` package could not start pytest at all (its `labs` ha
 one that did start would find our `labs` in `sys.modules` in place of its own. So the entry point is
 this module of the `finishline` package, importing only the standard library, pytest and the core
 (standard library only). The graders' side (`labs.grade.pytest_plugin`) is imported when an option
-is used or a fixture is requested, after `finishline.commands.maybe_shadowed` has checked that
+is used or a fixture is requested, after `finishline.install.maybe_shadowed` has checked that
 `labs` and `faults` are finishline's: if a project's own package hides ours, that is one line, not
 a traceback.
 """
@@ -40,7 +40,7 @@ from typing import Any
 import pytest
 
 from finishline import Dialect
-from finishline.commands import maybe_shadowed
+from finishline.install import maybe_shadowed
 
 #: The dialects' words, as the core spells them (`Dialect`).
 _DIALECTS = tuple(dialect.value for dialect in Dialect)

@@ -30,7 +30,7 @@ import trio
 
 from faults.child_processes import ChildStartError, bind_failed, free_port
 from finishline import Dialect
-from finishline.commands import addon_path
+from finishline.install import addon_path
 from labs.cell_ids import cell_id_of
 from labs.gateways.registry import (
     BooksReader,
