@@ -36,6 +36,8 @@ __all__ = ["COMMANDS", "finish_fix", "finishline"]
 ADDON_PATH_FLAG = "--addon-path"
 #: The subcommands of `finishline`.
 COMMANDS = ("grade",)
+
+
 def finish_fix(argv: list[str] | None = None) -> int:
     """`finish-fix [MITMDUMP ARGUMENTS]` or `finish-fix --addon-path`; returns the exit status."""
     arguments = sys.argv[1:] if argv is None else list(argv)
