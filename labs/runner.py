@@ -60,6 +60,7 @@ from labs.cell_requests import cell_request, run_probe, summarised
 from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
+from labs.dialects import LAB_DIALECTS
 from labs.evidence import probe_id, probe_model_name
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
@@ -373,7 +374,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
             )
         )
         # The dialects the run's clients speak: the Python host imports their libraries before its hello.
-        run_dialects = tuple(d for d in Dialect if any(c.dialect == d for c in planned))
+        run_dialects = tuple(d for d in LAB_DIALECTS if any(c.dialect == d for c in planned))
         hosts = await stack.enter_async_context(open_driver_hosts(client_names, run_dir, run_dialects))
         if config.worker != SIMULATED:
             report(f"{config.worker}: capturing its healthy answers", 0, total)
@@ -499,7 +500,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
                 "hub": s.hub_policy.value if s.hub_policy else None,
                 "workers": s.pool_workers,
             }
-            for d in Dialect
+            for d in LAB_DIALECTS
             for s in config.scenarios
             if d in spoken_dialects(planned, s)
         ],
@@ -510,7 +511,7 @@ async def run_lab(config: LabConfig, progress: Callable[[str, int, int], None] |
         cells=results,
         clients_by_dialect={
             d.value: [c for c in CLIENTS_BY_DIALECT[d] if any(p.dialect == d and p.client == c for p in planned)]
-            for d in Dialect
+            for d in LAB_DIALECTS
             if any(p.dialect == d for p in planned)
         },
         not_applicable=plan_not_applicable(config),

@@ -12,6 +12,7 @@ import trio
 import finishline_pytest
 from faults.child_processes import free_port
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.grade.gateway_plan import card_check_ids
 from labs.grade.server_checks import SERVER_CHECKS
 from labs.grade.server_suites import SERVER_SUITES
@@ -95,7 +96,7 @@ def test_server_checks_in_another_dialect(pytester, finishline_worker):
 
 def test_the_plugins_dialect_words_are_the_cores(pytester):
     # Typed in the plugin so that collecting imports nothing heavy; they must be the core's words.
-    assert finishline_pytest._DIALECTS == tuple(Dialect) and finishline_pytest._DIALECTS[0] == Dialect.CHAT
+    assert finishline_pytest._DIALECTS == LAB_DIALECTS and finishline_pytest._DIALECTS[0] == Dialect.CHAT
     result = pytester.runpytest(
         "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider"
     )

@@ -30,6 +30,7 @@ from ._deadlines import head_deadline
 from ._dialect import Dialect
 from ._error_ending import StreamErrorWriter
 from ._errors import LocalProtocolError
+from ._gemini import GeminiBody, is_stream_path, repair_gemini_body
 from ._inference import infer_finish_reason
 from ._injected import sse_event
 from ._no_head import NO_HEAD_STATUS, NoHeadAnswer, answer_no_head
@@ -64,6 +65,7 @@ __all__ = [
     "Dialect",
     "Event",
     "EventFramer",
+    "GeminiBody",
     "Injection",
     "InjectionKind",
     "Interruption",
@@ -85,9 +87,11 @@ __all__ = [
     "book_missing_response",
     "head_deadline",
     "infer_finish_reason",
+    "is_stream_path",
     "looks_like_chat_stream",
     "read_number",
     "repair_completion",
+    "repair_gemini_body",
     "sse_event",
     "stream_dialect",
     "transcribe_chat_stream",

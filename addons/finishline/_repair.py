@@ -60,7 +60,7 @@ from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._responses import ResponsesRules
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
-from ._rules import DIALECT_RULES, event_dialect
+from ._rules import DIALECT_FRAMERS, DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
 from ._verdict import (
     MALFORMED_OUTRANKS,
@@ -151,7 +151,7 @@ class StreamRepair:
         self._policy = policy
         self._started_at = started_at
         self._sent_at = sent_at if sent_at is not None else started_at
-        self._framer = EventFramer()
+        self._framer = DIALECT_FRAMERS.get(Dialect(dialect), EventFramer)()
         self._phase = Phase.STREAMING
         self._ended = False
         self._first_token_seen = False

@@ -1,7 +1,7 @@
 """Which rules read a stream of each dialect, and which dialect an event belongs to.
 
 Every dialect's rules are a class of the same shape (`_chat.ChatRules`, `_messages.MessagesRules`,
-`_responses.ResponsesRules`), one instance per stream, read by the one machine
+`_responses.ResponsesRules`, `_gemini.GeminiRules`), one instance per stream, read by the one machine
 (`_repair.StreamRepair`) through `DIALECT_RULES`:
 
 * `read(event)` -> (type, parsed data); `keepalives`: the types that are no event (M6);
@@ -22,17 +22,24 @@ from __future__ import annotations
 
 from ._chat import ChatRules
 from ._dialect import Dialect
+from ._gemini import GeminiRules
+from ._json_array import GeminiFramer
 from ._messages import EVENT_TYPES as MESSAGES_EVENT_TYPES
 from ._messages import MessagesRules
 from ._responses import ResponsesRules
+from ._sse import EventFramer
 
-__all__ = ["DIALECT_RULES", "event_dialect"]
+__all__ = ["DIALECT_FRAMERS", "DIALECT_RULES", "event_dialect"]
 
-DIALECT_RULES: dict[Dialect, type[ChatRules] | type[MessagesRules] | type[ResponsesRules]] = {
+DIALECT_RULES: dict[Dialect, type[ChatRules] | type[MessagesRules] | type[ResponsesRules] | type[GeminiRules]] = {
     Dialect.CHAT: ChatRules,
     Dialect.MESSAGES: MessagesRules,
     Dialect.RESPONSES: ResponsesRules,
+    Dialect.GEMINI: GeminiRules,
 }
+# The framers of the dialects not framed as SSE alone (the others: `EventFramer`): Gemini is SSE or
+# one JSON array (`_json_array`), whichever the stream's first byte shows.
+DIALECT_FRAMERS: dict[Dialect, type[EventFramer]] = {Dialect.GEMINI: GeminiFramer}
 
 
 def event_dialect(message: object, kind: str | None) -> Dialect | None:
@@ -42,6 +49,8 @@ def event_dialect(message: object, kind: str | None) -> Dialect | None:
         return None
     if "choices" in message or message.get("object") == "chat.completion.chunk":
         return Dialect.CHAT
+    if "candidates" in message or "promptFeedback" in message:
+        return Dialect.GEMINI
     if not isinstance(kind, str) or kind == "error":
         return None
     if kind.startswith("response."):
