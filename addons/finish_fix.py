@@ -1,10 +1,11 @@
-"""finish_fix: make every OpenAI-compatible stream end the way its spec says, in three dialects.
+"""finish_fix: make every OpenAI-compatible stream end the way its spec says, in four dialects.
 
     mitmdump -s addons/finish_fix.py --mode reverse:https://api.example.com
 
 Streams every `text/event-stream` response; those whose request path matches `finish_fix_paths`
-(Chat Completions), `finish_fix_messages_paths` (Anthropic Messages) or `finish_fix_responses_paths`
-(OpenAI Responses) go through finishline's repair core (`addons/finishline/`, standard library only)
+(Chat Completions), `finish_fix_messages_paths` (Anthropic Messages), `finish_fix_responses_paths`
+(OpenAI Responses) or `finish_fix_gemini_paths` (Google Gemini, whose `:streamGenerateContent`
+without `alt=sse` streams one JSON array as `application/json`) go through finishline's repair core (`addons/finishline/`, standard library only)
 in that dialect: a missing or empty `finish_reason` (Messages: `stop_reason`) is supplied before the
 terminator, and a stream the upstream cut gets the dialect's explicit error event instead of just
 stopping, and so does one that goes silent past a deadline
@@ -47,8 +48,11 @@ from finishline import (
     StreamRepair,
     Verdict,
     book_missing_response,
+    gemini_request_facts,
+    is_stream_path,
     read_number,
     repair_completion,
+    repair_gemini_body,
 )
 
 logger = logging.getLogger(__name__)
@@ -57,11 +61,16 @@ METADATA_KEY = "finish_fix"
 DEFAULT_PATHS = r"(^|/)chat/completions/?$"
 DEFAULT_MESSAGES_PATHS = r"(^|/)messages/?$"
 DEFAULT_RESPONSES_PATHS = r"(^|/)responses/?$"
+# Every client and gateway puts its own prefix before the model (`/v1/models/…`, `/v1beta/…`,
+# Vertex's `/v1beta1/projects/…`, LiteLLM's `/models/…` and `/gemini/…`, Code Assist's
+# `/v1internal`): only the method suffix is common to them all.
+DEFAULT_GEMINI_PATHS = r":(streamGenerateContent|generateContent)$"
 # Each dialect's path option and its default, in the order a path is tried against them.
 PATH_OPTIONS = {
     Dialect.CHAT: ("finish_fix_paths", DEFAULT_PATHS),
     Dialect.MESSAGES: ("finish_fix_messages_paths", DEFAULT_MESSAGES_PATHS),
     Dialect.RESPONSES: ("finish_fix_responses_paths", DEFAULT_RESPONSES_PATHS),
+    Dialect.GEMINI: ("finish_fix_gemini_paths", DEFAULT_GEMINI_PATHS),
 }
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:", Verdict.MALFORMED: ":x:"}
 BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
@@ -79,9 +88,14 @@ POLICY_OPTIONS = {
 }
 
 
-def _request_facts(flow: http.HTTPFlow) -> RequestFacts:
-    """The request's facts, with the time it was sent in whole Unix seconds (rule R8's `created_at`)."""
-    return RequestFacts.from_body(flow.request.raw_content, created_at=int(flow.request.timestamp_start))
+def _request_facts(flow: http.HTTPFlow, dialect: Dialect | None) -> RequestFacts:
+    """The request's facts, with the time it was sent in whole Unix seconds (rule R8's `created_at`);
+    a Gemini request's also from its path (whether and how it streams, its model)."""
+    facts = RequestFacts.from_body(flow.request.raw_content, created_at=int(flow.request.timestamp_start))
+    if dialect is Dialect.GEMINI:
+        path, _, query = flow.request.path.partition("?")
+        return gemini_request_facts(facts, path, query)
+    return facts
 
 
 class FinishFix:
@@ -125,6 +139,16 @@ class FinishFix:
             "Regex searched in the request path selecting the requests repaired as OpenAI "
             "Responses. The default matches any path ending in responses, e.g. /v1/responses. "
             "Empty: Responses is off.",
+        )
+        loader.add_option(
+            "finish_fix_gemini_paths",
+            str,
+            DEFAULT_GEMINI_PATHS,
+            "Regex searched in the request path (without the query, so ?alt=sse does not matter) "
+            "selecting the requests repaired as Google Gemini: streams (SSE, or the JSON array "
+            "without alt=sse) and whole :generateContent bodies. The default matches any path ending "
+            "in :streamGenerateContent or :generateContent, e.g. "
+            "/v1beta/models/gemini-2.5-flash:streamGenerateContent. Empty: Gemini is off.",
         )
         loader.add_option(
             "finish_fix_on_cut",
@@ -340,16 +364,16 @@ class FinishFix:
         dialect = self._dialect_of(flow)
         if dialect is None or self.policy.first_token_timeout <= 0:
             return
-        request = _request_facts(flow)
+        request = _request_facts(flow, dialect)
         if request.stream:
             finish_fix_cut_hook.watch_head(flow, HeadWait(dialect, self.policy, request, flow.request.timestamp_start))
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
-        if not _is_event_stream(response):
-            return  # buffered by mitmproxy; rule C9 runs in `response`
         dialect = self._dialect_of(flow)
+        if not _is_event_stream(response) and not _is_gemini_array_stream(flow, dialect):
+            return  # buffered by mitmproxy; rules C9 and G6 run in `response`
         if dialect is None:
             response.stream = True
             return
@@ -360,7 +384,7 @@ class FinishFix:
         waited = watch if isinstance(watch, HeadWait) else None
         repair = StreamRepair(
             dialect=dialect,
-            request=waited.request if waited is not None else _request_facts(flow),
+            request=waited.request if waited is not None else _request_facts(flow, dialect),
             policy=self.policy,
             started_at=flow.request.timestamp_start,
             sent_at=waited.sent_at if waited is not None else None,
@@ -394,7 +418,7 @@ class FinishFix:
             dialect = self._dialect_of(flow)
             if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")
-                request = _request_facts(flow)
+                request = _request_facts(flow, dialect)
                 missing = book_missing_response(flow.error.msg, client_gone=client_gone, model=request.model, dialect=dialect)
                 self._book(flow, missing, request)
             return
@@ -407,7 +431,10 @@ class FinishFix:
     def _on_whole_response(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
         response = flow.response
         assert response is not None
-        request = _request_facts(flow)
+        request = _request_facts(flow, dialect)
+        if dialect is Dialect.GEMINI:
+            self._on_whole_gemini_body(flow, request)
+            return
         result = repair_completion(
             response.raw_content or b"",
             request,
@@ -428,6 +455,40 @@ class FinishFix:
                 dialect=dialect,
                 client_bytes=len(result.body),
                 repairs=tuple(result.repairs),
+                corrections=result.corrections,
+            ),
+            request,
+        )
+
+    def _on_whole_gemini_body(self, flow: http.HTTPFlow, request: RequestFacts) -> None:
+        """G6: a cut whole body becomes HTTP 503 with Gemini's error body (the SDKs judge a whole
+        body by its status alone); G7 with `finish_fix_limit_reasons`."""
+        response = flow.response
+        assert response is not None
+        length = response.headers.get("content-length", "")
+        result = repair_gemini_body(
+            response.raw_content or b"",
+            status=response.status_code,
+            content_encoding=_content_encoding(response),
+            limit_reasons=self.policy.limit_reasons,
+            max_tokens=request.max_tokens,
+            expected_length=int(length) if length.isdigit() else None,
+        )
+        if result.verdict in (Verdict.REPAIRED, Verdict.INTERRUPTED):
+            if result.status != response.status_code:
+                response.status_code = result.status
+                response.reason = "Service Unavailable"
+                response.headers["content-type"] = "application/json; charset=UTF-8"
+            response.content = result.body
+        self._book(
+            flow,
+            Booking(
+                verdict=result.verdict,
+                detail=result.detail,
+                model=request.model,
+                dialect=Dialect.GEMINI,
+                client_bytes=len(result.body),
+                repairs=result.repairs,
                 corrections=result.corrections,
             ),
             request,
@@ -486,7 +547,7 @@ class FinishFix:
 
     def _dialect_of(self, flow: http.HTTPFlow) -> Dialect | None:
         """The dialect whose path option matches the request's path (without the query), tried in
-        the order Chat, Messages, Responses; None when the flow is not in scope."""
+        the order Chat, Messages, Responses, Gemini; None when the flow is not in scope."""
         path = flow.request.path.partition("?")[0]
         for dialect, regex in self.paths.items():
             if regex is not None and regex.search(path) is not None:
@@ -522,6 +583,19 @@ def _seconds(option: str, text: str) -> float:
 
 def _is_event_stream(response: http.Response) -> bool:
     return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
+
+
+def _is_gemini_array_stream(flow: http.HTTPFlow, dialect: Dialect | None) -> bool:
+    """A Gemini `:streamGenerateContent` answered as one JSON array (no `alt=sse`): streamed and
+    repaired like an event stream, not buffered as a whole body (an error status is buffered)."""
+    response = flow.response
+    assert response is not None
+    return (
+        dialect is Dialect.GEMINI
+        and response.status_code < 400
+        and is_stream_path(flow.request.path.partition("?")[0])
+        and "json" in response.headers.get("content-type", "").lower()
+    )
 
 
 def _content_encoding(response: http.Response) -> str:

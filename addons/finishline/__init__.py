@@ -31,6 +31,7 @@ from ._dialect import Dialect
 from ._error_ending import StreamErrorWriter
 from ._errors import LocalProtocolError
 from ._gemini import GeminiBody, is_stream_path, repair_gemini_body
+from ._gemini import request_facts as gemini_request_facts
 from ._inference import infer_finish_reason
 from ._injected import sse_event
 from ._no_head import NO_HEAD_STATUS, NoHeadAnswer, answer_no_head
@@ -86,6 +87,7 @@ __all__ = [
     "answer_no_head",
     "book_missing_response",
     "head_deadline",
+    "gemini_request_facts",
     "infer_finish_reason",
     "is_stream_path",
     "looks_like_chat_stream",

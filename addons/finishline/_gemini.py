@@ -31,6 +31,8 @@ deadline, G5). The whole-body rule G6 is `repair_gemini_body`.
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 from . import _wording as wording
@@ -39,6 +41,7 @@ from ._injected import sse_event
 from ._json import UNREADABLE, json_or_unreadable
 from ._json_array import ArrayPiece
 from ._json_edit import JsonPath, edit_json, rewrite_event
+from ._request import RequestFacts
 from ._routine_chunks import DECLINE
 from ._sse import Event
 from ._verdict import Correction, InjectionKind, TokenUsage, Verdict
@@ -55,6 +58,7 @@ __all__ = [
     "error_payload",
     "is_stream_path",
     "repair_gemini_body",
+    "request_facts",
 ]
 
 # What a cut is reported as: Google's own word and code for a backend that is not there (its error
@@ -71,6 +75,9 @@ ERROR = "error"
 ARRAY_END = "]"
 # Rule G7's id, as docs/repair-rules.md numbers it and the books name it.
 _RULE = "G7"
+# The model a path names: `/v1beta/models/gemini-2.5-flash:streamGenerateContent`, Vertex's
+# `…/publishers/google/models/{model}:…`.
+_MODEL_IN_PATH = re.compile(r"models/([^/:]+):[A-Za-z]+/?$")
 
 
 def error_payload(message: str, *, code: int = CUT_ERROR_CODE, status: str = CUT_ERROR_STATUS) -> dict[str, Any]:
@@ -82,6 +89,18 @@ def error_payload(message: str, *, code: int = CUT_ERROR_CODE, status: str = CUT
 def is_stream_path(path: str) -> bool:
     """Whether a request path (without the query) asks for a stream: `:streamGenerateContent`."""
     return path.rstrip("/").endswith(":streamGenerateContent")
+
+
+def request_facts(facts: RequestFacts, path: str, query: str) -> RequestFacts:
+    """A Gemini request's facts that its path says, not its body: whether it streams (the
+    `:streamGenerateContent` suffix; the body has no `stream` flag), in which form (JSON array
+    unless the query says `alt=sse`), and the model (`…/models/{model}:…`), when the body named
+    none (it never does)."""
+    stream = is_stream_path(path)
+    array = stream and "alt=sse" not in query.split("&")
+    named = _MODEL_IN_PATH.search(path)
+    model = facts.model if facts.model is not None or named is None else named.group(1)
+    return replace(facts, stream=stream, json_array_stream=array, model=model)
 
 
 class GeminiRules:
@@ -299,7 +318,13 @@ class GeminiBody(NamedTuple):
 
 
 def repair_gemini_body(
-    body: bytes, *, status: int, limit_reasons: bool, max_tokens: int | None, expected_length: int | None = None
+    body: bytes,
+    *,
+    status: int,
+    limit_reasons: bool,
+    max_tokens: int | None,
+    expected_length: int | None = None,
+    content_encoding: str = "",
 ) -> GeminiBody:
     """G6: a whole `:generateContent` body. Valid JSON passes with its candidates' reasons as they
     are (with `limit_reasons`, one candidate's `STOP` at `max_tokens` is sent as `MAX_TOKENS`, G7);
@@ -308,6 +333,9 @@ def repair_gemini_body(
     status alone, so a 200 with an error body would read as an empty answer."""
     if status >= 400:
         return GeminiBody(status, body, Verdict.HTTP_ERROR, wording.http_error_detail(status))
+    encoding = content_encoding.strip().lower()
+    if encoding not in ("", "identity"):  # cannot be read (rule C10's reason)
+        return GeminiBody(status, body, Verdict.SKIPPED, wording.skipped_detail(wording.compressed_body(encoding)))
     parsed = json_or_unreadable(body)
     short = expected_length is not None and len(body) < expected_length
     if parsed is UNREADABLE or short:
