@@ -194,6 +194,7 @@ class GeminiFramer(EventFramer):
                 break
         del held[:cut]
         self._scan = position - cut
+        self._value_start -= cut  # (an element still open started after the last piece's end)
         if (self._closed or self._opaque) and held:
             pieces.extend(self._frame_array())
         return pieces
