@@ -35,11 +35,12 @@ from mitmproxy import contentviews, ctx, exceptions, http
 
 import finish_fix_cut_hook
 from finish_fix_books import BodyCopy, Ledger, parse_size
-from finish_fix_stream import ClientStream, HeadWait, stream_of
+from finish_fix_stream import ClientStream, GeminiBodyWait, HeadWait, stream_of
 from finish_fix_telemetry import Telemetry
 from finish_fix_view import SseChatView
 from finishline import (
     Booking,
+    CutCause,
     Dialect,
     NumberRefused,
     OnCut,
@@ -373,6 +374,16 @@ class FinishFix:
         assert response is not None
         dialect = self._dialect_of(flow)
         if not _is_event_stream(response) and not _is_gemini_array_stream(flow, dialect):
+            if dialect is Dialect.GEMINI and response.status_code < 400:
+                # G6: a whole body cut before its end is answered by the core, not mitmproxy's 502.
+                length = response.headers.get("content-length", "")
+                wait = GeminiBodyWait(
+                    _request_facts(flow, dialect),
+                    self.policy,
+                    status=response.status_code,
+                    content_length=int(length) if length.isdigit() else None,
+                )
+                finish_fix_cut_hook.watch_whole_body(flow, wait)
             return  # buffered by mitmproxy; rules C9 and G6 run in `response`
         if dialect is None:
             response.stream = True
@@ -410,6 +421,20 @@ class FinishFix:
     def error(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
         if stream is None:
+            body_wait = finish_fix_cut_hook.whole_body_watch_of(flow)
+            if isinstance(body_wait, GeminiBodyWait) and body_wait.answer is not None:
+                # A whole body cut mid-way: the cut hook answered the client with the core's answer (G6).
+                answer = body_wait.answer
+                booking = Booking(
+                    verdict=answer.verdict,
+                    detail=answer.detail,
+                    model=body_wait.request.model,
+                    dialect=Dialect.GEMINI,
+                    client_bytes=len(answer.body),
+                    cause=CutCause.TRANSPORT_ERROR,
+                )
+                self._book(flow, booking, body_wait.request)
+                return
             watch = finish_fix_cut_hook.head_watch_of(flow)
             if isinstance(watch, HeadWait) and watch.answer is not None:
                 # No response head in time: the cut hook answered the client with the core's answer.

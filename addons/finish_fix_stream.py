@@ -17,16 +17,19 @@ from typing import TYPE_CHECKING
 from mitmproxy import http
 
 from finish_fix_books import BodyCopy
-from finish_fix_cut_hook import CutHandler, HeadWatch
+from finish_fix_cut_hook import CutHandler, HeadWatch, WholeBodyWatch
 from finishline import (
     ClientEnding,
     Dialect,
+    GeminiBody,
     NoHeadAnswer,
     RepairPolicy,
     RequestFacts,
     StreamRepair,
+    Verdict,
     answer_no_head,
     head_deadline,
+    repair_gemini_body,
 )
 
 if TYPE_CHECKING:
@@ -163,6 +166,44 @@ class HeadWait(HeadWatch):
             dialect=self.dialect, timeout=self.policy.first_token_timeout, request=self.request, elapsed=now - self.started_at
         )
         return http.Response.make(answer.status, answer.body, {"content-type": answer.content_type})
+
+
+class GeminiBodyWait(WholeBodyWatch):
+    """A whole Gemini `:generateContent` body mitmproxy is buffering: if the upstream dies before
+    its end (shorter than its Content-Length, a reset), the client gets the core's answer (rule
+    G6: HTTP 503 and Gemini's error body) instead of mitmproxy's 502, kept here for the books.
+
+    Args:
+        request: what the request said.
+        status: the response's status.
+        content_length: the response's Content-Length, if it had one.
+    """
+
+    __slots__ = ("request", "status", "content_length", "policy", "answer")
+
+    def __init__(self, request: RequestFacts, policy: RepairPolicy, *, status: int, content_length: int | None) -> None:
+        self.request = request
+        self.policy = policy
+        self.status = status
+        self.content_length = content_length
+        #: What the client was answered, once the body was cut.
+        self.answer: GeminiBody | None = None
+
+    def on_body_cut(self, body: bytes, message: str) -> http.Response | None:
+        # However long the body the upstream announced, a cut one is shorter than it (a body with no
+        # length announced that breaks off is cut all the same: one byte more is what it lacks).
+        expected = self.content_length if self.content_length is not None else len(body) + 1
+        answer = repair_gemini_body(
+            body,
+            status=self.status,
+            limit_reasons=self.policy.limit_reasons,
+            max_tokens=self.request.max_tokens,
+            expected_length=max(expected, len(body) + 1),
+        )
+        if answer.verdict is not Verdict.INTERRUPTED:  # (an error status: mitmproxy's way)
+            return None
+        self.answer = answer
+        return http.Response.make(answer.status, answer.body, {"content-type": "application/json; charset=UTF-8"})
 
 
 def stream_of(flow: http.HTTPFlow) -> ClientStream | None:
