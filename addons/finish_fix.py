@@ -40,7 +40,6 @@ from finish_fix_telemetry import Telemetry
 from finish_fix_view import SseChatView
 from finishline import (
     Booking,
-    CutCause,
     Dialect,
     NumberRefused,
     OnCut,
@@ -53,7 +52,6 @@ from finishline import (
     is_stream_path,
     read_number,
     repair_completion,
-    repair_gemini_body,
 )
 
 logger = logging.getLogger(__name__)
@@ -374,15 +372,8 @@ class FinishFix:
         assert response is not None
         dialect = self._dialect_of(flow)
         if not _is_event_stream(response) and not _is_gemini_array_stream(flow, dialect):
-            if dialect is Dialect.GEMINI and response.status_code < 400:
-                # G6: a whole body cut before its end is answered by the core, not mitmproxy's 502.
-                length = response.headers.get("content-length", "")
-                wait = GeminiBodyWait(
-                    _request_facts(flow, dialect),
-                    self.policy,
-                    status=response.status_code,
-                    content_length=int(length) if length.isdigit() else None,
-                )
+            if dialect is Dialect.GEMINI:  # G6, even for a body the upstream cuts before its end
+                wait = GeminiBodyWait.of(response, _request_facts(flow, dialect), self.policy)
                 finish_fix_cut_hook.watch_whole_body(flow, wait)
             return  # buffered by mitmproxy; rules C9 and G6 run in `response`
         if dialect is None:
@@ -424,16 +415,7 @@ class FinishFix:
             body_wait = finish_fix_cut_hook.whole_body_watch_of(flow)
             if isinstance(body_wait, GeminiBodyWait) and body_wait.answer is not None:
                 # A whole body cut mid-way: the cut hook answered the client with the core's answer (G6).
-                answer = body_wait.answer
-                booking = Booking(
-                    verdict=answer.verdict,
-                    detail=answer.detail,
-                    model=body_wait.request.model,
-                    dialect=Dialect.GEMINI,
-                    client_bytes=len(answer.body),
-                    cause=CutCause.TRANSPORT_ERROR,
-                )
-                self._book(flow, booking, body_wait.request)
+                self._book(flow, body_wait.booking(body_wait.answer), body_wait.request)
                 return
             watch = finish_fix_cut_hook.head_watch_of(flow)
             if isinstance(watch, HeadWait) and watch.answer is not None:
@@ -457,8 +439,16 @@ class FinishFix:
         response = flow.response
         assert response is not None
         request = _request_facts(flow, dialect)
-        if dialect is Dialect.GEMINI:
-            self._on_whole_gemini_body(flow, request)
+        wait = finish_fix_cut_hook.whole_body_watch_of(flow)
+        if isinstance(wait, GeminiBodyWait):  # G6, G7
+            answer = wait.judge(response.raw_content or b"", cut=False)
+            if answer.status != response.status_code:  # a cut body: the core's 503 (G6)
+                flow.response = http.Response.make(
+                    answer.status, answer.body, {"content-type": "application/json; charset=UTF-8"}
+                )
+            elif answer.verdict is Verdict.REPAIRED:
+                response.content = answer.body
+            self._book(flow, wait.booking(answer), wait.request)
             return
         result = repair_completion(
             response.raw_content or b"",
@@ -480,40 +470,6 @@ class FinishFix:
                 dialect=dialect,
                 client_bytes=len(result.body),
                 repairs=tuple(result.repairs),
-                corrections=result.corrections,
-            ),
-            request,
-        )
-
-    def _on_whole_gemini_body(self, flow: http.HTTPFlow, request: RequestFacts) -> None:
-        """G6: a cut whole body becomes HTTP 503 with Gemini's error body (the SDKs judge a whole
-        body by its status alone); G7 with `finish_fix_limit_reasons`."""
-        response = flow.response
-        assert response is not None
-        length = response.headers.get("content-length", "")
-        result = repair_gemini_body(
-            response.raw_content or b"",
-            status=response.status_code,
-            content_encoding=_content_encoding(response),
-            limit_reasons=self.policy.limit_reasons,
-            max_tokens=request.max_tokens,
-            expected_length=int(length) if length.isdigit() else None,
-        )
-        if result.verdict in (Verdict.REPAIRED, Verdict.INTERRUPTED):
-            if result.status != response.status_code:
-                response.status_code = result.status
-                response.reason = "Service Unavailable"
-                response.headers["content-type"] = "application/json; charset=UTF-8"
-            response.content = result.body
-        self._book(
-            flow,
-            Booking(
-                verdict=result.verdict,
-                detail=result.detail,
-                model=request.model,
-                dialect=Dialect.GEMINI,
-                client_bytes=len(result.body),
-                repairs=result.repairs,
                 corrections=result.corrections,
             ),
             request,
@@ -611,16 +567,11 @@ def _is_event_stream(response: http.Response) -> bool:
 
 
 def _is_gemini_array_stream(flow: http.HTTPFlow, dialect: Dialect | None) -> bool:
-    """A Gemini `:streamGenerateContent` answered as one JSON array (no `alt=sse`): streamed and
-    repaired like an event stream, not buffered as a whole body (an error status is buffered)."""
+    """A Gemini stream as one JSON array (no `alt=sse`): repaired like an event stream, not buffered."""
     response = flow.response
     assert response is not None
-    return (
-        dialect is Dialect.GEMINI
-        and response.status_code < 400
-        and is_stream_path(flow.request.path.partition("?")[0])
-        and "json" in response.headers.get("content-type", "").lower()
-    )
+    stream = dialect is Dialect.GEMINI and is_stream_path(flow.request.path.partition("?")[0])
+    return stream and response.status_code < 400 and "json" in response.headers.get("content-type", "").lower()
 
 
 def _content_encoding(response: http.Response) -> str:
