@@ -103,7 +103,8 @@ def test_a_malformed_stream_is_an_error_span_whatever_else_it_was(dialect):
 
 
 @pytest.mark.parametrize(
-    ("dialect", "provider"), [(Dialect.CHAT, "openai"), (Dialect.MESSAGES, "anthropic"), (Dialect.RESPONSES, "openai")]
+    ("dialect", "provider"),
+    [(Dialect.CHAT, "openai"), (Dialect.MESSAGES, "anthropic"), (Dialect.RESPONSES, "openai"), (Dialect.GEMINI, "gcp.gemini")],
 )
 def test_the_provider_is_the_dialects_api(dialect, provider):
     assert span_attributes(booking(dialect=dialect), REQUEST, server=("h", 1))["gen_ai.provider.name"] == provider
