@@ -10,19 +10,17 @@ gateway with the cell's settings and its own id.
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
 from finishline import Dialect
+from labs.cell_result import CellResult
 from labs.clients import LAB_API_KEY
 from labs.evidence import probe_expected, probe_id, probe_json, probe_model_name
 from labs.gateways.services import Gateway
 from labs.outcome import ClientReport, Expected, Judgement, Outcome, judge
 from labs.scenario import Scenario
-
-if TYPE_CHECKING:
-    from labs.runner import CellResult
 
 __all__ = ["cell_request", "run_probe", "summarised"]
 

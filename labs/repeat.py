@@ -20,10 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from labs.runner import CellResult
+from labs.cell_result import CellResult
 
 __all__ = ["merge_repeats", "repeat_record", "split_text"]
 

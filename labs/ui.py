@@ -19,7 +19,7 @@ from faults.toxiproxy_server import open_toxiproxy_server
 from labs.entry import run_command
 from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING
 from labs.processes import open_service
-from labs.runner import TUNNEL
+from labs.scenario_run import TUNNEL
 from labs.worker.server import open_worker
 
 #: Where `make ui` keeps its logs and finish_fix's ledger (one folder per start, kept after exit).

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from faults.child_processes import START_DEADLINE_S, ChildProcess, ChildStartError, start_child
-from finish_fix_command import addon_path
+from finishline.install import addon_path
 from labs.gateways.services import MITM_LISTENING
 
 __all__ = ["MitmdumpError", "Mitmdump", "REPO_ROOT", "FINISH_FIX_SCRIPT", "mitmdump_executable", "running_mitmdump"]

@@ -11,10 +11,10 @@ from mitmproxy import exceptions
 from mitmproxy import flow as mitm_flow
 from mitmproxy.test import taddons, tflow, tutils
 
-import finish_fix
-import finish_fix_cut_hook
-import finish_fix_stream
 import finishline
+from finishline.addon import cut_hook
+from finishline.addon.hooks import FinishFix
+from finishline.addon.stream import HeadWait, stream_of
 from tests.feeding import chunk, data_events, sse
 
 HEALTHY = sse(chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]")
@@ -22,12 +22,12 @@ HEALTHY = sse(chunk("Hel"), chunk("lo"), chunk(finish_reason="stop"), b"[DONE]")
 
 @pytest.fixture
 def addon():
-    fix = finish_fix.FinishFix()
+    fix = FinishFix()
     with taddons.context(fix) as tctx:
         tctx.configure(fix)
         fix.tctx = tctx
         yield fix
-    finish_fix_cut_hook.uninstall()
+    cut_hook.uninstall()
 
 
 def make_flow(
@@ -196,7 +196,7 @@ def test_malformed_stream_passes_byte_for_byte_and_is_marked_and_commented(addon
 def test_cut_through_the_hook_sends_an_error_event_and_books_it(addon):
     flow = make_flow()
     sent = stream_through(addon, flow, [sse(chunk("x")) + b'data: {"par'], end="cut")
-    action = finish_fix_stream.stream_of(flow).on_upstream_failure("peer closed connection without sending complete message body")
+    action = stream_of(flow).on_upstream_failure("peer closed connection without sending complete message body")
     assert action.end_response is True
     assert data_events(action.client_bytes)[0]["error"]["code"] == "stream_interrupted"
     flow.error = flow.error or mitm_flow.Error("peer closed connection")
@@ -217,7 +217,7 @@ def test_cut_with_pass_lets_mitmproxy_close_as_usual(addon):
     addon.tctx.configure(addon, finish_fix_on_cut="pass")
     flow = make_flow()
     stream_through(addon, flow, [sse(chunk("x")) + b"data: {"], end="cut")
-    action = finish_fix_stream.stream_of(flow).on_upstream_failure("reset")
+    action = stream_of(flow).on_upstream_failure("reset")
     assert action == finishline.ClientEnding(b"data: {", end_response=False)
 
 
@@ -225,7 +225,7 @@ def test_a_stall_found_by_the_timer_sends_an_error_event_and_books_it(addon):
     addon.tctx.configure(addon, finish_fix_idle_timeout="2", finish_fix_first_token_timeout="0")
     flow = make_flow()
     sent = stream_through(addon, flow, [sse(chunk("x"), chunk("y"))], end="cut")
-    stream = finish_fix_stream.stream_of(flow)
+    stream = stream_of(flow)
     last_event = stream.repair._last_event_at
     assert stream.next_stall_check(last_event) == last_event + 2
     assert stream.on_timer(last_event + 1.9) is None
@@ -233,7 +233,7 @@ def test_a_stall_found_by_the_timer_sends_an_error_event_and_books_it(addon):
     assert ending.end_response is True
     assert "no event for 2 s after 2 events" in data_events(ending.client_bytes)[0]["error"]["message"]
     assert stream.on_timer(last_event + 3) is None  # the stream is over: nothing more
-    flow.error = mitm_flow.Error(finish_fix_cut_hook.STALL_MESSAGE)
+    flow.error = mitm_flow.Error(cut_hook.STALL_MESSAGE)
     addon.error(flow)
     record = flow.metadata["finish_fix"]
     assert record["verdict"] == "interrupted" and record["interruption"]["cause"] == "stalled"
@@ -245,8 +245,8 @@ def test_a_streaming_request_in_scope_waits_for_its_head_under_the_first_token_d
     flow = make_flow("/v1/messages", body=b'{"model": "m1", "stream": true}')
     addon.requestheaders(flow)
     addon.request(flow)
-    watch = finish_fix_cut_hook.head_watch_of(flow)
-    assert isinstance(watch, finish_fix_stream.HeadWait) and watch.dialect is finishline.Dialect.MESSAGES
+    watch = cut_hook.head_watch_of(flow)
+    assert isinstance(watch, HeadWait) and watch.dialect is finishline.Dialect.MESSAGES
     assert watch.next_head_check(0.0) is None  # not sent yet: the hook sets `sent_at` when it is
     watch.sent_at = 10.0
     assert watch.next_head_check(10.0) == 12.0
@@ -255,7 +255,7 @@ def test_a_streaming_request_in_scope_waits_for_its_head_under_the_first_token_d
     assert answer.status_code == 504 and answer.headers["content-type"] == "application/json"
     assert json.loads(answer.content)["error"]["type"] == "timeout_error"
     # What the cut hook does next: the flow carries the answer and its error, and the books close.
-    flow.response, flow.error = answer, mitm_flow.Error(finish_fix_cut_hook.NO_HEAD_MESSAGE)
+    flow.response, flow.error = answer, mitm_flow.Error(cut_hook.NO_HEAD_MESSAGE)
     addon.error(flow)
     record = flow.metadata["finish_fix"]
     assert record["verdict"] == "interrupted" and record["dialect"] == "messages"
@@ -280,7 +280,7 @@ def test_requests_the_first_token_deadline_does_not_govern_get_no_head_watch(add
     flow = make_flow(path, body=body)
     addon.requestheaders(flow)
     addon.request(flow)
-    assert finish_fix_cut_hook.head_watch_of(flow) is None
+    assert cut_hook.head_watch_of(flow) is None
 
 
 def test_a_head_that_came_keeps_the_first_token_deadline_counting_from_the_request(addon):
@@ -288,9 +288,9 @@ def test_a_head_that_came_keeps_the_first_token_deadline_counting_from_the_reque
     flow = make_flow()
     addon.requestheaders(flow)
     addon.request(flow)
-    finish_fix_cut_hook.head_watch_of(flow).sent_at = sent_at = flow.request.timestamp_start + 1
+    cut_hook.head_watch_of(flow).sent_at = sent_at = flow.request.timestamp_start + 1
     addon.responseheaders(flow)
-    stream = finish_fix_stream.stream_of(flow)
+    stream = stream_of(flow)
     assert stream.next_stall_check(sent_at + 3) == sent_at + 5
     assert stream.repair.request.model == "m1"
 
@@ -370,7 +370,7 @@ def test_a_misuse_the_adapter_catches_drops_no_held_byte(addon, monkeypatch):
 
 
 def test_a_flow_streaming_across_a_hot_reload_is_still_repaired_and_booked(tmp_path):
-    old, new = finish_fix.FinishFix(), finish_fix.FinishFix()
+    old, new = FinishFix(), FinishFix()
     ledger = tmp_path / "ledger.jsonl"
     with taddons.context(new) as tctx:
         tctx.configure(new, finish_fix_ledger=str(ledger))
@@ -380,10 +380,10 @@ def test_a_flow_streaming_across_a_hot_reload_is_still_repaired_and_booked(tmp_p
         sent = flow.response.stream(sse(chunk("x")))
         old.done()  # the reload: the old instance goes, the new one installs the hook
         new.running()
-        action = finish_fix_stream.stream_of(flow).on_upstream_failure("reset")
+        action = stream_of(flow).on_upstream_failure("reset")
         flow.error = mitm_flow.Error("reset")
         new.error(flow)
-    finish_fix_cut_hook.uninstall()
+    cut_hook.uninstall()
     assert sent and data_events(action.client_bytes)[0]["error"]["code"] == "stream_interrupted"
     assert json.loads(ledger.read_text())["verdict"] == "interrupted"
 

@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-import finish_fix
 from finishline import Dialect, EventFramer, RequestFacts, StreamRepair
+from finishline.addon.options import PATH_OPTIONS
 from labs.dialects import LAB_DIALECTS
 from tests.bench import API, Route, UpstreamBody, dialect_stream, read_stream
 from tests.upstream_server import Script, UpstreamServer
@@ -17,8 +17,8 @@ from tests.upstream_server import Script, UpstreamServer
 
 def _dialect_finish_fix_reads(path: str) -> Dialect | None:
     """The dialect finish_fix's default path options give `path`: the first that matches, in the
-    order the addon tries them (`finish_fix.PATH_OPTIONS`)."""
-    for dialect, (_, default) in finish_fix.PATH_OPTIONS.items():
+    order the addon tries them (`PATH_OPTIONS`)."""
+    for dialect, (_, default) in PATH_OPTIONS.items():
         if re.search(default, path):
             return dialect
     return None

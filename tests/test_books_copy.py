@@ -1,4 +1,4 @@
-"""finish_fix's bounded body copy (`finish_fix_books.BodyCopy`) against its definition: the whole
+"""finish_fix's bounded body copy (`finishline.addon.books.BodyCopy`) against its definition: the whole
 stream when it fits, else its first half-limit and last half-limit of bytes with a comment saying
 how many were left out; for a compressed body only its start. Any pieces, any limit, read any time."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from finish_fix_books import BodyCopy
+from finishline.addon.books import BodyCopy
 
 
 def _defined_copy(whole: bytes, limit: int, plain: bool) -> bytes:

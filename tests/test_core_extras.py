@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from finish_fix_books import BodyCopy, parse_size
 from finishline import RequestFacts, Verdict, infer_finish_reason, repair_completion, transcribe_chat_stream
+from finishline.addon.books import BodyCopy, parse_size
 from tests.feeding import chunk, sse
 
 

@@ -17,10 +17,10 @@ from mitmproxy.proxy.layers import http as http_layer
 from mitmproxy.proxy.layers.http import HttpLayer, HttpStream
 from mitmproxy.test import tflow
 
-import finish_fix_cut_hook
+from finishline.addon import cut_hook
 
 # sha256 of `inspect.getsource(HttpStream.<method>)` in mitmproxy 12.3.1. A new value means: read the
-# new method, check that finish_fix_cut_hook still does what mitmproxy would (states, hooks, commands,
+# new method, check that finishline.addon.cut_hook still does what mitmproxy would (states, hooks, commands,
 # the b"" end-of-body call), run the e2e cut tests, then move the pin together with the mitmproxy pin
 # in pyproject.toml.
 PINNED_SOURCES = {
@@ -54,11 +54,11 @@ EVENT_TO_CHILD = "1095f6e1581d1780afd5e87446b11eee0b12fb196c9be559f0fe15055436c8
 
 @pytest.mark.parametrize("method", sorted(PINNED_SOURCES))
 def test_the_methods_are_the_ones_we_read(method):
-    finish_fix_cut_hook.uninstall()
+    cut_hook.uninstall()
     source = inspect.getsource(getattr(HttpStream, method))
     digest = hashlib.sha256(source.encode()).hexdigest()
     assert digest == PINNED_SOURCES[method], (
-        f"mitmproxy's HttpStream.{method} changed; finish_fix_cut_hook depends on it. "
+        f"mitmproxy's HttpStream.{method} changed; finishline.addon.cut_hook depends on it. "
         "Re-verify the hook against the new source before moving the pin:\n" + source
     )
 
@@ -74,7 +74,7 @@ def test_wakeups_are_routed_back_to_the_stream_that_asked():
 def test_every_wakeup_a_stream_gets_is_finish_fixs():
     # The wrapper takes any Wakeup reaching an HttpStream as its stall timer: true only while
     # HttpStream asks for none of its own.
-    finish_fix_cut_hook.uninstall()
+    cut_hook.uninstall()
     assert "Wakeup" not in inspect.getsource(HttpStream), "HttpStream now uses wakeups of its own"
 
 
@@ -112,17 +112,17 @@ def test_the_names_the_hook_uses_still_exist():
 def test_install_wraps_once_and_uninstall_restores():
     original = HttpStream.__dict__["_handle_event"]
     try:
-        finish_fix_cut_hook.install()
+        cut_hook.install()
         wrapped = HttpStream.__dict__["_handle_event"]
-        assert wrapped is not original and finish_fix_cut_hook.installed()
+        assert wrapped is not original and cut_hook.installed()
         # A hot reload installs again with a new handler: still one wrapper around the original.
-        finish_fix_cut_hook.install()
+        cut_hook.install()
         assert HttpStream.__dict__["_handle_event"] is wrapped
         assert HttpStream.__dict__["_finishline_original_handle_event"] is original
     finally:
-        finish_fix_cut_hook.uninstall()
+        cut_hook.uninstall()
     assert HttpStream.__dict__["_handle_event"] is original
-    assert not finish_fix_cut_hook.installed()
+    assert not cut_hook.installed()
 
 
 class _Stream:
@@ -134,13 +134,13 @@ class _Stream:
         self.context = types.SimpleNamespace(client=client)
 
 
-class _DueWatch(finish_fix_cut_hook.HeadWatch):
+class _DueWatch(cut_hook.HeadWatch):
     def next_head_check(self, now):
         return now + 600.0
 
 
 def _book_head_timer(stream: _Stream) -> commands.RequestWakeup:
-    (wakeup,) = finish_fix_cut_hook._set_head_timer(stream, _DueWatch(), time.time())  # type: ignore[arg-type]
+    (wakeup,) = cut_hook._set_head_timer(stream, _DueWatch(), time.time())  # type: ignore[arg-type]
     return wakeup
 
 
@@ -148,12 +148,12 @@ def test_uninstall_waits_for_pending_timers_of_open_connections():
     # mitmproxy's own method refuses a Wakeup (an unexpected event), and a timer outlives its response:
     # until the pending ones arrived, the wrapper stays, swallowing them and nothing else.
     original = HttpStream.__dict__["_handle_event"]
-    finish_fix_cut_hook.install()
+    cut_hook.install()
     stream = _Stream()
     wakeup = _book_head_timer(stream)
-    finish_fix_cut_hook.uninstall()
-    assert HttpStream.__dict__["_handle_event"] is not original and not finish_fix_cut_hook.installed()
-    assert list(finish_fix_cut_hook._handle_event(stream, events.Wakeup(wakeup))) == []
+    cut_hook.uninstall()
+    assert HttpStream.__dict__["_handle_event"] is not original and not cut_hook.installed()
+    assert list(cut_hook._handle_event(stream, events.Wakeup(wakeup))) == []
     assert HttpStream.__dict__["_handle_event"] is original
 
 
@@ -162,24 +162,24 @@ def test_uninstall_restores_at_once_when_the_clients_with_pending_timers_left():
     # its client disconnects (then sets the client's timestamp_end), so that Wakeup never arrives and
     # must not keep the wrapper in place.
     original = HttpStream.__dict__["_handle_event"]
-    finish_fix_cut_hook.install()
+    cut_hook.install()
     stream = _Stream()
     _book_head_timer(stream)
     stream.context.client.timestamp_end = time.time()
-    finish_fix_cut_hook.uninstall()
+    cut_hook.uninstall()
     assert HttpStream.__dict__["_handle_event"] is original
 
 
 def test_a_drain_ends_at_the_next_event_once_the_client_waited_for_left():
     original = HttpStream.__dict__["_handle_event"]
-    finish_fix_cut_hook.install()
+    cut_hook.install()
     gone = _Stream()
     _book_head_timer(gone)
-    finish_fix_cut_hook.uninstall()
+    cut_hook.uninstall()
     assert HttpStream.__dict__["_handle_event"] is not original
     gone.context.client.timestamp_end = time.time()
     # Another connection's stream starts: mitmproxy's own method handles it, and is back in place.
     other = HttpStream(context.Context(tflow.tclient_conn(), options.Options()), 1)
-    assert list(finish_fix_cut_hook._handle_event(other, events.Start())) == []
+    assert list(cut_hook._handle_event(other, events.Start())) == []
     assert other.client_state == other.state_wait_for_request_headers
     assert HttpStream.__dict__["_handle_event"] is original

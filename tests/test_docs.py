@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 from mitmproxy.test import taddons
 
-import finish_fix
-import finish_fix_cut_hook
 from finishline import MALFORMED_OUTRANKS, Verdict
+from finishline.addon import cut_hook
+from finishline.addon.hooks import FinishFix
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -175,7 +175,7 @@ def test_each_docs_file_opens_with_a_contents_list_of_its_headings(page):
 @pytest.fixture(scope="module")
 def registered():
     """name -> (type name, default, help) of every option the real addon registers in `load`."""
-    addon = finish_fix.FinishFix()
+    addon = FinishFix()
     try:
         with taddons.context(addon) as tctx:
             return {
@@ -184,7 +184,7 @@ def registered():
                 if name.startswith(OPTION_PREFIX)
             }
     finally:
-        finish_fix_cut_hook.uninstall()
+        cut_hook.uninstall()
 
 
 def _cells(row: str) -> list[str]:

@@ -203,11 +203,11 @@ def test_saved_flows_carry_verdict_mark_comment_and_the_bytes_sent(
 
 
 def test_cut_repair_still_works_once_after_a_hot_reload(start_mitmdump, upstream: UpstreamServer, tmp_path) -> None:
-    # A copy of addons/ so the test can touch the script (mitmproxy reloads it when its mtime
-    # changes) without touching the checkout. A hook wrapped twice would send two error events.
-    addons = tmp_path / "addons"
-    shutil.copytree(FINISH_FIX_SCRIPT.parent, addons, ignore=shutil.ignore_patterns("__pycache__"))
-    script = addons / FINISH_FIX_SCRIPT.name
+    # A copy of the script (it imports the installed package) so the test can touch it (mitmproxy
+    # reloads it when its mtime changes) without touching the checkout. A hook wrapped twice would
+    # send two error events.
+    script = tmp_path / FINISH_FIX_SCRIPT.name
+    shutil.copyfile(FINISH_FIX_SCRIPT, script)
     mitmdump = start_mitmdump(mode=f"reverse:{upstream.origin}", scripts=[script])
     prefix = upstream.route(CUTS["fin-mid-chunk"])
     before = raw_post(chat_url(mitmdump.url, prefix))

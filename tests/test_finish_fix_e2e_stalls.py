@@ -192,10 +192,9 @@ def test_on_cut_stop_finishes_a_stall_as_success_but_books_it(start_finish_fix, 
 def test_a_timer_pending_when_the_script_fails_to_reload_is_swallowed(start_mitmdump, upstream: UpstreamServer, tmp_path):
     # A stall timer outlives its response; if finish_fix is unloaded (here: an edit that does not
     # import), mitmproxy's own method would refuse the timer's Wakeup and log a crash. A copy of
-    # addons/ so the test can break the script without touching the checkout.
-    addons = tmp_path / "addons"
-    shutil.copytree(FINISH_FIX_SCRIPT.parent, addons, ignore=shutil.ignore_patterns("__pycache__"))
-    script = addons / FINISH_FIX_SCRIPT.name
+    # the script (it imports the installed package) so the test can break it without touching the checkout.
+    script = tmp_path / FINISH_FIX_SCRIPT.name
+    shutil.copyfile(FINISH_FIX_SCRIPT, script)
     mitmdump = start_mitmdump(mode=f"reverse:{upstream.origin}", scripts=[script], options=DEADLINES)
     prefix = upstream.route(Script(pieces=chat_stream(ANSWER)))
     body = {"model": "e2e-model", "stream": True, "messages": [{"role": "user", "content": PROMPT}]}

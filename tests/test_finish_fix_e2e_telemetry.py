@@ -151,8 +151,8 @@ def test_with_both_off_neither_library_is_imported(tmp_path: Path):
     probe = (
         "import sys\n"
         "from mitmproxy.test import taddons\n"
-        "import finish_fix\n"
-        "fix = finish_fix.FinishFix()\n"
+        "from finishline.addon.hooks import FinishFix\n"
+        "fix = FinishFix()\n"
         "with taddons.context(fix) as tctx:\n"
         "    tctx.configure(fix)\n"
         "print(sorted({m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('prometheus_client', 'opentelemetry')}))\n"

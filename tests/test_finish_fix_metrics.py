@@ -1,4 +1,4 @@
-"""finish_fix's Prometheus metrics (addons/finish_fix_metrics.py, docs/telemetry.md), in process:
+"""finish_fix's Prometheus metrics (`finishline.addon.metrics`, docs/telemetry.md), in process:
 the metric names and labels of the contract, label values from closed sets only, what one booking
 adds, the server on its own thread scraped over a real socket, and the addon counting the flows it
 books exactly as its books do."""
@@ -14,11 +14,10 @@ from mitmproxy.exceptions import OptionsError
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-import finish_fix_metrics
-import finish_fix_stream
 from faults.child_processes import listening_ports
-from finish_fix_metrics import NO_CAUSE, MetricsServer, StreamMetrics, parse_listen_address
 from finishline import Booking, Correction, CutCause, Dialect, InjectionKind, RepairPolicy, RequestFacts, Verdict, answer_no_head
+from finishline.addon.metrics import NO_CAUSE, MetricsServer, StreamMetrics, parse_listen_address, process_metrics
+from finishline.addon.stream import stream_of
 from labs.dialects import LAB_DIALECTS
 from tests.feeding import chunk, run, sse
 from tests.gemini_streams import gemini_chunks, sse_body
@@ -256,7 +255,7 @@ def test_the_addon_counts_every_flow_it_books_as_its_books_do(addon):  # noqa: F
     cut = make_flow()
     stream_through(addon, cut, [sse(chunk("Hel"))], end="open")
     in_flight = scrape(httpx.get(server.url, timeout=10, trust_env=False).text)
-    finish_fix_stream.stream_of(cut).on_upstream_failure("reset")
+    stream_of(cut).on_upstream_failure("reset")
     cut.error = mitm_flow.Error("reset")
     addon.error(cut)
     after = scrape(httpx.get(server.url, timeout=10, trust_env=False).text)
@@ -283,4 +282,4 @@ def test_the_addon_counts_every_flow_it_books_as_its_books_do(addon):  # noqa: F
 
 
 def test_the_process_has_one_set_of_metrics_across_reloads():
-    assert finish_fix_metrics.process_metrics() is finish_fix_metrics.process_metrics()
+    assert process_metrics() is process_metrics()

@@ -1,4 +1,4 @@
-"""finish_fix's spans (addons/finish_fix_traces.py, docs/telemetry.md), in process: the attributes
+"""finish_fix's spans (`finishline.addon.traces`, docs/telemetry.md), in process: the attributes
 per verdict, the endpoint option, and the real SDK exporter sending to a real OTLP receiver
 (tests/otlp_receiver.py decodes its protobuf bytes), a `traceparent` continued, and a collector
 that refuses every connection costing one warning and the spans, nothing else."""
@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-import finish_fix_traces
-from finish_fix_traces import SCHEMA_URL, SpanExport, error_type, span_attributes, traces_endpoint
+import finishline.addon.traces
 from finishline import Booking, CutCause, Dialect, InjectionKind, RequestFacts, TokenUsage, Verdict, answer_no_head
+from finishline.addon.traces import SCHEMA_URL, SpanExport, error_type, span_attributes, traces_endpoint
 from labs.dialects import LAB_DIALECTS
 from tests.feeding import run
 from tests.otlp_receiver import refusing_otlp_endpoint, running_otlp_receiver
@@ -225,7 +225,7 @@ def test_a_dead_collector_costs_one_warning_and_the_spans(refusing_endpoint, cap
         export.close()
     assert export.dropped == 3
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
-    assert [record.name for record in warnings] == [finish_fix_traces.__name__], [r.getMessage() for r in warnings]
+    assert [record.name for record in warnings] == [finishline.addon.traces.__name__], [r.getMessage() for r in warnings]
     assert warnings[0].getMessage().startswith(f"finish_fix: cannot export spans to {refusing_endpoint} (")
     assert not [record for record in caplog.records if record.name.startswith("opentelemetry")]
 

@@ -13,12 +13,13 @@ import pytest
 import trio
 
 from faults.child_processes import run_child
+from labs.cell_books import attach_books
+from labs.cell_result import CellResult
 from labs.gateways import EXTERNAL, GATEWAYS, tool_envs
 from labs.gateways.registry import UnknownGateway, books_reader, entries, lookup, missing_installs
 from labs.gateways.services import BOOKS_NONE, Gateway, GatewayNotInstalled, books_entry, open_gateways, read_books
 from labs.gateways.smg import read_smg_books
 from labs.outcome import BOOKS_ERROR, BOOKS_OK, Outcome
-from labs.runner import CellResult, _attach_books
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,7 +167,7 @@ def test_a_gateway_without_per_request_records_says_none_never_a_blank():
         "direct": Gateway(name="direct", base_url="http://y"),
     }
     router, direct = _cell("vllm-router"), _cell("direct")
-    _attach_books([router, direct], gateways)
+    attach_books([router, direct], gateways)
     assert (router.books, router.books_mismatch) == ("none", False)
     assert direct.books is None
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import trio
 from trio.testing import MockClock
 
+from labs.cell_books import attach_books, wait_for_books
+from labs.cell_result import CellResult
 from labs.gateways.services import Gateway
-from labs.outcome import Outcome
-from labs.runner import BOOKS_NO_ENTRY, CellResult, _attach_books, _wait_for_books
+from labs.outcome import BOOKS_NO_ENTRY, Outcome
 from tests.fixtures_lab import run_trio
 
 
@@ -42,10 +43,10 @@ def test_a_cell_its_gateways_books_never_mention_is_reported_as_no_entry(tmp_pat
     results = [_cell("c0001", "litellm"), _cell("c0002", "litellm"), _cell("c0003", "direct")]
 
     async def wait():
-        await _wait_for_books(results, gateways, deadline_s=0.5)
+        await wait_for_books(results, gateways, deadline_s=0.5)
 
     run_trio(wait, deadline=10, clock=MockClock(autojump_threshold=0))
-    _attach_books(results, gateways)
+    attach_books(results, gateways)
     assert (results[0].books, results[0].books_mismatch) == ("ok", False)
     assert (results[1].books, results[1].books_entry, results[1].books_mismatch) == (BOOKS_NO_ENTRY, None, True)
     assert (results[2].books, results[2].books_mismatch) == (None, False)
@@ -66,10 +67,10 @@ def test_the_books_wait_ends_as_soon_as_every_entry_is_written(tmp_path):
 
             nursery.start_soon(write_late)
             # A deadline far beyond the test's own: only the entry appearing can end the wait.
-            await _wait_for_books(results, gateways, deadline_s=600)
+            await wait_for_books(results, gateways, deadline_s=600)
 
     run_trio(write_then_wait, deadline=20, clock=MockClock(autojump_threshold=0))
-    _attach_books(results, gateways)
+    attach_books(results, gateways)
     assert (results[0].books, results[0].books_mismatch) == ("error", True)
 
 
@@ -82,10 +83,10 @@ def test_a_cell_that_ended_long_ago_adds_no_wait_for_books_it_will_never_get(tmp
     async def wait():
         # The cell ended 600 s ago (trio's clock) with a deadline of 600 s: its time is up, so the
         # wait ends at once, far within the test's deadline.
-        await _wait_for_books(results, gateways, {"c0001": trio.current_time() - 600}, deadline_s=600)
+        await wait_for_books(results, gateways, {"c0001": trio.current_time() - 600}, deadline_s=600)
 
     run_trio(wait, deadline=10, clock=MockClock(autojump_threshold=0))
-    _attach_books(results, gateways)
+    attach_books(results, gateways)
     assert (results[0].books, results[0].books_mismatch) == (BOOKS_NO_ENTRY, True)
 
 
@@ -105,8 +106,8 @@ def test_a_cell_that_just_ended_is_still_waited_for(tmp_path):
             nursery.start_soon(write_late)
             now = trio.current_time()
             # c0001's time is up; c0002 just ended, so its entry is waited for.
-            await _wait_for_books(results, gateways, {"c0001": now - 600, "c0002": now}, deadline_s=600)
+            await wait_for_books(results, gateways, {"c0001": now - 600, "c0002": now}, deadline_s=600)
 
     run_trio(write_then_wait, deadline=20, clock=MockClock(autojump_threshold=0))
-    _attach_books(results, gateways)
+    attach_books(results, gateways)
     assert [r.books for r in results] == [BOOKS_NO_ENTRY, "ok"]

@@ -7,6 +7,7 @@ import pytest
 
 from finishline import Dialect
 from labs.cell_ids import cell_id_of
+from labs.cell_result import CellResult
 from labs.dialects import LAB_DIALECTS
 from labs.evidence import (
     PROBE_SETTINGS,
@@ -18,7 +19,6 @@ from labs.evidence import (
     probe_model_name,
 )
 from labs.outcome import ClientReport, Judgement, Outcome, judge
-from labs.runner import CellResult
 from labs.topology import attach_workers
 from labs.worker import Attempt, RunningWorker, WorkerSettings
 from labs.worker.settings import parse_settings
@@ -117,8 +117,8 @@ def test_the_runner_records_the_evidence_from_the_gateways_attempts_and_the_prob
 
 
 def test_a_cell_of_several_requests_is_booked_error_when_any_of_its_requests_is(tmp_path):
+    from labs.cell_books import attach_books
     from labs.gateways.services import Gateway
-    from labs.runner import _attach_books
 
     books = tmp_path / "books.jsonl"
     # c0001: a request that failed, one that succeeded; c0002: a request whose first try failed
@@ -152,7 +152,7 @@ def test_a_cell_of_several_requests_is_booked_error_when_any_of_its_requests_is(
         )
 
     several, healthy, single = cell("c0001", Outcome.ERROR, 2), cell("c0002", Outcome.OK, 2), cell("c0003", Outcome.OK, 0)
-    _attach_books([several, healthy, single], gateways)
+    attach_books([several, healthy, single], gateways)
     assert (several.books, several.books_mismatch) == ("error", False)
     assert several.books_entry is not None and several.books_entry["status"] == "failure"
     assert (healthy.books, healthy.books_mismatch) == ("ok", False)

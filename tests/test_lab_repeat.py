@@ -8,11 +8,11 @@ import pytest
 
 from finishline import Dialect
 from labs.__main__ import main
+from labs.cell_result import CellResult
 from labs.outcome import Outcome
 from labs.plan import LabConfig, repeat_label, run_labels
 from labs.repeat import merge_repeats, split_text
 from labs.report_html import cell_label, render_html
-from labs.runner import CellResult
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.table import cell_text, render_table
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from labs.cell_result import CellResult
 from labs.clients import AGENT_CLIENTS
 from labs.gateways.services import Gateway, books_entry
 from labs.hub import Hub, HubExchange, TunnelDropPolicy
 from labs.outcome import Outcome
-from labs.runner import CellResult
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.topology import attach_workers
 from labs.worker import RunningWorker, WorkerSettings

@@ -1,5 +1,5 @@
 """How the runner schedules one scenario's cells: its library cells at once, then its agent cells,
-a few at a time (labs/runner.py, `AGENT_JOBS`). A `--all` run that started a scenario's 28 agent
+a few at a time (labs/scenario_run.py, with labs/runner.py's `AGENT_JOBS`). A `--all` run that started a scenario's 28 agent
 CLIs beside its 70 library cells starved those past their deadlines on a 2-core machine.
 
 The hosts here only record when each request began and ended (trio's mock clock): what is tested is
@@ -13,8 +13,8 @@ import trio.testing
 from finishline import Dialect
 from labs.clients import AGENT_CLIENTS
 from labs.gateways.services import Gateway
-from labs.runner import _run_scenario
 from labs.scenario import CELL_ID_TEMPLATE, SCENARIO_DIR, load_scenario
+from labs.scenario_run import run_scenario
 from tests.fixtures_lab import run_trio
 
 LIBRARIES = ("openai-python", "pi-ai")
@@ -51,7 +51,7 @@ def _run_with_probes(agent_jobs: int) -> dict[str, tuple[float, float]]:
     ended: list[str] = []
 
     async def main() -> None:
-        await _run_scenario(
+        await run_scenario(
             scenario,
             Dialect.CHAT,
             cells,

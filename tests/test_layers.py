@@ -259,8 +259,11 @@ def is_cli(module: str) -> bool:
     return module.endswith("__main__") or module in COMMAND_LINES
 
 
-#: The lab's runner: the modules that run a lab, its topologies and its repeats.
-RUNNER = within("labs.runner", "labs.topology", "labs.repeat", "labs.workers", "labs.cell_requests")
+#: The lab's runner: the modules that run a lab, its topologies, a scenario's run, the cells' books
+#: and its repeats (a cell's result, `labs.cell_result`, is a type below them all).
+RUNNER = within(
+    "labs.runner", "labs.topology", "labs.scenario_run", "labs.cell_books", "labs.repeat", "labs.workers", "labs.cell_requests"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,10 @@ import pytest
 from mitmproxy import flow as mitm_flow
 from mitmproxy.test import taddons
 
-import finish_fix
-import finish_fix_cut_hook
-import finish_fix_stream
 from finishline import Booking, Dialect, Verdict, book_missing_response
+from finishline.addon import cut_hook
+from finishline.addon.hooks import FinishFix
+from finishline.addon.stream import stream_of
 from tests.feeding import chunk, sse
 from tests.test_addon import make_flow, stream_through
 
@@ -38,12 +38,12 @@ def _documented_keys() -> list[str]:
 @pytest.fixture
 def booked(tmp_path):
     """finish_fix with a ledger, and a way to read its lines as written."""
-    fix = finish_fix.FinishFix()
+    fix = FinishFix()
     ledger = tmp_path / "ledger.jsonl"
     with taddons.context(fix) as tctx:
         tctx.configure(fix, finish_fix_ledger=str(ledger))
         yield fix, lambda: ledger.read_text().splitlines()
-    finish_fix_cut_hook.uninstall()
+    cut_hook.uninstall()
 
 
 def _whole_response(fix) -> mitm_flow.Flow:
@@ -87,7 +87,7 @@ def test_a_stream_line_is_its_report_with_the_times_rounded(booked):
     fix, lines = booked
     flow = make_flow()
     stream_through(fix, flow, [sse(chunk("x"), b"[DONE]")])
-    report = finish_fix_stream.stream_of(flow).repair.report
+    report = stream_of(flow).repair.report
     (line,) = lines()
     assert line == json.dumps(
         {

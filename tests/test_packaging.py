@@ -1,4 +1,5 @@
-"""finish_fix works from a checkout with a stock mitmproxy, and its core is standard library only."""
+"""finish_fix works from a checkout with a stock mitmproxy, and its core is standard library only
+(and never imports the addon, its adapter to mitmproxy)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from faults.child_processes import run_child
-from finish_fix_command import addon_path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The script the docs name: `mitmdump -s addons/finish_fix.py` from a checkout.
+CHECKOUT_SCRIPT = ROOT / "addons" / "finish_fix.py"
 
 # Runs mitmdump with this checkout taken off sys.path (the venv's editable install puts it there),
 # as a mitmproxy installed with pip or pipx would run: only `-s` makes the addon's folder importable.
@@ -27,17 +29,20 @@ mitmdump()
 def test_the_core_imports_only_the_standard_library():
     code = (
         "import sys; sys.path.insert(0, 'addons'); import finishline; "
-        "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'finishline', '__main__'}))"
+        "print(sorted({m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'finishline', '__main__'}), "
+        "sorted(m for m in sys.modules if m.startswith('finishline.') and not m.startswith('finishline._')))"
     )
     result = run_child([sys.executable, "-I", "-c", code], cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    # Nothing beyond the standard library, and of the package only the core's private modules: not
+    # the addon (mitmproxy), the commands or the pytest plugin.
+    assert result.stdout.strip() == "[] []"
 
 
 @pytest.mark.e2e
 def test_a_stock_mitmdump_loads_the_addon_from_the_checkout(tmp_path):
-    # A bad value is refused by the addon's own `configure`: proof that the script and its sibling
-    # modules (the core among them) were found through -s alone.
+    # A bad value is refused by the addon's own `configure`: proof that the script and the package
+    # next to it (the core and the addon) were found through -s alone.
     args = [
         "--set",
         f"confdir={tmp_path}",
@@ -46,7 +51,7 @@ def test_a_stock_mitmdump_loads_the_addon_from_the_checkout(tmp_path):
         "--listen-port",
         "0",
         "-s",
-        str(addon_path()),
+        str(CHECKOUT_SCRIPT),
         "--set",
         "finish_fix_on_cut=bogus",
     ]

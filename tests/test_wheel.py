@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from faults.child_processes import run_child, start_child
-from finish_fix_command import addon_path
 from finishline import RepairPolicy, RequestFacts, StreamRepair, Verdict
+from finishline.install import addon_path
 from labs.gateways.finish_fix_scrape import metrics_url_in
 from labs.gateways.services import MITM_LISTENING
 from tests.otlp_receiver import running_otlp_receiver
@@ -77,7 +77,7 @@ def outside_stdlib():
 before = outside_stdlib()
 for name in names:
     importlib.import_module(name)
-print(" ".join(sorted(outside_stdlib() - before - set(names))))
+print(" ".join(sorted(outside_stdlib() - before - {name.split(".")[0] for name in names})))
 """
 
 
@@ -87,13 +87,13 @@ def _new_modules(*names: str) -> list[str]:
 
 def test_the_core_and_the_console_scripts_modules_import_only_the_standard_library():
     # A `finishline` import that pulled mitmproxy, the lab or httpx would cost every user that.
-    assert _new_modules("finishline", "finish_fix_command", "finishline_command") == []
+    assert _new_modules("finishline", "finishline.commands") == []
 
 
 def test_the_pytest_plugin_imports_nothing_beyond_pytest_and_the_standard_library():
     # pytest imports it in every run of every project: above all it must not reach `labs` (a
     # project's own `labs` would then be ours) or the graders' httpx, trio and mitmproxy.
-    assert _new_modules("pytest", "finishline_pytest") == ["finishline_command"]
+    assert _new_modules("pytest", "finishline.pytest_plugin") == []
 
 
 def test_finishline_grade_is_python_m_labs_grade():
@@ -113,8 +113,17 @@ def test_finishline_without_its_subcommand_is_one_line_naming_it(argv):
 
 
 def test_finish_fix_addon_path_is_the_one_the_lab_and_tests_use():
+    # The package's script (a checkout's venv has the package in addons/finishline), and the checkout's
+    # own `addons/finish_fix.py` is the same script.
     printed = _run([Path(sys.executable).parent / "finish-fix", "--addon-path"], timeout=60).strip()
-    assert Path(printed) == addon_path() == ROOT / "addons" / "finish_fix.py"
+    assert Path(printed) == addon_path() == ROOT / "addons" / "finishline" / "addon" / "finish_fix.py"
+    assert _code_of(addon_path()) == _code_of(ROOT / "addons" / "finish_fix.py")
+
+
+def _code_of(script: Path) -> list[str]:
+    """A script's lines without its docstring: what it does."""
+    body = script.read_text().split('"""')[-1]
+    return [line for line in body.splitlines() if line.strip()]
 
 
 # -- the wheel, installed ------------------------------------------------------------------------
@@ -128,6 +137,9 @@ class Installed:
 
     def bin(self, name: str) -> Path:
         return self.venv / "bin" / name
+
+    def purelib(self) -> Path:
+        return Path(_run([self.bin("python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).strip())
 
     def distributions(self) -> set[str]:
         listed = json.loads(_run([UV, "pip", "list", "--format", "json", "--python", self.bin("python")]))
@@ -155,16 +167,46 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 
 
 @pytest.mark.e2e
-def test_the_wheel_holds_the_four_things_and_no_test_or_node_modules(installed):
+def test_the_wheel_holds_three_packages_and_nothing_loose(installed):
     names = zipfile.ZipFile(installed.wheel).namelist()
     top = {name.split("/")[0] for name in names}
-    addon_modules = {path.name for path in addon_path().parent.glob("*.py")}
-    assert top == {"finishline", "labs", "faults", "finishline-0.1.0.dist-info"} | addon_modules, sorted(top)
-    assert {"finish_fix.py", "finish_fix_command.py", "finishline_command.py", "finishline_pytest.py"} <= addon_modules
+    assert top == {"finishline", "labs", "faults", "finishline-0.1.0.dist-info"}, sorted(top)
+    # The four things a user installs: the core, the addon and its script, the commands, the plugin.
+    assert {
+        "finishline/__init__.py",
+        "finishline/addon/finish_fix.py",
+        "finishline/addon/hooks.py",
+        "finishline/commands.py",
+        "finishline/pytest_plugin.py",
+    } <= set(names)
     assert not [name for name in names if "node_modules" in name or "__pycache__" in name]
     entry_points = zipfile.ZipFile(installed.wheel).read("finishline-0.1.0.dist-info/entry_points.txt").decode()
-    assert "finish-fix = finish_fix_command:main" in entry_points and "finishline = finishline_command:main" in entry_points
-    assert "[pytest11]\nfinishline = finishline_pytest" in entry_points
+    assert "finish-fix = finishline.commands:finish_fix" in entry_points
+    assert "finishline = finishline.commands:finishline" in entry_points
+    assert "[pytest11]\nfinishline = finishline.pytest_plugin" in entry_points
+
+
+@pytest.mark.e2e
+def test_installing_the_wheel_puts_three_packages_in_site_packages(installed):
+    # What the install wrote, by its own RECORD: every file under the three packages or the
+    # dist-info, but for the console scripts (in the venv's bin, outside site-packages).
+    listed = _run([installed.bin("python"), "-c", "from importlib.metadata import files; print(*files('finishline'), sep='\\n')"])
+    top = {Path(line).parts[0] for line in listed.splitlines() if not line.startswith("..")}
+    assert top == {"finishline", "labs", "faults", "finishline-0.1.0.dist-info"}, sorted(top)
+    assert {path.name for path in installed.purelib().glob("finish*")} == {"finishline", "finishline-0.1.0.dist-info"}
+
+
+@pytest.mark.e2e
+def test_the_installed_commands_answer_help_and_the_addon_path(installed):
+    # mitmdump's help under finish-fix's name, with mitmdump's own exit status for --help.
+    ours = run_child([str(installed.bin("finish-fix")), "--help"], timeout=60, env=_child_env())
+    theirs = run_child([str(installed.bin("mitmdump")), "--help"], timeout=60, env=_child_env())
+    assert ours.stdout.startswith("usage: finish-fix [options]") and theirs.stdout.startswith("usage: mitmdump [options]")
+    assert ours.returncode == theirs.returncode and "finish_fix" not in ours.stderr, ours.stderr
+    assert _run([installed.bin("finishline"), "--help"]).startswith("usage: finishline grade {gateway,server,lab-gateways}")
+    addon = Path(_run([installed.bin("finish-fix"), "--addon-path"]).strip())
+    assert addon == installed.purelib() / "finishline" / "addon" / "finish_fix.py"
+    assert addon.is_file()
 
 
 @pytest.mark.e2e
@@ -187,9 +229,7 @@ def _judged(body: bytes) -> Verdict:
 def test_the_installed_finish_fix_repairs_a_stream_in_front_of_the_worker(installed, finishline_worker, tmp_path):
     worker = finishline_worker("finish=omitted")
     addon = _run([installed.bin("finish-fix"), "--addon-path"]).strip()
-    assert Path(addon).parent == Path(
-        _run([installed.bin("python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).strip()
-    )
+    assert Path(addon) == installed.purelib() / "finishline" / "addon" / "finish_fix.py"
     argv = [
         installed.bin("finish-fix"),
         "--mode",
@@ -236,7 +276,7 @@ def test_the_installed_finish_fix_repairs_a_stream_in_front_of_the_worker(instal
 
 @pytest.mark.e2e
 def test_the_installed_addon_path_loads_in_a_plain_mitmdump(installed, tmp_path):
-    # A bad value refused by the addon's own `configure`: the script, its siblings and the core were
+    # A bad value refused by the addon's own `configure`: the script, the addon and the core were
     # all found from the printed path alone.
     addon = _run([installed.bin("finish-fix"), "--addon-path"]).strip()
     result = run_child(
@@ -287,7 +327,11 @@ def test_pytest_with_the_plugin_in_a_project_that_has_its_own_labs(installed, tm
         "    assert Path(labs.__file__).parent == Path(__file__).parent / 'labs'\n"
     )
     pytest_argv = [str(installed.bin("python")), "-m", "pytest", "-p", "no:cacheprovider"]
-    assert "--finishline-server-url" in _run([*pytest_argv, "--help"], cwd=project)  # the plugin is loaded
+    # pytest lists the plugin, from the installed package, and loads it.
+    plugin = installed.purelib() / "finishline" / "pytest_plugin.py"
+    listed = [line.strip() for line in _run([*pytest_argv, "-VV"], cwd=project).splitlines()]
+    assert f"finishline-0.1.0 at {plugin}" in listed, listed
+    assert "--finishline-server-url" in _run([*pytest_argv, "--help"], cwd=project)
     assert "1 passed" in _run([*pytest_argv, "-q"], cwd=project)
     graded = run_child(
         [*pytest_argv, "--finishline-server-url=http://127.0.0.1:9/v1"], timeout=120, cwd=project, env=_child_env()

@@ -2,7 +2,9 @@
 
 It lives next to `addons/finish_fix.py` so that `mitmdump -s addons/finish_fix.py` finds it with a
 stock mitmproxy install (mitmproxy puts the script's folder on sys.path); the tests and the lab import
-the same module under the same name.
+the same module under the same name. The package also holds what is installed with the core, none of
+which this module imports: the mitmproxy addon (`finishline.addon`), the console commands
+(`finishline.commands`) and the pytest plugin (`finishline.pytest_plugin`).
 
 Using it (one `StreamRepair` per response; it also serves as a judge of a server's streams)::
 

@@ -26,28 +26,36 @@ upstream event (rules C2, C11) by the JSON editor `_json_edit`, their sentences 
 A finish injected at a usage chunk counts for rule C4 only if no content followed it; otherwise the
 usage chunk was not the end, and a stream that then stops is a cut, never a success. The fast path
 (`_routine_chunks`) brings routine text chunks here through `on_routine`.
+
+The rules see their stream only through `_rule_interface.StreamServices`; the per-choice table they
+keep is `_choices`'.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import _wording as wording
 from ._choices import ChoiceState, all_finished, record_choice
 from ._dialect import Dialect
 from ._inference import infer_finish_reason
 from ._injected import DONE, ERROR_CODE, done_event, error_event, finishing_event
 from ._json import UNREADABLE, json_or_unreadable
 from ._json_edit import JsonPath, rewrite_event
-from ._phases import Signal
-from ._routine_chunks import DECLINE, MAY_STEADY, NOT_STEADY
+from ._routine_chunks import DECLINE, MAY_STEADY, NOT_STEADY, RoutineMatch
+from ._rule_interface import StreamServices
 from ._sse import Event
 from ._verdict import Correction, InjectionKind, TokenUsage
-
-if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
-    from ._repair import StreamRepair
-    from ._routine_chunks import RoutineMatch
+from ._wording import (
+    AFTER_CUT_STOPPED,
+    BEFORE_DONE,
+    BEFORE_USAGE_CHUNK,
+    appended_done,
+    content_after_injection,
+    injected_finish,
+    limit_reason_corrected,
+    rewrote_empty_reasons,
+)
 
 __all__ = ["ChatRules"]
 
@@ -56,6 +64,8 @@ _DONE_EVENT: Any = object()
 # Rule C11's id, as docs/repair-rules.md numbers it and the books name it.
 _RULE = "C11"
 _LENGTH = json.dumps("length").encode()
+# The upstream's chunk fields a finishing chunk finish_fix writes repeats (C3), as they came last.
+_CHUNK_FIELDS = ("id", "created", "model", "system_fingerprint")
 
 
 class ChatRules:
@@ -64,10 +74,19 @@ class ChatRules:
     dialect = Dialect.CHAT
     keepalives: frozenset[str] = frozenset()
     may_stop = True
-    __slots__ = ("_machine", "choices", "chunk_fields", "fields_from", "completion_tokens", "empty_rewritten", "held")
+    __slots__ = (
+        "_stream",
+        "choices",
+        "chunk_fields",
+        "fields_from",
+        "completion_tokens",
+        "empty_rewritten",
+        "held",
+        "_token_told",
+    )
 
-    def __init__(self, machine: StreamRepair) -> None:
-        self._machine = machine
+    def __init__(self, stream: StreamServices) -> None:
+        self._stream = stream
         self.choices: dict[int, ChoiceState] = {}
         # The upstream's `id`, `created`, `model`, `system_fingerprint` so far (for finishing chunks).
         self.chunk_fields: dict[str, Any] = {}
@@ -77,6 +96,9 @@ class ChatRules:
         self.empty_rewritten = 0
         # C11: the finish chunk waiting for its usage chunk (the event, its parsed data).
         self.held: tuple[Event, dict[str, Any]] | None = None
+        # The machine was told a token came (once is enough: most chunks carry one, and a flag read
+        # costs less than a call on the full path of every chunk).
+        self._token_told = False
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -97,15 +119,15 @@ class ChatRules:
         return self._release(chunk) + self._read(event, chunk)
 
     def _read(self, event: Event, chunk: Any) -> bytes:
-        machine = self._machine
+        stream = self._stream
         if chunk is _DONE_EVENT:
-            before = self._finish_choices(wording.BEFORE_DONE)
-            machine._move(Signal.DONE)
+            before = self._finish_choices(BEFORE_DONE)
+            stream.terminated()
             return before + event.raw
         if event.event_type == b"error":
             return self._on_error_event(event, chunk if isinstance(chunk, dict) else None)
         if chunk is UNREADABLE:  # not JSON, or not UTF-8: passed on as it came, booked `malformed` (rule C8)
-            machine._malformed()
+            stream.malformed()
             return event.raw
         if not isinstance(chunk, dict):
             return event.raw
@@ -118,19 +140,19 @@ class ChatRules:
         before = b""
         if not choices and isinstance(chunk.get("usage"), dict):
             # A usage-only chunk closes the stream; the finish chunk belongs before it.
-            before = self._finish_choices(wording.BEFORE_USAGE_CHUNK)
+            before = self._finish_choices(BEFORE_USAGE_CHUNK)
         empty_reasons = 0
         for choice in choices:
             if isinstance(choice, dict):
                 empty_reasons += self._on_choice(choice)
         raw = event.raw
-        if empty_reasons and machine._policy.empty_to_null:
+        if empty_reasons and stream.policy.empty_to_null:
             raw = self._rewrite_empty_reasons(event, chunk)
             self.empty_rewritten += empty_reasons
-        if machine._policy.limit_reasons and self._limit_may_hide_in(choices):
+        if stream.policy.limit_reasons and self._limit_may_hide_in(choices):
             if isinstance(chunk.get("usage"), dict):
                 return before + self._maybe_at_the_limit(event, chunk, chunk)
-            if machine._request.stream_usage:
+            if stream.request.stream_usage:
                 self.held = (event, chunk)
                 return before
         return before + raw
@@ -142,12 +164,12 @@ class ChatRules:
             if isinstance(choice, dict) and choice.get("finish_reason") == "":
                 choice["finish_reason"] = None
                 edits[("choices", position, "finish_reason")] = b"null"
-        return rewrite_event(event, edits, chunk, self._machine._line_ending())
+        return rewrite_event(event, edits, chunk, self._stream.line_ending())
 
     def _limit_may_hide_in(self, choices: list[Any]) -> bool:
         """C11: this chunk finishes the stream's one choice with `stop` and the request set a limit
         for one choice (with `n` > 1 the usage counts every choice, so none's limit shows in it)."""
-        request = self._machine._request
+        request = self._stream.request
         return (
             request.max_tokens is not None
             and request.choices == 1
@@ -162,7 +184,7 @@ class ChatRules:
         `usage_from` shows the completion tokens at or past the request's limit, else as it came."""
         usage = usage_from.get("usage") if isinstance(usage_from, dict) else None
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        limit = self._machine._request.max_tokens
+        limit = self._stream.request.max_tokens
         if limit is None or not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < limit:
             return event.raw
         choice = chunk["choices"][0]
@@ -170,12 +192,12 @@ class ChatRules:
         index = choice.get("index", 0)
         if isinstance(index, int) and index in self.choices:
             self.choices[index].finish_reason = "length"
-        machine = self._machine
-        machine._corrected(
+        stream = self._stream
+        stream.corrected(
             Correction.LIMIT_REASON,
-            wording.limit_reason_corrected(_RULE, upstream="stop", corrected="length", output_tokens=tokens, max_tokens=limit),
+            limit_reason_corrected(_RULE, upstream="stop", corrected="length", output_tokens=tokens, max_tokens=limit),
         )
-        return rewrite_event(event, {("choices", 0, "finish_reason"): _LENGTH}, expected, machine._line_ending())
+        return rewrite_event(event, {("choices", 0, "finish_reason"): _LENGTH}, expected, stream.line_ending())
 
     def _release(self, chunk: Any) -> bytes:
         """C11: the held finish chunk, decided by the event after it (`chunk`, its parsed data)."""
@@ -199,45 +221,47 @@ class ChatRules:
         if match.remembered is not self.fields_from:  # the same shape again: its fields are there
             self.chunk_fields.update(match.remembered)
             self.fields_from = match.remembered
-        if match.has_text:
-            self._machine._first_token_seen = True
-            if state.finish_reason is not None and not state.finished_by_upstream:
-                state.content_after_injection = True
+        if state.finish_reason is not None and not state.finished_by_upstream and match.has_text:
+            state.content_after_injection = True
         # Another piece of this shape changes nothing but the counts unless a finish finish_fix
         # injected is still believed: text after it would make it a cut.
         if state.finish_reason is None or state.finished_by_upstream or state.content_after_injection:
             return MAY_STEADY
         return NOT_STEADY
 
+    def note_sequence_number(self, number: int) -> None:
+        """Chat numbers no events: its steady path is never numbered."""
+
     def _on_choice(self, choice: dict[str, Any]) -> int:
         """Records one choice of a chunk (`_choices.record_choice`); returns 1 if its finish_reason
         is the empty string."""
         empty, token = record_choice(self.choices, choice)
-        if token:
-            self._machine._first_token_seen = True
+        if token and not self._token_told:
+            self._token_told = True
+            self._stream.token_seen()
         return empty
 
     def _on_error_event(self, event: Event, chunk: dict[str, Any] | None) -> bytes:
         error = chunk.get("error") if chunk is not None else None
         if isinstance(error, dict):
-            self._machine._upstream_error(label=error.get("code") or error.get("type"), message=error.get("message"))
+            self._stream.upstream_error(label=error.get("code") or error.get("type"), message=error.get("message"))
         else:
-            self._machine._upstream_error(label=None, message=error if chunk is not None else event.data or b"")
+            self._stream.upstream_error(label=None, message=error if chunk is not None else event.data or b"")
         return event.raw
 
     def _remember_chunk(self, chunk: dict[str, Any]) -> None:
-        for key in ("id", "created", "model", "system_fingerprint"):
+        for key in _CHUNK_FIELDS:
             if key in chunk:
                 self.chunk_fields[key] = chunk[key]
                 self.fields_from = None
-        self._machine._note_model(chunk.get("model"))
+        self._stream.note_model(chunk.get("model"))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             tokens = usage.get("completion_tokens")
             if isinstance(tokens, int) and not isinstance(tokens, bool):
                 self.completion_tokens = tokens
             prompt_tokens = usage.get("prompt_tokens")
-            self._machine.report.usage = TokenUsage(
+            self._stream.report.usage = TokenUsage(
                 input_tokens=prompt_tokens if isinstance(prompt_tokens, int) and not isinstance(prompt_tokens, bool) else None,
                 output_tokens=self.completion_tokens,
             )
@@ -250,40 +274,40 @@ class ChatRules:
 
     def terminator(self, how: str) -> bytes:
         """Rule C4: every choice finished, only [DONE] is missing."""
-        machine = self._machine
-        machine._repaired(wording.appended_done(how))
-        machine.report.injected.append({"kind": InjectionKind.DONE})
-        return done_event(machine._line_ending())
+        stream = self._stream
+        stream.repaired(appended_done(how))
+        stream.injected({"kind": InjectionKind.DONE})
+        return done_event(stream.line_ending())
 
     def cut_frames(self, message: str) -> bytes:
         """Rule C6: the one error event a cut ends with."""
-        self._machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "code": ERROR_CODE})
-        return error_event(message, self._machine._line_ending())
+        self._stream.injected({"kind": InjectionKind.ERROR_EVENT, "code": ERROR_CODE})
+        return error_event(message, self._stream.line_ending())
 
     def stop_frames(self) -> bytes:
         """finish_fix_on_cut=stop: finishing events and [DONE] (the books still say interrupted)."""
         if not self.choices:
             self.choices[0] = ChoiceState()
-        finishing = self._finish_choices(wording.AFTER_CUT_STOPPED)
-        self._machine.report.injected.append({"kind": InjectionKind.DONE})
-        return finishing + done_event(self._machine._line_ending())
+        finishing = self._finish_choices(AFTER_CUT_STOPPED)
+        self._stream.injected({"kind": InjectionKind.DONE})
+        return finishing + done_event(self._stream.line_ending())
 
     def closing_books(self) -> None:
         """What the report says at the end about the whole stream (rule C2's count, content after an
         injected finish, each choice's finish reason)."""
-        report = self._machine.report
+        report = self._stream.report
         report.finish_reasons = [
             state.finish_reason for _, state in sorted(self.choices.items()) if state.finish_reason is not None
         ]
         if self.empty_rewritten:
-            report.repairs.insert(0, wording.rewrote_empty_reasons(self.empty_rewritten))
-            self._machine._repaired_verdict()
+            report.repairs.insert(0, rewrote_empty_reasons(self.empty_rewritten))
+            self._stream.repaired_verdict()
         if any(choice.content_after_injection for choice in self.choices.values()):
-            report.repairs.append(wording.content_after_injection())
+            report.repairs.append(content_after_injection())
 
     def _finish_choices(self, where: str) -> bytes:
         """Rule C3: one finishing event per choice that carried deltas but never finished."""
-        machine = self._machine
+        stream = self._stream
         out = []
         for index in sorted(self.choices):
             state = self.choices[index]
@@ -293,11 +317,11 @@ class ChatRules:
                 tool_calls=state.tool_calls,
                 function_call=state.function_call,
                 completion_tokens=self.completion_tokens,
-                max_tokens=machine._request.max_tokens,
+                max_tokens=stream.request.max_tokens,
             )
             state.finish_reason = reason
-            fields, model = self.chunk_fields, machine._request.model or ""
-            out.append(finishing_event(index, reason, chunk_fields=fields, model=model, line_ending=machine._line_ending()))
-            machine.report.injected.append({"kind": InjectionKind.FINISH, "choice": index, "finish_reason": reason})
-            machine._repaired(wording.injected_finish(reason, index, where))
+            fields, model = self.chunk_fields, stream.request.model or ""
+            out.append(finishing_event(index, reason, chunk_fields=fields, model=model, line_ending=stream.line_ending()))
+            stream.injected({"kind": InjectionKind.FINISH, "choice": index, "finish_reason": reason})
+            stream.repaired(injected_finish(reason, index, where))
         return b"".join(out)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
-from . import _wording as wording
 from ._dialect import Dialect
 from ._inference import infer_finish_reason
 from ._json import json_or_unreadable
@@ -23,6 +22,14 @@ from ._json_edit import JsonPath, edit_json
 from ._messages import CORRECTED_REASONS, corrected_stop_reason, correction_words, infer_stop_reason, is_tool_block
 from ._request import RequestFacts
 from ._verdict import Correction, RepairPolicy, Verdict
+from ._wording import (
+    http_error_detail,
+    limit_reason_corrected,
+    repaired_detail,
+    set_finish_reason,
+    set_stop_reason,
+    skipped_detail,
+)
 
 __all__ = ["CompletionRepair", "repair_completion"]
 
@@ -52,26 +59,24 @@ def repair_completion(
     A response that is not one to repair passes as it came, with the verdict that says why: an error
     status (`http_error`), a compressed body or one that is not JSON (`skipped`)."""
     if status >= 400:
-        return CompletionRepair(Verdict.HTTP_ERROR, body, wording.http_error_detail(status), [])
+        return CompletionRepair(Verdict.HTTP_ERROR, body, http_error_detail(status), [])
     encoding = content_encoding.strip().lower()
     if encoding not in ("", "identity"):
         return CompletionRepair(
-            Verdict.SKIPPED, body, wording.skipped_detail(f"compressed body ({encoding}) passed through untouched"), []
+            Verdict.SKIPPED, body, skipped_detail(f"compressed body ({encoding}) passed through untouched"), []
         )
     if "json" not in content_type.lower():
-        return CompletionRepair(
-            Verdict.SKIPPED, body, wording.skipped_detail("not an event stream or a JSON chat completion"), []
-        )
+        return CompletionRepair(Verdict.SKIPPED, body, skipped_detail("not an event stream or a JSON chat completion"), [])
     completion = json_or_unreadable(body)
     if dialect is Dialect.MESSAGES:
         return _repair_message(body, completion, request, policy)
     if dialect is Dialect.RESPONSES:
         return _repair_response(body, completion, request, policy)
     if not isinstance(completion, dict) or not isinstance(completion.get("choices"), list):
-        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a chat completion"), [])
+        return CompletionRepair(Verdict.SKIPPED, body, skipped_detail("not a chat completion"), [])
     if completion.get("object", "chat.completion") != "chat.completion":
         return CompletionRepair(
-            Verdict.SKIPPED, body, wording.skipped_detail(f"not a chat completion ({completion.get('object')!r})"), []
+            Verdict.SKIPPED, body, skipped_detail(f"not a chat completion ({completion.get('object')!r})"), []
         )
     usage = completion.get("usage")
     completion_tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
@@ -96,9 +101,7 @@ def repair_completion(
         edits[("choices", 0, "finish_reason")] = json.dumps("length").encode()
         corrections.append(Correction.LIMIT_REASON)
         repairs.append(
-            wording.limit_reason_corrected(
-                "C11", upstream="stop", corrected="length", output_tokens=completion_tokens, max_tokens=limit
-            )
+            limit_reason_corrected("C11", upstream="stop", corrected="length", output_tokens=completion_tokens, max_tokens=limit)
         )
     for position, choice in enumerate(choices):
         if not isinstance(choice, dict) or choice.get("finish_reason"):
@@ -114,7 +117,7 @@ def repair_completion(
         )
         choice["finish_reason"] = reason
         edits[("choices", position, "finish_reason")] = json.dumps(reason).encode()
-        repairs.append(wording.set_finish_reason(reason, choice.get("index", position)))
+        repairs.append(set_finish_reason(reason, choice.get("index", position)))
     return _edited(body, completion, edits, repairs, corrections)
 
 
@@ -122,7 +125,7 @@ def _repair_message(body: bytes, message: object, request: RequestFacts, policy:
     """M7: a `message` with `stop_reason` null, "" or missing gets the reason M2 would infer; M8:
     an `end_turn` that hides a stop sequence or the limit is said as what it was."""
     if not isinstance(message, dict) or message.get("type") != "message":
-        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a Messages message"), [])
+        return CompletionRepair(Verdict.SKIPPED, body, skipped_detail("not a Messages message"), [])
     usage = message.get("usage")
     output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
     if not isinstance(output_tokens, int) or isinstance(output_tokens, bool):
@@ -150,7 +153,7 @@ def _repair_message(body: bytes, message: object, request: RequestFacts, policy:
         tool_use=any(is_tool_block(block) for block in blocks), output_tokens=output_tokens, max_tokens=request.max_tokens
     )
     message["stop_reason"] = reason
-    return _edited(body, message, {("stop_reason",): json.dumps(reason).encode()}, [wording.set_stop_reason(reason)], [])
+    return _edited(body, message, {("stop_reason",): json.dumps(reason).encode()}, [set_stop_reason(reason)], [])
 
 
 def _repair_response(body: bytes, response: object, request: RequestFacts, policy: RepairPolicy) -> CompletionRepair:
@@ -158,7 +161,7 @@ def _repair_response(body: bytes, response: object, request: RequestFacts, polic
     request's `max_output_tokens` is said as `incomplete`, `incomplete_details.reason:
     "max_output_tokens"`. Any other body passes as it came."""
     if not isinstance(response, dict) or response.get("object") != "response":
-        return CompletionRepair(Verdict.SKIPPED, body, wording.skipped_detail("not a Responses response"), [])
+        return CompletionRepair(Verdict.SKIPPED, body, skipped_detail("not a Responses response"), [])
     usage = response.get("usage")
     output_tokens = usage.get("output_tokens") if isinstance(usage, dict) else None
     limit = request.max_tokens
@@ -178,7 +181,7 @@ def _repair_response(body: bytes, response: object, request: RequestFacts, polic
         ("status",): json.dumps("incomplete").encode(),
         ("incomplete_details",): json.dumps(details, separators=(",", ":")).encode(),
     }
-    words = wording.limit_reason_corrected(
+    words = limit_reason_corrected(
         "R6", upstream="completed", corrected="incomplete", output_tokens=output_tokens, max_tokens=limit
     )
     return _edited(body, response, edits, [words], [Correction.LIMIT_REASON])
@@ -194,4 +197,4 @@ def _edited(
     new_body = edit_json(body, edits)
     if new_body is None or json_or_unreadable(new_body) != intended:
         new_body = json.dumps(intended, ensure_ascii=False, separators=(",", ":")).encode()
-    return CompletionRepair(Verdict.REPAIRED, new_body, wording.repaired_detail(repairs), repairs, tuple(corrections))
+    return CompletionRepair(Verdict.REPAIRED, new_body, repaired_detail(repairs), repairs, tuple(corrections))

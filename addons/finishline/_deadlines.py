@@ -23,8 +23,9 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ._verdict import RepairPolicy
+from ._wording import stall_reason
 
-__all__ = ["Deadline", "earliest_deadline", "head_deadline", "next_check"]
+__all__ = ["Deadline", "StallDeadlines", "earliest_deadline", "head_deadline", "next_check"]
 
 
 class Deadline(NamedTuple):
@@ -81,3 +82,30 @@ def next_check(
         look_again = now + policy.idle_timeout
         return look_again if deadline is None else min(deadline.at, look_again)
     return None if deadline is None else deadline.at
+
+
+class StallDeadlines:
+    """One stream's deadlines: its policy and when its request went upstream. The machine passes in
+    what moves them (the time of the last event, whether the first token came) on every question."""
+
+    __slots__ = ("_policy", "_sent_at")
+
+    def __init__(self, policy: RepairPolicy, *, sent_at: float | None) -> None:
+        self._policy = policy
+        self._sent_at = sent_at
+
+    def next_check(self, last_event_at: float | None, first_token_seen: bool, *, now: float) -> float | None:
+        """When the caller should look again (`next_check`), or None for never."""
+        return next_check(
+            self._policy, sent_at=self._sent_at, last_event_at=last_event_at, first_token_seen=first_token_seen, now=now
+        )
+
+    def maybe_stalled(self, last_event_at: float | None, first_token_seen: bool, *, events: int, now: float) -> str | None:
+        """Why the stream counts as stalled at `now` (which deadline passed, after how many
+        `events`), or None while no running deadline has passed."""
+        deadline = earliest_deadline(
+            self._policy, sent_at=self._sent_at, last_event_at=last_event_at, first_token_seen=first_token_seen
+        )
+        if deadline is None or now < deadline.at:
+            return None
+        return stall_reason(first_token=deadline.first_token, timeout=deadline.timeout, events=events)

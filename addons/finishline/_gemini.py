@@ -9,8 +9,8 @@ array (no `alt`; `_json_array.GeminiFramer` frames both). The Gemini CLI's Code 
 each chunk: `{"response": {…}, "traceId": …}`. The only sign that a stream ended well is a
 `finishReason` on its candidates' last chunk, so a cut at a chunk boundary looks like a clean end,
 and most clients hand the partial answer on in silence (shared/notes/gemini.md §4). The machine
-(`_repair.StreamRepair`) frames the chunks, counts them, runs the deadlines and keeps the books; this
-module reads each chunk for the few facts the rules need and writes the one frame a cut gets:
+(`_repair.StreamRepair`) frames the chunks, counts them, runs the deadlines and keeps the books; these
+rules meet it through `_rule_interface.StreamServices` only, and read each chunk for the few facts the rules need and writes the one frame a cut gets:
 
 * every candidate seen has a `finishReason` (or the stream is a blocked prompt: a
   `promptFeedback.blockReason` and no candidates) -> the stream passes byte for byte (rule G1)
@@ -33,22 +33,26 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
-from . import _wording as wording
 from ._dialect import Dialect
 from ._injected import sse_event
 from ._json import UNREADABLE, json_or_unreadable
 from ._json_array import ArrayPiece
 from ._json_edit import JsonPath, edit_json, rewrite_event
 from ._request import RequestFacts
-from ._routine_chunks import DECLINE
+from ._routine_chunks import DECLINE, RoutineMatch
+from ._rule_interface import StreamServices
 from ._sse import Event
 from ._verdict import Correction, InjectionKind, TokenUsage, Verdict
-
-if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
-    from ._repair import StreamRepair
-    from ._routine_chunks import RoutineMatch
+from ._wording import (
+    compressed_body,
+    http_error_detail,
+    limit_reason_corrected,
+    repaired_detail,
+    skipped_detail,
+    terminator_lost,
+)
 
 __all__ = [
     "CUT_ERROR_CODE",
@@ -111,8 +115,8 @@ class GeminiRules:
     # G2: a cut is never told as a finished answer (no finish reason is ever made up).
     may_stop = False
 
-    def __init__(self, machine: StreamRepair) -> None:
-        self._machine = machine
+    def __init__(self, stream: StreamServices) -> None:
+        self._stream = stream
         # The finish reason of each candidate (by its `index`) that came with one, and the
         # candidates seen without one so far.
         self._reasons: dict[int, str] = {}
@@ -144,32 +148,35 @@ class GeminiRules:
     def on_routine(self, match: RoutineMatch) -> int:  # pragma: no cover - Gemini has no routine shape yet
         return DECLINE
 
+    def note_sequence_number(self, number: int) -> None:  # pragma: no cover - no numbered shape
+        """Gemini chunks carry no sequence number."""
+
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one chunk (`kind` from `read`, `message` its parsed data)."""
-        machine = self._machine
+        stream = self._stream
         if self._array is None:
             self._array = isinstance(event, ArrayPiece)
         if kind == ARRAY_END:
-            machine.report.events -= 1  # the array's end, not a chunk
+            stream.report.events -= 1  # the array's end, not a chunk
             self._bracket_sent = self._array_closed = True
             if self.finished():
                 return event.raw
             # An array closed before it finished: the error element goes before its `]` (G2).
             # (Its bytes before the `]`: whitespace, and the `[` of an array with no element.)
             self._closing = True
-            return event.raw[:-1] + machine._cut_at_done() + event.raw[-1:]
+            return event.raw[:-1] + stream.cut_here() + event.raw[-1:]
         if self._array:
             self._bracket_sent = self._element_sent = True
         if kind == ERROR:  # G4: the upstream's own error, passed on; nothing after it
             error = message.get("error")
             if isinstance(error, dict):
                 label = error.get("status") if isinstance(error.get("status"), str) else error.get("code")
-                machine._upstream_error(label=label, message=error.get("message"))
+                stream.upstream_error(label=label, message=error.get("message"))
             else:
-                machine._upstream_error(label=None, message=json.dumps(error))
+                stream.upstream_error(label=None, message=json.dumps(error))
             return event.raw
         if message is UNREADABLE:  # not JSON, or not UTF-8: passed on as it came, booked `malformed` (rule C8)
-            machine._malformed()
+            stream.malformed()
             return event.raw
         if not isinstance(message, dict):
             return event.raw
@@ -177,7 +184,7 @@ class GeminiRules:
         wrapped = isinstance(message.get("response"), dict) and "candidates" not in message
         chunk = message["response"] if wrapped else message
         prefix: JsonPath = ("response",) if wrapped else ()
-        machine._note_model(chunk.get("modelVersion"))
+        stream.note_model(chunk.get("modelVersion"))
         feedback = chunk.get("promptFeedback")
         if isinstance(feedback, dict) and isinstance(feedback.get("blockReason"), str) and feedback["blockReason"]:
             self._blocked = True
@@ -197,7 +204,7 @@ class GeminiRules:
             index = candidate.get("index")
             index = index if _is_int(index) else position
             if _has_token(candidate.get("content")):
-                machine._token_seen()
+                stream.token_seen()
             reason = candidate.get("finishReason")
             if isinstance(reason, str) and reason not in NO_REASONS:
                 self._reasons[index] = reason
@@ -211,18 +218,15 @@ class GeminiRules:
         return self._limit_reason(event, message, (*prefix, "candidates", limited, "finishReason"), candidates[limited])
 
     def _at_limit(self) -> bool:
-        machine = self._machine
-        limit = machine._request.max_tokens
+        stream = self._stream
+        limit = stream.request.max_tokens
         return (
-            machine._policy.limit_reasons
-            and limit is not None
-            and self._output_tokens is not None
-            and self._output_tokens >= limit
+            stream.policy.limit_reasons and limit is not None and self._output_tokens is not None and self._output_tokens >= limit
         )
 
     def _limit_reason(self, event: Event, message: dict[str, Any], path: JsonPath, candidate: dict[str, Any]) -> bytes:
         """G7: `STOP` at the request's `maxOutputTokens`, sent as `MAX_TOKENS`."""
-        machine = self._machine
+        stream = self._stream
         candidate["finishReason"] = "MAX_TOKENS"  # `message` is what the edited chunk must parse as
         index = candidate.get("index")
         self._reasons[index if _is_int(index) else 0] = "MAX_TOKENS"
@@ -233,12 +237,12 @@ class GeminiRules:
                 edited = json.dumps(message, separators=(",", ":")).encode()
             raw = event.raw[: len(event.raw) - len(event.data)] + edited
         else:
-            raw = rewrite_event(event, edits, message, machine._line_ending())
-        limit = machine._request.max_tokens or 0
-        words = wording.limit_reason_corrected(
+            raw = rewrite_event(event, edits, message, stream.line_ending())
+        limit = stream.request.max_tokens or 0
+        words = limit_reason_corrected(
             _RULE, upstream="STOP", corrected="MAX_TOKENS", output_tokens=self._output_tokens or 0, max_tokens=limit
         )
-        machine._corrected(Correction.LIMIT_REASON, words)
+        stream.corrected(Correction.LIMIT_REASON, words)
         return raw
 
     def release_held(self) -> bytes:
@@ -247,7 +251,7 @@ class GeminiRules:
 
     def closing_books(self) -> None:
         """The finish reasons the client was sent, by candidate, and the usage seen."""
-        report = self._machine.report
+        report = self._stream.report
         if self._reasons:
             report.finish_reasons = [self._reasons[index] for index in sorted(self._reasons)]
         if self._input_tokens is not None or self._output_tokens is not None:
@@ -266,17 +270,17 @@ class GeminiRules:
         if not self._bracket_sent or self._array_closed:
             return b""
         self._array_closed = True
-        self._machine._repaired(wording.terminator_lost("]", how))
+        self._stream.repaired(terminator_lost("]", how))
         return b"]"
 
     def cut_frames(self, message: str) -> bytes:
         """G2: the one error frame (SSE) or element (array) a cut ends with."""
-        machine = self._machine
-        machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "type": CUT_ERROR_STATUS})
+        stream = self._stream
+        stream.injected({"kind": InjectionKind.ERROR_EVENT, "type": CUT_ERROR_STATUS})
         payload = error_payload(message)
-        array = self._array if self._array is not None else machine._request.json_array_stream
+        array = self._array if self._array is not None else stream.request.json_array_stream
         if not array:
-            return sse_event(payload, machine._line_ending())
+            return sse_event(payload, stream.line_ending())
         element = json.dumps(payload, separators=(",", ":")).encode()
         opener = b"" if self._bracket_sent else b"["
         separator = b"," if self._element_sent else b""
@@ -332,10 +336,10 @@ def repair_gemini_body(
     503 with Gemini's error body, whose `code` is that status: the SDKs judge a whole body by its
     status alone, so a 200 with an error body would read as an empty answer."""
     if status >= 400:
-        return GeminiBody(status, body, Verdict.HTTP_ERROR, wording.http_error_detail(status))
+        return GeminiBody(status, body, Verdict.HTTP_ERROR, http_error_detail(status))
     encoding = content_encoding.strip().lower()
     if encoding not in ("", "identity"):  # cannot be read (rule C10's reason)
-        return GeminiBody(status, body, Verdict.SKIPPED, wording.skipped_detail(wording.compressed_body(encoding)))
+        return GeminiBody(status, body, Verdict.SKIPPED, skipped_detail(compressed_body(encoding)))
     parsed = json_or_unreadable(body)
     short = expected_length is not None and len(body) < expected_length
     if parsed is UNREADABLE or short:
@@ -361,10 +365,8 @@ def repair_gemini_body(
         edited = edit_json(body, {("candidates", 0, "finishReason"): b'"MAX_TOKENS"'})
         if edited is None or json_or_unreadable(edited) != parsed:
             edited = json.dumps(parsed, separators=(",", ":")).encode()
-        words = wording.limit_reason_corrected(
+        words = limit_reason_corrected(
             _RULE, upstream="STOP", corrected="MAX_TOKENS", output_tokens=output_tokens, max_tokens=max_tokens
         )
-        return GeminiBody(
-            status, edited, Verdict.REPAIRED, wording.repaired_detail([words]), (words,), (Correction.LIMIT_REASON,)
-        )
+        return GeminiBody(status, edited, Verdict.REPAIRED, repaired_detail([words]), (words,), (Correction.LIMIT_REASON,))
     return GeminiBody(status, body, Verdict.CLEAN, "clean")

@@ -29,26 +29,34 @@ The output tokens are the usage a `message_delta` counted. A stream that never c
 never says "limit" where the limit was not reached.
 
 Every frame finish_fix writes carries `event: <type>`: both Anthropic SDKs skip a frame without one.
+
+The tables come first (the event types, the token deltas, the tool blocks, the corrections), then
+the frames and inferences built from them, then `MessagesRules`, which reads them. The rules see
+their stream only through `_rule_interface.StreamServices`.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
-from . import _wording as wording
 from ._dialect import Dialect
 from ._injected import dialect_event
 from ._json import UNREADABLE
 from ._json_edit import rewrite_event
-from ._phases import Signal
+from ._routine_chunks import MAY_STEADY, RoutineMatch
+from ._rule_interface import StreamServices
 from ._sse import Event
 from ._typed_rules import TypedEventRules
 from ._verdict import Correction, InjectionKind, TokenUsage
-
-if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
-    from ._repair import StreamRepair
-    from ._routine_chunks import RoutineMatch
+from ._wording import (
+    AFTER_CUT_STOPPED,
+    BEFORE_MESSAGE_STOP,
+    injected_stop_reason,
+    limit_reason_corrected,
+    stop_sequence_reason_corrected,
+    terminator_lost,
+)
 
 __all__ = [
     "EVENT_TYPES",
@@ -82,6 +90,10 @@ TOOL_BLOCKS = frozenset({"tool_use", "server_tool_use"})
 # The error type a cut is reported as: what Anthropic itself sends for an internal failure, which
 # both SDKs raise on and pi-ai's retry filter ("stream was interrupted") matches by its message.
 CUT_ERROR_TYPE = "api_error"
+#: The reason each correction sends (M8), and its words in the books.
+CORRECTED_REASONS = {Correction.STOP_SEQUENCE_REASON: "stop_sequence", Correction.LIMIT_REASON: "max_tokens"}
+# Rule M8's id, as docs/repair-rules.md numbers it and the books name it.
+_RULE = "M8"
 
 
 def error_frame(message: str, line_ending: bytes) -> bytes:
@@ -108,10 +120,6 @@ def infer_stop_reason(*, tool_use: bool, output_tokens: int | None, max_tokens: 
     return "end_turn"
 
 
-# Rule M8's id, as docs/repair-rules.md numbers it and the books name it.
-_RULE = "M8"
-
-
 def corrected_stop_reason(
     *, stop_reason: object, stop_sequence: object, output_tokens: int | None, max_tokens: int | None
 ) -> Correction | None:
@@ -127,14 +135,10 @@ def corrected_stop_reason(
     return None
 
 
-#: The reason each correction sends (M8), and its words in the books.
-CORRECTED_REASONS = {Correction.STOP_SEQUENCE_REASON: "stop_sequence", Correction.LIMIT_REASON: "max_tokens"}
-
-
 def correction_words(correction: Correction, *, output_tokens: int | None, max_tokens: int | None) -> str:
     if correction is Correction.STOP_SEQUENCE_REASON:
-        return wording.stop_sequence_reason_corrected(_RULE)
-    return wording.limit_reason_corrected(
+        return stop_sequence_reason_corrected(_RULE)
+    return limit_reason_corrected(
         _RULE, upstream="end_turn", corrected="max_tokens", output_tokens=output_tokens or 0, max_tokens=max_tokens or 0
     )
 
@@ -146,8 +150,8 @@ class MessagesRules(TypedEventRules):
     keepalives = KEEPALIVES
     may_stop = True
 
-    def __init__(self, machine: StreamRepair) -> None:
-        super().__init__(machine)
+    def __init__(self, stream: StreamServices) -> None:
+        super().__init__(stream)
         # The index of the content block started and not yet stopped, if any.
         self._open_block: int | None = None
         self._tool_use = False
@@ -170,10 +174,10 @@ class MessagesRules(TypedEventRules):
         """A routine delta: a token delta unless its text is empty."""
         if not match.has_text:
             self._other_events += 1
-        return super().on_routine(match)
+        return MAY_STEADY
 
     def _token_deltas(self) -> int:
-        return self._machine.report.events - self._other_events
+        return self._stream.report.events - self._other_events
 
     def _output_tokens_seen(self) -> int | None:
         """The output tokens for M2 and M8: the usage a `message_delta` counted; else, with
@@ -182,22 +186,22 @@ class MessagesRules(TypedEventRules):
         say `max_tokens` at `max_tokens` 1 after no token at all."""
         if self._counted_output_tokens is not None:
             return self._counted_output_tokens
-        return self._token_deltas() if self._machine._policy.limit_reasons else None
+        return self._token_deltas() if self._stream.policy.limit_reasons else None
 
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
-        machine = self._machine
+        stream = self._stream
         self._other_events += 1  # undone below for a token delta
         if kind == "error":
             error = message.get("error") if isinstance(message, dict) else None
             if isinstance(error, dict):
-                machine._upstream_error(label=error.get("type"), message=error.get("message"))
+                stream.upstream_error(label=error.get("type"), message=error.get("message"))
             else:
-                machine._upstream_error(label=None, message=event.data)
+                stream.upstream_error(label=None, message=event.data)
             return event.raw
         if message is UNREADABLE:  # not JSON, or not UTF-8: passed on as it came, booked `malformed` (rule C8)
             # (An `event: error` is the upstream's error whatever its data, as in Chat: rule M5 above.)
-            machine._malformed()
+            stream.malformed()
             return event.raw
         if not isinstance(message, dict):
             return event.raw
@@ -208,7 +212,7 @@ class MessagesRules(TypedEventRules):
                 delta_type = delta.get("type")
                 key = TOKEN_DELTAS.get(delta_type) if isinstance(delta_type, str) else None
                 if key is not None and delta.get(key):
-                    machine._token_seen()
+                    stream.token_seen()
                     self._other_events -= 1
             return event.raw
         if kind == "content_block_start":
@@ -222,7 +226,7 @@ class MessagesRules(TypedEventRules):
             start = message.get("message")
             if isinstance(start, dict):
                 self._note_usage(start.get("usage"))
-                machine._note_model(start.get("model"))
+                stream.note_model(start.get("model"))
         elif kind == "message_delta":
             delta = message.get("delta")
             reason = delta.get("stop_reason") if isinstance(delta, dict) else None
@@ -232,19 +236,19 @@ class MessagesRules(TypedEventRules):
             self._note_usage(usage)
             if isinstance(usage, dict) and _is_int(usage.get("output_tokens")):
                 self._counted_output_tokens = usage["output_tokens"]
-            if reason == "end_turn" and machine._policy.limit_reasons and isinstance(delta, dict):
+            if reason == "end_turn" and stream.policy.limit_reasons and isinstance(delta, dict):
                 return self._maybe_corrected(event, message, delta)
         elif kind == "message_stop":
-            before = b"" if self._stop_reason is not None else self._finishing(wording.BEFORE_MESSAGE_STOP)
-            machine._move(Signal.DONE)
+            before = b"" if self._stop_reason is not None else self._finishing(BEFORE_MESSAGE_STOP)
+            stream.terminated()
             return before + event.raw
         return event.raw
 
     def _maybe_corrected(self, event: Event, message: dict[str, Any], delta: dict[str, Any]) -> bytes:
         """M8: an `end_turn` that hides a stop sequence or the token limit, said as what it was."""
-        machine = self._machine
+        stream = self._stream
         output_tokens = self._output_tokens_seen()
-        limit = machine._request.max_tokens
+        limit = stream.request.max_tokens
         correction = corrected_stop_reason(
             stop_reason="end_turn", stop_sequence=delta.get("stop_sequence"), output_tokens=output_tokens, max_tokens=limit
         )
@@ -252,8 +256,8 @@ class MessagesRules(TypedEventRules):
             return event.raw
         reason = self._stop_reason = CORRECTED_REASONS[correction]
         expected = {**message, "delta": {**delta, "stop_reason": reason}}
-        raw = rewrite_event(event, {("delta", "stop_reason"): json.dumps(reason).encode()}, expected, machine._line_ending())
-        machine._corrected(correction, correction_words(correction, output_tokens=output_tokens, max_tokens=limit))
+        raw = rewrite_event(event, {("delta", "stop_reason"): json.dumps(reason).encode()}, expected, stream.line_ending())
+        stream.corrected(correction, correction_words(correction, output_tokens=output_tokens, max_tokens=limit))
         return raw
 
     def _note_usage(self, usage: object) -> None:
@@ -269,7 +273,7 @@ class MessagesRules(TypedEventRules):
 
     def closing_books(self) -> None:
         """The stop_reason the client was sent (the upstream's or injected) and the usage seen."""
-        report = self._machine.report
+        report = self._stream.report
         if self._stop_reason is not None:
             report.finish_reasons = [self._stop_reason]
         if self._input_tokens is not None or self._counted_output_tokens is not None:
@@ -283,34 +287,34 @@ class MessagesRules(TypedEventRules):
 
     def terminator(self, how: str) -> bytes:
         """M3: the `message_stop` a finished stream lost, booked as such."""
-        machine = self._machine
-        machine._repaired(wording.terminator_lost("message_stop", how))
-        machine.report.injected.append({"kind": InjectionKind.MESSAGE_STOP})
-        return dialect_event("message_stop", {"type": "message_stop"}, machine._line_ending())
+        stream = self._stream
+        stream.repaired(terminator_lost("message_stop", how))
+        stream.injected({"kind": InjectionKind.MESSAGE_STOP})
+        return dialect_event("message_stop", {"type": "message_stop"}, stream.line_ending())
 
     def cut_frames(self, message: str) -> bytes:
         """M4: the one error event a cut ends with; no `message_stop` follows an error."""
-        machine = self._machine
-        machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "type": CUT_ERROR_TYPE})
-        return error_frame(message, machine._line_ending())
+        stream = self._stream
+        stream.injected({"kind": InjectionKind.ERROR_EVENT, "type": CUT_ERROR_TYPE})
+        return error_frame(message, stream.line_ending())
 
     def stop_frames(self) -> bytes:
         """finish_fix_on_cut=stop: the cut told as a finished turn (the books still say interrupted)."""
-        finishing = self._finishing(wording.AFTER_CUT_STOPPED)
-        self._machine.report.injected.append({"kind": InjectionKind.MESSAGE_STOP})
-        return finishing + dialect_event("message_stop", {"type": "message_stop"}, self._machine._line_ending())
+        finishing = self._finishing(AFTER_CUT_STOPPED)
+        self._stream.injected({"kind": InjectionKind.MESSAGE_STOP})
+        return finishing + dialect_event("message_stop", {"type": "message_stop"}, self._stream.line_ending())
 
     def _finishing(self, where: str) -> bytes:
         """M2: close an open block, then a `message_delta` with the inferred reason."""
-        machine = self._machine
-        ending = machine._line_ending()
+        stream = self._stream
+        ending = stream.line_ending()
         out = b""
         if self._open_block is not None:
             out += dialect_event("content_block_stop", {"type": "content_block_stop", "index": self._open_block}, ending)
-            machine.report.injected.append({"kind": InjectionKind.CONTENT_BLOCK_STOP, "index": self._open_block})
+            stream.injected({"kind": InjectionKind.CONTENT_BLOCK_STOP, "index": self._open_block})
             self._open_block = None
         reason = infer_stop_reason(
-            tool_use=self._tool_use, output_tokens=self._output_tokens_seen(), max_tokens=machine._request.max_tokens
+            tool_use=self._tool_use, output_tokens=self._output_tokens_seen(), max_tokens=stream.request.max_tokens
         )
         self._stop_reason = reason
         payload = {
@@ -319,8 +323,8 @@ class MessagesRules(TypedEventRules):
             "usage": {"output_tokens": self._output_tokens or 0},
         }
         out += dialect_event("message_delta", payload, ending)
-        machine.report.injected.append({"kind": InjectionKind.FINISH, "stop_reason": reason})
-        machine._repaired(wording.injected_stop_reason(reason, where))
+        stream.injected({"kind": InjectionKind.FINISH, "stop_reason": reason})
+        stream.repaired(injected_stop_reason(reason, where))
         return out
 
 

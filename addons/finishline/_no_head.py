@@ -23,11 +23,11 @@ import json
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from . import _wording as wording
 from ._dialect import Dialect
 from ._gemini import error_payload
 from ._request import RequestFacts
 from ._verdict import Booking, CutCause, Verdict
+from ._wording import no_head_detail, no_head_message
 
 __all__ = ["NO_HEAD_STATUS", "NoHeadAnswer", "answer_no_head"]
 
@@ -76,10 +76,10 @@ def answer_no_head(
     """The answer to a request that got no response head within `timeout` seconds (the first-token
     deadline) of going upstream; `elapsed` is the time since the request started, if known (the
     books' duration). Booked `interrupted` before the first token, cause `no_response_head`."""
-    body = json.dumps(_ERROR_BODIES[dialect](wording.no_head_message(timeout)), separators=(",", ":")).encode()
+    body = json.dumps(_ERROR_BODIES[dialect](no_head_message(timeout)), separators=(",", ":")).encode()
     booking = Booking(
         verdict=Verdict.INTERRUPTED,
-        detail=wording.no_head_detail(timeout=timeout, status=NO_HEAD_STATUS),
+        detail=no_head_detail(timeout=timeout, status=NO_HEAD_STATUS),
         model=request.model,
         dialect=dialect,
         events=0,

@@ -7,74 +7,56 @@ send for it, plus anything injected before it) and the caller, who sends those b
 event leaves as soon as it arrived; only the current incomplete event is held.
 
 The stream is in one `Phase` at a time; `_phases.TRANSITIONS` is the table of what moves it (the
-dialect's terminator, an upstream error event, giving up) and `_move` is the only place that changes
-it.
+dialect's terminator, an upstream error event, giving up), read by `_move` alone. What an event
+means is the dialect's business: one rules object per stream, from the registry
+(`_rules.DIALECT_RULES`), reads each event and says what to send for it, and at the end what the
+terminator is, what a cut sends, and whether the stream finished. It sees the stream through
+`StreamServices` and is asked through `DialectRules` (`_rule_interface`: the one interface between
+the two, and the stream's books); how an end is told is `_cut_policy`'s. The machine does what
+every dialect shares, at these points:
 
-What an event means is the dialect's business: one rules object per stream (`_rules.DIALECT_RULES`:
-`_chat.ChatRules`, `_messages.MessagesRules`, `_responses.ResponsesRules`) reads each event and says
-what to send for it, and at the end what the terminator is, what a cut sends, and whether the
-stream is finished. The machine does what every dialect shares, at these points:
+* an event                               -> counted (not a keep-alive such as `ping`), the first
+                                            checked against the path's dialect, read by the rules
+* the upstream body ends cleanly         -> the terminator appended if the stream finished (rules
+                                            C4, M3), else the stream was cut (C6, C7, M4, R3)
+* the upstream connection fails mid-body -> the stream was cut, unless it finished
+* the caller's timer finds a deadline    -> the upstream stalled: a cut as above, and the caller
+  passed (`receive_timer`)                  closes the upstream connection
 
-* an event                                      -> counted (not a keep-alive such as `ping`), its
-                                                   first one checked against the path's dialect
-                                                   (another dialect's: passed untouched), then read
-                                                   by the rules
-* the upstream body ends cleanly                -> the terminator appended if the stream finished
-                                                   (rules C4, M3), else the stream was cut (rules C6,
-                                                   7, M4, R3)
-* the upstream connection fails mid-body        -> the stream was cut, unless it finished
-* the caller's timer finds a deadline passed     -> the upstream stalled: a cut as above, and the
-  (`next_stall_check`, `receive_timer`)             caller closes the upstream connection
-
-Stall deadlines. The core has no clock: the caller passes `now` into every call and sets its own
-timer for `next_stall_check(now)`. The machine notes when events arrive (once per `receive_data`
-call that completed any, so a stream of many small events costs nothing extra per event) and when
-the first token came; a comment or keep-alive line is not an event and never moves a deadline.
+Stall deadlines (`_deadlines`). The core has no clock: the caller passes `now` into every call and
+sets its own timer for `next_stall_check(now)`. The machine notes when events arrive (once per
+`receive_data` call that completed any, so a stream of many small events costs nothing extra per
+event) and when the first token came.
 
 Routine text chunks skip the JSON parse (`_routine_chunks`, `_on_routine_piece`, the rules'
 `on_routine`), and a run of one routine shape is counted on the steady path at the top of
-`receive_data`; both are held to the full parse by `tests/test_core_fast_path.py` and
-`tests/test_core_fast_path_dialects.py`.
+`receive_data`; `tests/test_core_fast_path*.py` hold both to the full parse.
 
-A response the core is told not to repair (an HTTP error status, a compressed body) starts in
-passthrough with its verdict already decided (`http_error`, `skipped`): the caller only applies it.
-
-Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through. An
-event whose data is not JSON, read before the stream's end, is noted by the rules (`_malformed`)
-and books the stream `malformed` when it ends (`_finish`; `MALFORMED_OUTRANKS` says over which
-verdicts).
+Anything the machine cannot read (non-JSON data, invalid UTF-8, unknown shapes) passes through,
+data that is not JSON booked `malformed` (`StreamServices.malformed`); a response it is told not to
+repair (an HTTP error status, a compressed body) passes from its head on, its verdict decided
+(`StreamServices.book_not_repaired`): the caller only applies it.
 """
 
 from __future__ import annotations
 
 import re
+from functools import partial
 
-from . import _wording as wording
-from ._choices import MAX_CHOICES
-from ._deadlines import Deadline, earliest_deadline, next_check
+from ._cut_policy import book_client_gone, cut_ending, ends_response, incomplete_event, missing_blank_line, stream_end
+from ._deadlines import StallDeadlines
 from ._dialect import Dialect
 from ._errors import LocalProtocolError
-from ._injected import DONE
-from ._json import UNREADABLE, json_or_unreadable
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
-from ._responses import ResponsesRules
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
+from ._rule_interface import DialectRules, StreamServices
 from ._rules import DIALECT_FRAMERS, DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
-from ._verdict import (
-    MALFORMED_OUTRANKS,
-    ClientEnding,
-    Correction,
-    CutCause,
-    Interruption,
-    OnCut,
-    RepairPolicy,
-    StreamReport,
-    Verdict,
-)
+from ._verdict import ClientEnding, CutCause, Interruption, RepairPolicy, StreamReport
+from ._wording import completed_framing, event_too_long
 
-__all__ = ["StreamRepair", "MAX_HELD_BYTES", "MAX_CHOICES"]
+__all__ = ["StreamRepair", "MAX_HELD_BYTES"]
 
 # An event still open after this many bytes is not a chat chunk (rule C8 asks for 10 MB events to
 # pass whole): stop framing and pass the stream through rather than hold it all.
@@ -113,10 +95,8 @@ class StreamRepair:
     # Slots: the path of every piece reads and writes a few of these, and slots are the cheapest
     # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
     __slots__ = (
-        "_request",
-        "_policy",
         "_started_at",
-        "_sent_at",
+        "_deadlines",
         "_framer",
         "_phase",
         "_ended",
@@ -128,9 +108,9 @@ class StreamRepair:
         "_steady_numbered",
         "_steady_number",
         "_rules",
+        "_services",
         "_dialect",
         "_first_event",
-        "_keepalives",
         "report",
         "__dict__",
     )
@@ -147,10 +127,9 @@ class StreamRepair:
         fast_path: bool = True,
         dialect: Dialect = Dialect.CHAT,
     ) -> None:
-        self._request = request
-        self._policy = policy
         self._started_at = started_at
-        self._sent_at = sent_at if sent_at is not None else started_at
+        # The first-token deadline counts from the request going upstream (`_deadlines`).
+        self._deadlines = StallDeadlines(policy, sent_at=sent_at if sent_at is not None else started_at)
         self._framer = DIALECT_FRAMERS.get(Dialect(dialect), EventFramer)()
         self._phase = Phase.STREAMING
         self._ended = False
@@ -168,21 +147,25 @@ class StreamRepair:
         # of the last sequence number it took, read when it leaves (`_leave_steady`).
         self._steady_numbered: tuple[bool, bytes, bytes, bytes, int] | None = None
         self._steady_number: re.Match[bytes] | None = None
-        # What the dialect's events mean (`_chat`, `_messages`, `_responses`).
-        self._rules = DIALECT_RULES[dialect](self)
+        self.report = StreamReport(model=request.model, dialect=dialect)
+        # What the dialect's rules may use of this stream, and its books (`_rule_interface`).
+        self._services = services = StreamServices(
+            request=request,
+            policy=policy,
+            report=self.report,
+            started_at=started_at,
+            framer=self._framer,
+            token_seen=self._token_seen,
+            terminated=partial(self._move, Signal.DONE),
+            error_event=partial(self._move, Signal.ERROR_EVENT),
+            cut_here=self._cut_here,
+        )
+        # What the dialect's events mean (the registry's rules: `_chat`, `_messages`, `_responses`).
+        self._rules: DialectRules = DIALECT_RULES[dialect](self._services)
         # No event has been read yet: the first one is checked against the dialect.
         self._first_event = True
-        # Keep-alive events (`ping`) so far: not in `report.events`, but a client and mitmweb's view
-        # number them, so the number of a malformed event counts them (`_malformed`).
-        self._keepalives = 0
-        self.report = StreamReport(model=request.model, dialect=dialect)
-        encoding = content_encoding.strip().lower()
-        if status >= 400:
+        if services.book_not_repaired(status=status, content_encoding=content_encoding):
             self._move(Signal.GIVE_UP)
-            self._set(Verdict.HTTP_ERROR, wording.http_error_detail(status))
-        elif encoding not in ("", "identity"):
-            self._move(Signal.GIVE_UP)
-            self._set(Verdict.SKIPPED, wording.skipped_detail(wording.compressed_body(encoding)))
 
     # -- input --------------------------------------------------------------------------------
 
@@ -229,40 +212,24 @@ class StreamRepair:
         if self.report.events != events_before:
             self._last_event_at = now
         if self._phase is not Phase.PASSTHROUGH and self._framer.held_bytes > MAX_HELD_BYTES:
-            out += self._pass_through_from_here(wording.event_too_long(MAX_HELD_BYTES))
-            out += self._framer.take_buffered()
-        elif self._phase is Phase.PASSTHROUGH and self._framer.held_bytes:
-            # An event of this piece made the machine stop reading (another dialect's first event):
-            # the start of the next event, held by the framer, goes on as it came.
+            out += self._pass_through_from_here(event_too_long(MAX_HELD_BYTES))
+        if self._phase is Phase.PASSTHROUGH and self._framer.held_bytes:
+            # The machine stopped reading (an event too long, or another dialect's first event in
+            # this piece): the start of the next event, held by the framer, goes on as it came.
             out += self._framer.take_buffered()
         return self._sent(out)
 
     def receive_end(self, *, now: float | None = None) -> bytes:
         """The upstream body ended cleanly (chunked terminator, Content-Length reached, EOF of a
         close-delimited body, HTTP/2 END_STREAM)."""
-        self._check_open("receive_end")
-        self._ended = True
-        self._leave_steady()
-        if self._phase is Phase.PASSTHROUGH:
-            self._finish(now)
+        if self._close_input("receive_end", now):
             return b""
-        leftover = self._framer.receive_end()
-        try:
-            out = b"" if leftover is None else self._on_unterminated(leftover, now)
-            out += self._on_stream_end(
-                Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect), now
-            )
-        except Exception as error:  # a bug of ours: the leftover goes on as it came
-            out = self._pass_through_from_here(error)
-            out += b"" if leftover is None else leftover.raw
-        self._finish(now)
-        return self._sent(out)
+        return self._sent(self._end(CutCause.CLEAN_END, "", now))
 
     def receive_failure(self, reason: str, *, now: float | None = None) -> ClientEnding:
         """The upstream connection failed mid-body (incomplete chunked body, short Content-Length,
         reset, HTTP/2 stream reset). `reason` is the transport's own words."""
-        self._check_open("receive_failure")
-        return self._end_broken(CutCause.TRANSPORT_ERROR, reason, now)
+        return self._end_broken("receive_failure", CutCause.TRANSPORT_ERROR, reason, now)
 
     def next_stall_check(self, now: float) -> float | None:
         """When (in the caller's clock) to call `receive_timer` next, or None when no timer is
@@ -271,13 +238,7 @@ class StreamRepair:
         idle timeout (`_deadlines.next_check` says why)."""
         if self._ended or self._phase not in DEADLINES_RUN:
             return None
-        return next_check(
-            self._policy,
-            sent_at=self._sent_at,
-            last_event_at=self._last_event_at,
-            first_token_seen=self._first_token_seen,
-            now=now,
-        )
+        return self._deadlines.next_check(self._last_event_at, self._first_token_seen, now=now)
 
     def receive_timer(self, now: float) -> ClientEnding | None:
         """The caller's timer went off. None when no deadline has passed (set the next timer from
@@ -286,57 +247,52 @@ class StreamRepair:
         self._check_open("receive_timer")
         if self._phase not in DEADLINES_RUN:
             return None
-        deadline = self._stall_deadline()
-        if deadline is None or now < deadline.at:
-            return None
-        reason = wording.stall_reason(first_token=deadline.first_token, timeout=deadline.timeout, events=self.report.events)
-        return self._end_broken(CutCause.STALLED, reason, now)
+        reason = self._deadlines.maybe_stalled(self._last_event_at, self._first_token_seen, events=self.report.events, now=now)
+        return None if reason is None else self._end_broken("receive_timer", CutCause.STALLED, reason, now)
 
-    def _stall_deadline(self) -> Deadline | None:
-        return earliest_deadline(
-            self._policy, sent_at=self._sent_at, last_event_at=self._last_event_at, first_token_seen=self._first_token_seen
-        )
-
-    def _end_broken(self, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
+    def _end_broken(self, method: str, cause: CutCause, reason: str, now: float | None) -> ClientEnding:
         """The stream ended without its clean end (a transport failure, a stall)."""
-        self._ended = True
-        self._leave_steady()
-        if self._phase is Phase.PASSTHROUGH:
-            self._finish(now)
+        if self._close_input(method, now):
             return ClientEnding(b"", end_response=False)
+        out = self._sent(self._end(cause, reason, now))
+        # The phase as it is now: `_end` may have given up (passthrough).
+        return ClientEnding(out, end_response=ends_response(rules=self._rules, stream=self._services, phase=self._phase))
+
+    def _end(self, cause: CutCause, reason: str, now: float | None) -> bytes:
+        """The upstream's stream ended (`cause`): what its incomplete last event and its end send."""
         leftover = self._framer.receive_end()
         try:
-            out = b"" if leftover is None else self._drop_or_pass(leftover)
-            cut = Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason, dialect=self._dialect)
-            out += self._on_stream_end(cut, now)
-        except Exception as error:
+            out = b"" if leftover is None else self._on_leftover(leftover, cause is CutCause.CLEAN_END, now)
+            cut = self._interruption(cause, reason)
+            out += stream_end(cut, rules=self._rules, stream=self._services, phase=self._phase, now=now)
+        except Exception as error:  # a bug of ours: the leftover goes on as it came
             out = self._pass_through_from_here(error)
             out += b"" if leftover is None else leftover.raw
         self._finish(now)
-        # `repairing` reads the phase as it is now: the `except` above may have given up (passthrough)
-        # since the check at the top (`self._phase` would still look narrowed by it to a type checker).
-        end_response = self.repairing and (
-            self._phase is not Phase.STREAMING or self._policy.on_cut is not OnCut.PASS or self._finished()
-        )
-        return ClientEnding(self._sent(out), end_response=end_response)
+        return out
 
     def receive_client_gone(self, reason: str, *, now: float | None = None) -> None:
         """The exchange ended on the client's side (the client went away, the flow was killed):
         nothing more can be sent, so this only closes the books."""
-        self._check_open("receive_client_gone")
+        if self._close_input("receive_client_gone", now):
+            return
+        self._framer.receive_end()
+        if self._phase is Phase.STREAMING:
+            book_client_gone(self._interruption(CutCause.CLIENT_GONE, reason), stream=self._services)
+        self._finish(now)
+
+    def _close_input(self, method: str, now: float | None) -> bool:
+        """The stream ends here; True when that is all (a stream passed through closes its books)."""
+        self._check_open(method)
         self._ended = True
         self._leave_steady()
         if self._phase is Phase.PASSTHROUGH:
             self._finish(now)
-            return
-        self._framer.receive_end()
-        if self._phase is Phase.STREAMING:
-            cut = Interruption(
-                before_first_token=not self._first_token_seen, cause=CutCause.CLIENT_GONE, reason=reason, dialect=self._dialect
-            )
-            self.report.interruption = cut
-            self._set(Verdict.INTERRUPTED, wording.client_gone_detail(how=cut.how, events=self.report.events))
-        self._finish(now)
+            return True
+        return False
+
+    def _interruption(self, cause: CutCause, reason: str = "") -> Interruption:
+        return Interruption(before_first_token=not self._first_token_seen, cause=cause, reason=reason, dialect=self._dialect)
 
     @property
     def ended(self) -> bool:
@@ -347,7 +303,7 @@ class StreamRepair:
     @property
     def request(self) -> RequestFacts:
         """The request's facts the repair was made with."""
-        return self._request
+        return self._services.request
 
     @property
     def repairing(self) -> bool:
@@ -395,82 +351,40 @@ class StreamRepair:
         rules = self._rules
         kind, message = rules.read(event)
         if kind in rules.keepalives:  # `ping`: a keep-alive, like a comment (M6)
-            self._keepalives += 1
+            self._services.keepalives += 1
             return event.raw
-        self.report.events += 1
-        if self.report.time_to_first_event is None and now is not None and self._started_at is not None:
-            self.report.time_to_first_event = now - self._started_at
+        report = self.report
+        report.events += 1
+        if report.time_to_first_event is None and now is not None and self._started_at is not None:
+            report.time_to_first_event = now - self._started_at
         if self._phase is not Phase.STREAMING:
             return event.raw
-        if self._first_event:
+        if self._first_event:  # another dialect's first event: passed through untouched, `skipped`
             self._first_event = False
-            if self._maybe_wrong_dialect(message, kind):
+            seen = event_dialect(message, kind)
+            if seen is not None and seen is not self._dialect:
+                self._move(Signal.GIVE_UP)
+                self._services.book_wrong_dialect(seen)
                 return event.raw
-        self._event_at = now  # for a rule that ends the stream at this event (`_cut_at_done`)
+        self._event_at = now  # for a rule that ends the stream at this event (`_cut_here`)
         out = rules.on_event(event, kind, message)
-        if self._first_token_seen and self.report.time_to_first_token is None:
-            self._note_first_token(now)
+        # The event carried the first token: its time is the machine's (the rules only flag it).
+        if self._first_token_seen and report.time_to_first_token is None and now is not None and self._started_at is not None:
+            report.time_to_first_token = now - self._started_at
         if self._phase is _STREAMING:  # the fast path learns the shapes of routine events it read
-            self._routine.learn(event.raw, event.data, message, self.report.events)
+            self._routine.learn(event.raw, event.data, message, report.events)
         return out
 
-    def _maybe_wrong_dialect(self, message: object, kind: str | None) -> bool:
-        """Whether the first event belongs to another dialect than the path's; if so the stream
-        passes through untouched from here, `skipped`, and why."""
-        seen = event_dialect(message, kind)
-        if seen is None or seen is self._dialect:
-            return False
-        self._move(Signal.GIVE_UP)
-        self._set(Verdict.SKIPPED, wording.skipped_detail(wording.wrong_dialect(path_dialect=self._dialect, event_dialect=seen)))
-        return True
-
-    # -- services for the dialect rules (`_chat`, `_messages`, `_responses`) -----------------------
-
-    def _cut_at_done(self) -> bytes:
-        """The upstream ended a stream that never finished with a `[DONE]` of its own (Responses,
-        which has no such terminator): a clean-end cut at this event, told before the `[DONE]` every
-        client stops reading at (R3), and from here on the stream is past its end."""
-        cut = Interruption(before_first_token=not self._first_token_seen, cause=CutCause.CLEAN_END, dialect=self._dialect)
-        out = self._on_cut(cut, self._event_at)
-        self._move(Signal.DONE)
-        return out
-
-    def _malformed(self) -> None:
-        """The event the rules are reading has data that is not JSON (or not UTF-8): it passes as it
-        came (rule C8), and the stream is booked `malformed` when it ends (`_finish`), naming the
-        first such event by its place among the stream's events (keep-alives included, as a client
-        dispatches them). Called only for such an event: one that parsed costs nothing here."""
-        report = self.report
-        report.malformed_events += 1
-        if report.first_malformed_event is None:
-            report.first_malformed_event = report.events + self._keepalives
+    # -- what the rules tell the machine (`StreamServices`) -----------------------------------
 
     def _token_seen(self) -> None:
         self._first_token_seen = True
 
-    def _note_first_token(self, now: float | None) -> None:
-        """The event just read carried the first token: its time goes to the report. (The rules
-        only flag the token; the time is the machine's, which has the caller's clock.)"""
-        if now is not None and self._started_at is not None:
-            self.report.time_to_first_token = now - self._started_at
-
-    def _note_model(self, model: object) -> None:
-        if self.report.model is None and isinstance(model, str):
-            self.report.model = model
-
-    def _upstream_error(self, *, label: object, message: object) -> None:
-        """The upstream said it failed (an error event, `response.failed`): passed on, nothing is
-        injected after it (rule C5, M5, R4)."""
-        self._move(Signal.ERROR_EVENT)
-        if isinstance(message, bytes):
-            message = message.decode("utf-8", "replace")
-        self.report.upstream_error_message = wording.one_line(str(message)) if message else None
-        self._set(Verdict.UPSTREAM_ERROR, wording.upstream_error_detail(str(label) if label else None))
-
-    def _finished(self) -> bool:
-        """A clean end now lacks only the terminator: every choice finished (Chat), the
-        stop_reason came (Messages); never in Responses."""
-        return self._rules.finished()
+    def _cut_here(self) -> bytes:
+        """`StreamServices.cut_here`: a clean-end cut at the event being read (R3), then past the end."""
+        out = cut_ending(self._interruption(CutCause.CLEAN_END), rules=self._rules, stream=self._services, now=self._event_at)
+        self._move(Signal.DONE)
+        return out
 
     def _on_routine_piece(self, data: bytes, now: float | None) -> bool:
         """The fast path (`_routine_chunks`): `data` is exactly one event of a routine chunk shape
@@ -485,13 +399,15 @@ class StreamRepair:
         verdict = self._rules.on_routine(match)
         if verdict is DECLINE:
             return False
+        if match.has_text:  # a routine piece's text is a token in every dialect (C7, M6, R5)
+            self._first_token_seen = True
         report = self.report
         report.events += 1
         self._last_event_at = now
         if report.time_to_first_event is None and now is not None and self._started_at is not None:
             report.time_to_first_event = now - self._started_at
-        if self._first_token_seen and report.time_to_first_token is None:
-            self._note_first_token(now)
+        if self._first_token_seen and report.time_to_first_token is None and now is not None and self._started_at is not None:
+            report.time_to_first_token = now - self._started_at
         # The steady path may take the next pieces if, for another piece of this shape, all of the
         # above would change nothing but the counts and the time of the last event. Whatever could
         # change that goes through the full path or ends the stream, and both clear it.
@@ -506,80 +422,18 @@ class StreamRepair:
                 self._steady_numbered = match.numbered_steady
         return True
 
-    # -- injected events ----------------------------------------------------------------------
-
-    def _line_ending(self) -> bytes:
-        """The stream's own line ending for what finish_fix writes (LF until it showed another)."""
-        return self._framer.line_ending or b"\n"
-
     # -- the end ------------------------------------------------------------------------------
 
-    def _on_unterminated(self, leftover: Event, now: float | None) -> bytes:
-        """Bytes after the last blank line at a clean end. A server that ended on `data: [DONE]` or a
-        whole JSON chunk but forgot the blank line meant it: finish the framing and read it. Anything
-        else is an incomplete event, i.e. a cut."""
-        data = leftover.data
-        readable = data is not None and (data.startswith(DONE) or json_or_unreadable(data) is not UNREADABLE)
-        if not readable or self._phase is not Phase.STREAMING:
-            return self._drop_or_pass(leftover)
-        ending = self._line_ending()
-        missing = ending if leftover.raw.endswith((b"\n", b"\r")) else ending + ending
-        out = self._on_event(Event(raw=leftover.raw + missing, data=data, event_type=leftover.event_type), now)
-        self._repaired(wording.completed_framing())
+    def _on_leftover(self, leftover: Event, clean: bool, now: float | None) -> bytes:
+        """Bytes after the last blank line at the end: at a `clean` end read, if the server meant
+        them whole (`missing_blank_line`); else an incomplete event, i.e. a cut (`incomplete_event`)."""
+        streaming = self._phase is Phase.STREAMING
+        missing = missing_blank_line(leftover, self._services.line_ending()) if clean and streaming else None
+        if missing is None:
+            return incomplete_event(leftover.raw, rules=self._rules, stream=self._services, phase=self._phase)
+        out = self._on_event(Event(raw=leftover.raw + missing, data=leftover.data, event_type=leftover.event_type), now)
+        self._services.repaired(completed_framing())
         return out
-
-    def _drop_or_pass(self, leftover: Event) -> bytes:
-        # An incomplete event is discarded by every SSE client (WHATWG: "the incomplete event is not
-        # dispatched"), and bytes appended after it would merge into its last line and corrupt
-        # whatever finish_fix adds. So it is dropped, and counted, unless nothing will be added.
-        # (With on_cut=pass nothing is added at a cut, but rule C4 still appends [DONE] to a stream
-        # whose choices all finished: the fuzz contracts found that merge.)
-        if self._phase is not Phase.STREAMING or (self._policy.on_cut is OnCut.PASS and not self._finished()):
-            return leftover.raw
-        self.report.dropped_incomplete_bytes += len(leftover.raw)
-        return b""
-
-    def _on_stream_end(self, cut: Interruption, now: float | None) -> bytes:
-        # An event the rules held (Chat's finish, waiting for its usage chunk: C11) goes first, as it came.
-        held = self._rules.release_held()
-        if self._phase is not Phase.STREAMING:
-            return held
-        if not self._finished():
-            return held + self._on_cut(cut, now)
-        # Rules C4 and M3: the stream finished, only its terminator is missing.
-        return held + self._rules.terminator(cut.how)
-
-    def _on_cut(self, cut: Interruption, now: float | None) -> bytes:
-        self.report.interruption = cut
-        elapsed = now - self._started_at if now is not None and self._started_at is not None else None
-        policy = self._policy.on_cut
-        rules = self._rules
-        if policy is OnCut.STOP and not rules.may_stop:
-            policy = OnCut.ERROR  # Responses: no made-up response.completed, ever (R2)
-        # The books stay true whatever the client is told (on_cut=stop tells it a story).
-        self._set(
-            Verdict.INTERRUPTED,
-            wording.cut_detail(
-                how=cut.how,
-                before_first_token=cut.before_first_token,
-                events=self.report.events,
-                elapsed=elapsed,
-                on_cut=str(policy),
-            ),
-        )
-        if policy is OnCut.ERROR:
-            message = wording.cut_message(
-                cause=str(cut.cause),
-                reason=cut.reason,
-                before_first_token=cut.before_first_token,
-                events=self.report.events,
-                elapsed=elapsed,
-                dialect=self._dialect,
-            )
-            return rules.cut_frames(message)
-        if policy is OnCut.STOP:
-            return rules.stop_frames()
-        return b""
 
     # -- books --------------------------------------------------------------------------------
 
@@ -593,10 +447,8 @@ class StreamRepair:
         if self._steady_numbered is not None:
             self._steady_numbered = None
             if self._steady_number is not None:
-                # Only a Responses shape is numbered (`RoutineSpec.numbered`): no other rules have
-                # a steady numbered path.
-                if isinstance(self._rules, ResponsesRules):
-                    self._rules.note_sequence_number(int(self._steady_number.group()))
+                # Only a Responses shape is numbered (`RoutineSpec.numbered`).
+                self._rules.note_sequence_number(int(self._steady_number.group()))
                 self._steady_number = None
 
     def _pass_through_from_here(self, cause: Exception | str) -> bytes:
@@ -604,50 +456,12 @@ class StreamRepair:
         it came before anything that follows."""
         held = self._rules.release_held()
         self._move(Signal.GIVE_UP)
-        why = cause if isinstance(cause, str) else wording.internal_error(cause)
-        if not isinstance(cause, str):
-            self.report.internal_error = why
-        self._set(Verdict.SKIPPED, wording.skipped_detail(why, from_event=self.report.events + 1))
+        self._services.book_given_up(cause)
         return held
-
-    def _corrected(self, rule: Correction, what: str | None) -> None:
-        """A rule changed an upstream event (C11, M8, R6, R7): counted per rule, and booked as a
-        repair in `what`'s words (None: the rule books its words once at the end, R7)."""
-        corrections = self.report.corrections
-        corrections[rule] = corrections.get(rule, 0) + 1
-        if what is None:
-            self._repaired_verdict()
-        else:
-            self._repaired(what)
-
-    def _repaired(self, what: str) -> None:
-        self.report.repairs.append(what)
-        self._repaired_verdict()
-
-    def _repaired_verdict(self) -> None:
-        if self.report.verdict is Verdict.CLEAN:
-            self.report.verdict = Verdict.REPAIRED
-
-    def _set(self, verdict: Verdict, detail: str) -> None:
-        self.report.verdict = verdict
-        self.report.detail = detail
 
     def _finish(self, now: float | None) -> None:
         self._rules.closing_books()
-        report = self.report
-        if report.verdict is Verdict.REPAIRED:
-            report.detail = wording.repaired_detail(report.repairs)
-        if report.first_malformed_event is not None and report.verdict in MALFORMED_OUTRANKS:
-            # The client read garbage: that is what the books say first, and what else the stream
-            # ended as follows in the detail (its repairs, injections and cut stay as they are).
-            report.detail = wording.malformed_detail(
-                event=report.first_malformed_event,
-                count=report.malformed_events,
-                other=None if report.verdict is Verdict.CLEAN else report.detail,
-            )
-            report.verdict = Verdict.MALFORMED
-        if now is not None and self._started_at is not None:
-            self.report.duration = now - self._started_at
+        self._services.close(now)
 
     def _sent(self, out: bytes) -> bytes:
         self.report.client_bytes += len(out)

@@ -34,6 +34,10 @@ cut, and finish_fix never writes `response.completed` (rule R2). The rules:
   and fails the whole stream) -> each missing one filled in from the request: its `model`, and the
   time it went upstream (the caller's clock, `RequestFacts.created_at`). A value the upstream sent
   is never changed, and a fact the request lacks is never made up (R8, `RepairPolicy.responses_fields`).
+
+The tables come first (terminal, error, token, content-indexed and R8's snapshot events), then what
+R3's frames continue (`ResponseSoFar`, `failure_frames`), then `ResponsesRules`, which reads them.
+The rules see their stream only through `_rule_interface.StreamServices`.
 """
 
 from __future__ import annotations
@@ -41,21 +45,18 @@ from __future__ import annotations
 import copy
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
-from . import _wording as wording
 from ._dialect import Dialect
 from ._injected import DONE, ERROR_CODE, dialect_event
 from ._json import UNREADABLE
 from ._json_edit import JsonPath, rewrite_event
-from ._phases import Signal
+from ._routine_chunks import MAY_STEADY, RoutineMatch
+from ._rule_interface import StreamServices
 from ._sse import Event
 from ._typed_rules import TypedEventRules
 from ._verdict import Correction, InjectionKind, TokenUsage
-
-if TYPE_CHECKING:  # the machine that drives these rules (it imports this module)
-    from ._repair import StreamRepair
-    from ._routine_chunks import RoutineMatch
+from ._wording import filled_fields, filled_indexes, limit_reason_corrected
 
 __all__ = [
     "CONTENT_INDEXED_EVENTS",
@@ -166,8 +167,8 @@ class ResponsesRules(TypedEventRules):
     # told as with `error`.
     may_stop = False
 
-    def __init__(self, machine: StreamRepair) -> None:
-        super().__init__(machine)
+    def __init__(self, stream: StreamServices) -> None:
+        super().__init__(stream)
         self._so_far = ResponseSoFar()
         # R7: per item id, its output index (from its `output_item.added`) and its current content
         # index (from its last `content_part.added`); how many of each came; what was filled in.
@@ -185,7 +186,7 @@ class ResponsesRules(TypedEventRules):
         """A routine delta's token, and its `sequence_number` (the fast path read it)."""
         if match.number is not None:
             self._so_far.sequence_number = match.number
-        return super().on_routine(match)
+        return MAY_STEADY
 
     def note_sequence_number(self, number: int) -> None:
         """The last sequence number the machine's steady path took (`_repair._leave_steady`)."""
@@ -193,44 +194,44 @@ class ResponsesRules(TypedEventRules):
 
     def on_event(self, event: Event, kind: str | None, message: Any) -> bytes:
         """The bytes to send for one event (`kind` its type, `message` its parsed data)."""
-        machine = self._machine
+        stream = self._stream
         if (event.data or b"").startswith(DONE):
             # No terminal event came (after one the machine passes `[DONE]` itself, R1): the
             # upstream ended the stream here. R3's events first, where the client still reads.
-            return machine._cut_at_done() + event.raw
+            return stream.cut_here() + event.raw
         if message is UNREADABLE:  # not JSON, or not UTF-8: passed on as it came, booked `malformed` (rule C8)
-            machine._malformed()
+            stream.malformed()
         if not isinstance(message, dict):
             return event.raw
         edits: dict[JsonPath, bytes] = {}
-        if machine._policy.responses_indexes and _is_responses_event(message.get("type")):
+        if stream.policy.responses_indexes and _is_responses_event(message.get("type")):
             self._missing_indexes(kind, message, edits)
             if edits:
-                machine._corrected(Correction.RESPONSES_INDEXES, None)  # its words at the end: `closing_books`
-        if kind in _FIELDS_EVENTS and machine._policy.responses_fields and self._missing_fields(message, edits):
-            machine._corrected(Correction.RESPONSES_FIELDS, None)  # its words at the end: `closing_books`
+                stream.corrected(Correction.RESPONSES_INDEXES, None)  # its words at the end: `closing_books`
+        if kind in _FIELDS_EVENTS and stream.policy.responses_fields and self._missing_fields(message, edits):
+            stream.corrected(Correction.RESPONSES_FIELDS, None)  # its words at the end: `closing_books`
         event_type = None
-        if kind == "response.completed" and machine._policy.limit_reasons and self._at_the_limit(message, edits):
+        if kind == "response.completed" and stream.policy.limit_reasons and self._at_the_limit(message, edits):
             kind = event_type = "response.incomplete"
         raw = event.raw
         if edits:
             expected = _edited(message, edits)
-            raw = rewrite_event(event, edits, expected, machine._line_ending(), event_type=event_type)
+            raw = rewrite_event(event, edits, expected, stream.line_ending(), event_type=event_type)
             message = expected
         self._so_far.note(kind, message)
         if kind in TOKEN_EVENTS:
             if message.get("delta"):
-                machine._token_seen()
+                stream.token_seen()
         elif kind in TERMINAL_EVENTS:
-            machine._move(Signal.DONE)
+            stream.terminated()
             self._note_terminal(kind, message.get("response"))
         elif kind == "response.failed":
             response = message.get("response")
             error = response.get("error") if isinstance(response, dict) else None
             if isinstance(error, dict):
-                machine._upstream_error(label=error.get("code"), message=error.get("message"))
+                stream.upstream_error(label=error.get("code"), message=error.get("message"))
             else:
-                machine._upstream_error(label="response.failed", message=None)
+                stream.upstream_error(label="response.failed", message=None)
         elif kind == "error" or ("type" not in message and message.get("error") is not None):
             # The documented flat shape, OpenAI's nested one, or vLLM's bare `{"error": ...}` frame,
             # whatever `event:` name it came under: both SDKs raise on data with a top-level `error`.
@@ -238,11 +239,11 @@ class ResponsesRules(TypedEventRules):
             source = nested if isinstance(nested, dict) else message
             label = source.get("code") or source.get("type")
             text = source.get("message") if isinstance(nested, dict) or kind == "error" else nested
-            machine._upstream_error(label=label, message=text)
+            stream.upstream_error(label=label, message=text)
         elif kind in _SNAPSHOT_EVENTS:
             response = message.get("response")
             if isinstance(response, dict):
-                machine._note_model(response.get("model"))
+                stream.note_model(response.get("model"))
         return raw
 
     def _missing_indexes(self, kind: str | None, message: dict[str, Any], edits: dict[JsonPath, bytes]) -> None:
@@ -302,7 +303,7 @@ class ResponsesRules(TypedEventRules):
         response = message.get("response")
         if not isinstance(response, dict):
             return False
-        request = self._machine._request
+        request = self._stream.request
         added = False
         for field, value in (("created_at", request.created_at), ("model", request.model)):
             if response.get(field) is None and value is not None:
@@ -316,8 +317,8 @@ class ResponsesRules(TypedEventRules):
         that say `incomplete` go into `edits` and the correction is booked. Only a `completed`
         status with its output tokens at or past `max_output_tokens` is changed: any other status
         already says something (vLLM 0.29 sent `incomplete` inside `response.completed`)."""
-        machine = self._machine
-        limit = machine._request.max_tokens
+        stream = self._stream
+        limit = stream.request.max_tokens
         response = message.get("response")
         if limit is None or not isinstance(response, dict) or response.get("status") != "completed":
             return False
@@ -328,9 +329,9 @@ class ResponsesRules(TypedEventRules):
         edits[("type",)] = _json("response.incomplete")
         edits[("response", "status")] = _json("incomplete")
         edits[("response", "incomplete_details")] = _json(_INCOMPLETE_DETAILS)
-        machine._corrected(
+        stream.corrected(
             Correction.LIMIT_REASON,
-            wording.limit_reason_corrected(
+            limit_reason_corrected(
                 _LIMIT_RULE,
                 upstream="response.completed",
                 corrected="response.incomplete",
@@ -343,13 +344,13 @@ class ResponsesRules(TypedEventRules):
     def closing_books(self) -> None:
         """R7's and R8's counts of what they filled in, once for the whole stream."""
         if any(self._filled.values()):
-            self._machine._repaired(wording.filled_indexes(_INDEXES_RULE, self._filled))
+            self._stream.repaired(filled_indexes(_INDEXES_RULE, self._filled))
         if any(self._fields.values()):
-            self._machine._repaired(wording.filled_fields(_FIELDS_RULE, self._fields))
+            self._stream.repaired(filled_fields(_FIELDS_RULE, self._fields))
 
     def _note_terminal(self, kind: str, response: object) -> None:
         """The finish reason and the usage of a terminal event's response (`StreamReport` says which words)."""
-        report = self._machine.report
+        report = self._stream.report
         reason = "completed"
         if kind == "response.incomplete":
             details = response.get("incomplete_details") if isinstance(response, dict) else None
@@ -373,12 +374,12 @@ class ResponsesRules(TypedEventRules):
 
     def cut_frames(self, message: str) -> bytes:
         """R3: `event: error` (flat and nested), then `event: response.failed`."""
-        machine = self._machine
+        stream = self._stream
         so_far = self._so_far
-        machine.report.injected.append({"kind": InjectionKind.ERROR_EVENT, "code": ERROR_CODE})
+        stream.injected({"kind": InjectionKind.ERROR_EVENT, "code": ERROR_CODE})
         response_id = so_far.snapshot.get("id") if so_far.snapshot is not None else _UNNAMED_RESPONSE_ID
-        machine.report.injected.append({"kind": InjectionKind.RESPONSE_FAILED, "id": response_id})
-        return failure_frames(message, machine._line_ending(), so_far=so_far)
+        stream.injected({"kind": InjectionKind.RESPONSE_FAILED, "id": response_id})
+        return failure_frames(message, stream.line_ending(), so_far=so_far)
 
     def stop_frames(self) -> bytes:  # pragma: no cover - `may_stop` is False
         raise AssertionError("finish_fix_on_cut=stop never writes response.completed (R2)")

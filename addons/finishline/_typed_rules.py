@@ -7,26 +7,24 @@ pieces (`_routine_chunks`) are text deltas that change nothing but whether a tok
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._json import json_or_unreadable
-from ._routine_chunks import MAY_STEADY
+from ._routine_chunks import MAY_STEADY, RoutineMatch
+from ._rule_interface import StreamServices
 from ._sse import Event
-
-if TYPE_CHECKING:  # the machine that drives these rules (it imports them)
-    from ._repair import StreamRepair
-    from ._routine_chunks import RoutineMatch
 
 __all__ = ["TypedEventRules"]
 
 
 class TypedEventRules:
-    """The base of `MessagesRules` and `ResponsesRules` (see `_rules` for the shape of rules)."""
+    """The base of `MessagesRules` and `ResponsesRules` (`_rule_interface.DialectRules` is the
+    shape of rules)."""
 
     keepalives: frozenset[str] = frozenset()
 
-    def __init__(self, machine: StreamRepair) -> None:
-        self._machine = machine
+    def __init__(self, stream: StreamServices) -> None:
+        self._stream = stream
 
     @staticmethod
     def read(event: Event) -> tuple[str | None, Any]:
@@ -38,10 +36,12 @@ class TypedEventRules:
         return kind, message
 
     def on_routine(self, match: RoutineMatch) -> int:
-        """The fast path matched a routine text delta: a token if its text is not empty."""
-        if match.has_text:
-            self._machine._first_token_seen = True
+        """The fast path matched a routine text delta (a token if its text is not empty, which the
+        machine notes): another of its shape changes nothing but the counts."""
         return MAY_STEADY
+
+    def note_sequence_number(self, number: int) -> None:
+        """Only Responses numbers its events."""
 
     def release_held(self) -> bytes:
         """These dialects hold no event back (only Chat's rule C11 does)."""

@@ -15,7 +15,7 @@ __all__ = ["METRICS_OPTION", "keep_last_scrape", "metrics_url_in"]
 
 #: The `--set` value: metrics on 127.0.0.1, on a port the kernel picks (no race for a free port).
 METRICS_OPTION = "finish_fix_metrics=127.0.0.1:0"
-# What finish_fix logs once it serves them (addons/finish_fix.py `_serve_metrics`).
+# What finish_fix logs once it serves them (`finishline.addon.telemetry.Telemetry.serve_metrics`).
 _SERVING = re.compile(r"finish_fix: metrics at (http://127\.0\.0\.1:\d+/metrics)")
 _SCRAPE_TIMEOUT_S = 5.0
 

@@ -29,8 +29,8 @@ from typing import Any
 import trio
 
 from faults.child_processes import ChildStartError, bind_failed, free_port
-from finish_fix_command import addon_path
 from finishline import Dialect
+from finishline.install import addon_path
 from labs.cell_ids import cell_id_of
 from labs.gateways.registry import (
     BooksReader,

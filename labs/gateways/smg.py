@@ -65,6 +65,7 @@ from faults.child_processes import START_DEADLINE_S, ChildStartError
 from labs.cell_ids import cell_id_of
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
+from labs.gateways.router_listen import router_listen_args
 from labs.gateways.services import Gateway, books_reader_from, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
@@ -152,18 +153,10 @@ async def open_smg(upstreams: Sequence[str], run_dir: Path, label: str) -> Async
     log = run_dir / f"{label}.log"
 
     def argv(port: int, metrics_port: int) -> list[str]:
-        # SMG takes no port 0, for its server nor its Prometheus listener.
         return [
             str(tool_binary("smg", "smg")),
             "launch",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--prometheus-host",
-            "127.0.0.1",
-            "--prometheus-port",
-            str(metrics_port),
+            *router_listen_args(port, metrics_port),
             "--policy",
             "round_robin",
             "--disable-load-monitoring",

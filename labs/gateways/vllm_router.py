@@ -19,6 +19,7 @@ from types import MappingProxyType
 
 from finishline import Dialect
 from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
+from labs.gateways.router_listen import router_listen_args
 from labs.gateways.services import Gateway, open_service_on_free_ports
 from labs.gateways.tool_envs import missing_tool_env, tool_binary
 from labs.outcome import BOOKS_NONE
@@ -34,17 +35,9 @@ async def _start(ctx: GatewayContext) -> Gateway:
     upstreams = [ctx.upstream(), *([ctx.spare_url] if ctx.spare_url else [])]
 
     def argv(port: int, metrics_port: int) -> list[str]:
-        # No port 0 for its server or its Prometheus listener.
         return [
             str(tool_binary("vllm-router", "vllm-router")),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--prometheus-host",
-            "127.0.0.1",
-            "--prometheus-port",
-            str(metrics_port),
+            *router_listen_args(port, metrics_port),
             "--worker-urls",
             *upstreams,
             "--policy",

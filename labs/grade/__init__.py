@@ -10,5 +10,5 @@
 - `labs.grade.gateway_checks`, `labs.grade.gateway_plan`, `labs.grade.gateway_grader`:
   `python -m labs.grade gateway`.
 - `labs.grade.render`: the card for a terminal, as JSON, as HTML, and cards side by side (Markdown).
-- `labs.grade.cli`: the command line (also `finishline grade`); `labs.grade.pytest_plugin`: the same checks as pytest tests, loaded on first use by the plugin entry `finishline_pytest`.
+- `labs.grade.cli`: the command line (also `finishline grade`); `labs.grade.pytest_plugin`: the same checks as pytest tests, loaded on first use by the plugin entry `finishline.pytest_plugin`.
 """

@@ -1,8 +1,8 @@
 """The graders' side of finishline's pytest plugin: the card's checks as pytest items, and what the
 fixtures are built from.
 
-The plugin pytest loads is `finishline_pytest` (addons/finishline_pytest.py: the options, the
-hooks and the fixtures' names and contracts, importing only the standard library and pytest). It
+The plugin pytest loads is `finishline.pytest_plugin` (addons/finishline/pytest_plugin.py: the options, the
+hooks and the fixtures' names and contracts, importing only the standard library, pytest and the core). It
 imports this module only when a `--finishline-*-url` option is used or a finishline fixture is
 requested, so this one imports the graders and the lab's parts at the top like any other module.
 """

@@ -1,8 +1,8 @@
 """finish_fix's books where operators look, as the addon's options set them: Prometheus metrics
-(`finish_fix_metrics`, addons/finish_fix_metrics.py) and one OpenTelemetry span per flow
-(`finish_fix_otlp`, addons/finish_fix_traces.py).
+(`finish_fix_metrics`, `finishline.addon.metrics`) and one OpenTelemetry span per flow
+(`finish_fix_otlp`, `finishline.addon.traces`).
 
-The addon (addons/finish_fix.py) hands this object each option's value (`serve_metrics`,
+The addon (`finishline.addon.hooks`) hands this object each option's value (`serve_metrics`,
 `export_spans`), each stream whose head went out (`stream_started`, the in-flight gauge) and each
 flow whose books closed (`booked`). Their libraries are imported only when an option asks for
 them: with both off finish_fix imports neither. A bad value raises `ValueError` (the addon refuses
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 from finishline import Booking, Dialect, RequestFacts
 
 if TYPE_CHECKING:  # the libraries are imported when an option asks for them
-    from finish_fix_metrics import MetricsServer, StreamMetrics
-    from finish_fix_traces import SpanExport
+    from finishline.addon.metrics import MetricsServer, StreamMetrics
+    from finishline.addon.traces import SpanExport
 
 __all__ = ["Telemetry"]
 
@@ -51,18 +51,19 @@ class Telemetry:
         """
         parsed = None
         if address:
-            import finish_fix_metrics
+            # Lazy: prometheus-client is imported only once finish_fix_metrics asks for it.
+            from finishline.addon import metrics as prometheus_metrics
 
-            parsed = finish_fix_metrics.parse_listen_address(address)
+            parsed = prometheus_metrics.parse_listen_address(address)
         if self.metrics_server is not None:
             self.metrics_server.close()
             self.metrics_server = None
         self.metrics = None
         if parsed is None:
             return
-        metrics = finish_fix_metrics.process_metrics()
+        metrics = prometheus_metrics.process_metrics()
         try:
-            self.metrics_server = finish_fix_metrics.MetricsServer(*parsed, metrics.registry)
+            self.metrics_server = prometheus_metrics.MetricsServer(*parsed, metrics.registry)
         except OSError as e:
             raise ValueError(f"cannot listen on {address!r} ({e.strerror or e})") from None
         self.metrics = metrics
@@ -76,16 +77,17 @@ class Telemetry:
         """
         endpoint = None
         if url:
-            import finish_fix_traces
+            # Lazy: OpenTelemetry is imported only once finish_fix_otlp asks for it.
+            from finishline.addon import traces as otlp_traces
 
-            endpoint = finish_fix_traces.traces_endpoint(url)
+            endpoint = otlp_traces.traces_endpoint(url)
         if self.traces is not None:
             threading.Thread(target=self.traces.close, name="finish_fix: closing a span export", daemon=True).start()
             self.traces = None
         if endpoint is None:
             return
-        self.traces = finish_fix_traces.SpanExport(endpoint)
-        logger.info(f"finish_fix: spans to {endpoint} (GenAI semantic conventions v{finish_fix_traces.SEMCONV_VERSION})")
+        self.traces = otlp_traces.SpanExport(endpoint)
+        logger.info(f"finish_fix: spans to {endpoint} (GenAI semantic conventions v{otlp_traces.SEMCONV_VERSION})")
 
     def stream_started(self, dialect: Dialect) -> StreamMetrics | None:
         """A stream's head went out: the in-flight gauge goes up, and the metrics to take it down

@@ -3,8 +3,8 @@
 mitmproxy calls `flow.response.stream` with each piece of the body; this object runs the pieces
 through the repair core and keeps the bounded copy of what the client was sent. It is also the
 flow's `CutHandler`: the cut hook finds it on the flow to hand it mid-body failures and stall timers.
-The state lives on the flow, not on the addon instance, and this module is a sibling of the addon
-script, which mitmproxy does not re-import on a hot reload: a flow that is streaming while the script
+The state lives on the flow, not on the addon instance, and this module is in the package, which
+mitmproxy does not re-import on a hot reload of the addon's script: a flow that is streaming while the script
 reloads is still repaired, cut, timed and booked by the new instance.
 """
 
@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 
 from mitmproxy import http
 
-from finish_fix_books import BodyCopy
-from finish_fix_cut_hook import CutHandler, HeadWatch, WholeBodyWatch
 from finishline import (
     Booking,
     ClientEnding,
@@ -33,11 +31,13 @@ from finishline import (
     head_deadline,
     repair_gemini_body,
 )
+from finishline.addon.books import BodyCopy
+from finishline.addon.cut_hook import CutHandler, HeadWatch, WholeBodyWatch
 
 if TYPE_CHECKING:
-    from finish_fix_metrics import StreamMetrics
+    from finishline.addon.metrics import StreamMetrics
 
-__all__ = ["ClientStream", "HeadWait", "stream_of"]
+__all__ = ["ClientStream", "GeminiBodyWait", "HeadWait", "stream_of"]
 
 logger = logging.getLogger(__name__)
 _clock = time.time  # looked up once: the callable reads it for every piece

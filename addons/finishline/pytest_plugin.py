@@ -19,15 +19,15 @@ Fixtures, for your own tests:
   context manager that applies a fault (`faults.catalog`) for the block.
 - `finishline_hub`: the hub in front of a tunnel, with its `on_tunnel_drop` policy settable.
 
-Why this module is here and imports so little: pytest imports every installed `pytest11` plugin at
-the start of every run, in every project. If that import reached `labs` (the graders live in
-`labs.grade`), a project with its own `labs` package could not start pytest at all (its `labs` has no
-`grade`), and one that did start would find our `labs` in `sys.modules` in place of its own. So the
-entry point is this top-level module (next to the core in `addons/`, whose contents are the wheel's
-top level), importing only the standard library and pytest. The graders' side
-(`labs.grade.pytest_plugin`) is imported when an option is used or a fixture is requested, after
-`finishline_command.maybe_shadowed` has checked that `labs` and `faults` are finishline's: if a
-project's own package hides ours, that is one line, not a traceback.
+Why this module imports so little: pytest imports every installed `pytest11` plugin at the start
+of every run, in every project. If that import reached `labs` (the graders live in `labs.grade`), a
+project with its own `labs` package could not start pytest at all (its `labs` has no `grade`), and
+one that did start would find our `labs` in `sys.modules` in place of its own. So the entry point is
+this module of the `finishline` package, importing only the standard library, pytest and the core
+(standard library only). The graders' side (`labs.grade.pytest_plugin`) is imported when an option
+is used or a fixture is requested, after `finishline.install.maybe_shadowed` has checked that
+`labs` and `faults` are finishline's: if a project's own package hides ours, that is one line, not
+a traceback.
 """
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ from typing import Any
 
 import pytest
 
-from finishline_command import maybe_shadowed
+from finishline import Dialect
+from finishline.install import maybe_shadowed
+from labs.dialects import LAB_DIALECTS
 
-#: `finishline.Dialect`'s values, Chat first (`tests/test_grade_plugin.py` holds them equal).
-_DIALECTS = ("chat", "messages", "responses")
+#: The dialects' words, as the core spells them (`Dialect`): those the graders speak (Gemini not yet).
+_DIALECTS = tuple(dialect.value for dialect in LAB_DIALECTS)
 #: The options that add graded checks; any of them imports the graders.
 _CARD_OPTIONS = ("--finishline-server-url", "--finishline-gateway-url")
 _OPTIONS = "the --finishline-* options"
@@ -54,11 +56,10 @@ _INSTEAD = "run `finishline grade server|gateway ...` outside this project inste
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("finishline", "finishline graders (python -m labs.grade as tests)")
     group.addoption("--finishline-server-url", metavar="URL", help="grade this OpenAI-compatible server: one test per check")
-    # The words of `finishline.Dialect`, typed here: the plugin imports nothing heavy until it grades.
     group.addoption(
         "--finishline-server-dialect",
         choices=_DIALECTS,
-        default=_DIALECTS[0],
+        default=Dialect.CHAT.value,
         metavar="DIALECT",
         help=f"the API to grade the server in: {', '.join(_DIALECTS)} (default chat)",
     )
@@ -82,7 +83,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--finishline-gateway-dialect",
         choices=_DIALECTS,
-        default=_DIALECTS[0],
+        default=Dialect.CHAT.value,
         metavar="DIALECT",
         help=f"the API the clients speak to the gateway: {', '.join(_DIALECTS)} (default chat)",
     )
@@ -128,6 +129,7 @@ def _maybe_hidden(what: str) -> str | None:
 
 
 def _import_graders_side() -> ModuleType:
+    # Lazy: the graders (trio, httpx, mitmproxy, our `labs`) load only when an option or a fixture asks.
     # By name in sys.modules, not `from labs.grade import pytest_plugin` (an attribute of the package
     # first): pytester's in-process runs drop the modules a run imported, and the package's stale
     # attribute would mix that old copy of the graders with freshly imported httpx internals.

@@ -57,7 +57,7 @@ the answer without a head `HttpStream.send_response`, and the timers' delivery
 pins their source, and the end-to-end tests cut and stall real streams through a real mitmdump: a
 mitmproxy upgrade that changes any of them fails loudly.
 
-Hot reloads: mitmproxy re-executes the addon script on change, but this sibling module stays
+Hot reloads: mitmproxy re-executes the addon script on change, but this module of the package stays
 imported. The original method is kept on the class itself, so a wrapper is never wrapped, and
 `uninstall` (called from the addon's `done`) puts the original back. A timer may still be pending
 then (a stall timer outlives its response by up to one timeout, a head timer is booked for every
