@@ -185,14 +185,20 @@ class HeadWatch:
 
     Attributes:
         sent_at: when the request went upstream, set by the hook (None until then).
-        wakeup: the hook's pending timer for this watch, if any (the hook's own bookkeeping).
+        wakeup: the hook's pending timer for this watch, if any (the hook's own bookkeeping), and
+            `due`, when it is due.
+        serves_stall: set by the hook when the response head came while that timer was pending and
+            due no later than the stream's first stall check: the timer is then that check (every
+            timer is an asyncio task in mitmproxy, which showed in the bench's 200-event streams).
     """
 
-    __slots__ = ("sent_at", "wakeup", "__weakref__")
+    __slots__ = ("sent_at", "wakeup", "due", "serves_stall", "__weakref__")
 
     def __init__(self) -> None:
         self.sent_at: float | None = None
         self.wakeup: RequestWakeup | None = None
+        self.due = 0.0
+        self.serves_stall = False
 
     def next_head_check(self, now: float) -> float | None:
         """When to call `on_head_timer` (a time like `now`; `sent_at` is set), or None for no timer."""
@@ -331,7 +337,9 @@ def _handle_other_event(self: HttpStream, event):
             watch.wakeup = None
             if self.server_state == self.state_wait_for_response_headers:
                 return (yield from _on_head_timer(self, watch))
-            return  # the head came meanwhile: its stream has a stall timer of its own
+            if not watch.serves_stall:
+                return  # the head came meanwhile: its stream has a stall timer of its own
+            # Else it is the stream's stall check (`_set_timer`), handled below like one.
     elif _draining:
         # The last pending timers may have gone with their connections: no Wakeup is then left to
         # swallow, and mitmproxy's own method can take over from the next event.
@@ -370,7 +378,7 @@ def _handle_other_event(self: HttpStream, event):
         handler = _handler_of(self.flow)
         if handler is not None:
             handler.sent_by_hook = not self.context.options.store_streamed_bodies
-        yield from _set_timer(self, time.time())
+        yield from _set_timer(self, time.time(), _head_watches.get(self.flow))
 
 
 def _handler_of(flow: http.HTTPFlow) -> CutHandler | None:
@@ -389,8 +397,12 @@ def _ask(flow: http.HTTPFlow, method: str, *args):
         return None
 
 
-def _set_timer(self: HttpStream, now: float):
+def _set_timer(self: HttpStream, now: float, watch: HeadWatch | None = None):
     at = _ask(self.flow, "next_stall_check", now)
+    if at is not None and watch is not None and watch.wakeup is not None and watch.due <= at:
+        # The head timer, still pending, comes first: it is the stall check (`HeadWatch.serves_stall`).
+        watch.serves_stall = True
+        return
     if at is not None:
         _book_timer(self, 1)
         # Delivered back to this stream: HttpLayer.event_to_child remembers who asked for a wakeup.
@@ -415,6 +427,7 @@ def _set_head_timer(self: HttpStream, watch: HeadWatch, now: float):
         _book_timer(self, 1)
         # Delivered back to this stream, as the stall timer's (HttpLayer.event_to_child).
         watch.wakeup = RequestWakeup(max(at - now, _MIN_DELAY_S))
+        watch.due = now + watch.wakeup.delay
         yield watch.wakeup
 
 

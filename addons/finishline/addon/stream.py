@@ -158,10 +158,19 @@ class HeadWait(HeadWatch):
         self.answer: NoHeadAnswer | None = None
 
     def next_head_check(self, now: float) -> float | None:
+        # Not later than one idle timeout from now: then the head timer is due before the stream's
+        # first stall check, and the cut hook lets it be that check once the head came, so that a
+        # short stream costs mitmproxy one timer, not two (`HeadWatch.serves_stall`).
+        deadline = self._deadline()
+        if deadline is None or self.policy.idle_timeout <= 0:
+            return deadline
+        return min(deadline, now + self.policy.idle_timeout)
+
+    def _deadline(self) -> float | None:
         return None if self.sent_at is None else head_deadline(self.policy, sent_at=self.sent_at)
 
     def on_head_timer(self, now: float) -> http.Response | None:
-        at = self.next_head_check(now)
+        at = self._deadline()
         if at is None or now < at or self.answer is not None:
             return None
         self.answer = answer = answer_no_head(
