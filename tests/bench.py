@@ -78,6 +78,7 @@ import h11
 import httpx
 
 from finishline import Dialect, RequestFacts, StreamRepair
+from labs.dialects import LAB_DIALECTS
 from labs.gateways.finish_fix_scrape import metrics_url_in
 from tests import mitmdump_process
 from tests.chat_streams import chat_chunk, sse_event
@@ -844,7 +845,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dialect",
         action="append",
-        choices=[str(dialect) for dialect in Dialect],
+        choices=[str(dialect) for dialect in LAB_DIALECTS],
         help="a dialect to measure (repeatable; default all three): chat runs every Chat "
         "shape, messages and responses their long stream, their concurrent shape (raced) and the core",
     )
@@ -874,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
         "and upstream on one CPU, every mitmdump on another)",
     )
     args = parser.parse_args(argv)
-    dialects = [dialect for dialect in Dialect if args.dialect is None or str(dialect) in args.dialect]
+    dialects = [dialect for dialect in LAB_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
     chat = Dialect.CHAT in dialects
     others = [dialect for dialect in dialects if dialect is not Dialect.CHAT]
 

@@ -112,6 +112,7 @@ def test_every_option_has_help_and_the_prefix(addon):
     assert sorted(ours) == sorted(
         [
             "finish_fix_paths",
+            "finish_fix_gemini_paths",
             "finish_fix_limit_reasons",
             "finish_fix_responses_indexes",
             "finish_fix_responses_fields",

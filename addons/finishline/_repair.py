@@ -50,7 +50,7 @@ from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
 from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks
 from ._rule_interface import DialectRules, StreamServices
-from ._rules import DIALECT_RULES, event_dialect
+from ._rules import DIALECT_FRAMERS, DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
 from ._steady import NumberedSteady, SteadyShape, match_plain_text
 from ._verdict import ClientEnding, CutCause, Interruption, RepairPolicy, StreamReport
@@ -130,7 +130,7 @@ class StreamRepair:
         self._started_at = started_at
         # The first-token deadline counts from the request going upstream (`_deadlines`).
         self._deadlines = StallDeadlines(policy, sent_at=sent_at if sent_at is not None else started_at)
-        self._framer = EventFramer()
+        self._framer = DIALECT_FRAMERS.get(Dialect(dialect), EventFramer)()
         self._phase = Phase.STREAMING
         self._ended = False
         self._first_token_seen = False

@@ -412,6 +412,9 @@ SPECS = {
     Dialect.CHAT: RoutineSpec(_routine_facts, lambda chunk: chunk["choices"][0]["delta"]),
     Dialect.MESSAGES: RoutineSpec(_messages_facts, lambda event: event["delta"]),
     Dialect.RESPONSES: RoutineSpec(_responses_facts, lambda event: event, numbered=True),
+    # No Gemini chunk is routine yet: AI Studio's carry a `usageMetadata` that changes on every
+    # chunk, so every chunk takes the full path.
+    Dialect.GEMINI: RoutineSpec(lambda event: None, lambda event: event),
 }
 
 

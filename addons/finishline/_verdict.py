@@ -287,7 +287,7 @@ class Injection(TypedDict, total=False):
     # Messages `finish`: the stop_reason it gave; `content_block_stop`: the block it closed.
     stop_reason: str
     index: int
-    # `error_event`: its code (Chat, Responses) or its error type (Messages).
+    # `error_event`: its code (Chat, Responses) or its error type (Messages) or status (Gemini).
     code: str
     type: str
     # Responses `response.failed`: the response's id, as the upstream's snapshot had it.
