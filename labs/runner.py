@@ -91,8 +91,6 @@ from labs.scenario import Scenario, Topology
 from labs.scenario_run import TUNNEL, Cells, drop_pooled_connections, probe_model, request_model, run_scenario
 from labs.topology import (
     HUB,
-    PRIMARY,
-    SPARE,
     AnyWorker,
     GatewaySets,
     attach_workers,
@@ -100,6 +98,7 @@ from labs.topology import (
     topology_groups,
     topology_line,
 )
+from labs.worker.attempts import PRIMARY, SPARE
 from labs.worker.real import SIMULATED, needs_simulated_worker
 from labs.worker.truth import CapturedTruth, WorkerTruth
 from labs.workers import REAL_WORKER_IDLE_TIMEOUT_S, for_real_worker, open_lab_workers, prepare_real_workers, worker_truth
