@@ -24,6 +24,7 @@ from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
 from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, DEFAULT_CLIENTS_BY_DIALECT, EVERY_CLIENT
 from labs.clients.agent_host import agent_refusal
+from labs.dialects import LAB_DIALECTS
 from labs.entry import EXIT_ERROR, run_command
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import EXTERNAL, GATEWAYS
@@ -98,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--dialect",
         action="append",
-        choices=[d.value for d in Dialect],
+        choices=[d.value for d in LAB_DIALECTS],
         metavar="DIALECT",
-        help=f"repeatable; one of {', '.join(d.value for d in Dialect)}; default: all three, each scenario "
+        help=f"repeatable; one of {', '.join(d.value for d in LAB_DIALECTS)}; default: all three, each scenario "
         "in the dialects it lists (the default run: those of its `default_dialects`)",
     )
     parser.add_argument(
@@ -160,7 +161,7 @@ def select_scenarios(
     names: list[str] | None,
     everything: bool,
     directory: Path = SCENARIO_DIR,
-    dialects: Sequence[Dialect] = tuple(Dialect),
+    dialects: Sequence[Dialect] = LAB_DIALECTS,
 ) -> list[Scenario]:
     """The scenarios asked for by name (default or not), else every one (`--all`), else the
     default run's: those whose file does not say `default = false`; each narrowed to the
@@ -203,7 +204,7 @@ def select_clients(names: list[str] | None, everything: bool, dialects: Sequence
     """
     for name in names or ():
         if not any(name in CLIENTS_BY_DIALECT[d] for d in dialects):
-            speaks = ", ".join(d.value for d in Dialect if name in CLIENTS_BY_DIALECT[d])
+            speaks = ", ".join(d.value for d in LAB_DIALECTS if name in CLIENTS_BY_DIALECT[d])
             raise SelectionError(f"client {name!r} speaks {speaks}, not {', '.join(dialects)}")
     by_dialect = CLIENTS_BY_DIALECT if everything else DEFAULT_CLIENTS_BY_DIALECT
     wanted = names or [c for d in dialects for c in by_dialect[d]]
@@ -247,7 +248,7 @@ def _dialect_note(scenario: Scenario) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
-    dialects = tuple(d for d in Dialect if d.value in (arguments.dialect or [d.value for d in Dialect]))
+    dialects = tuple(d for d in LAB_DIALECTS if d.value in (arguments.dialect or [d.value for d in LAB_DIALECTS]))
     try:
         if arguments.list:
             # Every scenario, with the dialects it lists and what the default run takes of them.
@@ -350,7 +351,7 @@ def real_server_section(simulated: LabConfig) -> int:
         + ")\n"
         + "=" * 20
     )
-    dialects = tuple(Dialect)
+    dialects = LAB_DIALECTS
     config = dataclasses.replace(
         simulated,
         scenarios=tuple(select_scenarios(list(REAL_SERVER_SECTION), False, dialects=dialects)),

@@ -17,6 +17,7 @@ from pathlib import Path
 from finishline import Dialect
 from labs.cell_ids import CELL_ID_TEMPLATE
 from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, EVERY_CLIENT
+from labs.dialects import LAB_DIALECTS
 from labs.evidence import probe_model_name
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.gateways.registry import lookup, unserved_reason, upstream_dialect
@@ -87,7 +88,7 @@ class NotApplicable:
 
 def run_dialects(config: LabConfig, scenario: Scenario) -> list[Dialect]:
     """The dialects a scenario runs in for this run, in `Dialect` order."""
-    return [d for d in Dialect if d in config.dialects and d in scenario.dialects]
+    return [d for d in LAB_DIALECTS if d in config.dialects and d in scenario.dialects]
 
 
 def _gateways(config: LabConfig, scenario: Scenario) -> list[str]:
@@ -135,7 +136,7 @@ def plan_cells(config: LabConfig) -> list[PlannedCell]:
     client. A gateway the lab does not send a dialect through has no cells in it
     (`plan_not_applicable` says why)."""
     cells = []
-    for dialect in (d for d in Dialect if d in config.dialects):
+    for dialect in (d for d in LAB_DIALECTS if d in config.dialects):
         for scenario in config.scenarios:
             if dialect not in scenario.dialects:
                 continue
@@ -153,7 +154,7 @@ def scenario_runs(planned: list[PlannedCell], scenario: Scenario) -> list[Dialec
     """The upstream dialects one scenario runs in (a run each, under its own fault), in `Dialect`
     order."""
     wanted = {cell.upstream for cell in planned if cell.scenario is scenario}
-    return [d for d in Dialect if d in wanted]
+    return [d for d in LAB_DIALECTS if d in wanted]
 
 
 def plan_not_applicable(config: LabConfig) -> list[NotApplicable]:
@@ -169,7 +170,7 @@ def plan_not_applicable(config: LabConfig) -> list[NotApplicable]:
                 if why is not None:
                     found.setdefault((dialect, gateway), NotApplicable(dialect=dialect, gateway=gateway, why=why))
     order = {gateway: number for number, gateway in enumerate(config.gateways)}
-    return sorted(found.values(), key=lambda n: (list(Dialect).index(n.dialect), order[n.gateway]))
+    return sorted(found.values(), key=lambda n: (LAB_DIALECTS.index(n.dialect), order[n.gateway]))
 
 
 def repeat_label(label: str, repeat: int, repeats: int) -> str:

@@ -69,6 +69,7 @@ from labs.cell_result import CellResult
 from labs.clients import CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
 from labs.clients.hosts import open_driver_hosts
+from labs.dialects import LAB_DIALECTS
 from labs.evidence import probe_id
 from labs.fault_plan import build_fault
 from labs.gateway_versions import gateway_versions
@@ -325,7 +326,7 @@ async def _open_topology(plan: _Plan, tally: _Tally) -> AsyncIterator[_Rig]:
             )
         )
         # The dialects the run's clients speak: the Python host imports their libraries before its hello.
-        run_dialects = tuple(d for d in Dialect if any(c.dialect == d for c in planned))
+        run_dialects = tuple(d for d in LAB_DIALECTS if any(c.dialect == d for c in planned))
         hosts = await stack.enter_async_context(open_driver_hosts(plan.client_names, plan.run_dir, run_dialects))
         if config.worker != SIMULATED:
             tally.say(f"{config.worker}: capturing its healthy answers")
@@ -505,7 +506,7 @@ def _lab_result(plan: _Plan, rig: _Rig, results: list[CellResult], stale: dict[s
                 "hub": s.hub_policy.value if s.hub_policy else None,
                 "workers": s.pool_workers,
             }
-            for d in Dialect
+            for d in LAB_DIALECTS
             for s in config.scenarios
             if d in spoken_dialects(planned, s)
         ],
@@ -516,7 +517,7 @@ def _lab_result(plan: _Plan, rig: _Rig, results: list[CellResult], stale: dict[s
         cells=results,
         clients_by_dialect={
             d.value: [c for c in CLIENTS_BY_DIALECT[d] if any(p.dialect == d and p.client == c for p in planned)]
-            for d in Dialect
+            for d in LAB_DIALECTS
             if any(p.dialect == d for p in planned)
         },
         not_applicable=plan_not_applicable(config),

@@ -78,6 +78,7 @@ from typing import Any
 from finishline import Dialect
 from labs.cell_ids import CELL_ID_TEMPLATE, MAX_CELLS, cell_id_of
 from labs.clients import AGENT_CLIENTS, DEFAULT_MAX_TOKENS, EVERY_CLIENT
+from labs.dialects import LAB_DIALECTS
 from labs.gateways import GATEWAYS
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
@@ -167,12 +168,12 @@ class Scenario:
     #: In the default run (`python -m labs` without `--all` or `--scenario`), in some dialect.
     default: bool = True
     #: The dialects it runs in (`dialects = [...]`), in `Dialect` order.
-    dialects: tuple[Dialect, ...] = tuple(Dialect)
+    dialects: tuple[Dialect, ...] = LAB_DIALECTS
     #: Those the default run takes (`default_dialects = [...]`; none when `default = false`).
-    default_dialects: tuple[Dialect, ...] = tuple(Dialect)
+    default_dialects: tuple[Dialect, ...] = LAB_DIALECTS
     #: Every dialect the file lists, kept when a run narrows `dialects` (`--dialect`, the default
     #: run): the dialects the worker may speak for a translating gateway's cells.
-    listed_dialects: tuple[Dialect, ...] = tuple(Dialect)
+    listed_dialects: tuple[Dialect, ...] = LAB_DIALECTS
     #: `upstream_dialect`: the dialect the worker speaks in every cell; None: each gateway's route's.
     upstream_dialect: Dialect | None = None
     source: str = ""
@@ -362,7 +363,7 @@ def _deadline_s(path: Path, data: dict[str, Any]) -> int | float:
 def _upstream_dialect(path: Path, data: dict[str, Any]) -> Dialect | None:
     if "upstream_dialect" not in data:
         return None
-    valid = [d.value for d in Dialect]
+    valid = [d.value for d in LAB_DIALECTS]
     if data["upstream_dialect"] not in valid:
         raise ScenarioError(f"{path}: `upstream_dialect` must be one of {', '.join(valid)}, not {data['upstream_dialect']!r}")
     return Dialect(data["upstream_dialect"])
@@ -418,11 +419,11 @@ def _fault_table(path: Path, fault: dict[str, Any] | None) -> dict[str, Any] | N
 def _dialects(path: Path, data: dict[str, Any]) -> tuple[tuple[Dialect, ...], tuple[Dialect, ...]]:
     """`dialects` (default: all three) and `default_dialects` (default: all of `dialects`, none
     with `default = false`), each in `Dialect` order."""
-    valid = tuple(d.value for d in Dialect)
+    valid = tuple(d.value for d in LAB_DIALECTS)
     named = _names(path, data, "dialects", valid)
     if named is not None and not named:
         raise ScenarioError(f"{path}: `dialects` is empty: list at least one of {', '.join(valid)} (or leave it out: all three)")
-    dialects = tuple(d for d in Dialect if named is None or d.value in named)
+    dialects = tuple(d for d in LAB_DIALECTS if named is None or d.value in named)
     in_default = _names(path, data, "default_dialects", valid)
     if in_default is None:
         return dialects, dialects if data.get("default", True) else ()

@@ -20,6 +20,7 @@ from collections import Counter
 from typing import Any
 
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.outcome import Change, Outcome, change
 from labs.repeat import split_text
 
@@ -46,7 +47,7 @@ def dialects_of(result: dict[str, Any]) -> list[str]:
     """The dialects a lab result holds (cells or `n/a` gateways), in `Dialect` order; a result
     from before there were dialects holds Chat only."""
     present = {dialect_of(c) for c in result["cells"]} | {n["dialect"] for n in result.get("not_applicable", [])}
-    return [d.value for d in Dialect if d.value in present]
+    return [d.value for d in LAB_DIALECTS if d.value in present]
 
 
 def dialect_of(item: dict[str, Any]) -> str:

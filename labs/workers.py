@@ -22,6 +22,7 @@ import trio
 
 from faults.layout import CapturedLayout
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.plan import LabConfig
 from labs.scenario import Scenario
 from labs.topology import AnyWorker
@@ -104,7 +105,7 @@ def prepare_real_workers(workers: dict[str, AnyWorker], scenario: Scenario, trut
         if isinstance(worker, RealWorker):
             worker.max_tokens = real_max_tokens(scenario)
             worker.first_token_ends = {}
-            for dialect in Dialect:
+            for dialect in LAB_DIALECTS:
                 try:
                     layout = truth.layout(scenario, dialect)
                 except KeyError:  # not captured: no cell of the run has the server speak it

@@ -112,6 +112,7 @@ def test_every_option_has_help_and_the_prefix(addon):
     assert sorted(ours) == sorted(
         [
             "finish_fix_paths",
+            "finish_fix_gemini_paths",
             "finish_fix_limit_reasons",
             "finish_fix_responses_indexes",
             "finish_fix_responses_fields",
@@ -237,6 +238,33 @@ def test_a_stall_found_by_the_timer_sends_an_error_event_and_books_it(addon):
     record = flow.metadata["finish_fix"]
     assert record["verdict"] == "interrupted" and record["interruption"]["cause"] == "stalled"
     assert flow.response.raw_content == sent + ending.client_bytes
+
+
+def test_the_head_timer_looks_again_within_one_idle_timeout_so_that_it_can_be_the_first_stall_check(addon):
+    # The cut hook lets a pending head timer that is due no later than the stream's first stall
+    # check be that check (one mitmproxy timer per short stream): so the head watch asks to be
+    # looked at within one idle timeout, while its deadline stays the first-token timeout's.
+    addon.tctx.configure(addon, finish_fix_first_token_timeout="10", finish_fix_idle_timeout="3")
+    flow = make_flow("/v1/responses", body=b'{"model": "m1", "stream": true}')
+    addon.requestheaders(flow)
+    addon.request(flow)
+    watch = cut_hook.head_watch_of(flow)
+    watch.sent_at = 100.0
+    assert watch.next_head_check(100.0) == 103.0
+    assert watch.on_head_timer(103.0) is None  # looked, not due: the hook asks again
+    assert watch.next_head_check(103.0) == 106.0
+    assert watch.next_head_check(108.5) == 110.0  # never past the deadline
+    assert watch.on_head_timer(110.0).status_code == 504
+    # Another request whose head came at 101: its stream's first stall check is at 104 (one idle
+    # timeout), after its head timer's 103, which the hook then takes as that check.
+    flow = make_flow("/v1/responses", body=b'{"model": "m1", "stream": true}')
+    addon.requestheaders(flow)
+    addon.request(flow)
+    watch = cut_hook.head_watch_of(flow)
+    watch.sent_at = 100.0
+    flow.response = tutils.tresp(headers=[(b"content-type", b"text/event-stream")], content=b"")
+    addon.responseheaders(flow)
+    assert stream_of(flow).next_stall_check(101.0) == 104.0 >= watch.next_head_check(100.0)
 
 
 def test_a_streaming_request_in_scope_waits_for_its_head_under_the_first_token_deadline(addon):

@@ -12,6 +12,7 @@ import trio
 from finishline import Dialect
 from labs.clients import LAB_API_KEY
 from labs.clients.hosts import open_driver_hosts
+from labs.dialects import LAB_DIALECTS
 from labs.worker import WorkerSettings, open_worker
 from tests.fixtures_lab import run_trio
 
@@ -35,7 +36,7 @@ def reports(tmp_path_factory) -> dict[tuple[Dialect, str], dict]:
 
     async def run_all() -> dict[tuple[Dialect, str], dict]:
         results: dict[tuple[Dialect, str], dict] = {}
-        async with open_worker(name="spare", spare=True) as worker, open_driver_hosts(clients, log_dir, tuple(Dialect)) as hosts:
+        async with open_worker(name="spare", spare=True) as worker, open_driver_hosts(clients, log_dir, LAB_DIALECTS) as hosts:
 
             async def one(number: int, dialect: Dialect, client: str) -> None:
                 cell_id = f"c{number:04d}"

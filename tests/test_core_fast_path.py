@@ -28,7 +28,7 @@ from finishline._sse import EventFramer
 from finishline._wording import content_after_injection
 from labs.worker.wire import malformed_event
 from tests.bench import healthy_stream
-from tests.feeding import chunk
+from tests.feeding import CHUNKINGS, chunk, split
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -58,6 +58,8 @@ _TRICKY_TEXTS = st.sampled_from(
     ]
 )
 _TEXTS = st.one_of(_TRICKY_TEXTS, st.text(max_size=12))
+# Plain ASCII text, which the steady path takes (`match_plain_text`).
+_PLAIN_TEXT = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=8)
 
 
 @st.composite
@@ -215,19 +217,45 @@ def _adversarial_pieces(draw) -> list[bytes]:
 
 
 @st.composite
+def _adversarial_padded_pieces(draw) -> list[bytes]:
+    """A padded shape (text and `obfuscation`: two string gaps, the steady path's `SteadyShape`)
+    taught and taken, then pieces that match it everywhere but in one of the gaps, which holds
+    arbitrary bytes (the other a plain string)."""
+    ending = draw(st.sampled_from([b"\n", b"\r\n"]))
+    prefix = b'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":'
+    middle = b'},"finish_reason":null}],"obfuscation":'
+    suffix = b"}" + ending + ending
+    pieces = [prefix + b'"a"' + middle + b'"p"' + suffix for _ in range(3)]
+    gaps = st.one_of(
+        st.binary(max_size=12).map(lambda raw: b'"' + raw + b'"'),
+        st.binary(max_size=12),
+        st.sampled_from([b'""', b'"\\"', b'"a"' + middle + b'"b"', b'"a"}', b'"\r"', b"1", b"null", b'"x" ', b'"\\u00e9"']),
+    )
+    for gap in draw(st.lists(gaps, min_size=1, max_size=12)):
+        plain = b'"' + draw(_PLAIN_TEXT).encode() + b'"'
+        pieces.append(prefix + gap + middle + plain + suffix if draw(st.booleans()) else prefix + plain + middle + gap + suffix)
+        pieces += [prefix + b'"x"' + middle + b'"yz"' + suffix] * draw(st.integers(0, 2))
+    pieces.append(b"data: [DONE]" + ending + ending)
+    return pieces
+
+
+@st.composite
 def _runs_of_one_shape(draw) -> list[bytes]:
     """Long runs of routine chunks of one shape (what the repair machine's steady path takes), each
     broken by any other event a stream carries, whole or split."""
     ending = draw(st.sampled_from([b"\n", b"\r\n"]))
     style = {**draw(_style()), "obfuscation": False, "usage_null": False}
-    plain_text = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=8)
+    # OpenAI's padding: another string gap, which the steady path takes too (`SteadyShape`).
+    padded = draw(st.booleans())
     pieces: list[bytes] = []
     for _ in range(draw(st.integers(1, 4))):
         index = draw(st.sampled_from([0, 0, 0, 1]))
-        for text in draw(st.lists(st.one_of(plain_text, _TEXTS), min_size=1, max_size=25)):
+        for text in draw(st.lists(st.one_of(_PLAIN_TEXT, _TEXTS), min_size=1, max_size=25)):
             body = chunk(text, index=index)
             if not style["reason_key"]:
                 del body["choices"][0]["finish_reason"]
+            if padded:
+                body["obfuscation"] = draw(st.one_of(_PLAIN_TEXT, _TEXTS))
             data = json.dumps(body, separators=style["separators"], ensure_ascii=style["ensure_ascii"]).encode()
             pieces.append(b"data: " + data + ending + ending)
         other = draw(_event(ending, style))
@@ -302,6 +330,18 @@ def test_fast_and_full_paths_agree_when_the_text_gap_holds_any_bytes(pieces, end
 @given(pieces=_runs_of_one_shape(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
 def test_fast_and_full_paths_agree_on_long_runs_of_one_shape(pieces, end, policy, request):
     _run_both(pieces, end, policy=policy, request=request)
+
+
+@SETTINGS
+@given(pieces=_adversarial_padded_pieces(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
+def test_fast_and_full_paths_agree_when_a_padded_shape_s_gaps_hold_any_bytes(pieces, end, policy, request):
+    _run_both(pieces, end, policy=policy, request=request)
+
+
+@SETTINGS
+@given(pieces=_runs_of_one_shape(), chunking=st.sampled_from(CHUNKINGS), seed=st.integers(0, 1000), end=_ENDS)
+def test_long_runs_of_one_shape_fed_whole_bytewise_and_at_random_splits(pieces, chunking, seed, end):
+    _run_both(split(b"".join(pieces), chunking, seed), end, policy=RepairPolicy(), request=RequestFacts())
 
 
 def test_text_after_an_injected_finish_is_noticed_on_the_steady_path():
@@ -379,7 +419,7 @@ def test_the_bench_stream_takes_the_fast_path_after_its_first_chunk(framed):
     assert framed == [pieces[0], pieces[-2], pieces[-1]]
 
 
-def test_openai_chunks_with_obfuscation_padding_take_the_fast_path(counted):
+def test_openai_chunks_with_obfuscation_padding_take_the_fast_path(framed):
     def openai_chunk(text: str, padding: str) -> bytes:
         body = chunk(text, system_fingerprint="fp_1", service_tier="default", obfuscation=padding)
         body["choices"][0]["logprobs"] = None
@@ -387,11 +427,17 @@ def test_openai_chunks_with_obfuscation_padding_take_the_fast_path(counted):
 
     role = chunk(delta={"role": "assistant", "content": "", "refusal": None})
     pieces = [b"data: " + json.dumps(role).encode() + b"\n\n"]
-    pieces += [openai_chunk(text, padding) for text, padding in [("Hel", "ab"), ("lo", "x"), (" w", "y2Q"), ("!", "")]]
+    padded = [("Hel", "ab"), ("lo", "x"), (" w", "y2Q"), ("!", ""), ("\u00e9", "Zz")] + [
+        (f" t{n}", "p" * (n % 9)) for n in range(50)
+    ]
+    pieces += [openai_chunk(text, padding) for text, padding in padded]
     repair = StreamRepair()
     for piece in pieces:
         assert repair.receive_data(piece) == piece
-    assert counted.matched == 3
+    # The role chunk and the first padded chunk (it teaches the shape) are read in full; every
+    # other one is matched, by the fast path or its steady path, whatever its padding.
+    assert framed == pieces[:2]
+    assert repair.report.events == len(pieces)
 
 
 def test_a_stream_whose_id_changes_on_every_chunk_stops_learning(counted):

@@ -12,12 +12,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from finishline import Dialect, StreamRepair
+from finishline import Dialect, RepairPolicy, RequestFacts, StreamRepair
 from finishline._routine_chunks import RoutineChunks
 from labs.worker.frames import sse_frame
 from labs.worker.wire import malformed_event
 from tests.dialect_streams import messages_stream, responses_stream
-from tests.test_core_fast_path import _ENDS, _POLICIES, _REQUESTS, _TEXTS, SETTINGS, _run_both, framed  # noqa: F401 (a fixture)
+from tests.feeding import CHUNKINGS, split
+from tests.test_core_fast_path import _ENDS, _POLICIES, _REQUESTS, _TEXTS, SETTINGS, _run_both, counted, framed  # noqa: F401 (fixtures)
 
 _ENDINGS = st.sampled_from([b"\n", b"\r\n"])
 
@@ -229,3 +230,126 @@ def test_responses_deltas_with_their_keys_in_alphabetical_order_take_the_fast_pa
         if line.startswith(b"data: ")
     ]
     assert numbers == [301, 302]
+
+
+# -- the steady path of numbered and padded Responses deltas (`SteadyShape`) --------------------------
+
+_PLAIN_TEXT = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=8)
+# Where a run's numbers start: around the carries the steady path writes in place (9 -> 10, 99 -> 100...).
+_FIRST_NUMBERS = st.sampled_from([0, 1, 5, 8, 9, 10, 89, 95, 98, 99, 100, 990, 997, 999, 9998, 99_995, 10**17 - 3])
+
+
+@st.composite
+def _responses_runs(draw) -> list[bytes]:
+    """Long runs of one Responses delta shape (what the steady path takes): numbers one by one across
+    their carries, sometimes a gap, a repeat or a step back, sometimes text or padding the steady
+    path does not take, runs broken by other events."""
+    ending = draw(_ENDINGS)
+    sort_keys = draw(st.booleans())  # the number after the text (in the tail) rather than before it
+    padded = draw(st.booleans())
+    number = draw(_FIRST_NUMBERS)
+
+    def frame(kind: str, **fields) -> bytes:
+        data = {"type": kind, "sequence_number": number, **fields}
+        return sse_frame(dict(sorted(data.items())) if sort_keys else data, event=kind, line_ending=ending)
+
+    pieces = [frame("response.created", response={"id": "resp_1", "status": "in_progress", "output": []})]
+    for run in range(draw(st.integers(1, 3))):
+        number += 1
+        pieces.append(frame("response.output_item.added", output_index=run, item={"id": f"it_{run}"}))
+        for text in draw(st.lists(st.one_of(_PLAIN_TEXT, _PLAIN_TEXT, _TEXTS), min_size=1, max_size=30)):
+            number += draw(st.sampled_from([1] * 20 + [0, 2, 7, -1, -3]))
+            number = max(number, 0)
+            extra = {"obfuscation": draw(st.one_of(_PLAIN_TEXT, _TEXTS))} if padded else {}
+            pieces.append(
+                frame("response.output_text.delta", item_id=f"it_{run}", output_index=run, content_index=0, delta=text, **extra)
+            )
+        number += 1
+        pieces.append(frame(draw(st.sampled_from(["response.output_text.done", "response.some_future_event"])), output_index=run))
+    if draw(st.booleans()):
+        number += 1
+        pieces.append(frame("response.completed", response={"id": "resp_1", "status": "completed"}))
+    return pieces
+
+
+@SETTINGS
+@given(pieces=_responses_runs(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
+def test_fast_and_full_paths_agree_on_runs_of_numbered_and_padded_deltas(pieces, end, policy, request):
+    _run_both(pieces, end, policy=policy, request=request, dialect=Dialect.RESPONSES)
+
+
+@SETTINGS
+@given(pieces=_responses_runs(), chunking=st.sampled_from(CHUNKINGS), seed=st.integers(0, 1000), end=_ENDS)
+def test_runs_of_numbered_deltas_fed_whole_bytewise_and_at_random_splits(pieces, chunking, seed, end):
+    _run_both(
+        split(b"".join(pieces), chunking, seed), end, policy=RepairPolicy(), request=RequestFacts(), dialect=Dialect.RESPONSES
+    )
+
+
+@SETTINGS
+@given(
+    number_first=st.booleans(),
+    padded=st.booleans(),
+    start=_FIRST_NUMBERS,
+    numbers=st.lists(
+        st.one_of(
+            st.sampled_from([b"0", b"00", b"007", b"-1", b"1e3", b"1.0", b" 5", b"5 ", b"99999999999999999999", b'"5"', b"null"]),
+            st.binary(max_size=6),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    end=_ENDS,
+)
+def test_a_numbered_shape_s_number_gap_holding_any_bytes(number_first, padded, start, numbers, end):
+    """A numbered shape taught and taken, then pieces that are it but for the number's bytes: any
+    bytes, the predicted number written otherwise (leading zeros, an exponent), or a number next to
+    it; each followed by a delta numbered on from the one before it."""
+    head = b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+    number_key, text_key = b'"sequence_number":', b'"item_id":"m","output_index":0,"content_index":0,"delta":'
+    tail = (b',"obfuscation":"pad"' if padded else b"") + b"}\n\n"
+
+    def delta(number: bytes, text: bytes = b'"t"') -> bytes:
+        if number_first:
+            return head + number_key + number + b"," + text_key + text + tail
+        return head + text_key + text + b"," + number_key + number + tail
+
+    created = sse_frame({"type": "response.created", "sequence_number": 0, "response": {"id": "r"}}, event="response.created")
+    pieces = [created] + [delta(b"%d" % (start + step)) for step in range(4)]
+    last = start + 3
+    for number in numbers:
+        pieces.append(delta(number))
+        last += 1
+        pieces += [delta(b"%d" % (last + step)) for step in range(1, 3)]
+        last += 2
+    _run_both(pieces, end, policy=RepairPolicy(), request=RequestFacts(), dialect=Dialect.RESPONSES)
+
+
+def test_the_steady_path_takes_numbered_deltas_across_every_carry_and_hands_on_the_last_number(framed, counted):
+    # The numbers cross 9, 99 and 999 (the literal grows by a digit); every delta after the first
+    # (it teaches the shape) is taken without the framer, and every one after the second (the fast
+    # path's match starts the steady path) by the steady path, padded or not, its number before
+    # the text or after it.
+    for sort_keys, padded in ((False, False), (False, True), (True, False), (True, True)):
+        framed.clear()
+        counted.matched = 0
+        pieces = [
+            sse_frame({"type": "response.created", "sequence_number": 0, "response": {"id": "r"}}, event="response.created")
+        ]
+        for number in range(1, 1202):
+            data = {"type": "response.output_text.delta", "sequence_number": number, "item_id": "m", "output_index": 0}
+            data |= {"content_index": 0, "delta": f" w{number}"}
+            if padded:
+                data["obfuscation"] = "x" * (number % 5 + 1)
+            pieces.append(sse_frame(dict(sorted(data.items())) if sort_keys else data, event=data["type"]))
+        repair = StreamRepair(dialect=Dialect.RESPONSES)
+        out = b"".join(repair.receive_data(piece) for piece in pieces)
+        assert out == b"".join(pieces)
+        numbers = [
+            json.loads(line[len(b"data: ") :])["sequence_number"]
+            for line in repair.receive_end().splitlines()
+            if line.startswith(b"data: ")
+        ]
+        assert numbers == [1202, 1203]
+        assert framed == pieces[:2], (sort_keys, padded)
+        assert counted.matched == 1, (sort_keys, padded)

@@ -109,3 +109,15 @@ def test_rewrite_event_writes_data_on_several_lines_anew_with_its_other_fields()
     [again] = EventFramer().receive_data(out)
     assert json.loads(again.data or b"") == expected and again.event_type == b"message_delta"
     assert b"id: 3\n" in out
+
+
+def test_rewrite_event_keeps_a_byte_order_mark_in_front_and_edits_in_place():
+    # The stream's first event, after a BOM: its data line is still the one edited (the fuzz found
+    # it written anew with the old data line kept as a field: two data lines, not JSON).
+    raw = b'\xef\xbb\xbfdata: {"choices": [{"index": 0, "finish_reason": ""}]}\n\n'
+    (event,) = EventFramer().receive_data(raw)
+    expected = {"choices": [{"index": 0, "finish_reason": None}]}
+    out = rewrite_event(event, {("choices", 0, "finish_reason"): b"null"}, expected, b"\n")
+    assert out == raw.replace(b'""', b"null")
+    (again,) = EventFramer().receive_data(out)
+    assert json.loads(again.data) == expected

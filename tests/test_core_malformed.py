@@ -22,13 +22,14 @@ from finishline import (
     Verdict,
     transcribe_stream,
 )
+from labs.dialects import LAB_DIALECTS
 from labs.worker.answer import anthropic_error, error_object
 from labs.worker.wire import malformed_event
 from tests.dialect_streams import messages_stream, responses_stream
 from tests.feeding import CHUNKINGS, chunk, run, split, sse
 
 pytestmark = pytest.mark.parametrize("chunking", CHUNKINGS)
-DIALECTS = list(Dialect)
+DIALECTS = list(LAB_DIALECTS)
 
 
 def healthy(dialect: Dialect) -> list[bytes]:

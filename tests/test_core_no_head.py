@@ -44,6 +44,8 @@ def test_no_head_deadline_when_the_first_token_deadline_is_off():
             {"error": {"message": MESSAGE, "type": "server_error", "param": None, "code": "no_response_head"}},
         ),
         (Dialect.MESSAGES, {"type": "error", "error": {"type": "timeout_error", "message": MESSAGE}}),
+        # Google's own error body, its `code` the response's status (rule G6's shape).
+        (Dialect.GEMINI, {"error": {"code": 504, "message": MESSAGE, "status": "DEADLINE_EXCEEDED"}}),
     ],
 )
 def test_the_answer_is_a_504_with_the_dialects_error_body(dialect, body):

@@ -6,17 +6,21 @@ on the caller's clock (event i at 10 * (i + 1) s), whatever its split."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from finishline import (
     Booking,
+    Correction,
     CutCause,
     Dialect,
     InjectionKind,
+    Interruption,
     RequestFacts,
     StreamRepair,
+    StreamReport,
     TokenUsage,
     Verdict,
 )
@@ -312,3 +316,37 @@ def test_a_cut_booked_anything_but_interrupted_has_no_cause():
     assert report.interruption is not None
     report.verdict = Verdict.SKIPPED
     assert report.booking().cause is None
+
+
+def test_a_reports_json_is_what_asdict_gives_with_its_enums_as_words():
+    # `as_json` copies field by field for speed: it must stay what `dataclasses.asdict` gives.
+    report = StreamReport(
+        verdict=Verdict.INTERRUPTED,
+        detail="cut",
+        dialect=Dialect.RESPONSES,
+        repairs=["a", "b"],
+        injected=[{"kind": InjectionKind.ERROR_EVENT, "code": "x"}],
+        interruption=Interruption(before_first_token=False, cause=CutCause.CLEAN_END, dialect=Dialect.RESPONSES),
+        model="m",
+        events=3,
+        malformed_events=1,
+        first_malformed_event=2,
+        upstream_bytes=10,
+        client_bytes=12,
+        dropped_incomplete_bytes=1,
+        time_to_first_event=0.5,
+        time_to_first_token=0.7,
+        duration=1.5,
+        finish_reasons=["stop"],
+        usage=TokenUsage(output_tokens=4),
+        corrections={Correction.RESPONSES_INDEXES: 2},
+        upstream_error_message="boom",
+        internal_error=None,
+    )
+    expected = dataclasses.asdict(report)
+    record = report.as_json()
+    for key in ("verdict", "dialect", "injected", "corrections", "interruption"):
+        del expected[key], record[key]
+    assert record == expected and list(report.as_json()) == [field.name for field in dataclasses.fields(report)]
+    assert json.loads(json.dumps(report.as_json())) == report.as_json()
+    assert report.as_json()["repairs"] is not report.repairs

@@ -43,6 +43,8 @@ PINNED_SOURCES = {
     "state_stream_request_body": "c98f7f715cef7cfa3fd50993f4c6818d5780b048021006aa1b2d0d309f348fbc",
     # Overwrites `flow.response` with the head that came (why no public way answers a pending read).
     "state_wait_for_response_headers": "10e32e91b294816432efae8d1f68c784ce36fc94f0f8202516be2c7f136707dd",
+    # Buffers a whole body in `response_body_buf`: what a WholeBodyWatch is given when it is cut (G6).
+    "state_consume_response_body": "5323db61dfc7e2e15034f921ded45d2a1369903eaa31154ebf228a58e8d0e1ee",
     # How a response an addon made is sent; mirrored when no head came.
     "send_response": "d581bc106152e3697ccdcad192fe60bac6f6bea84f86a40d94d62bb38b351fa4",
 }

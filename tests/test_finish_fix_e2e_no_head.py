@@ -33,6 +33,7 @@ import pytest
 
 from faults.child_processes import START_DEADLINE_S
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from tests.chat_streams import chat_stream
 from tests.dialect_streams import messages_stream, responses_stream
 from tests.e2e_support import ANSWER, API_KEY, PROMPT, RawResponse, openai_client, raw_post
@@ -85,7 +86,7 @@ def no_head_proxy(
         yield FinishFixProxy(mitmdump=mitmdump, upstream=upstream, ledger=ledger)
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_no_head_at_all_is_a_504_with_the_dialects_error_body(no_head_proxy, upstream: UpstreamServer, dialect):
     prefix = never_answered(upstream)
     response = raw_post(f"{no_head_proxy.mitmdump.url}{prefix}{PATHS[dialect]}", body=request_body(dialect))
@@ -152,7 +153,7 @@ def test_anthropic_python_raises_the_504(no_head_proxy, upstream: UpstreamServer
     assert raised.value.body == BODIES[Dialect.MESSAGES]
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_a_head_inside_the_deadline_is_untouched(start_finish_fix, upstream: UpstreamServer, dialect):
     proxy = start_finish_fix(**GENEROUS_DEADLINE)
     gate = threading.Event()
@@ -189,7 +190,8 @@ def test_the_head_timer_going_off_mid_body_leaves_the_stream_alone(start_finish_
     proxy = start_finish_fix(finish_fix_first_token_timeout=f"{deadline_s:g}", finish_fix_idle_timeout="0")
     rest = threading.Event()
     prefixes = {
-        dialect: upstream.route(Script(pieces=STREAMS[dialect], gates={AFTER_FIRST_TOKEN[dialect]: rest})) for dialect in Dialect
+        dialect: upstream.route(Script(pieces=STREAMS[dialect], gates={AFTER_FIRST_TOKEN[dialect]: rest}))
+        for dialect in LAB_DIALECTS
     }
     results: dict[Dialect, tuple[int, bytes]] = {}
 
@@ -200,7 +202,7 @@ def test_the_head_timer_going_off_mid_body_leaves_the_stream_alone(start_finish_
             with client.stream("POST", url, json=request_body(dialect)) as response:
                 results[dialect] = (response.status_code, b"".join(response.iter_raw()))
 
-    clients = [threading.Thread(target=ask, args=(dialect,)) for dialect in Dialect]
+    clients = [threading.Thread(target=ask, args=(dialect,)) for dialect in LAB_DIALECTS]
     for client in clients:
         client.start()
     for prefix in prefixes.values():

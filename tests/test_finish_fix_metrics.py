@@ -15,10 +15,12 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from faults.child_processes import listening_ports
-from finishline import Booking, Correction, CutCause, Dialect, InjectionKind, Verdict, answer_no_head
+from finishline import Booking, Correction, CutCause, Dialect, InjectionKind, RepairPolicy, RequestFacts, Verdict, answer_no_head
 from finishline.addon.metrics import NO_CAUSE, MetricsServer, StreamMetrics, parse_listen_address, process_metrics
 from finishline.addon.stream import stream_of
+from labs.dialects import LAB_DIALECTS
 from tests.feeding import chunk, run, sse
+from tests.gemini_streams import gemini_chunks, sse_body
 from tests.test_addon import HEALTHY, addon, make_flow, stream_through  # noqa: F401  (`addon` is a fixture)
 from tests.test_core_malformed import cut, healthy, with_malformed
 
@@ -141,7 +143,7 @@ def test_a_request_without_a_response_head_counts_as_interrupted_by_its_cause():
     assert value(samples, "finish_fix_stream_duration_seconds_sum", dialect="responses", verdict="interrupted") == 2.1
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_a_malformed_stream_counts_as_malformed_with_its_cut_as_the_cause(dialect):
     # The core's bookings as they are: one malformed stream that ended well, one also cut.
     metrics = StreamMetrics()
@@ -153,6 +155,24 @@ def test_a_malformed_stream_counts_as_malformed_with_its_cut_as_the_cause(dialec
     assert value(samples, "finish_fix_streams_total", dialect=str(dialect), verdict="malformed", cause="clean_end") == 1
     assert sum(n for (name, _), n in samples.items() if name == "finish_fix_streams_total") == 2
     assert value(samples, "finish_fix_injections_total", dialect=str(dialect), kind="error_event") == 1
+
+
+def test_a_cut_gemini_stream_counts_under_the_gemini_label():
+    # The core's booking of a Gemini stream without a finishReason (G2), G7 on another.
+    metrics = StreamMetrics()
+    _, cut_stream = run(sse_body(gemini_chunks(["Hel"], finish=None)), dialect=Dialect.GEMINI)
+    _, limited = run(
+        sse_body(gemini_chunks(["a", "b"])),
+        dialect=Dialect.GEMINI,
+        request=RequestFacts(max_tokens=2),
+        policy=RepairPolicy(limit_reasons=True),
+    )
+    metrics.booked(cut_stream.report.booking())
+    metrics.booked(limited.report.booking())
+    samples = samples_of(metrics)
+    assert value(samples, "finish_fix_streams_total", dialect="gemini", verdict="interrupted", cause="clean_end") == 1
+    assert value(samples, "finish_fix_injections_total", dialect="gemini", kind="error_event") == 1
+    assert value(samples, "finish_fix_corrections_total", dialect="gemini", rule="limit_reason") == 1
 
 
 def test_a_whole_response_counts_but_has_no_event_count_nor_first_token():

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
@@ -63,7 +64,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
     config = LabConfig(
         scenarios=scenarios,
         clients=(*CLIENTS, "anthropic-python"),
-        dialects=tuple(Dialect),
+        dialects=LAB_DIALECTS,
         gateways=GATEWAYS,
         jobs=12,
         results_dir=Path(tmp_path_factory.mktemp("gateway-matrix")),

@@ -32,6 +32,7 @@ import trio
 
 from faults.child_processes import START_DEADLINE_S
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
@@ -89,7 +90,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str
     config = LabConfig(
         scenarios=scenarios,
         clients=("openai-python", "openai-node", "pi-ai", "anthropic-python"),
-        dialects=tuple(Dialect),
+        dialects=LAB_DIALECTS,
         gateways=GATEWAYS,
         jobs=12,
         results_dir=Path(tmp_path_factory.mktemp("router-matrix")),

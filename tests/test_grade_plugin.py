@@ -11,6 +11,8 @@ import trio
 
 from faults.child_processes import free_port
 from finishline import Dialect
+from finishline import pytest_plugin as finishline_plugin
+from labs.dialects import LAB_DIALECTS
 from labs.grade.gateway_plan import card_check_ids
 from labs.grade.server_checks import SERVER_CHECKS
 from labs.grade.server_suites import SERVER_SUITES
@@ -93,13 +95,14 @@ def test_server_checks_in_another_dialect(pytester, finishline_worker):
 
 
 def test_the_plugins_dialect_words_are_the_cores(pytester):
-    # The plugin offers exactly the core's words, as the user reads them in its usage error for an
-    # unknown one (`_DIALECTS` is built from `Dialect`: comparing the two would prove nothing).
+    # The plugin offers exactly the core's words of the dialects the graders speak (not Gemini
+    # yet), and an unknown one is pytest's usage error that lists them.
+    assert finishline_plugin._DIALECTS == LAB_DIALECTS
     result = pytester.runpytest(
         "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    offered = "*, *".join(dialect.value for dialect in Dialect)
+    offered = "*, *".join(LAB_DIALECTS)
     result.stderr.fnmatch_lines([f"*--finishline-server-dialect: invalid choice: 'anthropic' (choose from *{offered}*)*"])
 
 

@@ -17,6 +17,7 @@ from faults.catalog import Fault, cut_after_tokens, cut_during_prefill, down
 from faults.child_processes import run_child
 from faults.toxiproxy_client import Toxic
 from finishline import Dialect, EventFramer
+from labs.dialects import LAB_DIALECTS
 from labs.hub import (
     BAD_GATEWAY_BODY,
     ERROR_EVENT,
@@ -133,7 +134,7 @@ def test_error_event_writes_the_frames_it_is_given_for_the_requests_dialect(fram
     assert answer.action == "error_event"
 
 
-@pytest.mark.parametrize("dialect", [None, *Dialect])
+@pytest.mark.parametrize("dialect", [None, *LAB_DIALECTS])
 def test_the_502s_body_is_in_the_requests_dialects_error_shape(dialect):
     body = bad_gateway_body(dialect)
     if dialect is Dialect.MESSAGES:

@@ -21,6 +21,7 @@ from labs.clients import AGENT_CLIENTS, AGENT_CLIENTS_BY_DIALECT, CLIENTS_BY_DIA
 from labs.clients.agent_bridge import open_lab_side, serve_namespace_side
 from labs.clients.agent_clis import AGENTS, AgentCell, missing_agents
 from labs.clients.agent_host import last_line
+from labs.dialects import LAB_DIALECTS
 from labs.outcome import ClientReport, Expected, Outcome, judge
 from labs.plan import LabConfig, plan_cells
 from labs.scenario import AGENT_DEADLINE_S, SCENARIO_DIR, ScenarioError, load_scenario
@@ -54,7 +55,7 @@ def _scenario(tmp_path: Path, text: str = "", name: str = "s") -> Path:
 
 
 def _planned_clients(scenario) -> set[str]:
-    config = LabConfig(scenarios=(scenario,), gateways=("direct",), dialects=tuple(Dialect))
+    config = LabConfig(scenarios=(scenario,), gateways=("direct",), dialects=LAB_DIALECTS)
     return {cell.client for cell in plan_cells(config)}
 
 
@@ -119,7 +120,7 @@ def test_an_agents_environment_is_its_cells_own_and_nothing_of_the_labs(tmp_path
             assert command.env[key].startswith(str(tmp_path))
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_pis_agent_gets_one_model_named_after_the_cell_on_the_dialects_api(tmp_path, dialect):
     command = AGENTS["pi-coding-agent"].command(_cell(tmp_path, dialect))
     models = json.loads((Path(command.env["PI_CODING_AGENT_DIR"]) / "models.json").read_text())

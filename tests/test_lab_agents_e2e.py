@@ -50,9 +50,9 @@ from typing import Any
 import pytest
 
 from faults.child_processes import start_child
-from finishline import Dialect
 from labs.clients import AGENT_CLIENTS, AGENT_CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
+from labs.dialects import LAB_DIALECTS
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
@@ -83,7 +83,7 @@ def agents_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         scenarios=scenarios,
         clients=AGENT_CLIENTS,
         gateways=GATEWAYS,
-        dialects=tuple(Dialect),
+        dialects=LAB_DIALECTS,
         results_dir=Path(tmp_path_factory.mktemp("lab-results")),
     )
 
@@ -102,7 +102,7 @@ FINISH_FIX_WORDS = "stream was interrupted: the upstream ended the response afte
 # (scenario, dialect, gateway, client): (outcome, exit status, requests the worker saw, the
 # start of the agent's last error line, None when it exited 0).
 EXPECTED: dict[tuple[str, str, str, str], tuple[str, int, int, str | None]] = {
-    **{("healthy", d.value, g, c): OK for d in Dialect for g in GATEWAYS for c in AGENT_CLIENTS_BY_DIALECT[d]},
+    **{("healthy", d.value, g, c): OK for d in LAB_DIALECTS for g in GATEWAYS for c in AGENT_CLIENTS_BY_DIALECT[d]},
     ("reason-omitted", "chat", "direct", "pi-coding-agent"): ("error", 1, 4, "Stream ended without finish_reason"),
     ("reason-omitted", "chat", "finish_fix", "pi-coding-agent"): OK,
     ("reason-omitted", "messages", "direct", "pi-coding-agent"): ("error", 1, 4, "Anthropic stream ended without a stop reason"),
@@ -192,7 +192,7 @@ def test_the_cut_is_after_exactly_5_token_events_for_every_agent_request(agents_
     # so the byte-exact cut lands where the layout says: the hub saw the tunnel end there, in
     # every streaming request of every agent (Claude Code's last request is not streamed).
     scenario = load_scenario(SCENARIO_DIR / "cut-after-tokens-hub-close.toml")
-    for dialect in Dialect:
+    for dialect in LAB_DIALECTS:
         expected = _body_bytes_through_token(response_plan(scenario.resolved, dialect=dialect), 5)
         cells = [c for c in agents_run["cells"] if c["scenario"] == scenario.name and c["dialect"] == dialect.value]
         cut = [line for c in cells for line in c["hub"] if line.startswith("tunnel")]

@@ -8,6 +8,7 @@ import pytest
 from finishline import Dialect
 from labs.cell_ids import cell_id_of
 from labs.cell_result import CellResult
+from labs.dialects import LAB_DIALECTS
 from labs.evidence import (
     PROBE_SETTINGS,
     first_gap_s,
@@ -57,7 +58,7 @@ def test_a_probe_has_its_own_id_of_a_cells_length_and_healthy_settings():
     assert settings.http_error is None and settings.primary_failure is None and settings.answers_at_all
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_the_probes_answer_is_the_workers_healthy_answer_in_the_dialects_words(dialect):
     expected = probe_expected(dialect)
     assert expected.text and expected.http_error is None

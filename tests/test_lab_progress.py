@@ -11,6 +11,7 @@ import pytest
 from finishline import Dialect
 from labs.__main__ import select_clients, select_scenarios
 from labs.clients import AGENT_CLIENTS, ALL_CLIENTS, CLIENTS_BY_DIALECT, DEFAULT_CLIENTS, EVERY_CLIENT, LIBRARY_CLIENTS_BY_DIALECT
+from labs.dialects import LAB_DIALECTS
 from labs.progress import Progress, format_elapsed
 from labs.scenario import ScenarioError, load_scenario
 
@@ -127,7 +128,7 @@ def test_the_default_run_has_the_default_clients_and_all_lifts_it():
 
 
 def test_the_default_run_has_every_client_of_the_new_dialects_and_chats_default_ones():
-    every = tuple(Dialect)
+    every = LAB_DIALECTS
     chosen = select_clients(None, everything=False, dialects=every)
     assert set(chosen) == set(DEFAULT_CLIENTS) | set(LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES]) | set(
         LIBRARY_CLIENTS_BY_DIALECT[Dialect.RESPONSES]

@@ -7,6 +7,7 @@ import pytest
 
 from finishline import Dialect
 from labs.__main__ import REAL_SERVER_GATEWAYS, REAL_SERVER_SECTION, _plain_default_run, main, select_scenarios, split_by_worker
+from labs.dialects import LAB_DIALECTS
 from labs.worker.real import LLAMA_CPP, RealWorkerError, needs_simulated_worker, parse_worker_url, pinned_body
 from labs.worker.settings import WorkerSettings
 
@@ -103,9 +104,9 @@ def test_only_the_plain_default_run_ends_with_the_real_server_section(argv, plai
 
 
 def test_the_real_server_section_is_llama_cpp_healthy_and_a_hidden_cut_in_every_dialect():
-    scenarios = select_scenarios(list(REAL_SERVER_SECTION), False, dialects=tuple(Dialect))
+    scenarios = select_scenarios(list(REAL_SERVER_SECTION), False, dialects=LAB_DIALECTS)
     assert [s.name for s in scenarios] == ["healthy", "cut-after-tokens-hub-close"]
-    assert all(s.dialects == tuple(Dialect) for s in scenarios)
+    assert all(s.dialects == LAB_DIALECTS for s in scenarios)
     assert split_by_worker(scenarios, LLAMA_CPP) == (scenarios, [])
     assert REAL_SERVER_GATEWAYS == ("direct", "finish_fix")
 

@@ -10,6 +10,7 @@ import trio
 
 from finishline import Dialect
 from labs.__main__ import select_scenarios
+from labs.dialects import LAB_DIALECTS
 from labs.fault_plan import FaultPlanError, build_fault
 from labs.gateways import GATEWAYS
 from labs.gateways.registry import lookup, translates, upstream_dialect
@@ -497,7 +498,7 @@ def test_a_bridge_runs_a_scenario_from_its_upstream_dialect_when_the_scenario_li
         scenarios=scenarios,
         clients=("pi-ai",),
         gateways=("direct", "litellm-chat-bridge", "litellm-responses-bridge"),
-        dialects=tuple(Dialect),
+        dialects=LAB_DIALECTS,
     )
     assert [(c.scenario.name, c.dialect.value, c.gateway, c.upstream.value) for c in plan_cells(config)] == [
         ("healthy", "chat", "direct", "chat"),
@@ -515,7 +516,7 @@ def test_a_bridge_runs_a_scenario_from_its_upstream_dialect_when_the_scenario_li
     ]
     # A translated cell runs with the untranslated cells whose worker speaks its upstream dialect.
     planned = plan_cells(config)
-    assert scenario_runs(planned, scenarios[0]) == list(Dialect)
+    assert scenario_runs(planned, scenarios[0]) == list(LAB_DIALECTS)
     assert scenario_runs(planned, scenarios[2]) == [Dialect.MESSAGES, Dialect.RESPONSES]
     assert plan_not_applicable(config) == [
         NotApplicable(
@@ -546,7 +547,7 @@ def test_a_scenarios_upstream_dialect_pins_the_worker_and_keeps_only_the_routes_
         scenarios=(scenario,),
         clients=("pi-ai",),
         gateways=("direct", "litellm", "litellm-chat-bridge", "litellm-responses-bridge", "external"),
-        dialects=tuple(Dialect),
+        dialects=LAB_DIALECTS,
     )
     assert [(c.dialect.value, c.gateway, c.upstream.value) for c in plan_cells(config)] == [
         ("messages", "litellm-chat-bridge", "chat"),
@@ -568,7 +569,7 @@ def test_no_n_a_for_a_dialect_whose_cells_the_run_would_not_have_anyway():
     # Chat only: the other dialects are not asked for; httpx-sse speaks only Chat.
     healthy = load_scenario_named("healthy")
     assert plan_not_applicable(LabConfig(scenarios=(healthy,), gateways=("litellm",))) == []
-    only_chat_client = LabConfig(scenarios=(healthy,), clients=("httpx-sse",), gateways=("litellm",), dialects=tuple(Dialect))
+    only_chat_client = LabConfig(scenarios=(healthy,), clients=("httpx-sse",), gateways=("litellm",), dialects=LAB_DIALECTS)
     assert plan_not_applicable(only_chat_client) == []
 
 
@@ -579,8 +580,8 @@ def test_the_default_run_takes_each_scenario_in_its_default_dialects_and_all_in_
     assert default["reason-empty"] == (Dialect.CHAT,)
     assert everything["reason-empty"] == (Dialect.CHAT, Dialect.MESSAGES)
     # In all three: in Messages and Responses it is also the translation row of a Chat worker.
-    assert default["reason-omitted"] == tuple(Dialect)
-    assert "sliced" not in default and everything["sliced"] == tuple(Dialect)
+    assert default["reason-omitted"] == LAB_DIALECTS
+    assert "sliced" not in default and everything["sliced"] == LAB_DIALECTS
     # The Chat part of the default run is the scenarios it had before there were dialects.
     assert {name for name, dialects in default.items() if Dialect.CHAT in dialects} == DEFAULT_SET - {
         "cut-after-tokens-reset",
@@ -636,9 +637,9 @@ CONDUCT = (
 def test_the_conduct_scenarios_run_in_every_dialect_and_the_default_run_takes_chat(name):
     # Issue 25, item 6: the same faults meet Messages and Responses clients and their gateways.
     (by_name,) = select_scenarios([name], everything=False)
-    assert by_name.dialects == tuple(Dialect)
+    assert by_name.dialects == LAB_DIALECTS
     everything = {s.name: s.dialects for s in select_scenarios(None, everything=True)}
-    assert everything[name] == tuple(Dialect)
+    assert everything[name] == LAB_DIALECTS
     default = {s.name: s.dialects for s in select_scenarios(None, everything=False)}
     assert default.get(name, ()) in ((Dialect.CHAT,), ())  # `no-response`, `slow-first-token`: not in it
 
@@ -646,7 +647,7 @@ def test_the_conduct_scenarios_run_in_every_dialect_and_the_default_run_takes_ch
 @pytest.mark.parametrize("name", ["cut-during-prefill-hub-error-event", "cut-after-tokens-hub-error-event"])
 def test_the_hub_error_event_rows_run_in_every_dialect_by_default(name):
     default = {s.name: s.dialects for s in select_scenarios(None, everything=False)}
-    assert default[name] == tuple(Dialect)
+    assert default[name] == LAB_DIALECTS
 
 
 #: The output limits clients ask for on their own: none (most libraries), another than the lab's
@@ -654,7 +655,7 @@ def test_the_hub_error_event_rows_run_in_every_dialect_by_default(name):
 ASKED_LIMITS = (None, 1024, 4096, 32000)
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 @pytest.mark.parametrize("asked", ASKED_LIMITS)
 def test_a_clients_own_output_limit_does_not_change_the_workers_bytes(dialect, asked):
     # The cut is laid out from `scenario.resolved`; the worker answers each request with the

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.gateways.finish_fix_proxy import finish_fix_books
 from labs.outcome import Outcome
 from labs.report_html import render_html
@@ -200,7 +200,7 @@ def test_books_ok_for_a_client_that_raises_on_a_delivered_length_by_design(scena
     assert _score(card, "g", "books-say-error") == score
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 @pytest.mark.parametrize("before_issue_25", [False, True])
 def test_a_malformed_chunk_through_finish_fix_is_judged_by_its_ledger_verdict(dialect, before_issue_25):
     # The ledger line as the core writes it for the worker's malformed event, the word as the lab's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.outcome import BOOKS_ERROR, BOOKS_OK, ClientReport, Expected, Outcome, books_mismatch, canonical_reason, judge
 
 ANSWER = "The quick brown fox jumps over"
@@ -273,7 +274,7 @@ def test_the_ai_sdks_and_pis_failure_reasons_are_flagged_in_every_dialect(dialec
     assert judge(report(text="The quick", finish_reason=reason), expected).outcome is Outcome.FLAGGED
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_a_raised_error_and_a_hang_mean_the_same_in_every_dialect(dialect):
     expected = Expected(text=ANSWER, finish_reason=None, dialect=dialect)
     assert (

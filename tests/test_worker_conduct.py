@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.scenario import CELL_ID_TEMPLATE
 from labs.worker import Attempt, WorkerSettings, attempts_of, open_worker, response_plan
 from labs.worker.attempts import request_cell_id
@@ -103,7 +104,7 @@ def test_the_cell_id_is_the_labs_and_the_workers_own_name_is_none():
     assert request_cell_id(None) is None
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_a_stale_cell_gets_a_409_naming_it_is_counted_and_never_served(dialect):
     current = frozenset({CELL})
     answers, attempts, worker = posts([body(OTHER, dialect), body(CELL, dialect)], dialect=dialect, current_cells=current)
@@ -143,7 +144,7 @@ def assert_dialects_error_body(dialect: Dialect, text: str, *, anthropic_type: s
         assert payload["error"]["code"] == openai_code
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_429_with_retry_after_once_then_healthy(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_429_retry_after=2)] * 2, dialect=dialect)
     (first_status, first_headers, first_text), (second_status, _, _) = answers
@@ -158,7 +159,7 @@ def test_once_is_per_cell():
     assert [status for status, _, _ in answers] == [500, 500, 200]
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_500_once_then_healthy_in_every_dialect(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_500_once=True)] * 2, dialect=dialect)
     assert [status for status, _, _ in answers] == [500, 200]
@@ -166,7 +167,7 @@ def test_500_once_then_healthy_in_every_dialect(dialect):
     assert [(a.ended, a.first_token_s is not None) for a in attempts] == [("http_error:500", False), ("complete", True)]
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_400_context_length_on_every_attempt(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_400_context_length=True)] * 2, dialect=dialect)
     assert [status for status, _, _ in answers] == [400, 400]
@@ -178,7 +179,7 @@ def test_400_context_length_on_every_attempt(dialect):
     assert [a.ended for a in attempts] == ["http_error:400", "http_error:400"]
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_reset_before_head_once_then_healthy(dialect):
     request = chat_request(body(CELL, dialect, reset_before_head=True), headers={"connection": "close"}, path=PATHS[dialect])
 
@@ -195,7 +196,7 @@ def test_reset_before_head_once_then_healthy(dialect):
     assert attempts[1].ended == "complete"
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_no_response_holds_every_attempt_until_the_client_goes(dialect):
     request = chat_request(body(CELL, dialect, no_response=True), path=PATHS[dialect])
 
@@ -225,7 +226,7 @@ def test_an_attempt_is_in_flight_while_the_worker_holds_it():
     assert run_trio(scenario).ended == "in_flight"
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_malformed_chunk_is_one_bad_event_mid_stream_in_the_dialects_framing(dialect):
     request = body(CELL, dialect, tokens=4, malformed_chunk=True)
     answers, attempts, _ = posts([request] * 2, dialect=dialect)
@@ -265,7 +266,7 @@ def test_openai_python_retries_a_500_and_the_worker_records_both_attempts():
     assert attempts[0].first_token_s is None and attempts[1].first_token_s is not None
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_slow_first_token_sends_the_head_at_once_and_holds_the_first_event(dialect):
     request = body(CELL, dialect, tokens=2, prefill_delay=30)
     plan = response_plan(WorkerSettings(tokens=2, prefill_delay=30).for_request(request, dialect), dialect=dialect)

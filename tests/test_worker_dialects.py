@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
 from labs.worker.answer import dialect_reason, expected_answer
 from labs.worker.settings import Finish, Framing
@@ -17,7 +18,7 @@ from tests.feeding import complete_events
 from tests.fixtures_lab import chat_request, client_exchange, run_trio, split_response
 from tests.test_worker_wire import read_with_h11
 
-DIALECTS = list(Dialect)
+DIALECTS = list(LAB_DIALECTS)
 NEW_DIALECTS = [Dialect.MESSAGES, Dialect.RESPONSES]
 PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
 

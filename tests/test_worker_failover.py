@@ -16,6 +16,7 @@ import trio
 
 from finishline import Dialect
 from labs.cell_requests import summarised
+from labs.dialects import LAB_DIALECTS
 from labs.outcome import ClientReport, Judgement, Outcome
 from labs.scenario import ScenarioError, load_scenario, load_scenarios
 from labs.worker import SettingsError, WorkerSettings, open_worker
@@ -48,7 +49,7 @@ def with_conversation(request: dict, dialect: Dialect, messages: list[dict[str, 
 PREFILL = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "The quick brown"}]
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_429_persistent_fails_every_attempt_at_the_primary_without_retry_after(dialect):
     answers, attempts = posts([body(CELL, dialect, primary_429_persistent=True)] * 3, dialect=dialect)
     assert [status for status, _, _ in answers] == [429, 429, 429]
@@ -57,7 +58,7 @@ def test_429_persistent_fails_every_attempt_at_the_primary_without_retry_after(d
     assert [a.ended for a in attempts] == ["http_error:429"] * 3
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_503_persistent_fails_every_attempt_at_the_primary(dialect):
     answers, _ = posts([body(CELL, dialect, primary_503_persistent=True)] * 3, dialect=dialect)
     assert [status for status, _, _ in answers] == [503, 503, 503]
@@ -67,14 +68,14 @@ def test_503_persistent_fails_every_attempt_at_the_primary(dialect):
 @pytest.mark.parametrize(
     "settings", [{"primary_429_persistent": True}, {"primary_503_persistent": True}, {"primary_503_first": 5}]
 )
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_the_spare_answers_every_attempt_whatever_the_primarys_fault(dialect, settings):
     answers, attempts = posts([body(CELL, dialect, tokens=3, **settings)] * 2, dialect=dialect, spare=True)
     assert [status for status, _, _ in answers] == [200, 200]
     assert [(a.server, a.ended) for a in attempts] == [("spare", "complete")] * 2
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_a_flapping_primary_fails_a_cells_first_k_attempts_then_answers(dialect):
     requests = [body(CELL, dialect, tokens=2, primary_503_first=2)] * 4
     requests.insert(1, body(OTHER, dialect, tokens=2, primary_503_first=2))  # its own count
@@ -87,7 +88,7 @@ def test_a_flapping_primary_with_k_0_never_fails():
     assert answers[0][0] == 200
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_content_policy_400_on_every_attempt_at_every_worker(dialect):
     for spare in (False, True):
         answers, attempts = posts([body(CELL, dialect, http_400_content_policy=True)] * 2, dialect=dialect, spare=spare)
@@ -100,7 +101,7 @@ def test_content_policy_400_on_every_attempt_at_every_worker(dialect):
         assert [a.ended for a in attempts] == ["http_error:400"] * 2
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_reject_prefill_answers_400_to_a_conversation_ending_with_the_assistant_and_a_plain_one_normally(dialect):
     plain = body(CELL, dialect, tokens=3, reject_prefill=True)
     prefill = with_conversation(plain, dialect, PREFILL)
@@ -136,7 +137,7 @@ def usage_and_model(dialect: Dialect, text: str) -> tuple[str, int]:
     return done["response"]["model"], done["response"]["usage"]["input_tokens"]
 
 
-@pytest.mark.parametrize("dialect", list(Dialect))
+@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_the_spare_answers_as_its_own_model_with_its_own_usage(dialect):
     settings = {"tokens": 3, "include_usage": True, "spare_model": "finishline-spare", "spare_prompt_tokens": 21}
     request = body(CELL, dialect, **settings)

@@ -32,6 +32,8 @@ from ._deadlines import head_deadline
 from ._dialect import Dialect
 from ._error_ending import StreamErrorWriter
 from ._errors import LocalProtocolError
+from ._gemini import GeminiBody, is_stream_path, repair_gemini_body
+from ._gemini import request_facts as gemini_request_facts
 from ._inference import infer_finish_reason
 from ._injected import sse_event
 from ._no_head import NO_HEAD_STATUS, NoHeadAnswer, answer_no_head
@@ -66,6 +68,7 @@ __all__ = [
     "Dialect",
     "Event",
     "EventFramer",
+    "GeminiBody",
     "Injection",
     "InjectionKind",
     "Interruption",
@@ -86,10 +89,13 @@ __all__ = [
     "answer_no_head",
     "book_missing_response",
     "head_deadline",
+    "gemini_request_facts",
     "infer_finish_reason",
+    "is_stream_path",
     "looks_like_chat_stream",
     "read_number",
     "repair_completion",
+    "repair_gemini_body",
     "sse_event",
     "stream_dialect",
     "transcribe_chat_stream",

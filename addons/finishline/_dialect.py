@@ -1,4 +1,5 @@
-"""The three streaming dialects finish_fix speaks, by the words the ledger and the lab use."""
+"""The four streaming dialects finish_fix speaks, by the words the ledger and the lab use (the lab
+speaks the first three: `labs.dialects.LAB_DIALECTS`)."""
 
 from __future__ import annotations
 
@@ -19,3 +20,7 @@ class Dialect(enum.StrEnum):
     # OpenAI Responses (`/v1/responses`): `event: response.*` frames with `sequence_number`; only
     # `response.completed`, `response.incomplete`, `response.failed` or `error` end the stream.
     RESPONSES = "responses"
+    # Google Gemini (`:streamGenerateContent`, `:generateContent`): `data: {GenerateContentResponse}`
+    # frames (or one JSON array of them without `alt=sse`) with no terminator and no event names;
+    # only a `finishReason` on the last candidate chunk says the stream ended well.
+    GEMINI = "gemini"

@@ -164,14 +164,22 @@ def _close(
     splices.append((at, at, (comma if container.count else b"") + members))
 
 
+# A UTF-8 byte order mark, which may open a stream (WHATWG: ignored; `_sse`).
+_BOM = b"\xef\xbb\xbf"
+
+
 def rewrite_event(
     event: Event, edits: Mapping[JsonPath, bytes], expected: Any, line_ending: bytes, *, event_type: str | None = None
 ) -> bytes:
     """`event` with its JSON data edited by `edit_json` and, with `event_type`, its `event:` field
     renamed, every other byte as it came. `expected` is the data as it must parse afterwards: the
     edited event is framed and parsed back, and where it does not read so (or the edit cannot be
-    made in place) the event is written anew (`sse_event`) with its other fields kept."""
-    pieces = _LINE.split(event.raw)
+    made in place) the event is written anew (`sse_event`) with its other fields kept. A byte order
+    mark that opens the stream stays in front, outside the fields (else the first field's name
+    would not read as one, and the event would be written with its old data line kept as another
+    field: two data lines, whose join is not JSON)."""
+    bom = _BOM if event.raw.startswith(_BOM) else b""
+    pieces = _LINE.split(event.raw[len(bom) :])
     lines, endings = pieces[0::2], pieces[1::2]
     data_at = [number for number, line in enumerate(lines) if line == b"data" or line.startswith(b"data:")]
     if len(data_at) == 1:
@@ -182,7 +190,7 @@ def rewrite_event(
             lines[data_at[0]] = line[:start] + edited
             if event_type is not None:
                 lines = [b"event: " + event_type.encode() if _is_field(line, b"event") else line for line in lines]
-            raw = b"".join(line + ending for line, ending in zip(lines, [*endings, b""], strict=True))
+            raw = bom + b"".join(line + ending for line, ending in zip(lines, [*endings, b""], strict=True))
             again = EventFramer().receive_data(raw)
             wanted_type = event_type.encode() if event_type is not None else event.event_type
             if len(again) == 1 and again[0].event_type == wanted_type and json_or_unreadable(again[0].data) == expected:
@@ -192,7 +200,7 @@ def rewrite_event(
         for line in lines
         if line and not _is_field(line, b"data") and not (event_type is not None and _is_field(line, b"event"))
     )
-    return sse_event(expected, line_ending, event=event_type, extra_lines=other_fields)
+    return bom + sse_event(expected, line_ending, event=event_type, extra_lines=other_fields)
 
 
 def _is_field(line: bytes, name: bytes) -> bool:

@@ -13,7 +13,8 @@ The error bodies, one per dialect (what each API itself sends for an error statu
 
 * Chat Completions and Responses: OpenAI's `{"error": {"message", "type", "param", "code"}}`;
 * Messages: Anthropic's `{"type": "error", "error": {"type", "message"}}`, with the type Anthropic
-  gives its own 504 (`timeout_error`).
+  gives its own 504 (`timeout_error`);
+* Gemini: Google's `{"error": {"code": 504, "message", "status": "DEADLINE_EXCEEDED"}}`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ._dialect import Dialect
+from ._gemini import error_payload
 from ._request import RequestFacts
 from ._verdict import Booking, CutCause, Verdict
 from ._wording import no_head_detail, no_head_message
@@ -45,11 +47,17 @@ def _anthropic_error(message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": _MESSAGES_TIMEOUT_TYPE, "message": message}}
 
 
+def _gemini_error(message: str) -> dict[str, Any]:
+    # Google's own error body: its `code` is the response's status (the SDKs compare them).
+    return error_payload(message, code=NO_HEAD_STATUS, status="DEADLINE_EXCEEDED")
+
+
 # The error body of each dialect, from the message it carries.
 _ERROR_BODIES: dict[Dialect, Callable[[str], dict[str, Any]]] = {
     Dialect.CHAT: _openai_error,
     Dialect.MESSAGES: _anthropic_error,
     Dialect.RESPONSES: _openai_error,
+    Dialect.GEMINI: _gemini_error,
 }
 
 

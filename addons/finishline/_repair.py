@@ -40,7 +40,6 @@ repair (an HTTP error status, a compressed body) passes from its head on, its ve
 
 from __future__ import annotations
 
-import re
 from functools import partial
 
 from ._cut_policy import book_client_gone, cut_ending, ends_response, incomplete_event, missing_blank_line, stream_end
@@ -49,10 +48,11 @@ from ._dialect import Dialect
 from ._errors import LocalProtocolError
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
-from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, match_plain_text, match_steady_numbered
+from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks
 from ._rule_interface import DialectRules, StreamServices
-from ._rules import DIALECT_RULES, event_dialect
+from ._rules import DIALECT_FRAMERS, DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
+from ._steady import NumberedSteady, SteadyShape, match_plain_text
 from ._verdict import ClientEnding, CutCause, Interruption, RepairPolicy, StreamReport
 from ._wording import completed_framing, event_too_long
 
@@ -105,8 +105,8 @@ class StreamRepair:
         "_event_at",
         "_routine",
         "_steady",
+        "_steady_gapped",
         "_steady_numbered",
-        "_steady_number",
         "_rules",
         "_services",
         "_dialect",
@@ -130,7 +130,7 @@ class StreamRepair:
         self._started_at = started_at
         # The first-token deadline counts from the request going upstream (`_deadlines`).
         self._deadlines = StallDeadlines(policy, sent_at=sent_at if sent_at is not None else started_at)
-        self._framer = EventFramer()
+        self._framer = DIALECT_FRAMERS.get(Dialect(dialect), EventFramer)()
         self._phase = Phase.STREAMING
         self._ended = False
         self._first_token_seen = False
@@ -143,10 +143,11 @@ class StreamRepair:
         self._routine = RoutineChunks(enabled=fast_path, dialect=dialect)
         # The steady path's shape (`RoutineMatch.steady`) while it may be taken, else None.
         self._steady: tuple[bytes, bytes, int, int] | None = None
-        # The steady path of a Responses delta shape (`RoutineMatch.numbered_steady`), and the match
-        # of the last sequence number it took, read when it leaves (`_leave_steady`).
-        self._steady_numbered: tuple[bool, bytes, bytes, bytes, int] | None = None
-        self._steady_number: re.Match[bytes] | None = None
+        # The steady path of a shape with more gaps (`RoutineMatch.gapped_steady`: a Responses
+        # delta's sequence number, OpenAI's obfuscation padding) while it may be taken, else None.
+        self._steady_gapped: SteadyShape | None = None
+        # For a shape of the text and a number only, what its check reads in `receive_data`.
+        self._steady_numbered: NumberedSteady | None = None
         self.report = StreamReport(model=request.model, dialect=dialect)
         # What the dialect's rules may use of this stream, and its books (`_rule_interface`).
         self._services = services = StreamServices(
@@ -190,14 +191,35 @@ class StreamRepair:
                 return data
             self._steady = None
         elif self._steady_numbered is not None:
-            number = match_steady_numbered(data, self._steady_numbered)
-            if number is not None:
+            # A Responses delta: the same check, with the next sequence number in the head or the
+            # tail (`SteadyShape` predicts it); after it, the number after that.
+            head, tail, head_length, tail_length, digits, last_digit = self._steady_numbered
+            size = len(data)
+            if (
+                data.startswith(head)
+                and data.endswith(tail)
+                and match_plain_text(data, head_length, size - tail_length) is not None
+            ):
+                report = self.report
+                report.events += 1
+                report.upstream_bytes += size
+                report.client_bytes += size
+                self._last_event_at = now
+                digit = digits[last_digit]
+                if digit != 0x39:  # not a 9: only the last digit changes
+                    digits[last_digit] = digit + 1
+                else:
+                    self._steady_numbered = self._steady_gapped.carry()  # type: ignore[union-attr]  # set with it
+                return data
+            self._leave_steady()
+        elif self._steady_gapped is not None:
+            # More than one string gap (OpenAI's padding): the shape's own check.
+            if self._steady_gapped.take(data):
                 report = self.report
                 report.events += 1
                 report.upstream_bytes += len(data)
                 report.client_bytes += len(data)
                 self._last_event_at = now
-                self._steady_number = number
                 return data
             self._leave_steady()
         if self._ended:
@@ -418,8 +440,9 @@ class StreamRepair:
         ):
             if match.steady is not None:
                 self._steady = match.steady
-            elif match.numbered_steady is not None:
-                self._steady_numbered = match.numbered_steady
+            elif match.gapped_steady is not None:
+                self._steady_gapped = gapped = match.gapped_steady.start(match.number)
+                self._steady_numbered = gapped.numbered
         return True
 
     # -- the end ------------------------------------------------------------------------------
@@ -444,12 +467,13 @@ class StreamRepair:
     def _leave_steady(self) -> None:
         """No steady path from here; the last sequence number it took goes to the rules."""
         self._steady = None
-        if self._steady_numbered is not None:
-            self._steady_numbered = None
-            if self._steady_number is not None:
+        gapped = self._steady_gapped
+        if gapped is not None:
+            self._steady_gapped = self._steady_numbered = None
+            number = gapped.last_number
+            if number is not None:
                 # Only a Responses shape is numbered (`RoutineSpec.numbered`).
-                self._rules.note_sequence_number(int(self._steady_number.group()))
-                self._steady_number = None
+                self._rules.note_sequence_number(number)
 
     def _pass_through_from_here(self, cause: Exception | str) -> bytes:
         """Gives up (`skipped`, and why); returns an event the rules held (C11), which goes on as

@@ -23,7 +23,8 @@ token). That, and the choice index, is what `maybe_match` gives back; the repair
 same bookkeeping its full path would (`StreamRepair._on_routine_piece`). Once a match leaves that
 bookkeeping nothing to record but the counts (the first token seen, no finish injected before it),
 the machine checks the next pieces against the shape in `receive_data` itself: its steady path
-(`RoutineMatch.steady`), the same match for plain ASCII text, one frame fewer. Anything else, or anything
+(`RoutineMatch.steady`), the same match for plain ASCII text, one frame fewer; for a shape with more
+gaps (a Responses sequence number, OpenAI's padding), `_steady.SteadyShape`. Anything else, or anything
 unusual (another shape, a finish_reason, a tool call, `\\r` inside, a split event, a piece holding two
 events), goes the full path, which is always right; the fast path only has to be right when it says
 yes. `tests/test_core_fast_path.py` checks that both paths give the same bytes and report for
@@ -64,6 +65,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ._dialect import Dialect
+from ._steady import ASCII_CHARS, GAP_NUMBER, GAP_STRING, GAP_TEXT, SteadyShape, match_plain_text
 
 __all__ = [
     "DECLINE",
@@ -74,8 +76,6 @@ __all__ = [
     "RoutineMatch",
     "RoutineSpec",
     "TEXT_DELTA_KEYS",
-    "match_plain_text",
-    "match_steady_numbered",
 ]
 
 # What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
@@ -92,37 +92,26 @@ _FREE_TOP_LEVEL_KEYS = ("obfuscation",)
 # Fields the repair remembers from every chunk for the finishing events it may inject.
 _REMEMBERED_KEYS = ("id", "created", "model", "system_fingerprint")
 
-_ASCII_CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7f]++"
 _ESCAPE = rb'\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
 _UTF8_SEQUENCE = (
     rb"[\xc2-\xdf][\x80-\xbf]|\xe0[\xa0-\xbf][\x80-\xbf]|[\xe1-\xec\xee\xef][\x80-\xbf]{2}"
     rb"|\xed[\x80-\x9f][\x80-\xbf]|\xf0[\x90-\xbf][\x80-\xbf]{2}|[\xf1-\xf3][\x80-\xbf]{3}"
     rb"|\xf4[\x80-\x8f][\x80-\xbf]{2}"
 )
-_JSON_CHAR = rb"(?:" + _ASCII_CHARS + rb"|" + _ESCAPE + rb"|" + _UTF8_SEQUENCE + rb")"
+_JSON_CHAR = rb"(?:" + ASCII_CHARS + rb"|" + _ESCAPE + rb"|" + _UTF8_SEQUENCE + rb")"
 _JSON_STRING = rb'"' + _JSON_CHAR + rb'*+"'
 # The text gap: the empty string, or a non-empty one as group 1 (so `lastindex` says which); plain
 # ASCII text, the usual token, is tried first because it matches in a third less time.
-_TEXT_GAP = rb'(?:""|("' + _ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
+_TEXT_GAP = rb'(?:""|("' + ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
 _TEXT_GAP_PATTERN = re.compile(_TEXT_GAP)
 _TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
-# The usual token alone: `match_plain_text(piece, start, end)` is not None when piece[start:end] is one
-# non-empty JSON string of plain ASCII text. The hottest line of finish_fix in a profiled mitmdump is
-# this check (here and on the repair machine's steady path, `RoutineMatch.steady`), and a pattern
-# without alternation or group runs it in less time and needs no `lastindex`; anything else is left
-# to `_TEXT_GAP`.
-match_plain_text = re.compile(rb'"' + _ASCII_CHARS + rb'"').fullmatch
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 # A sequence number: a non-negative JSON integer, no exponent or fraction (json.loads gives an int).
 _JSON_INT = rb"(?:0|[1-9][0-9]{0,17})"
 _JSON_INT_PATTERN = re.compile(_JSON_INT)
 _NUMBER_KEY = "sequence_number"
-# The kinds of gap in a shape (`_Shape._gaps`), compared by identity on the path of every piece.
-_TEXT, _NUMBER, _STRING = "text", "number", "string"
 _PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
-# Plain ASCII text as a JSON string at a position, not to the end (where the text gap is first).
-_match_plain_text_at = re.compile(rb'"' + _ASCII_CHARS + rb'"').match
 _PROBE = "finishline probe \u00e9"
 _PROBE_TOKEN = json.dumps(_PROBE).encode()
 
@@ -169,12 +158,12 @@ class RoutineMatch:
             prefix, ends with the suffix and `match_plain_text` finds the text between them. None for
             a shape with more gaps.
         number: the matched piece's `sequence_number` (Responses), else None.
-        numbered_steady: for a shape whose only gaps are the text and a sequence number, in either
-            order, what `match_steady_numbered` needs to check a piece of it without a call per gap:
-            (number first, prefix, the segment between the gaps, suffix, the suffix's length).
+        gapped_steady: for a shape with more gaps than the text (a sequence number, an
+            `obfuscation` padding, or both), its `SteadyShape`: the steady path of that shape.
+            None for a one-gap shape (that has `steady`).
     """
 
-    __slots__ = ("index", "remembered", "has_text", "steady", "number", "numbered_steady")
+    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
@@ -182,7 +171,7 @@ class RoutineMatch:
         self.has_text = False
         self.steady: tuple[bytes, bytes, int, int] | None = None
         self.number: int | None = None
-        self.numbered_steady: tuple[bool, bytes, bytes, bytes, int] | None = None
+        self.gapped_steady: SteadyShape | None = None
 
 
 class _Shape:
@@ -202,14 +191,14 @@ class _Shape:
         self.text_gap = text_gap
         self.number_gap = number_gap
         self.result = result
-        # Per gap, in order: its pattern's `match`, its kind (_TEXT, _NUMBER, _STRING), and the
+        # Per gap, in order: its pattern's `match`, its kind (GAP_TEXT, GAP_NUMBER, GAP_STRING), and the
         # literal segment after it (None after the last gap) with its length: read per piece.
         self._gaps = tuple(
             (
                 (
                     _TEXT_GAP_PATTERN if gap == text_gap else _JSON_INT_PATTERN if gap == number_gap else _JSON_STRING_PATTERN
                 ).match,
-                _TEXT if gap == text_gap else _NUMBER if gap == number_gap else _STRING,
+                GAP_TEXT if gap == text_gap else GAP_NUMBER if gap == number_gap else GAP_STRING,
                 segments[gap + 1] if gap + 2 < len(segments) else None,
                 len(segments[gap + 1]),
             )
@@ -217,8 +206,8 @@ class _Shape:
         )
         if self.segments is None:
             result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
-        elif len(segments) == 3 and number_gap >= 0:
-            result.numbered_steady = (number_gap == 0, segments[0], segments[1], segments[2], len(segments[2]))
+        else:
+            result.gapped_steady = SteadyShape.of(segments, [kind for _, kind, _, _ in self._gaps])
 
     def maybe_has_text(self, piece: bytes) -> bool | None:
         """None if `piece` is not this shape; else whether its text is non-empty."""
@@ -238,9 +227,9 @@ class _Shape:
             match = match_gap(piece, position)
             if match is None:
                 return None
-            if kind is _TEXT:
+            if kind is GAP_TEXT:
                 has_text = match.lastindex is not None
-            elif kind is _NUMBER:
+            elif kind is GAP_NUMBER:
                 number = match.group()
             position = match.end()
             if segment is not None:
@@ -423,6 +412,9 @@ SPECS = {
     Dialect.CHAT: RoutineSpec(_routine_facts, lambda chunk: chunk["choices"][0]["delta"]),
     Dialect.MESSAGES: RoutineSpec(_messages_facts, lambda event: event["delta"]),
     Dialect.RESPONSES: RoutineSpec(_responses_facts, lambda event: event, numbered=True),
+    # No Gemini chunk is routine yet: AI Studio's carry a `usageMetadata` that changes on every
+    # chunk, so every chunk takes the full path.
+    Dialect.GEMINI: RoutineSpec(lambda event: None, lambda event: event),
 }
 
 
@@ -491,23 +483,3 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
         if probed == event:
             return start, end
     return None
-
-
-def match_steady_numbered(piece: bytes, shape: tuple[bool, bytes, bytes, bytes, int]) -> re.Match[bytes] | None:
-    """The repair machine's steady path for a Responses delta (`RoutineMatch.numbered_steady`): the
-    match of the piece's sequence number when the piece is the shape with plain text, else None.
-    The number's value is read only when the machine leaves the steady path."""
-    number_first, prefix, middle, suffix, suffix_length = shape
-    if not piece.startswith(prefix) or not piece.endswith(suffix):
-        return None
-    end = len(piece) - suffix_length
-    if number_first:
-        number = _JSON_INT_PATTERN.match(piece, len(prefix))
-        if number is None or not piece.startswith(middle, number.end()):
-            return None
-        return number if match_plain_text(piece, number.end() + len(middle), end) is not None else None
-    text = _match_plain_text_at(piece, len(prefix))
-    if text is None or not piece.startswith(middle, text.end()):
-        return None
-    number = _JSON_INT_PATTERN.match(piece, text.end() + len(middle))
-    return number if number is not None and number.end() == end else None

@@ -1,6 +1,7 @@
-"""A readable account of an event stream in any of the three dialects: each event on one line, then
-the answer reassembled per choice (Chat), per content block (Messages) or per output item
-(Responses). Backs finish_fix's mitmweb content view; plain text, no mitmproxy."""
+"""A readable account of an event stream in any of the four dialects: each event on one line, then
+the answer reassembled per choice (Chat), per content block (Messages), per output item
+(Responses) or per candidate (Gemini, in either stream form). Backs finish_fix's mitmweb content
+view; plain text, no mitmproxy."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import TypedDict
 
 from ._dialect import Dialect
 from ._json import UNREADABLE, json_or_unreadable
+from ._json_array import GeminiFramer
 from ._sse import EventFramer
 
 __all__ = ["looks_like_chat_stream", "stream_dialect", "transcribe_chat_stream", "transcribe_stream"]
@@ -37,17 +39,19 @@ def looks_like_chat_stream(data: bytes) -> bool:
 
 
 def stream_dialect(data: bytes) -> Dialect | None:
-    """The dialect the start of an event stream shows, or None when it shows none of the three."""
+    """The dialect the start of an event stream (or of Gemini's JSON-array stream) shows, or None
+    when it shows none of the four."""
     head = data[:4096]
+    gemini = Dialect.GEMINI if b'"candidates"' in head or b'"promptFeedback"' in head else None
     if b"data:" not in head:
-        return None
+        return gemini if head.lstrip()[:1] == b"[" else None
     if b"message_start" in head and (
         b"event: message_start" in head or b'"type":"message_start"' in head or b'"type": "message_start"' in head
     ):
         return Dialect.MESSAGES
     if b"event: response." in head or b'"type":"response.' in head or b'"type": "response.' in head:
         return Dialect.RESPONSES
-    return Dialect.CHAT if looks_like_chat_stream(data) else None
+    return Dialect.CHAT if looks_like_chat_stream(data) else gemini
 
 
 def transcribe_stream(data: bytes, dialect: Dialect) -> str:
@@ -56,8 +60,9 @@ def transcribe_stream(data: bytes, dialect: Dialect) -> str:
         return transcribe_chat_stream(data)
     # Keyed by the event's `index` or `output_index`, whatever JSON value the upstream sent there.
     answers: dict[object, _BlockAnswer] = {}
-    summarize = _summarize_messages if dialect is Dialect.MESSAGES else _summarize_responses
-    lines = _numbered_events(data, lambda event_data: summarize(event_data, answers))
+    summarize = _SUMMARIZERS[dialect]
+    framer = GeminiFramer() if dialect is Dialect.GEMINI else EventFramer()
+    lines = _numbered_events(data, lambda event_data: summarize(event_data, answers), framer)
     if not answers:
         lines.append("(no content)")
     for key in sorted(answers, key=lambda key: (not isinstance(key, int), key if isinstance(key, int) else 0, str(key))):
@@ -67,10 +72,10 @@ def transcribe_stream(data: bytes, dialect: Dialect) -> str:
     return "\n".join(lines)
 
 
-def _numbered_events(data: bytes, summarize: Callable[[bytes], str]) -> list[str]:
+def _numbered_events(data: bytes, summarize: Callable[[bytes], str], framer: EventFramer | None = None) -> list[str]:
     """One line per event (comments shown, numbered data events, each summarized from its data),
     then a blank line."""
-    framer = EventFramer()
+    framer = framer or EventFramer()
     events = framer.receive_data(data)
     leftover = framer.receive_end()
     lines: list[str] = []
@@ -216,3 +221,53 @@ def _summarize_responses(data: bytes, items: dict[object, _BlockAnswer]) -> str:
     if isinstance(response, dict):
         return f"{prefix}{kind} status={response.get('status')!r}"
     return f"{prefix}{kind}"
+
+
+def _summarize_gemini(data: bytes, candidates: dict[object, _BlockAnswer]) -> str:
+    if data == b"]":
+        return "] (the array's end)"
+    message = json_or_unreadable(data)
+    if message is UNREADABLE:
+        return "not JSON: " + data[:200].decode("utf-8", "replace")
+    if not isinstance(message, dict):
+        return data[:200].decode("utf-8", "replace")
+    if "error" in message:
+        return "ERROR " + json.dumps(message["error"], ensure_ascii=False)[:300]
+    # Code Assist (the Gemini CLI's Google login) wraps each chunk in `response`.
+    chunk = message["response"] if isinstance(message.get("response"), dict) and "candidates" not in message else message
+    said: list[str] = []
+    feedback = chunk.get("promptFeedback")
+    if isinstance(feedback, dict) and feedback.get("blockReason"):
+        said.append(f"blocked: {feedback['blockReason']!r}")
+    found = chunk.get("candidates")
+    for position, candidate in enumerate(found if isinstance(found, list) else []):
+        if not isinstance(candidate, dict):
+            continue
+        index = candidate.get("index", position)
+        answer = candidates.setdefault(index, {"label": f"candidate {index}", "text": []})
+        content = candidate.get("content")
+        parts = content.get("parts") if isinstance(content, dict) else None
+        for part in parts if isinstance(parts, list) else []:
+            if not isinstance(part, dict):
+                continue
+            if isinstance(part.get("text"), str):
+                answer["text"].append(part["text"])
+                said.append(f"#{index} {'thought' if part.get('thought') else 'text'}={part['text']!r}")
+            elif isinstance(part.get("functionCall"), dict):
+                call = json.dumps(part["functionCall"], ensure_ascii=False)[:300]
+                answer["text"].append(f"[functionCall {call}]")
+                said.append(f"#{index} functionCall {call}")
+        if "finishReason" in candidate:
+            answer["label"] = f"candidate {index}: finishReason={candidate['finishReason']!r}"
+            said.append(f"#{index} finishReason={candidate['finishReason']!r}")
+    usage = chunk.get("usageMetadata")
+    if isinstance(usage, dict):
+        said.append("usage=" + json.dumps(usage)[:200])
+    return ", ".join(said) or "(no candidates)"
+
+
+_SUMMARIZERS: dict[Dialect, Callable[[bytes, dict[object, _BlockAnswer]], str]] = {
+    Dialect.MESSAGES: _summarize_messages,
+    Dialect.RESPONSES: _summarize_responses,
+    Dialect.GEMINI: _summarize_gemini,
+}

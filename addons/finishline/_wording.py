@@ -71,6 +71,7 @@ TERMS = {
     "chat": Terms("Chat Completions", "[DONE]", "a finish_reason"),
     "messages": Terms("Anthropic Messages", "message_stop", "a stop_reason"),
     "responses": Terms("OpenAI Responses", "a terminal event", "a terminal event"),
+    "gemini": Terms("Gemini", "a finishReason", "a finishReason"),
 }
 
 # What finish_fix tells the client after the events it sent (OnCut values -> words in the books).

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from finishline import Dialect
 from labs.clients.agent_clis import AGENTS
+from labs.dialects import LAB_DIALECTS
 
 __all__ = [
     "AGENT_CLIENTS",
@@ -52,21 +53,21 @@ NODE_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
 }
 #: The client libraries (the drivers of labs.clients.hosts), per dialect.
 LIBRARY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
-    dialect: PYTHON_CLIENTS_BY_DIALECT[dialect] + NODE_CLIENTS_BY_DIALECT[dialect] for dialect in Dialect
+    dialect: PYTHON_CLIENTS_BY_DIALECT[dialect] + NODE_CLIENTS_BY_DIALECT[dialect] for dialect in LAB_DIALECTS
 }
 #: The coding agents, per dialect (Pi's agent in all three, Claude Code and Codex in one each).
 AGENT_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
-    dialect: tuple(name for name, agent in AGENTS.items() if dialect in agent.dialects) for dialect in Dialect
+    dialect: tuple(name for name, agent in AGENTS.items() if dialect in agent.dialects) for dialect in LAB_DIALECTS
 }
 #: The coding agents' names, in column order.
 AGENT_CLIENTS: tuple[str, ...] = tuple(AGENTS)
 #: Every client per dialect: the libraries, then the agents.
 CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
-    dialect: LIBRARY_CLIENTS_BY_DIALECT[dialect] + AGENT_CLIENTS_BY_DIALECT[dialect] for dialect in Dialect
+    dialect: LIBRARY_CLIENTS_BY_DIALECT[dialect] + AGENT_CLIENTS_BY_DIALECT[dialect] for dialect in LAB_DIALECTS
 }
 #: Every client name of any dialect, once each, in matrix order (Chat's libraries first, the agents last).
 EVERY_CLIENT: tuple[str, ...] = (
-    tuple(dict.fromkeys(name for dialect in Dialect for name in LIBRARY_CLIENTS_BY_DIALECT[dialect])) + AGENT_CLIENTS
+    tuple(dict.fromkeys(name for dialect in LAB_DIALECTS for name in LIBRARY_CLIENTS_BY_DIALECT[dialect])) + AGENT_CLIENTS
 )
 
 #: The Chat client libraries, by the names code outside this package has always used.

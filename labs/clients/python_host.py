@@ -22,6 +22,7 @@ import time
 from finishline import Dialect
 from labs.clients.python_drivers import DRIVERS, versions
 from labs.clients.python_sink import Sink
+from labs.dialects import LAB_DIALECTS
 
 
 def _describe(error: BaseException) -> tuple[str, str]:
@@ -93,7 +94,7 @@ async def main() -> None:
         PROTOCOL_OUT.write(json.dumps(obj) + "\n")
         PROTOCOL_OUT.flush()
 
-    clients = {dialect.value: [name for name, d in DRIVERS if d is dialect] for dialect in Dialect}
+    clients = {dialect.value: [name for name, d in DRIVERS if d is dialect] for dialect in LAB_DIALECTS}
     write({"hello": {"runtime": "python", "versions": versions(), "clients": clients}})
     tasks: set[asyncio.Task] = set()
 

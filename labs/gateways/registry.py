@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 import trio
 
 from finishline import Dialect
+from labs.dialects import LAB_DIALECTS
 
 __all__ = [
     "EXTERNAL",
@@ -80,7 +81,7 @@ EXTERNAL = "external"
 
 #: An entry's `routes` when it passes every dialect on as it is (a relay that reads no dialect, or
 #: one that speaks each natively): each client dialect goes to the worker in the same dialect.
-NATIVE_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in Dialect})
+NATIVE_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in LAB_DIALECTS})
 #: The default `routes`: Chat Completions only.
 CHAT_ONLY: Mapping[Dialect, Dialect] = MappingProxyType({Dialect.CHAT: Dialect.CHAT})
 #: The path a dialect's requests take under a gateway's base URL (the clients' libraries add it to
@@ -290,7 +291,7 @@ class GatewayEntry:
     @property
     def dialects(self) -> tuple[Dialect, ...]:
         """The dialects a client can speak to it in the lab, in `Dialect` order."""
-        return tuple(d for d in Dialect if d in self.routes)
+        return tuple(d for d in LAB_DIALECTS if d in self.routes)
 
 
 # The gateway modules, in matrix order (`external`, defined in labs.gateways.direct, goes last).

@@ -15,6 +15,7 @@ from pathlib import Path
 from faults.cli_parser import OneLineParser, number_type
 from finishline import Dialect
 from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
+from labs.dialects import LAB_DIALECTS
 from labs.entry import run_command
 from labs.gateways import GATEWAYS
 from labs.gateways.registry import lookup, unserved_reason
@@ -52,7 +53,7 @@ def _url(text: str) -> str:
     return text.rstrip("/")
 
 
-_DIALECTS = [d.value for d in Dialect]
+_DIALECTS = [d.value for d in LAB_DIALECTS]
 #: The clients the graders drive: every dialect's client libraries (no coding agent).
 _GRADING_CLIENTS = tuple(dict.fromkeys(c for clients in LIBRARY_CLIENTS_BY_DIALECT.values() for c in clients))
 
@@ -175,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
     server.add_argument(
         "--dialect",
-        choices=[d.value for d in Dialect],
+        choices=[d.value for d in LAB_DIALECTS],
         default=Dialect.CHAT.value,
         metavar="DIALECT",
         help="the API to grade it in: chat (POST /chat/completions, the default), messages (Anthropic "

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from finishline import Dialect
 from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
+from labs.dialects import LAB_DIALECTS
 from labs.grade.card import CheckResult, GradeError, Mark
 from labs.grade.gateway_checks import BOOKS_CHECK, DEFAULT_GATEWAY_CLIENTS, GATEWAY_CHECK_IDS, GATEWAY_CHECKS, GatewayCheck
 from labs.scenario import SCENARIO_DIR, Scenario, load_scenario
@@ -187,7 +188,7 @@ def require_dialect_clients(clients: Sequence[str], dialect: Dialect, option: st
     """
     for name in clients:
         if name not in LIBRARY_CLIENTS_BY_DIALECT[dialect]:
-            speaks = ", ".join(d.value for d in Dialect if name in LIBRARY_CLIENTS_BY_DIALECT[d])
+            speaks = ", ".join(d.value for d in LAB_DIALECTS if name in LIBRARY_CLIENTS_BY_DIALECT[d])
             raise GradeError(
                 f"{option} {name}: "
                 + (f"speaks {speaks}, not {dialect.value}" if speaks else "not a client library the grader drives")

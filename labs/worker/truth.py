@@ -28,6 +28,7 @@ import trio
 from faults.layout import CapturedLayout, ResponseLayout, is_token_event
 from faults.probe import UnstableUpstream
 from finishline import Dialect, EventFramer
+from labs.dialects import LAB_DIALECTS
 from labs.grade.reading import read_stream
 from labs.outcome import Expected
 from labs.scenario import Scenario
@@ -124,7 +125,7 @@ class CapturedTruth:
     def first_token_body_ends(self, scenario: Scenario) -> dict[Dialect, int]:
         """Per dialect captured for `scenario`, the body bytes through its first token event."""
         ends = {}
-        for dialect in Dialect:
+        for dialect in LAB_DIALECTS:
             capture = self.captures.get(_request_key(scenario, dialect))
             if capture is not None and (end := capture.first_token_body_end) is not None:
                 ends[dialect] = end

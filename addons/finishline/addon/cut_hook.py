@@ -35,6 +35,11 @@ Why it is needed, for a response body that is being streamed:
   `state_stream_response_body` sends them: each piece through the stream callable, each chunk it
   returns as one `SendHttp(ResponseData)` to the client. The option is read once, when the response
   head has gone out; while it is on, mitmproxy's own method handles the pieces (and stores them).
+* When the upstream dies while mitmproxy buffers a whole (not streamed) body, mitmproxy answers the
+  client itself, with a 502 and a body of its own words. A Gemini client judges a whole body by its
+  status and reads Gemini's error shape (finish_fix rule G6), so here a flow's `WholeBodyWatch`
+  (registered by `watch_whole_body`) is asked first, with the bytes buffered so far; if it gives a
+  response, the error hook runs and that response is sent as when no head came.
 * mitmproxy passes an empty HTTP/2 DATA frame (without END_STREAM) to the stream callable as `b""`,
   which is also how it signals the end of the body: the callable cannot tell them apart, and for an
   HTTP/1.1 client the empty piece would be written as the chunked terminator. Here such an empty
@@ -44,7 +49,8 @@ Everything else goes to mitmproxy's own method unchanged. The handler is the flo
 callable (`flow.response.stream`) when it is a `CutHandler`: nothing per process is stored on
 mitmproxy's class but the original method. The clean end mirrors `HttpStream.handle_protocol_error`
 and `HttpStream.flow_done`, the pieces and the empty piece `HttpStream.state_stream_response_body`,
-the timer's start `HttpStream.start_response_stream`, the head timer's start
+the timer's start `HttpStream.start_response_stream`, the buffered body
+`HttpStream.state_consume_response_body`, the head timer's start
 `HttpStream.state_consume_request_body` and `state_stream_request_body` (where the request is sent),
 the answer without a head `HttpStream.send_response`, and the timers' delivery
 `HttpLayer.event_to_child`; `tests/test_cut_hook.py`
@@ -101,6 +107,9 @@ __all__ = [
     "installed",
     "uninstall",
     "watch_head",
+    "watch_whole_body",
+    "whole_body_watch_of",
+    "WholeBodyWatch",
 ]
 
 logger = logging.getLogger(__name__)
@@ -126,6 +135,8 @@ _original_handle_event: Callable[[HttpStream, Event], CommandGenerator[None]] = 
 # Each flow's HeadWatch, from `watch_head` (weak: an entry goes with its flow; module state, so a
 # flow waiting for its head across a hot reload keeps its watch).
 _head_watches: weakref.WeakKeyDictionary[http.HTTPFlow, HeadWatch] = weakref.WeakKeyDictionary()
+# Each flow's WholeBodyWatch, from `watch_whole_body` (weak, module state, as the head watches).
+_whole_body_watches: weakref.WeakKeyDictionary[http.HTTPFlow, WholeBodyWatch] = weakref.WeakKeyDictionary()
 
 
 class CutHandler:
@@ -174,14 +185,20 @@ class HeadWatch:
 
     Attributes:
         sent_at: when the request went upstream, set by the hook (None until then).
-        wakeup: the hook's pending timer for this watch, if any (the hook's own bookkeeping).
+        wakeup: the hook's pending timer for this watch, if any (the hook's own bookkeeping), and
+            `due`, when it is due.
+        serves_stall: set by the hook when the response head came while that timer was pending and
+            due no later than the stream's first stall check: the timer is then that check (every
+            timer is an asyncio task in mitmproxy, which showed in the bench's 200-event streams).
     """
 
-    __slots__ = ("sent_at", "wakeup", "__weakref__")
+    __slots__ = ("sent_at", "wakeup", "due", "serves_stall", "__weakref__")
 
     def __init__(self) -> None:
         self.sent_at: float | None = None
         self.wakeup: RequestWakeup | None = None
+        self.due = 0.0
+        self.serves_stall = False
 
     def next_head_check(self, now: float) -> float | None:
         """When to call `on_head_timer` (a time like `now`; `sent_at` is set), or None for no timer."""
@@ -192,6 +209,29 @@ class HeadWatch:
         `next_head_check` again), else the response the client gets instead (the upstream
         exchange is then abandoned and the flow's error hook runs first)."""
         return None
+
+
+class WholeBodyWatch:
+    """What a flow provides (`watch_whole_body`) to answer its client itself when the upstream dies
+    while mitmproxy buffers its whole body. The default leaves it to mitmproxy (its 502)."""
+
+    __slots__ = ("__weakref__",)
+
+    def on_body_cut(self, body: bytes, message: str) -> http.Response | None:
+        """The upstream failed mid-body (`body`: the bytes buffered, `message`: mitmproxy's words):
+        None for mitmproxy's own answer, else the response the client gets (the error hook runs
+        first)."""
+        return None
+
+
+def watch_whole_body(flow: http.HTTPFlow, watch: WholeBodyWatch) -> None:
+    """Gives `flow` a WholeBodyWatch; call it when its response head came (`responseheaders`)."""
+    _whole_body_watches[flow] = watch
+
+
+def whole_body_watch_of(flow: http.HTTPFlow) -> WholeBodyWatch | None:
+    """The flow's WholeBodyWatch, if `watch_whole_body` gave it one."""
+    return _whole_body_watches.get(flow)
 
 
 def watch_head(flow: http.HTTPFlow, watch: HeadWatch) -> None:
@@ -297,13 +337,18 @@ def _handle_other_event(self: HttpStream, event):
             watch.wakeup = None
             if self.server_state == self.state_wait_for_response_headers:
                 return (yield from _on_head_timer(self, watch))
-            return  # the head came meanwhile: its stream has a stall timer of its own
+            if not watch.serves_stall:
+                return  # the head came meanwhile: its stream has a stall timer of its own
+            # Else it is the stream's stall check (`_set_timer`), handled below like one.
     elif _draining:
         # The last pending timers may have gone with their connections: no Wakeup is then left to
         # swallow, and mitmproxy's own method can take over from the next event.
         if not _open_timers():
             _restore()
         return (yield from original(self, event))
+    if isinstance(event, ResponseProtocolError) and self.flow in _whole_body_watches:
+        if getattr(self, "server_state", None) == getattr(self, "state_consume_response_body", object()):
+            return (yield from _on_body_cut(self, _whole_body_watches[self.flow], event))
     if getattr(self, "server_state", None) == getattr(self, "state_stream_response_body", object()):
         if isinstance(event, ResponseData) and not event.data:
             return  # an empty DATA frame mid-body: nothing to send, and not the end
@@ -333,7 +378,7 @@ def _handle_other_event(self: HttpStream, event):
         handler = _handler_of(self.flow)
         if handler is not None:
             handler.sent_by_hook = not self.context.options.store_streamed_bodies
-        yield from _set_timer(self, time.time())
+        yield from _set_timer(self, time.time(), _head_watches.get(self.flow))
 
 
 def _handler_of(flow: http.HTTPFlow) -> CutHandler | None:
@@ -352,8 +397,12 @@ def _ask(flow: http.HTTPFlow, method: str, *args):
         return None
 
 
-def _set_timer(self: HttpStream, now: float):
+def _set_timer(self: HttpStream, now: float, watch: HeadWatch | None = None):
     at = _ask(self.flow, "next_stall_check", now)
+    if at is not None and watch is not None and watch.wakeup is not None and watch.due <= at:
+        # The head timer, still pending, comes first: it is the stall check (`HeadWatch.serves_stall`).
+        watch.serves_stall = True
+        return
     if at is not None:
         _book_timer(self, 1)
         # Delivered back to this stream: HttpLayer.event_to_child remembers who asked for a wakeup.
@@ -378,6 +427,7 @@ def _set_head_timer(self: HttpStream, watch: HeadWatch, now: float):
         _book_timer(self, 1)
         # Delivered back to this stream, as the stall timer's (HttpLayer.event_to_child).
         watch.wakeup = RequestWakeup(max(at - now, _MIN_DELAY_S))
+        watch.due = now + watch.wakeup.delay
         yield watch.wakeup
 
 
@@ -398,6 +448,30 @@ def _on_head_timer(self: HttpStream, watch: HeadWatch):
     yield SendHttp(RequestProtocolError(self.stream_id, NO_HEAD_MESSAGE, ErrorCode.CANCEL), self.context.server)
     self.flow.response = response
     if not (yield from _book_error_and_drop(self, NO_HEAD_MESSAGE)):
+        return
+    body = response.raw_content or b""
+    yield SendHttp(ResponseHeaders(self.stream_id, response, not body), self.context.client)
+    if body:
+        yield SendHttp(ResponseData(self.stream_id, body), self.context.client)
+    yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
+
+
+def _on_body_cut(self: HttpStream, watch: WholeBodyWatch, event: ResponseProtocolError):
+    original = getattr(HttpStream, _ORIGINAL)
+    if self.flow.error:  # killed meanwhile: mitmproxy's way
+        return (yield from original(self, event))
+    try:
+        response = watch.on_body_cut(bytes(self.response_body_buf), event.message)
+    except Exception:  # never let the repair make a failure worse
+        logger.exception("finish_fix: on_body_cut failed; mitmproxy answers the client as usual")
+        response = None
+    if response is None:
+        return (yield from original(self, event))
+    # The upstream's side has failed already; book it (the error hook), then send the answer as
+    # HttpStream.send_response sends one an addon made, as when no head came.
+    self.response_body_buf.clear()
+    self.flow.response = response
+    if not (yield from _book_error_and_drop(self, event.message)):
         return
     body = response.raw_content or b""
     yield SendHttp(ResponseHeaders(self.stream_id, response, not body), self.context.client)

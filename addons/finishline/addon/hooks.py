@@ -6,8 +6,9 @@ package: `finish-fix --addon-path`), which only makes one `FinishFix`:
     mitmdump -s addons/finish_fix.py --mode reverse:https://api.example.com
 
 Streams every `text/event-stream` response; those whose request path matches `finish_fix_paths`
-(Chat Completions), `finish_fix_messages_paths` (Anthropic Messages) or `finish_fix_responses_paths`
-(OpenAI Responses) go through finishline's repair core (the `finishline` package, standard library
+(Chat Completions), `finish_fix_messages_paths` (Anthropic Messages), `finish_fix_responses_paths`
+(OpenAI Responses) or `finish_fix_gemini_paths` (Google Gemini, whose `:streamGenerateContent`
+without `alt=sse` streams one JSON array as `application/json`) go through finishline's repair core (the `finishline` package, standard library
 only) in that dialect: a missing or empty `finish_reason` (Messages: `stop_reason`) is supplied before the
 terminator, and a stream the upstream cut gets the dialect's explicit error event instead of just
 stopping, and so does one that goes silent past a deadline
@@ -45,6 +46,8 @@ from finishline import (
     StreamRepair,
     Verdict,
     book_missing_response,
+    gemini_request_facts,
+    is_stream_path,
     repair_completion,
 )
 from finishline.addon import cut_hook
@@ -58,7 +61,7 @@ from finishline.addon.options import (
     path_regex,
     read_policy,
 )
-from finishline.addon.stream import ClientStream, HeadWait, stream_of
+from finishline.addon.stream import ClientStream, GeminiBodyWait, HeadWait, stream_of
 from finishline.addon.telemetry import Telemetry
 from finishline.addon.view import SseChatView
 
@@ -70,9 +73,14 @@ METADATA_KEY = "finish_fix"
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:", Verdict.MALFORMED: ":x:"}
 
 
-def _request_facts(flow: http.HTTPFlow) -> RequestFacts:
-    """The request's facts, with the time it was sent in whole Unix seconds (rule R8's `created_at`)."""
-    return RequestFacts.from_body(flow.request.raw_content, created_at=int(flow.request.timestamp_start))
+def _request_facts(flow: http.HTTPFlow, dialect: Dialect | None) -> RequestFacts:
+    """The request's facts, with the time it was sent in whole Unix seconds (rule R8's `created_at`);
+    a Gemini request's also from its path (whether and how it streams, its model)."""
+    facts = RequestFacts.from_body(flow.request.raw_content, created_at=int(flow.request.timestamp_start))
+    if dialect is Dialect.GEMINI:
+        path, _, query = flow.request.path.partition("?")
+        return gemini_request_facts(facts, path, query)
+    return facts
 
 
 class FinishFix:
@@ -180,16 +188,18 @@ class FinishFix:
         dialect = self._dialect_of(flow)
         if dialect is None or self.policy.first_token_timeout <= 0:
             return
-        request = _request_facts(flow)
+        request = _request_facts(flow, dialect)
         if request.stream:
             cut_hook.watch_head(flow, HeadWait(dialect, self.policy, request, flow.request.timestamp_start))
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         response = flow.response
         assert response is not None
-        if not _is_event_stream(response):
-            return  # buffered by mitmproxy; rule C9 runs in `response`
         dialect = self._dialect_of(flow)
+        if not _is_event_stream(response) and not _is_gemini_array_stream(flow, dialect):
+            if dialect is Dialect.GEMINI:  # G6, even for a body the upstream cuts before its end
+                cut_hook.watch_whole_body(flow, GeminiBodyWait.of(response, _request_facts(flow, dialect), self.policy))
+            return  # buffered by mitmproxy; rules C9 and G6 run in `response`
         if dialect is None:
             response.stream = True
             return
@@ -200,7 +210,7 @@ class FinishFix:
         waited = watch if isinstance(watch, HeadWait) else None
         repair = StreamRepair(
             dialect=dialect,
-            request=waited.request if waited is not None else _request_facts(flow),
+            request=waited.request if waited is not None else _request_facts(flow, dialect),
             policy=self.policy,
             started_at=flow.request.timestamp_start,
             sent_at=waited.sent_at if waited is not None else None,
@@ -226,6 +236,11 @@ class FinishFix:
     def error(self, flow: http.HTTPFlow) -> None:
         stream = stream_of(flow)
         if stream is None:
+            body_wait = cut_hook.whole_body_watch_of(flow)
+            if isinstance(body_wait, GeminiBodyWait) and body_wait.answer is not None:
+                # A whole body cut mid-way: the cut hook answered the client with the core's answer (G6).
+                self._book(flow, body_wait.booking(body_wait.answer), body_wait.request)
+                return
             watch = cut_hook.head_watch_of(flow)
             if isinstance(watch, HeadWait) and watch.answer is not None:
                 # No response head in time: the cut hook answered the client with the core's answer.
@@ -234,7 +249,7 @@ class FinishFix:
             dialect = self._dialect_of(flow)
             if dialect is not None and flow.response is None and flow.error is not None:
                 client_gone = flow.error.msg.lower().startswith("client disconnected")
-                request = _request_facts(flow)
+                request = _request_facts(flow, dialect)
                 missing = book_missing_response(flow.error.msg, client_gone=client_gone, model=request.model, dialect=dialect)
                 self._book(flow, missing, request)
             return
@@ -247,7 +262,18 @@ class FinishFix:
     def _on_whole_response(self, flow: http.HTTPFlow, dialect: Dialect) -> None:
         response = flow.response
         assert response is not None
-        request = _request_facts(flow)
+        request = _request_facts(flow, dialect)
+        wait = cut_hook.whole_body_watch_of(flow)
+        if isinstance(wait, GeminiBodyWait):  # G6, G7
+            answer = wait.judge(response.raw_content or b"", cut=False)
+            if answer.status != response.status_code:  # a cut body: the core's 503 (G6)
+                flow.response = http.Response.make(
+                    answer.status, answer.body, {"content-type": "application/json; charset=UTF-8"}
+                )
+            elif answer.verdict is Verdict.REPAIRED:
+                response.content = answer.body
+            self._book(flow, wait.booking(answer), wait.request)
+            return
         result = repair_completion(
             response.raw_content or b"",
             request,
@@ -326,7 +352,7 @@ class FinishFix:
 
     def _dialect_of(self, flow: http.HTTPFlow) -> Dialect | None:
         """The dialect whose path option matches the request's path (without the query), tried in
-        the order Chat, Messages, Responses; None when the flow is not in scope."""
+        the order Chat, Messages, Responses, Gemini; None when the flow is not in scope."""
         path = flow.request.path.partition("?")[0]
         for dialect, regex in self.paths.items():
             if regex is not None and regex.search(path) is not None:
@@ -336,6 +362,14 @@ class FinishFix:
 
 def _is_event_stream(response: http.Response) -> bool:
     return response.headers.get("content-type", "").split(";")[0].strip().lower() == "text/event-stream"
+
+
+def _is_gemini_array_stream(flow: http.HTTPFlow, dialect: Dialect | None) -> bool:
+    """A Gemini stream as one JSON array (no `alt=sse`): repaired like an event stream, not buffered."""
+    response = flow.response
+    assert response is not None
+    stream = dialect is Dialect.GEMINI and is_stream_path(flow.request.path.partition("?")[0])
+    return stream and response.status_code < 400 and "json" in response.headers.get("content-type", "").lower()
 
 
 def _content_encoding(response: http.Response) -> str:

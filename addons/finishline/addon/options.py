@@ -28,11 +28,16 @@ __all__ = [
 DEFAULT_PATHS = r"(^|/)chat/completions/?$"
 DEFAULT_MESSAGES_PATHS = r"(^|/)messages/?$"
 DEFAULT_RESPONSES_PATHS = r"(^|/)responses/?$"
+# Every client and gateway puts its own prefix before the model (`/v1/models/…`, `/v1beta/…`,
+# Vertex's `/v1beta1/projects/…`, LiteLLM's `/models/…` and `/gemini/…`, Code Assist's
+# `/v1internal`): only the method suffix is common to them all.
+DEFAULT_GEMINI_PATHS = r":(streamGenerateContent|generateContent)$"
 # Each dialect's path option and its default, in the order a path is tried against them.
 PATH_OPTIONS = {
     Dialect.CHAT: ("finish_fix_paths", DEFAULT_PATHS),
     Dialect.MESSAGES: ("finish_fix_messages_paths", DEFAULT_MESSAGES_PATHS),
     Dialect.RESPONSES: ("finish_fix_responses_paths", DEFAULT_RESPONSES_PATHS),
+    Dialect.GEMINI: ("finish_fix_gemini_paths", DEFAULT_GEMINI_PATHS),
 }
 BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False, "1": True, "0": False}
 # Stall deadlines, in seconds (docs/options.md "Why the deadlines' defaults" says why these values).
@@ -84,6 +89,16 @@ def _declare_paths(loader: Loader) -> None:
         "Regex searched in the request path selecting the requests repaired as OpenAI "
         "Responses. The default matches any path ending in responses, e.g. /v1/responses. "
         "Empty: Responses is off.",
+    )
+    loader.add_option(
+        "finish_fix_gemini_paths",
+        str,
+        DEFAULT_GEMINI_PATHS,
+        "Regex searched in the request path (without the query, so ?alt=sse does not matter) "
+        "selecting the requests repaired as Google Gemini: streams (SSE, or the JSON array "
+        "without alt=sse) and whole :generateContent bodies. The default matches any path ending "
+        "in :streamGenerateContent or :generateContent, e.g. "
+        "/v1beta/models/gemini-2.5-flash:streamGenerateContent. Empty: Gemini is off.",
     )
 
 

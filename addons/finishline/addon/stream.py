@@ -17,22 +17,27 @@ from typing import TYPE_CHECKING
 from mitmproxy import http
 
 from finishline import (
+    Booking,
     ClientEnding,
+    CutCause,
     Dialect,
+    GeminiBody,
     NoHeadAnswer,
     RepairPolicy,
     RequestFacts,
     StreamRepair,
+    Verdict,
     answer_no_head,
     head_deadline,
+    repair_gemini_body,
 )
 from finishline.addon.books import BodyCopy
-from finishline.addon.cut_hook import CutHandler, HeadWatch
+from finishline.addon.cut_hook import CutHandler, HeadWatch, WholeBodyWatch
 
 if TYPE_CHECKING:
     from finishline.addon.metrics import StreamMetrics
 
-__all__ = ["ClientStream", "HeadWait", "stream_of"]
+__all__ = ["ClientStream", "GeminiBodyWait", "HeadWait", "stream_of"]
 
 logger = logging.getLogger(__name__)
 _clock = time.time  # looked up once: the callable reads it for every piece
@@ -153,16 +158,102 @@ class HeadWait(HeadWatch):
         self.answer: NoHeadAnswer | None = None
 
     def next_head_check(self, now: float) -> float | None:
+        # Not later than one idle timeout from now: then the head timer is due before the stream's
+        # first stall check, and the cut hook lets it be that check once the head came, so that a
+        # short stream costs mitmproxy one timer, not two (`HeadWatch.serves_stall`).
+        deadline = self._deadline()
+        if deadline is None or self.policy.idle_timeout <= 0:
+            return deadline
+        return min(deadline, now + self.policy.idle_timeout)
+
+    def _deadline(self) -> float | None:
         return None if self.sent_at is None else head_deadline(self.policy, sent_at=self.sent_at)
 
     def on_head_timer(self, now: float) -> http.Response | None:
-        at = self.next_head_check(now)
+        at = self._deadline()
         if at is None or now < at or self.answer is not None:
             return None
         self.answer = answer = answer_no_head(
             dialect=self.dialect, timeout=self.policy.first_token_timeout, request=self.request, elapsed=now - self.started_at
         )
         return http.Response.make(answer.status, answer.body, {"content-type": answer.content_type})
+
+
+class GeminiBodyWait(WholeBodyWatch):
+    """A whole Gemini `:generateContent` body mitmproxy is buffering, judged by the core's rule G6
+    when it ends (`judge`) or when the upstream dies before its end (`on_body_cut`: shorter than
+    its Content-Length, a reset), where the client gets the core's answer (HTTP 503 and Gemini's
+    error body) instead of mitmproxy's 502. The answer is kept for the books (`booking`).
+
+    Args:
+        request: what the request said (its path too: `finishline.gemini_request_facts`).
+        policy: the policy in force when the head came (`limit_reasons`, G7).
+        status: the response's status.
+        content_length: the response's Content-Length, if it had one.
+        content_encoding: the response's content coding ("" for none).
+    """
+
+    __slots__ = ("request", "policy", "status", "content_length", "content_encoding", "answer")
+
+    def __init__(
+        self, request: RequestFacts, policy: RepairPolicy, *, status: int, content_length: int | None, content_encoding: str
+    ) -> None:
+        self.request = request
+        self.policy = policy
+        self.status = status
+        self.content_length = content_length
+        self.content_encoding = content_encoding
+        #: What the client was sent, once judged.
+        self.answer: GeminiBody | None = None
+
+    @classmethod
+    def of(cls, response: http.Response, request: RequestFacts, policy: RepairPolicy) -> GeminiBodyWait:
+        """The wait for `response`, from its head."""
+        length = response.headers.get("content-length", "")
+        encoding = response.headers.get("content-encoding", "").strip().lower()
+        return cls(
+            request,
+            policy,
+            status=response.status_code,
+            content_length=int(length) if length.isdigit() else None,
+            content_encoding="" if encoding == "identity" else encoding,
+        )
+
+    def judge(self, body: bytes, *, cut: bool) -> GeminiBody:
+        """The core's answer for the body as it came (`cut`: the upstream died before its end,
+        however long it said it was: a body with no length is one byte short all the same)."""
+        expected = self.content_length
+        if cut:
+            expected = max(expected or 0, len(body) + 1)
+        self.answer = repair_gemini_body(
+            body,
+            status=self.status,
+            limit_reasons=self.policy.limit_reasons,
+            max_tokens=self.request.max_tokens,
+            expected_length=expected,
+            content_encoding=self.content_encoding,
+        )
+        return self.answer
+
+    def on_body_cut(self, body: bytes, message: str) -> http.Response | None:
+        answer = self.judge(body, cut=True)
+        if answer.verdict is not Verdict.INTERRUPTED:  # an error status, a compressed body: mitmproxy's way
+            self.answer = None
+            return None
+        return http.Response.make(answer.status, answer.body, {"content-type": "application/json; charset=UTF-8"})
+
+    def booking(self, answer: GeminiBody) -> Booking:
+        cut = answer.verdict is Verdict.INTERRUPTED
+        return Booking(
+            verdict=answer.verdict,
+            detail=answer.detail,
+            model=self.request.model,
+            dialect=Dialect.GEMINI,
+            client_bytes=len(answer.body),
+            repairs=answer.repairs,
+            corrections=answer.corrections,
+            cause=CutCause.TRANSPORT_ERROR if cut else None,
+        )
 
 
 def stream_of(flow: http.HTTPFlow) -> ClientStream | None:

@@ -13,8 +13,8 @@ The span (docs/telemetry.md says the same for users):
 
 - name `{gen_ai.operation.name} {gen_ai.request.model}` (`chat gpt-4o`), kind CLIENT, from the
   request's start to the end of its books; the child of the request's `traceparent`, if it has one;
-- `gen_ai.operation.name` (`chat`), `gen_ai.provider.name` (the dialect's API: `openai` or
-  `anthropic`), `gen_ai.request.model`, `gen_ai.request.stream`, `gen_ai.response.finish_reasons`
+- `gen_ai.operation.name` (`chat`), `gen_ai.provider.name` (the dialect's API: `openai`,
+  `anthropic` or `gcp.gemini`), `gen_ai.request.model`, `gen_ai.request.stream`, `gen_ai.response.finish_reasons`
   (the core's, or `["error"]` when the flow ended in an error), `error.type` (`ERROR_TYPES`),
   `gen_ai.usage.input_tokens` and `gen_ai.usage.output_tokens` when the upstream reported them,
   `gen_ai.response.time_to_first_chunk`, `server.address` and `server.port` of the upstream;
@@ -55,7 +55,7 @@ OPERATION = "chat"
 # `gen_ai.provider.name`: the API a dialect speaks. The conventions ask for the instrumentation's best
 # knowledge; behind a gateway the model may be another provider's (`gen_ai.request.model` and
 # `server.address` tell more).
-PROVIDERS = {Dialect.CHAT: "openai", Dialect.MESSAGES: "anthropic", Dialect.RESPONSES: "openai"}
+PROVIDERS = {Dialect.CHAT: "openai", Dialect.MESSAGES: "anthropic", Dialect.RESPONSES: "openai", Dialect.GEMINI: "gcp.gemini"}
 #: `error.type` per verdict that ended in an error (`interrupted` by its cause, `error_type`).
 ERROR_TYPES = {
     Verdict.INTERRUPTED: "stream_interrupted",
