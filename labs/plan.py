@@ -15,12 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from finishline import Dialect
+from labs.cell_ids import CELL_ID_TEMPLATE
 from labs.clients import AGENT_CLIENTS, CLIENTS_BY_DIALECT, EVERY_CLIENT
 from labs.dialects import LAB_DIALECTS
 from labs.evidence import probe_model_name
 from labs.gateways import EXTERNAL, GATEWAYS
 from labs.gateways.registry import lookup, unserved_reason, upstream_dialect
-from labs.scenario import CELL_ID_TEMPLATE, Scenario, Topology
+from labs.scenario import Scenario, Topology
 
 __all__ = [
     "LabConfig",

@@ -64,6 +64,7 @@ from faults.catalog import Fault
 from faults.toxiproxy_server import ToxiproxyServer, open_toxiproxy_server
 from finishline import Dialect
 from labs.cell_books import attach_books, wait_for_books
+from labs.cell_ids import CELL_ID_TEMPLATE, MAX_CELLS
 from labs.cell_result import CellResult
 from labs.clients import CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
@@ -87,12 +88,10 @@ from labs.plan import (
     spoken_dialects,
 )
 from labs.repeat import merge_repeats
-from labs.scenario import CELL_ID_TEMPLATE, MAX_CELLS, Scenario, Topology
+from labs.scenario import Scenario, Topology
 from labs.scenario_run import TUNNEL, Cells, drop_pooled_connections, probe_model, request_model, run_scenario
 from labs.topology import (
     HUB,
-    PRIMARY,
-    SPARE,
     AnyWorker,
     GatewaySets,
     attach_workers,
@@ -100,6 +99,7 @@ from labs.topology import (
     topology_groups,
     topology_line,
 )
+from labs.worker.attempts import PRIMARY, SPARE
 from labs.worker.real import SIMULATED, needs_simulated_worker
 from labs.worker.truth import CapturedTruth, WorkerTruth
 from labs.workers import REAL_WORKER_IDLE_TIMEOUT_S, for_real_worker, open_lab_workers, prepare_real_workers, worker_truth
@@ -229,7 +229,7 @@ async def _plan(config: LabConfig) -> _Plan:
     planned = plan_cells(config)
     total = len(planned) * config.repeat
     if total > MAX_CELLS:
-        # Cell ids are fixed-width (labs.scenario.CELL_ID_TEMPLATE): a wider id would change every
+        # Cell ids are fixed-width (labs.cell_ids.CELL_ID_TEMPLATE): a wider id would change every
         # model name's length and with it the byte offsets of the exact cuts.
         raise LabError(
             f"{total} cells planned, at most {MAX_CELLS} fit in one run; run fewer scenarios, clients, gateways or repeats"

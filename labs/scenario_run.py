@@ -18,13 +18,14 @@ import trio
 
 from faults.catalog import Fault
 from finishline import Dialect
+from labs.cell_ids import CELL_ID_TEMPLATE
 from labs.cell_requests import cell_request, run_probe, summarised
 from labs.cell_result import CellResult
 from labs.clients import AGENT_CLIENTS
 from labs.evidence import probe_model_name
 from labs.gateways.services import Gateway
 from labs.outcome import ClientReport, Expected, Judgement, judge
-from labs.scenario import CELL_ID_TEMPLATE, Scenario
+from labs.scenario import Scenario
 from labs.worker.truth import CapturedTruth, ComputedTruth, WorkerTruth
 
 __all__ = ["TUNNEL", "Cells", "drop_pooled_connections", "probe_model", "request_model", "run_scenario"]

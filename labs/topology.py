@@ -20,22 +20,21 @@ from typing import Any
 import trio
 
 from finishline import Dialect
+from labs.cell_ids import cell_id_of
 from labs.cell_result import CellResult
 from labs.evidence import first_gap_s, max_attempts_per_s
 from labs.gateways.registry import RunServices, TopologyPlan
 from labs.gateways.services import Gateway, open_gateways
 from labs.hub import Hub
 from labs.plan import PlannedCell
-from labs.scenario import Scenario, Topology, cell_id_of
-from labs.worker.attempts import Attempt, HasAttempts, attempts_of
+from labs.scenario import Scenario, Topology
+from labs.worker.attempts import PRIMARY, SPARE, Attempt, HasAttempts, attempts_of
 from labs.worker.real import RealWorker
 from labs.worker.server import RunningWorker
 
 __all__ = [
     "HUB",
     "AnyWorker",
-    "PRIMARY",
-    "SPARE",
     "GatewaySets",
     "attach_workers",
     "attempt_json",
@@ -45,9 +44,6 @@ __all__ = [
     "topology_line",
 ]
 
-#: The two workers, as a cell's `answered_by` names them: the one behind the tunnel, the spare.
-PRIMARY = "primary"
-SPARE = "spare"
 #: The hub, as `LabResult.stale_refused` names it (and a topology's label starts with it).
 HUB = "hub"
 

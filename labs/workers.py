@@ -25,7 +25,8 @@ from finishline import Dialect
 from labs.dialects import LAB_DIALECTS
 from labs.plan import LabConfig
 from labs.scenario import Scenario
-from labs.topology import PRIMARY, SPARE, AnyWorker
+from labs.topology import AnyWorker
+from labs.worker.attempts import PRIMARY, SPARE
 from labs.worker.llama_cpp import open_llama_cpp
 from labs.worker.real import LLAMA_CPP, SIMULATED, RealUpstream, RealWorker, discover_model, open_real_worker, parse_worker_url
 from labs.worker.server import open_worker

@@ -96,13 +96,14 @@ def test_server_checks_in_another_dialect(pytester, finishline_worker):
 
 def test_the_plugins_dialect_words_are_the_cores(pytester):
     # The plugin offers exactly the core's words of the dialects the graders speak (not Gemini
-    # yet), and an unknown one is pytest's usage error.
+    # yet), and an unknown one is pytest's usage error that lists them.
     assert finishline_plugin._DIALECTS == LAB_DIALECTS
     result = pytester.runpytest(
         "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--finishline-server-dialect: invalid choice: 'anthropic'*"])
+    offered = "*, *".join(LAB_DIALECTS)
+    result.stderr.fnmatch_lines([f"*--finishline-server-dialect: invalid choice: 'anthropic' (choose from *{offered}*)*"])
 
 
 def test_without_the_options_the_plugin_adds_no_test(pytester):

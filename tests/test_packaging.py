@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from faults.child_processes import run_child
+from finishline.pytest_plugin import _DIALECTS
+from labs.dialects import LAB_DIALECTS
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The script the docs name: `mitmdump -s addons/finish_fix.py` from a checkout.
@@ -60,3 +62,8 @@ def test_a_stock_mitmdump_loads_the_addon_from_the_checkout(tmp_path):
     assert result.returncode != 0
     assert "finish_fix_on_cut: 'bogus' is not one of error, stop, pass" in output, output
     assert "ModuleNotFoundError" not in output
+
+
+def test_the_pytest_plugin_offers_the_dialects_the_graders_speak():
+    # The plugin spells them itself, since it must not import `labs` (tests/test_wheel.py).
+    assert _DIALECTS == tuple(dialect.value for dialect in LAB_DIALECTS)

@@ -13,7 +13,7 @@ A record is appended when the request arrives, with `ended = "in_flight"`, and r
 when it ends, so a request that never ends (a gateway holding a `no_response`) is still seen.
 
 The cell id is the lab's: `labs.cell_ids.cell_id_of` on the request's model (the lab puts
-it there, `labs.scenario.CELL_ID_TEMPLATE`); a model named after the worker itself
+it there, `labs.cell_ids.CELL_ID_TEMPLATE`); a model named after the worker itself
 (`DEFAULT_MODEL_NAME`, or no model) carries none.
 """
 

@@ -8,7 +8,7 @@ once per dialect, how the knobs that shape the stream's ending turn into `messag
 Messages and Responses have no choices: the worker answers with choice 0 only (settings resolved
 for these dialects have `n=1`; `labs.worker.wire.response_plan` applies that to unresolved ones too).
 
-The endings, by knob (the field help in `labs.worker.settings` says the same to users):
+The endings, by knob (each knob's help in `labs.worker.knob_help` says the same to users):
 
 | knob | Messages | Responses |
 |---|---|---|
