@@ -155,6 +155,33 @@ def test_other_event_streams_are_streamed_untouched(addon):
     assert "finish_fix" not in flow.metadata
 
 
+def test_a_path_option_changed_while_running_applies_to_a_path_already_seen(addon):
+    # `_dialect_of` remembers each path's dialect; a new path option must not be hidden by that.
+    flow = make_flow("/v1/completions")
+    addon.requestheaders(flow)
+    addon.responseheaders(flow)
+    assert flow.response.stream is True  # out of scope: streamed untouched
+    addon.tctx.configure(addon, finish_fix_paths=r"/v1/(chat/)?completions$")
+    flow = make_flow("/v1/completions")
+    addon.requestheaders(flow)
+    assert flow.request.headers["accept-encoding"] == "identity"
+    addon.tctx.configure(addon, finish_fix_paths=r"/v1/chat/completions$")
+    flow = make_flow("/v1/completions")
+    flow.request.headers["accept-encoding"] = "gzip"
+    addon.requestheaders(flow)
+    assert flow.request.headers["accept-encoding"] == "gzip"
+
+
+def test_many_paths_keep_their_dialects(addon):
+    # Past the bound of remembered paths the memory starts over, and every answer stays right.
+    for index in range(2_100):
+        path = f"/p{index}/v1/chat/completions" if index % 2 else f"/other/{index}"
+        flow = make_flow(path)
+        flow.request.headers["accept-encoding"] = "gzip"
+        addon.requestheaders(flow)
+        assert flow.request.headers["accept-encoding"] == ("identity" if index % 2 else "gzip"), path
+
+
 def test_non_sse_is_not_streamed(addon):
     flow = make_flow(content_type="application/json")
     addon.responseheaders(flow)

@@ -76,6 +76,10 @@ class BodyCopy:
         if not pending:
             return
         room = self._head_limit - len(self._head)
+        if room >= len(pending):  # the usual case, a short stream: all of it, without a slice's copy
+            self._head += pending
+            pending.clear()
+            return
         if room > 0:
             self._head += pending[:room]
             del pending[:room]

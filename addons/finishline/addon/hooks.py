@@ -70,6 +70,8 @@ __all__ = ["METADATA_KEY", "FinishFix"]
 logger = logging.getLogger(__name__)
 
 METADATA_KEY = "finish_fix"
+# At most this many request paths' dialects are remembered (`FinishFix._dialect_of`).
+_KNOWN_PATHS = 1024
 MARKS = {Verdict.REPAIRED: ":wrench:", Verdict.INTERRUPTED: ":warning:", Verdict.MALFORMED: ":x:"}
 
 
@@ -89,6 +91,9 @@ class FinishFix:
         self.paths: dict[Dialect, re.Pattern[str] | None] = {
             dialect: re.compile(default) for dialect, (_, default) in PATH_OPTIONS.items()
         }
+        # `_dialect_of`'s answers by path: each flow asks three times (request head, request,
+        # response head), and a proxy serves few paths. Emptied when the paths change.
+        self._dialect_by_path: dict[str, Dialect | None] = {}
         self.policy = RepairPolicy(
             idle_timeout=float(DEFAULT_IDLE_TIMEOUT), first_token_timeout=float(DEFAULT_FIRST_TOKEN_TIMEOUT)
         )
@@ -122,6 +127,7 @@ class FinishFix:
         for dialect, (option, _) in PATH_OPTIONS.items():
             if option in updated:
                 self.paths[dialect] = path_regex(option, getattr(options, option))
+                self._dialect_by_path.clear()
         if POLICY_OPTIONS & updated:
             self.policy = read_policy(options)
         if "finish_fix_body_copy" in updated:
@@ -354,10 +360,18 @@ class FinishFix:
         """The dialect whose path option matches the request's path (without the query), tried in
         the order Chat, Messages, Responses, Gemini; None when the flow is not in scope."""
         path = flow.request.path.partition("?")[0]
+        known = self._dialect_by_path
+        if path in known:
+            return known[path]
+        found = None
         for dialect, regex in self.paths.items():
             if regex is not None and regex.search(path) is not None:
-                return dialect
-        return None
+                found = dialect
+                break
+        if len(known) >= _KNOWN_PATHS:  # paths with ids in them: keep the memory bounded
+            known.clear()
+        known[path] = found
+        return found
 
 
 def _is_event_stream(response: http.Response) -> bool:
