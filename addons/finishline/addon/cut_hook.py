@@ -446,8 +446,15 @@ def _on_head_timer(self: HttpStream, watch: HeadWatch):
     # stream reset), book the failure (the error hook), then send the answer the way
     # HttpStream.send_response sends a response an addon made, and end the stream as flow_done does.
     yield SendHttp(RequestProtocolError(self.stream_id, NO_HEAD_MESSAGE, ErrorCode.CANCEL), self.context.server)
+    yield from _answer_after_failure(self, response, NO_HEAD_MESSAGE)
+
+
+def _answer_after_failure(self: HttpStream, response: http.Response, message: str):
+    """The client's answer when the upstream failed before a response reached it (no head, or a
+    whole body cut): the error hook books the failure, then `response` goes out the way
+    HttpStream.send_response sends one an addon made, and the stream ends as flow_done ends it."""
     self.flow.response = response
-    if not (yield from _book_error_and_drop(self, NO_HEAD_MESSAGE)):
+    if not (yield from _book_error_and_drop(self, message)):
         return
     body = response.raw_content or b""
     yield SendHttp(ResponseHeaders(self.stream_id, response, not body), self.context.client)
@@ -467,17 +474,10 @@ def _on_body_cut(self: HttpStream, watch: WholeBodyWatch, event: ResponseProtoco
         response = None
     if response is None:
         return (yield from original(self, event))
-    # The upstream's side has failed already; book it (the error hook), then send the answer as
-    # HttpStream.send_response sends one an addon made, as when no head came.
+    # The upstream's side has failed already: its buffered bytes are dropped, and the client gets
+    # the watch's answer, as when no head came.
     self.response_body_buf.clear()
-    self.flow.response = response
-    if not (yield from _book_error_and_drop(self, event.message)):
-        return
-    body = response.raw_content or b""
-    yield SendHttp(ResponseHeaders(self.stream_id, response, not body), self.context.client)
-    if body:
-        yield SendHttp(ResponseData(self.stream_id, body), self.context.client)
-    yield SendHttp(ResponseEndOfMessage(self.stream_id), self.context.client)
+    yield from _answer_after_failure(self, response, event.message)
 
 
 def _on_timer(self: HttpStream):
