@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 The machine (`_repair.StreamRepair`) frames a stream into events, counts them, runs the deadlines
 and decides how the stream ends; what an event *means* is the dialect's rules' business
-(`_chat.ChatRules`, `_messages.MessagesRules`, `_responses.ResponsesRules`, chosen by the registry
-`_rules.DIALECT_RULES`). The two meet here and nowhere else:
+(`_chat.ChatRules`, `_messages.MessagesRules`, `_responses.ResponsesRules`, `_gemini.GeminiRules`,
+chosen by the registry `_rules.DIALECT_RULES`). The two meet here and nowhere else:
 
 * `StreamServices` is everything a rules object may use of its stream, handed to its constructor:
 
@@ -19,8 +19,9 @@ and decides how the stream ends; what an event *means* is the dialect's rules' b
   The machine keeps the same books through it (`book_verdict`, `close`), so a stream has one
   account and one set of words for it.
 * `DialectRules` is everything the machine asks of a rules object. A rules class of this shape is
-  all a new dialect needs besides its routine shape (`_routine_chunks.SPECS`) and a line in
-  `_rules.DIALECT_RULES`.
+  all a new dialect needs besides its routine shape (`_routine_chunks.SPECS`), a line in
+  `_rules.DIALECT_RULES`, and, when its stream is not SSE, a framer in `_rules.DIALECT_FRAMERS`
+  (Gemini's JSON array).
 
 Neither side reads the other's private attributes; `tests/test_core_structure.py` holds them to it.
 """
