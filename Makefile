@@ -24,6 +24,12 @@ AGENTS_STAMP := $(AGENTS)/node_modules/.installed
 GATEWAY_ENVS := $(TOOLS)/gateways
 GATEWAY_ENV_NAMES := smg vllm-router
 GATEWAY_ENV_STAMPS := $(foreach name,$(GATEWAY_ENV_NAMES),$(GATEWAY_ENVS)/$(name)/.installed)
+# Likewise the clients whose dependencies conflict with the lab's: langchain-google-genai needs
+# google-genai below 3, the lab's own Gemini client is 3.3.0 (.tools/clients/NAME, from
+# labs/clients/requirements/NAME.txt).
+CLIENT_ENVS := $(TOOLS)/clients
+CLIENT_ENV_NAMES := langchain-google
+CLIENT_ENV_STAMPS := $(foreach name,$(CLIENT_ENV_NAMES),$(CLIENT_ENVS)/$(name)/.installed)
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 # The venv's packages are compiled once, at install: the tests start Python (pytest's workers,
@@ -53,7 +59,7 @@ help:
 # A missing tool is one line saying what to install, not "command not found" halfway through.
 need = @command -v $(1) >/dev/null 2>&1 || { echo "error: '$(1)' not found; $(2)" >&2; exit 1; }
 
-setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP) $(PORTKEY_STAMP) $(AGENTS_STAMP) $(GATEWAY_ENV_STAMPS)
+setup: $(VENV)/.synced $(TOXIPROXY_STAMP) $(NODE_STAMP) $(PORTKEY_STAMP) $(AGENTS_STAMP) $(GATEWAY_ENV_STAMPS) $(CLIENT_ENV_STAMPS)
 
 $(UV):
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found (mitmproxy 12 needs it); install one or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -105,6 +111,12 @@ $(GATEWAY_ENVS)/%/.installed: labs/gateways/requirements/%.txt | $(UV)
 	rm -rf $(GATEWAY_ENVS)/$*
 	$(UV) venv --quiet --python $(PYTHON) $(GATEWAY_ENVS)/$*
 	$(UV) pip install --quiet --python $(GATEWAY_ENVS)/$*/bin/python --require-hashes -r $<
+	@touch $@
+
+$(CLIENT_ENVS)/%/.installed: labs/clients/requirements/%.txt | $(UV)
+	rm -rf $(CLIENT_ENVS)/$*
+	$(UV) venv --quiet --python $(PYTHON) $(CLIENT_ENVS)/$*
+	$(UV) pip install --quiet --python $(CLIENT_ENVS)/$*/bin/python --require-hashes -r $<
 	@touch $@
 
 # Both run pytest over TEST_WORKERS processes (pytest-xdist); each starts its own services (the
