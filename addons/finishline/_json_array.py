@@ -103,6 +103,7 @@ class GeminiFramer(EventFramer):
         if self._array_ended:
             raise LocalProtocolError("receive_end() called twice; the stream already ended")
         self._array_ended = True
+        self.idle = False
         if not self._held:
             return None
         # An element cut short: never JSON, so the machine drops it before what it appends.
@@ -120,6 +121,7 @@ class GeminiFramer(EventFramer):
         if self._form == "sse":
             return super().take_buffered()
         self._array_ended = True
+        self.idle = False
         held = bytes(self._held)
         self._held.clear()
         return held
@@ -197,6 +199,9 @@ class GeminiFramer(EventFramer):
         self._value_start -= cut  # (an element still open started after the last piece's end)
         if (self._closed or self._opaque) and held:
             pieces.extend(self._frame_array())
+        # Between two elements with nothing held: a piece that is a comma and one whole element
+        # frames as exactly itself, and leaves the framer as it was (the repair's fast path).
+        self.idle = not held and self._opened and not self._depth and not (self._closed or self._opaque)
         return pieces
 
 

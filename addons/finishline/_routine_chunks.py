@@ -55,6 +55,17 @@ The other dialects have routine events too, and the same machinery learns them f
 An `event:` line before the data is a literal part of the shape. A Responses event's
 `sequence_number` changes on every event: it is a gap of its own, matched as a JSON integer
 (`_JSON_INT`) and handed back (`RoutineMatch.number`), since the machine must know the last one.
+
+A Gemini chunk carries its text in a part, and `usageMetadata` counts that change on every chunk
+by as many tokens as it holds, so they cannot be predicted as a sequence number is:
+
+    data: {"candidates": [{"content": {"parts": [{"text": "Hel"}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 4,"candidatesTokenCount": 9,"totalTokenCount": 13},"modelVersion": "gemini-2.5-flash","responseId": "IZI2"}
+
+Every integer of its `usageMetadata` is a gap (a *count*, `GAP_COUNT`), matched as a JSON integer and
+handed back by key (`RoutineMatch.counts`), since the rules keep the last prompt and output counts
+(rule G7, the books). Its steady path is `_steady.counted_steady`. Gemini's JSON-array form is
+learned the same way from its elements (`,\r\n{…}`, pretty-printed: the element's own bytes and
+the separator before it are the shape).
 """
 
 from __future__ import annotations
@@ -65,7 +76,18 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ._dialect import Dialect
-from ._steady import ASCII_CHARS, GAP_NUMBER, GAP_STRING, GAP_TEXT, SteadyShape, match_plain_text
+from ._gemini_routine import gemini_facts, gemini_text_part, gemini_usage
+from ._steady import (
+    ASCII_CHARS,
+    GAP_COUNT,
+    GAP_NUMBER,
+    GAP_STRING,
+    GAP_TEXT,
+    Steady,
+    SteadyShape,
+    counted_steady,
+    match_plain_text,
+)
 
 __all__ = [
     "DECLINE",
@@ -109,6 +131,8 @@ _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
 # A sequence number: a non-negative JSON integer, no exponent or fraction (json.loads gives an int).
 _JSON_INT = rb"(?:0|[1-9][0-9]{0,17})"
 _JSON_INT_PATTERN = re.compile(_JSON_INT)
+# What comes before a JSON-array element that is not the first: the comma, and whitespace around it.
+_ARRAY_SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 _NUMBER_KEY = "sequence_number"
 _PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
@@ -154,35 +178,48 @@ class RoutineMatch:
         remembered: the chunk's `id`, `created`, `model`, `system_fingerprint` (those present).
         has_text: whether the text is non-empty (the delta then counts as a token).
         steady: for a shape with the text as its only gap, (prefix, suffix, where the text starts,
-            the suffix's length): a piece is this shape with plain text when it starts with the
-            prefix, ends with the suffix and `match_plain_text` finds the text between them. None for
-            a shape with more gaps.
+            the suffix's length, `match_plain_text`): a piece is this shape with plain text when it
+            starts with the prefix, ends with the suffix and `match_plain_text` finds the text
+            between them; for a shape with counts, the same with one pattern for its text, counts
+            and literals between the prefix and the suffix (`_steady.counted_steady`). None for a
+            shape with other gaps.
         number: the matched piece's `sequence_number` (Responses), else None.
         gapped_steady: for a shape with more gaps than the text (a sequence number, an
             `obfuscation` padding, or both), its `SteadyShape`: the steady path of that shape.
-            None for a one-gap shape (that has `steady`).
+            None for a one-gap shape (that has `steady`), and for a shape with counts.
+        counts: the matched piece's counts (Gemini's `usageMetadata` integers), by key; None for a
+            shape without counts.
     """
 
-    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady")
+    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady", "counts")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
         self.remembered = remembered
         self.has_text = False
-        self.steady: tuple[bytes, bytes, int, int] | None = None
+        self.steady: Steady | None = None
         self.number: int | None = None
         self.gapped_steady: SteadyShape | None = None
+        self.counts: dict[str, int] | None = None
 
 
 class _Shape:
     """The literal segments of a learned event around its gaps, and what a match of it means.
 
     With one gap (the text), `prefix` + text + `suffix`; with more, `segments` (one more than the
-    gaps) and which gap is the text."""
+    gaps), which gap is the text, and the key of each count gap (`count_keys`, by gap)."""
 
     __slots__ = ("prefix", "suffix", "text_start", "suffix_length", "segments", "text_gap", "number_gap", "result", "_gaps")
 
-    def __init__(self, segments: list[bytes], text_gap: int, result: RoutineMatch, number_gap: int = -1) -> None:
+    def __init__(
+        self,
+        segments: list[bytes],
+        text_gap: int,
+        result: RoutineMatch,
+        number_gap: int = -1,
+        count_keys: dict[int, str] | None = None,
+    ) -> None:
+        count_keys = count_keys or {}
         self.segments = segments if len(segments) > 2 else None
         self.prefix = segments[0]
         self.suffix = segments[-1]
@@ -191,23 +228,38 @@ class _Shape:
         self.text_gap = text_gap
         self.number_gap = number_gap
         self.result = result
-        # Per gap, in order: its pattern's `match`, its kind (GAP_TEXT, GAP_NUMBER, GAP_STRING), and the
-        # literal segment after it (None after the last gap) with its length: read per piece.
+        # Per gap, in order: its pattern's `match`, its kind (GAP_TEXT, GAP_NUMBER, GAP_STRING,
+        # GAP_COUNT), the literal segment after it (None after the last gap) with its length, and a
+        # count's key: read per piece.
         self._gaps = tuple(
             (
                 (
-                    _TEXT_GAP_PATTERN if gap == text_gap else _JSON_INT_PATTERN if gap == number_gap else _JSON_STRING_PATTERN
+                    _TEXT_GAP_PATTERN
+                    if gap == text_gap
+                    else _JSON_INT_PATTERN
+                    if gap == number_gap or gap in count_keys
+                    else _JSON_STRING_PATTERN
                 ).match,
-                GAP_TEXT if gap == text_gap else GAP_NUMBER if gap == number_gap else GAP_STRING,
+                GAP_TEXT
+                if gap == text_gap
+                else GAP_NUMBER
+                if gap == number_gap
+                else GAP_COUNT
+                if gap in count_keys
+                else GAP_STRING,
                 segments[gap + 1] if gap + 2 < len(segments) else None,
                 len(segments[gap + 1]),
+                count_keys.get(gap),
             )
             for gap in range(len(segments) - 1)
         )
+        kinds = [kind for _, kind, _, _, _ in self._gaps]
         if self.segments is None:
-            result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
+            result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length, match_plain_text)
+        elif count_keys:
+            result.steady = counted_steady(segments, kinds)
         else:
-            result.gapped_steady = SteadyShape.of(segments, [kind for _, kind, _, _ in self._gaps])
+            result.gapped_steady = SteadyShape.of(segments, kinds)
 
     def maybe_has_text(self, piece: bytes) -> bool | None:
         """None if `piece` is not this shape; else whether its text is non-empty."""
@@ -223,7 +275,8 @@ class _Shape:
         position = self.text_start
         has_text = None
         number = None
-        for match_gap, kind, segment, segment_length in self._gaps:
+        counts: dict[str, int] | None = None
+        for match_gap, kind, segment, segment_length, count_key in self._gaps:
             match = match_gap(piece, position)
             if match is None:
                 return None
@@ -231,6 +284,10 @@ class _Shape:
                 has_text = match.lastindex is not None
             elif kind is GAP_NUMBER:
                 number = match.group()
+            elif count_key is not None:
+                if counts is None:
+                    counts = {}
+                counts[count_key] = int(match.group())
             position = match.end()
             if segment is not None:
                 if not piece.startswith(segment, position):
@@ -240,6 +297,8 @@ class _Shape:
             return None
         if number is not None:
             self.result.number = int(number)
+        if counts is not None:
+            self.result.counts = counts
         return has_text
 
 
@@ -304,16 +363,24 @@ class RoutineChunks:
         if facts is None:
             return
         data_at = _data_offset(raw)
-        ending = raw[data_at + len(data) :]
-        if (
-            data_at < 0
-            or raw[data_at : data_at + len(data)] != data
-            or ending not in (b"\n\n", b"\r\n\r\n")
-            or b"\n" in data
-            or b"\r" in data
-            or (data_at > len(b"data: ") and not raw.startswith(b"event: "))
-        ):
-            return
+        if data_at < 0 and spec.array_elements:
+            # An element of a JSON-array stream (`_json_array.ArrayPiece`): the comma and whitespace
+            # before it, then the element, pretty-printed or not. The first (after the `[`) is not
+            # learned: no other element comes after a `[`.
+            data_at = len(raw) - len(data)
+            if not (raw.endswith(data) and _ARRAY_SEPARATOR.fullmatch(raw, 0, data_at)):
+                return
+        else:
+            ending = raw[data_at + len(data) :]
+            if (
+                data_at < 0
+                or raw[data_at : data_at + len(data)] != data
+                or ending not in (b"\n\n", b"\r\n\r\n")
+                or b"\n" in data
+                or b"\r" in data
+                or (data_at > len(b"data: ") and not raw.startswith(b"event: "))
+            ):
+                return
         if any(shape.maybe_has_text(raw) is not None for shape in self._shapes):
             return
         self._attempts += 1
@@ -406,15 +473,17 @@ class RoutineSpec(NamedTuple):
     text_holder: Callable[[dict[str, Any]], Any]
     # Whether the event's `sequence_number` is a gap (it changes on every event).
     numbered: bool = False
+    # The object in the parsed event whose integer values are counts, each a gap (None: no counts).
+    counts: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Whether the stream may be a JSON array whose elements are the events (Gemini's).
+    array_elements: bool = False
 
 
 SPECS = {
     Dialect.CHAT: RoutineSpec(_routine_facts, lambda chunk: chunk["choices"][0]["delta"]),
     Dialect.MESSAGES: RoutineSpec(_messages_facts, lambda event: event["delta"]),
     Dialect.RESPONSES: RoutineSpec(_responses_facts, lambda event: event, numbered=True),
-    # No Gemini chunk is routine yet: AI Studio's carry a `usageMetadata` that changes on every
-    # chunk, so every chunk takes the full path.
-    Dialect.GEMINI: RoutineSpec(lambda event: None, lambda event: event),
+    Dialect.GEMINI: RoutineSpec(gemini_facts, gemini_text_part, counts=gemini_usage, array_elements=True),
 }
 
 
@@ -426,31 +495,43 @@ def _maybe_shape(
     text_gap = _maybe_gap(data, chunk, text_key, holder)
     if text_gap is None:
         return None
-    gaps = [(text_gap, "text")]
+    gaps: list[tuple[tuple[int, int], str, str]] = [(text_gap, "text", "")]
     if free_key is not None:
         free_gap = _maybe_gap(data, chunk, free_key, lambda event: event)
         if free_gap is None:
             return None
-        gaps.append((free_gap, "free"))
+        gaps.append((free_gap, "free", ""))
     if spec.numbered:
         number_gap = _maybe_number_gap(data, chunk)
         if number_gap is None:
             return None
-        gaps.append((number_gap, "number"))
+        gaps.append((number_gap, "number", ""))
+    if spec.counts is not None:
+        counts = spec.counts
+        for key, value in counts(chunk).items():
+            if type(value) is not int:
+                continue  # (a bool, a float, a string: read by no rule, kept as a literal)
+            count_gap = _maybe_count_gap(data, chunk, key, counts) if value >= 0 else None
+            if count_gap is None:
+                return None
+            gaps.append((count_gap, "count", key))
     gaps.sort()
     segments = []
     position = -data_at  # offsets in `data`; the first segment starts at the event's first byte
     text_gap_index = number_gap_index = -1
-    for number, ((start, end), kind) in enumerate(gaps):
+    count_keys: dict[int, str] = {}
+    for number, ((start, end), kind, key) in enumerate(gaps):
         segments.append(raw[data_at + position : data_at + start])
         if kind == "text":
             text_gap_index = number
         elif kind == "number":
             number_gap_index = number
+        elif kind == "count":
+            count_keys[number] = key
         position = end
     segments.append(raw[data_at + position :])
     remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
-    shape = _Shape(segments, text_gap_index, RoutineMatch(index, remembered), number_gap_index)
+    shape = _Shape(segments, text_gap_index, RoutineMatch(index, remembered), number_gap_index, count_keys)
     if shape.maybe_has_text(raw) is None:  # the learned event itself must match its shape
         return None
     return shape
@@ -481,5 +562,24 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
             continue
         probed[_NUMBER_KEY] = event[_NUMBER_KEY]
         if probed == event:
+            return start, end
+    return None
+
+
+def _maybe_count_gap(
+    data: bytes, chunk: dict[str, Any], key: str, holder: Callable[[dict[str, Any]], dict[str, Any]]
+) -> tuple[int, int] | None:
+    """The byte span of the integer `holder(chunk)[key]` in `data`, proven by a probe parse."""
+    original = holder(chunk)[key]
+    # (`re` keeps the patterns it compiled: a stream's usage keys are a few, the same in every chunk.)
+    pattern = re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
+    for candidate in re.finditer(pattern, data):
+        start, end = candidate.span(1)
+        probed = json.loads(data[:start] + str(_PROBE_NUMBER).encode() + data[end:])
+        probed_holder = holder(probed) if type(probed) is dict else None
+        if type(probed_holder) is not dict or probed_holder.get(key) != _PROBE_NUMBER:
+            continue
+        probed_holder[key] = original
+        if probed == chunk:
             return start, end
     return None
