@@ -195,13 +195,14 @@ class SteadyShape:
 
 # A JSON escape (as `_routine_chunks` reads them), and the gaps of a counted shape's steady path:
 # non-empty text of plain ASCII and escapes (a Gemini chunk's text often holds `\\n`; other
-# UTF-8 is left to the fast path's own match), any such string, a count (a non-negative JSON
-# integer, as `_routine_chunks._JSON_INT`).
+# UTF-8 is left to the fast path's own match), any such string, a count: a non-negative JSON
+# integer of at most 18 digits, as `_routine_chunks._JSON_INT`, written without its alternation
+# (a lookahead for the leading zero JSON forbids: 10 % less time for three counts).
 _JSON_ESCAPE = rb'\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
 _GAP_PATTERNS = {
     GAP_TEXT: rb'"(?:' + ASCII_CHARS + rb"|" + _JSON_ESCAPE + rb')++"',
     GAP_STRING: rb'"(?:' + ASCII_CHARS + rb"|" + _JSON_ESCAPE + rb')*+"',
-    GAP_COUNT: rb"(?:0|[1-9][0-9]{0,17})",
+    GAP_COUNT: rb"(?!0[0-9])[0-9]{1,18}+",
 }
 # The middles' patterns compiled so far, by the gaps' kinds and the literals between them. A
 # pattern costs about 250 us to compile, and a stream lives for a few hundred pieces: compiled per
