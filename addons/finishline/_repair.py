@@ -465,7 +465,7 @@ class StreamRepair:
         """No steady path from here; what it took unread (a sequence number, counts) goes to the rules."""
         self._steady = None
         last, self._steady_last = self._steady_last, None
-        if last is not None and (match := self._routine.maybe_match(last)) is not None and match.counts is not None:
+        if last is not None and self._routine.counted and (match := self._routine.maybe_match(last)) is not None:
             self._rules.on_routine(match)  # Gemini's counts: the last piece's replaced every one before
         gapped = self._steady_gapped
         if gapped is not None:

@@ -318,6 +318,12 @@ class RoutineChunks:
     def learned(self) -> bool:
         return bool(self._shapes)
 
+    @property
+    def counted(self) -> bool:
+        """Whether the shape matched last has counts (the steady path runs on that shape: when it
+        leaves, the machine hands its last piece's counts to the rules, and no other shape's)."""
+        return bool(self._shapes) and self._shapes[0].result.counts is not None
+
     def maybe_match(self, piece: bytes) -> RoutineMatch | None:
         """The match, if `piece` is exactly one event of a learned shape; else None. The returned
         object is reused by the next match of the same shape."""
