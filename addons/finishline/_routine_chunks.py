@@ -159,6 +159,10 @@ _KEY_WITH_STRING_VALUE = {
     key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
     for key in (*TEXT_DELTA_KEYS, *_FREE_TOP_LEVEL_KEYS, *_MESSAGES_TEXT_KEYS.values(), "delta")
 }
+# `"key": 123` for each count key met so far (Gemini's usage keys), the number as group 1; bounded,
+# since the keys come from the upstream.
+_KEY_WITH_COUNT: dict[str, re.Pattern[bytes]] = {}
+_MAX_COUNT_KEYS = 64
 _KEY_WITH_INT_VALUE = re.compile(
     re.escape(json.dumps(_NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
 )
@@ -577,9 +581,14 @@ def _maybe_count_gap(
 ) -> tuple[int, int] | None:
     """The byte span of the integer `holder(chunk)[key]` in `data`, proven by a probe parse."""
     original = holder(chunk)[key]
-    # (`re` keeps the patterns it compiled: a stream's usage keys are a few, the same in every chunk.)
-    pattern = re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
-    for candidate in re.finditer(pattern, data):
+    pattern = _KEY_WITH_COUNT.get(key)
+    if pattern is None:  # a stream's usage keys are a few, the same in every stream: compiled once
+        if len(_KEY_WITH_COUNT) >= _MAX_COUNT_KEYS:
+            _KEY_WITH_COUNT.clear()
+        pattern = _KEY_WITH_COUNT[key] = re.compile(
+            re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
+        )
+    for candidate in pattern.finditer(data):
         start, end = candidate.span(1)
         probed = json.loads(data[:start] + str(_PROBE_NUMBER).encode() + data[end:])
         probed_holder = holder(probed) if type(probed) is dict else None
