@@ -95,8 +95,8 @@ def test_server_checks_in_another_dialect(pytester, finishline_worker):
 
 
 def test_the_plugins_dialect_words_are_the_cores(pytester):
-    # The plugin offers exactly the core's words of the dialects the graders speak (not Gemini
-    # yet), and an unknown one is pytest's usage error that lists them.
+    # The plugin offers exactly the core's words of the lab's dialects, and an unknown one is
+    # pytest's usage error that lists them.
     assert finishline_plugin._DIALECTS == LAB_DIALECTS
     result = pytester.runpytest(
         "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider"
@@ -104,6 +104,15 @@ def test_the_plugins_dialect_words_are_the_cores(pytester):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     offered = "*, *".join(LAB_DIALECTS)
     result.stderr.fnmatch_lines([f"*--finishline-server-dialect: invalid choice: 'anthropic' (choose from *{offered}*)*"])
+
+
+def test_a_dialect_the_graders_do_not_speak_yet_is_a_usage_error_in_one_line(pytester):
+    # Gemini is offered (a lab dialect) before the graders grade it (issue 29): refused, no traceback.
+    result = pytester.runpytest(
+        "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=gemini", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the graders do not grade gemini yet*"])
 
 
 def test_without_the_options_the_plugin_adds_no_test(pytester):
