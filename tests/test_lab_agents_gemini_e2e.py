@@ -18,9 +18,12 @@ lines; an upgrade fails `PINNED_VERSION` first: re-read them, then the pins):
   not a `data:` frame's, so the frame is a chunk with no candidates: still no finish reason,
   retried the same, the same `INVALID_STREAM` with exit 0. finish_fix cannot make it raise; it
   is an `error` because gemini-cli itself reports it, never a silent end.
-- A reset mid-stream, straight from the worker, is a network error (`ECONNRESET`, `terminated`),
-  also retried 4 times, then a fatal error: exit 1, its JSON document on stderr. Through finish_fix
-  the reset becomes its appended error frame and a clean end: the `INVALID_STREAM` of a cut.
+- A reset mid-stream, straight from the tunnel, ends in a fatal error: exit 1, its JSON document
+  on stderr, `Error: terminated` (undici's `TypeError: terminated`, caused by `UND_ERR_SOCKET`
+  "other side closed": the socket read an end, not `ECONNRESET`; that code is not in its
+  `RETRYABLE_NETWORK_CODES`, `packages/core/src/utils/retry.ts`). How many requests come first varies from run to run (1 or 2 measured here, 4 at most:
+  an attempt whose end reads as a retryable network error is retried). Through finish_fix the
+  reset becomes its appended error frame and a clean end: the `INVALID_STREAM` of a cut.
 
 Every cell ran in a network namespace whose only interface is `lo`.
 """
@@ -73,18 +76,19 @@ def gemini_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 INVALID_STREAM = "INVALID_STREAM: Model stream ended without a finish reason."
-GAVE_UP = ("error", 0, 4, INVALID_STREAM)
+GAVE_UP = ("error", 0, range(4, 5), INVALID_STREAM)
+OK = ("ok", 0, range(1, 2), None)
 
-# (scenario, gateway): (outcome, exit status, requests the worker saw, the start of the agent's
+# (scenario, gateway): (outcome, exit status, the requests the worker saw, the start of the agent's
 # error words, None when it told of none).
-EXPECTED: dict[tuple[str, str], tuple[str, int, int, str | None]] = {
-    ("healthy", "direct"): ("ok", 0, 1, None),
-    ("healthy", "finish_fix"): ("ok", 0, 1, None),
+EXPECTED: dict[tuple[str, str], tuple[str, int, range, str | None]] = {
+    ("healthy", "direct"): OK,
+    ("healthy", "finish_fix"): OK,
     ("reason-omitted", "direct"): GAVE_UP,
     ("reason-omitted", "finish_fix"): GAVE_UP,
     ("cut-after-tokens-hub-close", "direct"): GAVE_UP,
     ("cut-after-tokens-hub-close", "finish_fix"): GAVE_UP,
-    ("cut-after-tokens-reset", "direct"): ("error", 1, 4, "Error: "),
+    ("cut-after-tokens-reset", "direct"): ("error", 1, range(1, 5), "Error: terminated"),
     ("cut-after-tokens-reset", "finish_fix"): GAVE_UP,
 }
 
@@ -103,7 +107,8 @@ def test_each_gemini_cli_cell_shows_its_outcome_exit_status_requests_and_own_wor
     cell = next(c for c in gemini_run["cells"] if (c["scenario"], c["gateway"]) == key)
     outcome, status, requests, words = EXPECTED[key]
     report = cell["report"]
-    assert (cell["outcome"], report["exit_code"], cell["tries"]) == (outcome, status, requests), cell["why"]
+    assert (cell["outcome"], report["exit_code"]) == (outcome, status), cell["why"]
+    assert cell["tries"] in requests
     if words is None:
         assert report["error_message"] is None
         assert report["text"] == ANSWER
@@ -117,13 +122,12 @@ def test_through_finish_fix_every_fault_is_an_error_never_a_silent_end(gemini_ru
     assert {c["outcome"] for c in faults} == {"error"}
 
 
-def test_the_cut_is_after_exactly_5_token_events_for_every_request(gemini_run):
+def test_the_hub_cut_every_request_after_exactly_5_token_events(gemini_run):
     # gemini-cli asks for no output limit; the worker's bytes are the scenario's, so the hub saw
-    # each of the cut's requests end where the layout says.
-    for name, ending in (("cut-after-tokens-hub-close", "tunnel fin"), ("cut-after-tokens-reset", "tunnel reset")):
-        scenario = load_scenario(SCENARIO_DIR / f"{name}.toml")
-        expected = body_bytes_through_token(response_plan(scenario.resolved, dialect=Dialect.GEMINI), 5)
-        cut = [line for c in gemini_run["cells"] if c["scenario"] == name for line in c["hub"] if line.startswith("tunnel")]
-        assert len(cut) == 8, cut  # 4 attempts through each gateway
-        assert {line.startswith(ending) for line in cut} == {True}, cut
-        assert {int(re.findall(r"\d+", line)[0]) for line in cut} == {expected}, name
+    # each of its requests end where the layout says: 4 attempts through each gateway.
+    scenario = load_scenario(SCENARIO_DIR / "cut-after-tokens-hub-close.toml")
+    expected = body_bytes_through_token(response_plan(scenario.resolved, dialect=Dialect.GEMINI), 5)
+    cut = [line for c in gemini_run["cells"] if c["scenario"] == scenario.name for line in c["hub"] if line.startswith("tunnel")]
+    assert len(cut) == 8, cut
+    assert {re.sub(r"\d+", "N", line) for line in cut} == {"tunnel fin after N body bytes; hub close: clean_end"}
+    assert {int(re.findall(r"\d+", line)[0]) for line in cut} == {expected}
