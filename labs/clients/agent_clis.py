@@ -3,9 +3,9 @@
 Each agent is one entry of `AGENTS`: the npm package it comes from (installed from the lock file in
 labs/clients/agents/, which also holds the Node 22 that Pi's agent, Codex's launcher and gemini-cli
 run on), the dialects it speaks, how its user reads its output (labs.clients.agent_output), and how
-one cell's command line, config files and environment are made. A cell gets one prompt, the cell's gateway and model, and a
-folder of its own for `$HOME` and every config directory, so nothing of the machine's user
-config is read and nothing is left behind.
+one cell's command line, config files and environment are made. A cell gets one prompt, the cell's
+gateway and model, and a folder of its own for `$HOME` and every config directory, so nothing of
+the machine's user config is read and nothing is left behind.
 
 Behaviour is each agent's default (its retries, Claude Code's fallback to a request without
 streaming): the lab shows what their users live with. What is turned off is traffic that is not
@@ -36,6 +36,7 @@ from labs.npm_versions import installed_version
 __all__ = [
     "AGENTS",
     "AGENTS_PACKAGE",
+    "GEMINI_SETTINGS",
     "Agent",
     "AgentCell",
     "AgentCommand",
