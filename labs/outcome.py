@@ -157,6 +157,22 @@ DIALECT_WORDS: dict[Dialect, DialectWords] = {
         failures=_FAILURE_REASONS | {"failed"},
         assumed_without_reason=None,
     ),
+    # The candidate's `finishReason` (google-genai, langchain); the AI SDK's unified words and
+    # pi-ai's. A function call ends `STOP` (Gemini has no tool-call reason); no reason is no answer
+    # (shared/notes/gemini.md §4: "If empty, the model has not stopped generating").
+    Dialect.GEMINI: DialectWords(
+        spellings={
+            "stop": "STOP",
+            "length": "MAX_TOKENS",
+            "tool_calls": "STOP",
+            "tool-calls": "STOP",
+            "toolUse": "STOP",
+            "content-filter": "SAFETY",
+            "content_filter": "SAFETY",
+        },
+        failures=_FAILURE_REASONS,
+        assumed_without_reason=None,
+    ),
 }
 
 
