@@ -5,6 +5,7 @@ suite in an environment where finishline is installed has it:
 
     pytest --finishline-server-url=http://127.0.0.1:8000/v1            # the server checks
     pytest --finishline-server-url=URL --finishline-server-dialect=messages   # ... in another dialect
+    pytest --finishline-server-url=http://127.0.0.1:8000/v1beta --finishline-server-dialect=gemini
     pytest --finishline-gateway-url=http://127.0.0.1:4000/v1 --finishline-upstream-port=18080
 
 Each option adds one test per check of the card (`finishline/server::stream-no-error`, ...); a
@@ -42,9 +43,11 @@ import pytest
 from finishline import Dialect
 from finishline.install import maybe_shadowed
 
-#: The dialects' words, as the core spells them (`Dialect`): those the graders speak, the lab's
-#: (`labs.dialects.LAB_DIALECTS`, which this module must not import: see above), so not Gemini yet.
-#: tests/test_packaging.py holds the two to the same words.
+#: The dialects' words, as the core spells them (`Dialect`), which this module spells itself: it
+#: must not import `labs` (see above). tests/test_packaging.py holds each to the graders' own.
+#: The server grader speaks every dialect (`labs.grade.server_suites.SERVER_SUITES`, Gemini too):
+_SERVER_DIALECTS = tuple(dialect.value for dialect in Dialect)
+#: The gateway grader speaks the lab's (`labs.dialects.LAB_DIALECTS`: its clients and worker).
 _DIALECTS = tuple(dialect.value for dialect in Dialect if dialect is not Dialect.GEMINI)
 #: The options that add graded checks; any of them imports the graders.
 _CARD_OPTIONS = ("--finishline-server-url", "--finishline-gateway-url")
@@ -59,10 +62,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--finishline-server-url", metavar="URL", help="grade this OpenAI-compatible server: one test per check")
     group.addoption(
         "--finishline-server-dialect",
-        choices=_DIALECTS,
+        choices=_SERVER_DIALECTS,
         default=Dialect.CHAT.value,
         metavar="DIALECT",
-        help=f"the API to grade the server in: {', '.join(_DIALECTS)} (default chat)",
+        help=f"the API to grade the server in: {', '.join(_SERVER_DIALECTS)} (default chat; gemini: the URL ends with "
+        "the API version, e.g. http://127.0.0.1:8000/v1beta)",
     )
     group.addoption(
         "--finishline-gateway-url",
