@@ -89,6 +89,8 @@ WORDS: dict[Dialect, Words] = {
     Dialect.RESPONSES: Words(
         reason="status", stop="completed", length="incomplete", tool="completed", terminator="response.completed"
     ),
+    # No terminator: the chunk with the finishReason is what a well-ended stream ends with.
+    Dialect.GEMINI: Words(reason="finishReason", stop="STOP", length="MAX_TOKENS", tool="STOP", terminator="finishReason chunk"),
 }
 #: How long a clause of evidence quoting a client's words may be.
 _CLAUSE = 110

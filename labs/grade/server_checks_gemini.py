@@ -65,7 +65,7 @@ from labs.grade.server_checks import (
 )
 from labs.scenario import WORKER_TOOL
 
-__all__ = ["GEMINI_BAD_REQUEST", "GEMINI_REQUESTS", "GEMINI_SUITE", "GEMINI_TOOL", "gemini_body"]
+__all__ = ["GEMINI_BAD_REQUEST", "GEMINI_REQUESTS", "GEMINI_SUITE", "GEMINI_TOOL", "gemini_body", "gemini_request"]
 
 #: The worker's one tool, declared the Gemini way (`functionDeclarations`).
 GEMINI_TOOL = {
@@ -115,6 +115,37 @@ def gemini_body(request: ServerRequest, *, model: str, stream: bool) -> dict[str
     temperature 0 (in `generationConfig`) so the streamed and the whole answer can agree."""
     config = request.fields.get("generationConfig") or {}
     return {**request.fields, "generationConfig": {**config, "temperature": 0}}
+
+
+def gemini_request(line: dict[str, Any]) -> dict[str, Any]:
+    """The Gemini body for the lab's Chat-shaped request line (`messages`, `max_tokens`, OpenAI
+    tools), as the gateway grader's byte-level reader sends it: system messages become the
+    `systemInstruction`, an assistant's turn the `model` role; the model and the stream are the
+    path's."""
+    messages = line.get("messages") or []
+    system = [m["content"] for m in messages if m.get("role") == "system"]
+    body: dict[str, Any] = {
+        "contents": [
+            {"role": "model" if m.get("role") == "assistant" else "user", "parts": [{"text": m.get("content") or ""}]}
+            for m in messages
+            if m.get("role") != "system"
+        ]
+    }
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": "\n".join(system)}]}
+    if line.get("max_tokens"):
+        body["generationConfig"] = {"maxOutputTokens": line["max_tokens"]}
+    if line.get("tools"):
+        declarations = [
+            {
+                "name": tool["function"]["name"],
+                "description": tool["function"].get("description", ""),
+                "parameters": tool["function"].get("parameters") or {"type": "object"},
+            }
+            for tool in line["tools"]
+        ]
+        body["tools"] = [{"functionDeclarations": declarations}]
+    return body
 
 
 def _stream_problem(readings: Readings, name: str, reading: StreamReading) -> str | None:
