@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from faults.child_processes import run_child
-from finishline.pytest_plugin import _DIALECTS, _SERVER_DIALECTS
+from finishline.pytest_plugin import _DIALECTS
 from labs.dialects import LAB_DIALECTS
 from labs.grade.server_suites import SERVER_SUITES
 
@@ -67,6 +67,6 @@ def test_a_stock_mitmdump_loads_the_addon_from_the_checkout(tmp_path):
 
 def test_the_pytest_plugin_offers_the_dialects_the_graders_speak():
     # The plugin spells them itself, since it must not import `labs` (tests/test_wheel.py): the
-    # gateway grader's are the lab's, the server grader's its suites' (Gemini's too).
+    # lab's, each of which the server grader has a suite for (Gemini's too).
     assert _DIALECTS == tuple(dialect.value for dialect in LAB_DIALECTS)
-    assert _SERVER_DIALECTS == tuple(dialect.value for dialect in SERVER_SUITES)
+    assert _DIALECTS == tuple(dialect.value for dialect in SERVER_SUITES)

@@ -43,12 +43,10 @@ import pytest
 from finishline import Dialect
 from finishline.install import maybe_shadowed
 
-#: The dialects' words, as the core spells them (`Dialect`), which this module spells itself: it
-#: must not import `labs` (see above). tests/test_packaging.py holds each to the graders' own.
-#: The server grader speaks every dialect (`labs.grade.server_suites.SERVER_SUITES`, Gemini too):
-_SERVER_DIALECTS = tuple(dialect.value for dialect in Dialect)
-#: The gateway grader speaks the lab's (`labs.dialects.LAB_DIALECTS`: its clients and worker).
-_DIALECTS = tuple(dialect.value for dialect in Dialect if dialect is not Dialect.GEMINI)
+#: The dialects' words, as the core spells them (`Dialect`): the graders speak every one the lab
+#: does (`labs.dialects.LAB_DIALECTS`, which this module must not import: see above), Gemini too.
+#: tests/test_packaging.py holds the two to the same words, and to the server grader's suites.
+_DIALECTS = tuple(dialect.value for dialect in Dialect)
 #: The options that add graded checks; any of them imports the graders.
 _CARD_OPTIONS = ("--finishline-server-url", "--finishline-gateway-url")
 _OPTIONS = "the --finishline-* options"
@@ -62,10 +60,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--finishline-server-url", metavar="URL", help="grade this OpenAI-compatible server: one test per check")
     group.addoption(
         "--finishline-server-dialect",
-        choices=_SERVER_DIALECTS,
+        choices=_DIALECTS,
         default=Dialect.CHAT.value,
         metavar="DIALECT",
-        help=f"the API to grade the server in: {', '.join(_SERVER_DIALECTS)} (default chat; gemini: the URL ends with "
+        help=f"the API to grade the server in: {', '.join(_DIALECTS)} (default chat; gemini: the URL ends with "
         "the API version, e.g. http://127.0.0.1:8000/v1beta)",
     )
     group.addoption(
