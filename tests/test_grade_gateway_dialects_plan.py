@@ -45,7 +45,7 @@ def test_a_responses_card_runs_no_finish_rule_on_a_stream_without_a_terminal_eve
     assert [c.check for c in runs if c.rule == "finish reasons"] == []
     assert not_run["reason-omitted"] == (
         "from a responses worker its scenario (reason-omitted) is a stream without its end sign (a terminal event, "
-        "a finishReason), a cut: the rule 2 checks cover it"
+        "a finishReason), a cut: the rule 2 checks cover it (in gemini: no-finish-reason)"
     )
     assert not_run["length-omitted"] == "its scenario (length-omitted) runs in chat, messages, gemini, not in responses"
     assert BOOKS_CHECK[1] in card_check_ids(Dialect.RESPONSES)

@@ -66,8 +66,8 @@ def _dialects(parser: argparse.ArgumentParser) -> None:
         choices=_DIALECTS,
         default=Dialect.CHAT.value,
         metavar="DIALECT",
-        help="the API the clients speak to the gateway: chat (the default), messages (Anthropic Messages) or "
-        "responses (OpenAI Responses)",
+        help="the API the clients speak to the gateway: chat (the default), messages (Anthropic Messages), "
+        "responses (OpenAI Responses) or gemini (Google Gemini; --url ends with its version, e.g. .../v1beta)",
     )
     parser.add_argument(
         "--upstream-dialect",

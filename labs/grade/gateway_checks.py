@@ -398,7 +398,7 @@ GATEWAY_CHECKS = (
         # A Responses stream has no terminator besides its terminal events, a Gemini stream none
         # besides its finishReason: without one it is cut.
         upstreams=(Dialect.CHAT, Dialect.MESSAGES),
-        other_upstreams="a stream without its end sign (a terminal event, a finishReason), a cut: the rule 2 checks cover it",
+        other_upstreams="a stream without its end sign (a terminal event, a finishReason), a cut: the rule 2 checks cover it (in gemini: no-finish-reason)",
     ),
     GatewayCheck(
         rule="finish reasons",
