@@ -68,8 +68,8 @@ DEFAULT_GATEWAY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: DEFAULT_GATEWAY_CLIENTS,
     Dialect.MESSAGES: ("anthropic-python", "anthropic-node", "pi-ai"),
     Dialect.RESPONSES: DEFAULT_GATEWAY_CLIENTS,
-    # Google's Python and Node SDKs: both raise on Gemini's error frame (shared/notes/gemini.md §3).
-    Dialect.GEMINI: ("google-genai", "google-genai-node"),
+    # Google's Python and Node SDKs, which both raise on Gemini's error frame (shared/notes/gemini.md §3), and pi-ai.
+    Dialect.GEMINI: ("google-genai", "google-genai-node", "pi-ai"),
 }
 
 
