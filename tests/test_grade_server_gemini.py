@@ -65,6 +65,7 @@ def test_a_stream_without_a_finish_reason_fails_on_the_card(upstream):
     assert card.result("gemini-finish-reason").mark is Mark.FAIL
     assert card.result("gemini-json-finish-reason").evidence == "JSON a natural stop: its candidate carries no finishReason"
     assert card.setup["dialect"] == "gemini" and card.setup["path"] == "/models/{model}:generateContent"
+    assert card.setup["stream_path"] == "/models/{model}:streamGenerateContent?alt=sse"
     assert set(card.not_run) == {"stream-null-not-empty", "stream-done-last", "stream-usage-after-finish", "n-choices"}
 
 

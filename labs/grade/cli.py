@@ -174,7 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)"
     )
     server = commands.add_parser("server", help="grade an OpenAI-compatible server (no faults)")
-    server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    server.add_argument(
+        "--url",
+        type=_url,
+        required=True,
+        help="the server's base URL, e.g. http://127.0.0.1:8000/v1 (gemini: up to the API version, e.g. .../v1beta)",
+    )
     server.add_argument(
         "--dialect",
         choices=[d.value for d in SERVER_SUITES],

@@ -132,6 +132,11 @@ class StreamReading:
         return [i for i, (kind, _) in enumerate(self.events) if kind == _ERROR]
 
     @property
+    def unreadable_positions(self) -> list[int]:
+        """Positions of events whose data is not JSON, or not what the dialect's events are."""
+        return [i for i, (kind, _) in enumerate(self.events) if kind == _UNREADABLE]
+
+    @property
     def usage_positions(self) -> list[int]:
         return [i for i, (kind, _) in enumerate(self.events) if kind == _USAGE]
 

@@ -174,7 +174,7 @@ def _no_error(readings: Readings) -> Finding:
             return Mark.FAIL, f"stream {label} sent an error chunk after {position} chunks: {reading.error_message()}"
         if reading.ending != CLEAN_END:
             return Mark.FAIL, f"stream {label}: {reading.ending}; the core: {reading.report.detail}"
-        unreadable = [i for i, (kind, _) in enumerate(reading.events) if kind == "unreadable"]
+        unreadable = reading.unreadable_positions
         if unreadable:
             return Mark.FAIL, f"stream {label}: chunk {unreadable[0] + 1} is not a JSON object; the core: {reading.report.detail}"
     return Mark.PASS, f"{len(readings.streams)} streams, each came whole without an error chunk"

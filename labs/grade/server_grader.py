@@ -155,7 +155,8 @@ def grade_server(base_url: str, *, model: str | None = None, api_key: str | None
         answers["JSON a bad request"] = readings.bad_request.summary()
     setup: dict = {"model": model, "answers": answers}
     if suite.dialect is not Dialect.CHAT:
-        setup = {"dialect": str(suite.dialect), "path": suite.path, **setup}
+        paths = {"path": suite.path} | ({"stream_path": suite.stream_path} if suite.stream_path else {})
+        setup = {"dialect": str(suite.dialect), **paths, **setup}
     card = Card(kind="server", target=base_url.rstrip("/"), setup=setup, not_run=dict(suite.not_run))
     card.results.extend(check.run(readings) for check in suite.checks)
     return card
