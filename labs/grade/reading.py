@@ -131,6 +131,11 @@ class StreamReading:
     def error_positions(self) -> list[int]:
         return [i for i, (kind, _) in enumerate(self.events) if kind == _ERROR]
 
+    def data_events(self) -> list[Any]:
+        """The parsed data of each Messages, Responses or Gemini data event, in order (not the
+        error events, the terminator or unreadable data)."""
+        return [value for kind, value in self.events if kind == _EVENT]
+
     @property
     def unreadable_positions(self) -> list[int]:
         """Positions of events whose data is not JSON, or not what the dialect's events are."""

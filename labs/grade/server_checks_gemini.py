@@ -188,7 +188,7 @@ def _words(reason: object) -> str:
 def _last_candidate(reading: StreamReading) -> tuple[int, int, dict[str, Any] | None, bool]:
     """(the chunk count, the position of the last chunk carrying the first candidate, that
     candidate, whether a chunk said the prompt was blocked)."""
-    chunks = [gemini_chunk(value) for kind, value in reading.events if kind == "event"]
+    chunks = [gemini_chunk(value) for value in reading.data_events()]
     last, candidate, blocked = 0, None, False
     for position, chunk in enumerate(chunks, start=1):
         if chunk is None:
