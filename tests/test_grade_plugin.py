@@ -130,15 +130,6 @@ def test_server_checks_in_gemini(pytester, finishline_worker):
     result.stdout.fnmatch_lines(["*stream a natural stop: its last candidate chunk (3 of 3) carries no finishReason*"])
 
 
-def test_a_dialect_the_graders_do_not_speak_yet_is_a_usage_error_in_one_line(pytester):
-    # Gemini is offered (a lab dialect) before the graders grade it (issue 29): refused, no traceback.
-    result = pytester.runpytest(
-        "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=gemini", "-p", "no:cacheprovider"
-    )
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*the graders do not grade gemini yet*"])
-
-
 def test_without_the_options_the_plugin_adds_no_test(pytester):
     pytester.makepyfile("def test_mine(): pass")
     result = pytester.runpytest("-p", "no:cacheprovider")
