@@ -25,14 +25,10 @@ import time
 from pathlib import Path
 
 from finishline import Dialect
-from labs.dialects import LAB_DIALECTS
 from tests import mitmdump_process
-from tests.bench import _WRITE_BATCH, API, Route, UpstreamBody, dialect_stream, pin_processes, race
+from tests.bench import _WRITE_BATCH, API, BENCH_DIALECTS, Route, UpstreamBody, dialect_stream, pin_processes, race
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
 from tests.upstream_server import Script, UpstreamServer
-
-# The dialects `tests.bench` has streams for.
-_DIALECTS = [dialect for dialect in LAB_DIALECTS if dialect in API]
 
 
 def _start(confdir: Path, origin: str, scripts: list[Path], options: dict[str, str], pythonpath: str | None) -> Mitmdump:
@@ -56,7 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=Path, required=True, help="an `addons/` folder of the version to compare with")
     parser.add_argument("--rounds", type=int, default=8, help="rounds (every dialect's race through both versions in each)")
     parser.add_argument(
-        "--dialect", action="append", choices=[str(dialect) for dialect in _DIALECTS], help="a dialect (repeatable; default all)"
+        "--dialect",
+        action="append",
+        choices=[str(dialect) for dialect in BENCH_DIALECTS],
+        help="a dialect (repeatable; default all)",
     )
     parser.add_argument("--streams", type=int, default=200, help="streams through each proxy at once")
     parser.add_argument("--events", type=int, default=200, help="events per stream")
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if not before_script.exists():
         print(f"error: {before_script} does not exist (--before names an addons/ folder)", file=sys.stderr)
         return 2
-    dialects = [dialect for dialect in _DIALECTS if args.dialect is None or str(dialect) in args.dialect]
+    dialects = [dialect for dialect in BENCH_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
     with UpstreamServer() as upstream, tempfile.TemporaryDirectory() as confdir_name:
         confdir = Path(confdir_name)
         routes: dict[Dialect, Route] = {}
