@@ -89,6 +89,7 @@ SERVICE = "litellm"
 NAME = "litellm"
 CHAT_BRIDGE = "litellm-chat-bridge"
 RESPONSES_BRIDGE = "litellm-responses-bridge"
+GEMINI_BRIDGE = "litellm-gemini-bridge"
 #: A variant's name with finish_fix behind it.
 FINISH_FIX_SUFFIX = "+finish_fix"
 FINISH_FIX_NAME = NAME + FINISH_FIX_SUFFIX
@@ -156,6 +157,15 @@ ROUTES: Mapping[str, Mapping[Dialect, Route]] = MappingProxyType(
                 provider="openai",
                 per_model=True,
                 text="its Responses bridge (an openai/ deployment per model): the worker's /v1/responses, translated",
+            ),
+        },
+        GEMINI_BRIDGE: {
+            Dialect.CHAT: Route(
+                segment="chat-from-gemini/",
+                upstream=Dialect.GEMINI,
+                provider="gemini",
+                root_base=True,
+                text="its Gemini provider (a gemini/ deployment, api_base the worker): the worker's :streamGenerateContent, translated",
             ),
         },
     }
@@ -249,22 +259,28 @@ def litellm_config(routes: list[LiteLLMRoutes], *, master_key: str) -> dict[str,
 
 
 @asynccontextmanager
-async def open_litellm(routes: list[LiteLLMRoutes], run_dir: Path) -> AsyncIterator[RunningLiteLLM]:
-    books = run_dir / "litellm-books.jsonl"
+async def open_litellm(
+    routes: list[LiteLLMRoutes], run_dir: Path, *, name: str = SERVICE, env: Mapping[str, str] = MappingProxyType({})
+) -> AsyncIterator[RunningLiteLLM]:
+    """Run LiteLLM's proxy with `routes` until the block ends; its files go to `run_dir` named after
+    `name`, and `env` is added to its environment (a provider's settings that only the environment
+    holds: labs.gateways.litellm_passthrough)."""
+    books = run_dir / f"{name}-books.jsonl"
     books.touch()
-    config = run_dir / "litellm-config.yaml"
+    config = run_dir / f"{name}-config.yaml"
     master_key = "sk-lab-" + secrets.token_hex(16)
     # JSON is valid YAML, and needs no YAML writer here.
     config.write_text(json.dumps(litellm_config(routes, master_key=master_key), indent=2))
-    env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    # LITELLM_LOCAL_MODEL_COST_MAP: the model map from the wheel, not fetched from GitHub at start.
+    env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", **env}
 
     def argv(port: int, _: int) -> list[str]:
         return [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
 
     async with open_service_on_free_ports(
-        "litellm proxy",
+        f"{name} proxy",
         argv,
-        log_path=run_dir / "litellm.log",
+        log_path=run_dir / f"{name}.log",
         env=env,
         health_path="/health/liveliness",
     ) as port:
@@ -339,6 +355,7 @@ _SUMMARIES = {
     NAME: "LiteLLM proxy 1.108.7, its native route in each dialect to the worker (the spare at order 2, retries as shipped)",
     CHAT_BRIDGE: "the same LiteLLM proxy: Messages and Responses clients answered from the worker's Chat endpoint (its Chat bridge)",
     RESPONSES_BRIDGE: "the same LiteLLM proxy: Messages clients answered from the worker's Responses endpoint (its Responses bridge)",
+    GEMINI_BRIDGE: "the same LiteLLM proxy: Chat clients answered from the worker's Gemini endpoint (its gemini/ provider)",
 }
 #: Why a family has no route for a dialect (the matrix's `n/a` line).
 _UNROUTED: dict[str, dict[Dialect, str]] = {
@@ -347,6 +364,14 @@ _UNROUTED: dict[str, dict[Dialect, str]] = {
     RESPONSES_BRIDGE: {
         Dialect.CHAT: "LiteLLM 1.108.7 bridges no Chat Completions request to /v1/responses",
         Dialect.RESPONSES: "a Responses client needs no bridge to a Responses worker: its native route is the `litellm` column",
+    },
+    GEMINI_BRIDGE: {
+        # LiteLLM has no Messages or Responses config for `gemini/`: it would answer these with its
+        # Chat bridge in front of the same provider, two translations whose Gemini side the Chat
+        # cells show.
+        Dialect.MESSAGES: "not run: LiteLLM answers /v1/messages from gemini/ through its Chat bridge, whose Gemini side the Chat cells show",
+        Dialect.RESPONSES: "not run: LiteLLM answers /v1/responses from gemini/ through its Chat bridge, whose Gemini side the Chat cells show",
+        Dialect.GEMINI: "a Gemini client needs no bridge to a Gemini worker: its relay is the `litellm-gemini-passthrough` column",
     },
 }
 

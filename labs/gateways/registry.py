@@ -295,7 +295,7 @@ class GatewayEntry:
 
 
 # The gateway modules, in matrix order (`external`, defined in labs.gateways.direct, goes last).
-_MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "smg", "vllm_router", "envoy", "portkey")
+_MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "litellm_passthrough", "smg", "vllm_router", "envoy", "portkey")
 
 
 def _load() -> dict[str, GatewayEntry]:
