@@ -1,6 +1,6 @@
-"""LiteLLM's proxy as lab gateways: its native routes in every dialect (`litellm`), its two
-translating bridges (`litellm-chat-bridge`, `litellm-responses-bridge`), and each of the three with
-finish_fix behind it (`...+finish_fix`: their deployments go through finish_fix to the worker, the
+"""LiteLLM's proxy as lab gateways: its native routes in every dialect (`litellm`), its three
+translating bridges (`litellm-chat-bridge`, `litellm-responses-bridge`, `litellm-gemini-bridge`), and
+each with finish_fix behind it (`...+finish_fix`: their deployments go through finish_fix to the worker, the
 gateway-side placement).
 
 Routes (LiteLLM 1.108.7, read in its source and checked against the worker's request log). Which
@@ -21,6 +21,19 @@ path LiteLLM takes for a request is decided by the provider of the deployment it
 - Responses through the **Chat bridge**: a provider with no Responses config (`custom_openai/`)
   calls the worker's Chat endpoint (`responses/litellm_completion_transformation/`); at the
   upstream's end it sends `response.completed` (`response.incomplete` for `length`).
+
+- Google Gemini, natively: a `gemini/` deployment whose `api_base` is the worker's root. The
+  proxy's `/v1beta/models/{model}:streamGenerateContent` (`proxy/google_endpoints/endpoints.py`;
+  also `/models/...`, never `/v1/models/...`, so Gemini clients are given `/v1beta`) calls the
+  provider's own generate-content handler, which asks `{api_base}/models/{model}:
+  streamGenerateContent?alt=sse` (`llms/vertex_ai/vertex_llm_base.py`) and passes each SSE event on
+  as it came (`google_genai/streaming_iterator.py`).
+- Gemini through the **Chat bridge**: a provider with no generate-content config (`hosted_vllm/`)
+  calls the worker's Chat endpoint through LiteLLM's Gemini adapter (`google_genai/adapters/`),
+  which maps `stop`, `tool_calls` and any other or no finish reason to `STOP`.
+- Chat Completions from a Gemini worker (`litellm-gemini-bridge`): a `gemini/` deployment on the
+  Chat route: LiteLLM's Gemini provider (`llms/vertex_ai/gemini/`) translates each chunk; a stream
+  that ends without a `finishReason` gets a made-up `stop` (the wrapper's default finish).
 
 One catch decides how the Responses upstreams are configured: LiteLLM streams from a `/v1/responses`
 upstream only for a model its model map knows (`OpenAIResponsesAPIConfig.should_fake_stream`, from
@@ -76,7 +89,7 @@ from typing import Any
 from finishline import Dialect
 from labs.clients import LAB_API_KEY
 from labs.gateways.finish_fix_proxy import shared_finish_fix
-from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
+from labs.gateways.registry import REQUEST_PATHS, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, Gateway, books_reader_from, open_service_on_free_ports
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
@@ -135,6 +148,13 @@ ROUTES: Mapping[str, Mapping[Dialect, Route]] = MappingProxyType(
                 per_model=True,
                 text="an openai/ deployment per model: the worker's /v1/responses, its events re-serialised",
             ),
+            Dialect.GEMINI: Route(
+                segment="gemini/",
+                upstream=Dialect.GEMINI,
+                provider="gemini",
+                root_base=True,
+                text="a gemini/ deployment on its native /v1beta/models/{model}:streamGenerateContent route: the worker's stream relayed event by event",
+            ),
         },
         CHAT_BRIDGE: {
             Dialect.MESSAGES: Route(
@@ -148,6 +168,12 @@ ROUTES: Mapping[str, Mapping[Dialect, Route]] = MappingProxyType(
                 upstream=Dialect.CHAT,
                 provider="custom_openai",
                 text="its Chat bridge (a custom_openai/ deployment): the worker's /v1/chat/completions, translated",
+            ),
+            Dialect.GEMINI: Route(
+                segment="gemini-from-chat/",
+                upstream=Dialect.CHAT,
+                provider="hosted_vllm",
+                text="its Gemini adapter (a hosted_vllm/ deployment): the worker's /v1/chat/completions, translated",
             ),
         },
         RESPONSES_BRIDGE: {
@@ -343,6 +369,12 @@ def _starter(variant: str) -> Callable[[GatewayContext], Awaitable[Gateway]]:
             books_path=running.books,
             model_prefix=ctx.plan.route_prefix + (VIA_FINISH_FIX if behind_finish_fix else ""),
             route_prefixes={dialect: route.segment for dialect, route in family.items()},
+            # LiteLLM's native Gemini routes are `/v1beta/models/...` and `/models/...`
+            # (proxy/google_endpoints/endpoints.py): a Gemini SDK given `/v1` would ask
+            # `/v1/models/...`, which the proxy does not serve.
+            dialect_base_urls={Dialect.GEMINI: running.base_url.removesuffix("/v1") + "/v1beta"}
+            if Dialect.GEMINI in family
+            else {},
             api_key=running.master_key,
             capture_path=finish_fix.capture if finish_fix else None,
             configure=finish_fix.options.apply if finish_fix else None,
@@ -353,16 +385,19 @@ def _starter(variant: str) -> Callable[[GatewayContext], Awaitable[Gateway]]:
 
 _SUMMARIES = {
     NAME: "LiteLLM proxy 1.108.7, its native route in each dialect to the worker (the spare at order 2, retries as shipped)",
-    CHAT_BRIDGE: "the same LiteLLM proxy: Messages and Responses clients answered from the worker's Chat endpoint (its Chat bridge)",
+    CHAT_BRIDGE: "the same LiteLLM proxy: Messages, Responses and Gemini clients answered from the worker's Chat endpoint (its Chat bridge)",
     RESPONSES_BRIDGE: "the same LiteLLM proxy: Messages clients answered from the worker's Responses endpoint (its Responses bridge)",
     GEMINI_BRIDGE: "the same LiteLLM proxy: Chat clients answered from the worker's Gemini endpoint (its gemini/ provider)",
 }
+#: The path a dialect's client asks LiteLLM for, where it is not the lab's (`REQUEST_PATHS`).
+CLIENT_PATHS = {Dialect.GEMINI: "/v1beta/models/{model}:streamGenerateContent"}
 #: Why a family has no route for a dialect (the matrix's `n/a` line).
 _UNROUTED: dict[str, dict[Dialect, str]] = {
     NAME: {},
     CHAT_BRIDGE: {Dialect.CHAT: "a Chat client needs no bridge to a Chat worker: its native route is the `litellm` column"},
     RESPONSES_BRIDGE: {
         Dialect.CHAT: "LiteLLM 1.108.7 bridges no Chat Completions request to /v1/responses",
+        Dialect.GEMINI: "LiteLLM 1.108.7's Gemini adapter calls a deployment's Chat Completions, never /v1/responses",
         Dialect.RESPONSES: "a Responses client needs no bridge to a Responses worker: its native route is the `litellm` column",
     },
     GEMINI_BRIDGE: {
@@ -391,11 +426,11 @@ def _entry(variant: str) -> GatewayEntry:
         # One reader per kind: the family `litellm` declares it.
         read_books=read_litellm_books if variant == NAME else None,
         uses_spare=True,
-        routes=NATIVE_ROUTES if family == NAME else MappingProxyType({d: r.upstream for d, r in routes.items()}),
+        routes=MappingProxyType({d: r.upstream for d, r in routes.items()}),
         unrouted=MappingProxyType(_UNROUTED[family]),
         route_texts=MappingProxyType(
             {
-                d: f"LiteLLM: {REQUEST_PATHS[d]} through {r.text}"
+                d: f"LiteLLM: {CLIENT_PATHS.get(d) or REQUEST_PATHS[d]} through {r.text}"
                 + (", with finish_fix in front of the worker" if behind_finish_fix else "")
                 for d, r in routes.items()
             }
