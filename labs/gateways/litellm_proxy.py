@@ -153,7 +153,7 @@ ROUTES: Mapping[str, Mapping[Dialect, Route]] = MappingProxyType(
                 upstream=Dialect.GEMINI,
                 provider="gemini",
                 root_base=True,
-                text="a gemini/ deployment on its native /v1beta/models/{model}:streamGenerateContent route: the worker's stream relayed event by event",
+                text="a gemini/ deployment (its own generate-content handler): the worker's stream relayed event by event",
             ),
         },
         CHAT_BRIDGE: {
