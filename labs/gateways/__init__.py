@@ -3,8 +3,7 @@
 Each gateway is an entry in the registry (labs.gateways.registry), defined in one module per
 gateway: `direct` and `external` (labs.gateways.direct), `finish_fix` (finish_fix_proxy),
 the LiteLLM variants (litellm_proxy; its Gemini pass-through in litellm_passthrough), and the
-routers and proxies in the modules
-the registry lists. `python -m labs.gateways` lists them, each with a sentence and whether it is
+routers and proxies in the modules the registry lists. `python -m labs.gateways` lists them, each with a sentence and whether it is
 installed.
 """
 
