@@ -21,8 +21,14 @@ under any prefix.
 Nothing leaves the machine: `GEMINI_API_BASE` is the topology's worker (or its finish_fix), the
 model map is the wheel's (`LITELLM_LOCAL_MODEL_COST_MAP`), and the route calls nothing else.
 
-Books: LiteLLM's callbacks (labs.gateways.litellm_books), the `litellm` books kind; the
-pass-through's logging names the request's model as it read it from the URL.
+Books: LiteLLM's callbacks (labs.gateways.litellm_books), the `litellm` books kind. The
+pass-through's logging builds a cost for the model it read from the URL before any callback, and
+fails on a model LiteLLM's map does not know ("This model isn't mapped yet", logged at ERROR by
+`PassThroughStreamingHandler._route_streaming_logging_to_handler`): the lab's model names are cell
+ids and settings, so its cells have no books entry (`no entry` in the matrix), which is also what an
+operator's own model name gets.
+
+No spare: one `GEMINI_API_BASE`, and the route has no fallback of its own.
 """
 
 from __future__ import annotations
