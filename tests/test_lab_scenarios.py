@@ -698,3 +698,17 @@ def test_every_other_gateway_is_na_in_gemini_with_a_reason():
     not_applicable = {entry.gateway: entry.why for entry in plan_not_applicable(config) if entry.dialect is Dialect.GEMINI}
     assert "direct" not in not_applicable and "finish_fix" not in not_applicable
     assert not_applicable and all(why.startswith(f"{gateway}: ") for gateway, why in not_applicable.items())
+
+
+def test_the_default_run_has_the_worker_speak_only_what_it_takes_of_each_scenario():
+    # A translating gateway's cells have the worker speak another dialect than their client's: in the
+    # default run only one the scenario's `default_dialects` names (LiteLLM's Gemini bridge would
+    # otherwise run every Chat scenario again with a Gemini worker). `--all` keeps every listed one.
+    config = LabConfig(scenarios=tuple(select_scenarios([], False)), gateways=GATEWAYS, dialects=LAB_DIALECTS)
+    planned = plan_cells(config)
+    assert planned
+    for cell in planned:
+        assert cell.upstream in cell.scenario.default_dialects, (cell.scenario.name, cell.gateway, cell.upstream)
+    assert {cell.upstream for cell in planned if cell.gateway == "litellm-gemini-bridge"} == {Dialect.GEMINI}
+    every = plan_cells(LabConfig(scenarios=tuple(select_scenarios([], True)), gateways=GATEWAYS, dialects=LAB_DIALECTS))
+    assert any(cell.upstream not in cell.scenario.default_dialects for cell in every)
