@@ -25,7 +25,7 @@ def _dialect_finish_fix_reads(path: str) -> Dialect | None:
     return None
 
 
-@pytest.mark.parametrize("dialect", BENCH_DIALECTS)
+@pytest.mark.parametrize("dialect", list(BENCH_DIALECTS))
 def test_each_stream_is_served_where_finish_fix_reads_it_in_its_dialect(dialect):
     with UpstreamServer() as upstream:
         prefix = upstream.route(Script(pieces=dialect_stream(dialect, 3)))
@@ -51,7 +51,7 @@ def test_a_dialect_stream_is_its_builders_healthy_stream_of_n_text_deltas(dialec
         assert b'"finishReason":"STOP"' in pieces[-1] and len(pieces) == 51
 
 
-@pytest.mark.parametrize("dialect", BENCH_DIALECTS)
+@pytest.mark.parametrize("dialect", list(BENCH_DIALECTS))
 def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch) -> None:
     framed: list[bytes] = []
     framer = DIALECT_FRAMERS.get(dialect, EventFramer)

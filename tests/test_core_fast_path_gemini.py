@@ -25,6 +25,7 @@ from tests.feeding import CHUNKINGS, split
 from tests.gemini_streams import MODEL, array_elements, code_assist, gemini_chunk, gemini_chunks, gemini_error
 from tests.test_core_fast_path import _ENDS, _POLICIES, _TEXTS, SETTINGS, _run_both
 from tests.test_core_fast_path_dialects import _maybe_split
+from tests.test_core_shape_book import _run_streams
 
 GEMINI = Dialect.GEMINI
 _PLAIN_TEXT = st.text(alphabet=st.characters(min_codepoint=0x20, max_codepoint=0x7E), min_size=1, max_size=8)
@@ -228,6 +229,24 @@ def test_gemini_streams_fed_whole_bytewise_and_at_random_splits(form, data, chun
     _run_both(
         split(b"".join(pieces), chunking, seed), end, policy=RepairPolicy(), request=RequestFacts(max_tokens=12), dialect=GEMINI
     )
+
+
+@st.composite
+def _gemini_streams(draw) -> list[list[bytes]]:
+    """Streams of one server (the first one's chunks again, its `responseId` changed) or another."""
+    first = draw(st.one_of(_sse_pieces(), _array_pieces()))
+    streams = []
+    for number in range(draw(st.integers(2, 4))):
+        pieces = first if number == 0 or draw(st.integers(0, 3)) else draw(st.one_of(_sse_pieces(), _array_pieces()))
+        streams.append([piece.replace(b"IZI2acSKMoWl0-kPmYj2yQc", b"r%d" % number) for piece in pieces])
+    return streams
+
+
+@SETTINGS
+@given(streams=_gemini_streams(), ends=st.lists(_ENDS, min_size=4, max_size=4), policy=_POLICIES, request=_REQUESTS)
+def test_gemini_streams_sharing_a_shape_book_agree_with_the_full_parse(streams, ends, policy, request):
+    # (A shape with counts is kept out of the book; one without usage may be kept.)
+    _run_streams(streams, ends, policy=policy, request=request, dialect=GEMINI)
 
 
 # -- adversarial: any bytes in a learned shape's gaps ---------------------------------------------------

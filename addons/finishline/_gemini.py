@@ -146,7 +146,7 @@ class GeminiRules:
         return CHUNK, message
 
     def on_routine(self, match: RoutineMatch) -> int:
-        """A routine chunk the fast path matched (`_gemini_routine.gemini_facts`: one candidate, one
+        """A routine chunk the fast path matched (`_routine_facts.gemini_facts`: one candidate, one
         text part, no finishReason): what `on_event` would record of it, its candidate still open
         and its counts. The same again changes nothing, so the steady path may take the next (the
         machine hands the last one it took back here when it leaves)."""

@@ -8,7 +8,7 @@ Nearly every event of a chat-completion stream is the one before it with only th
 
 Parsing each one as JSON costs more than everything else finish_fix does per event, and a proxy in
 front of a gateway sees every token of every user. So once the full path has parsed a chunk and
-found it routine (`_routine_facts`: one choice, no finish_reason, no error, no usage, a text delta
+found it routine (`_routine_facts.chat_facts`: one choice, no finish_reason, no error, no usage, a text delta
 and nothing else that counts), `RoutineChunks.learn` takes its *shape*: the event's exact bytes with
 the text value cut out (and OpenAI's per-chunk `obfuscation` padding, which changes on every chunk):
 the literal byte segments between the gaps. A piece matches when it is those segments, in order, with
@@ -56,16 +56,10 @@ An `event:` line before the data is a literal part of the shape. A Responses eve
 `sequence_number` changes on every event: it is a gap of its own, matched as a JSON integer
 (`_JSON_INT`) and handed back (`RoutineMatch.number`), since the machine must know the last one.
 
-A Gemini chunk carries its text in a part, and `usageMetadata` counts that change on every chunk
-by as many tokens as it holds, so they cannot be predicted as a sequence number is:
-
-    data: {"candidates": [{"content": {"parts": [{"text": "Hel"}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 4,"candidatesTokenCount": 9,"totalTokenCount": 13},"modelVersion": "gemini-2.5-flash","responseId": "IZI2"}
-
-Every integer of its `usageMetadata` is a gap (a *count*, `GAP_COUNT`), matched as a JSON integer and
-handed back by key (`RoutineMatch.counts`), since the rules keep the last prompt and output counts
-(rule G7, the books). Its steady path is `_steady.counted_steady`. Gemini's JSON-array form is
-learned the same way from its elements (`,\r\n{…}`, pretty-printed: the element's own bytes and
-the separator before it are the shape).
+A Gemini chunk (`_routine_facts.gemini_facts`) repeats a `usageMetadata` whose integers change on every chunk by
+any amount: each is a gap (`GAP_COUNT`) handed back by key (`RoutineMatch.counts`), as the rules keep
+the last counts (rule G7, the books); its steady path is `_steady.counted_steady`. Its JSON-array
+form is learned from its elements (`,\r\n{…}`: the separator and the element are the shape).
 """
 
 from __future__ import annotations
@@ -73,10 +67,22 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from functools import cache
+from typing import Any, NamedTuple, Protocol
 
 from ._dialect import Dialect
-from ._gemini_routine import gemini_facts, gemini_text_part, gemini_usage
+from ._routine_facts import (
+    FREE_TOP_LEVEL_KEYS,
+    MESSAGES_TEXT_KEYS,
+    NUMBER_KEY,
+    TEXT_DELTA_KEYS,
+    chat_facts,
+    gemini_facts,
+    gemini_text_part,
+    gemini_usage,
+    messages_facts,
+    responses_facts,
+)
 from ._steady import (
     ASCII_CHARS,
     GAP_COUNT,
@@ -91,13 +97,23 @@ from ._steady import (
 
 __all__ = [
     "DECLINE",
+    "FREE_TOP_LEVEL_KEYS",
+    "JSON_INT_MATCH",
+    "JSON_STRING_MATCH",
     "MAY_STEADY",
     "NOT_STEADY",
+    "PROBE_NUMBER",
+    "PROBE_TOKEN",
     "SPECS",
+    "TEXT_GAP_MATCH",
     "RoutineChunks",
+    "RoutineFacts",
     "RoutineMatch",
     "RoutineSpec",
+    "Shape",
+    "ShapeSource",
     "TEXT_DELTA_KEYS",
+    "key_value_spans",
 ]
 
 # What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
@@ -105,12 +121,6 @@ DECLINE = 0  # the full path must read it
 NOT_STEADY = 1  # handled; the steady path must not take the next pieces
 MAY_STEADY = 2  # handled; the steady path may take the next pieces of this shape
 
-# Delta keys whose string value is the model's text. One of them is the gap; every other delta key
-# of a routine chunk must be falsy (so nothing else makes it a "token"), except `role`.
-TEXT_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "refusal")
-# Top-level keys whose string value may change on every chunk and that the repair never reads.
-# OpenAI pads every stream chunk with a random `obfuscation` string (stream_options.include_obfuscation).
-_FREE_TOP_LEVEL_KEYS = ("obfuscation",)
 # Fields the repair remembers from every chunk for the finishing events it may inject.
 _REMEMBERED_KEYS = ("id", "created", "model", "system_fingerprint")
 
@@ -128,43 +138,29 @@ _TEXT_GAP = rb'(?:""|("' + ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
 _TEXT_GAP_PATTERN = re.compile(_TEXT_GAP)
 _TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
+# A gap's token at a position, of each kind (`_shape_book` matches its templates' gaps with these).
+TEXT_GAP_MATCH = _TEXT_GAP_PATTERN.match
+JSON_STRING_MATCH = _JSON_STRING_PATTERN.match
 # A sequence number: a non-negative JSON integer, no exponent or fraction (json.loads gives an int).
 _JSON_INT = rb"(?:0|[1-9][0-9]{0,17})"
 _JSON_INT_PATTERN = re.compile(_JSON_INT)
+JSON_INT_MATCH = _JSON_INT_PATTERN.match
+# Each kind of gap's match (a count is an integer, as a sequence number is).
+_GAP_MATCH = {GAP_TEXT: TEXT_GAP_MATCH, GAP_NUMBER: JSON_INT_MATCH, GAP_COUNT: JSON_INT_MATCH, GAP_STRING: JSON_STRING_MATCH}
 # What comes before a JSON-array element that is not the first: the comma, and whitespace around it.
 _ARRAY_SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
-_NUMBER_KEY = "sequence_number"
-_PROBE_NUMBER = 987654321
+PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
-_PROBE_TOKEN = json.dumps(_PROBE).encode()
-
-# The text keys of the Messages and Responses routine events.
-_MESSAGES_TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
-_RESPONSES_TEXT_EVENTS = frozenset(
-    {
-        "response.output_text.delta",
-        "response.refusal.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning_summary_text.delta",
-        "response.function_call_arguments.delta",
-    }
-)
-
-# Those of them that name their content part by `content_index` (`_responses.CONTENT_INDEXED_EVENTS`).
-_CONTENT_INDEXED = frozenset({"response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta"})
+PROBE_TOKEN = json.dumps(_PROBE).encode()
 
 # `"key": "value"` for each key whose string value may be a gap, the value as group 1.
 _KEY_WITH_STRING_VALUE = {
     key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
-    for key in (*TEXT_DELTA_KEYS, *_FREE_TOP_LEVEL_KEYS, *_MESSAGES_TEXT_KEYS.values(), "delta")
+    for key in (*TEXT_DELTA_KEYS, *FREE_TOP_LEVEL_KEYS, *MESSAGES_TEXT_KEYS.values(), "delta")
 }
-# `"key": 123` for each count key met so far (Gemini's usage keys), the number as group 1; bounded,
-# since the keys come from the upstream.
-_KEY_WITH_COUNT: dict[str, re.Pattern[bytes]] = {}
-_MAX_COUNT_KEYS = 64
 _KEY_WITH_INT_VALUE = re.compile(
-    re.escape(json.dumps(_NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
+    re.escape(json.dumps(NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
 )
 
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
@@ -207,7 +203,7 @@ class RoutineMatch:
         self.counts: dict[str, int] | None = None
 
 
-class _Shape:
+class Shape:
     """The literal segments of a learned event around its gaps, and what a match of it means.
 
     With one gap (the text), `prefix` + text + `suffix`; with more, `segments` (one more than the
@@ -216,12 +212,7 @@ class _Shape:
     __slots__ = ("prefix", "suffix", "text_start", "suffix_length", "segments", "text_gap", "number_gap", "result", "_gaps")
 
     def __init__(
-        self,
-        segments: list[bytes],
-        text_gap: int,
-        result: RoutineMatch,
-        number_gap: int = -1,
-        count_keys: dict[int, str] | None = None,
+        self, segments: list[bytes], kinds: list[str], result: RoutineMatch, count_keys: dict[int, str] | None = None
     ) -> None:
         count_keys = count_keys or {}
         self.segments = segments if len(segments) > 2 else None
@@ -229,41 +220,67 @@ class _Shape:
         self.suffix = segments[-1]
         self.text_start = len(self.prefix)
         self.suffix_length = len(self.suffix)
-        self.text_gap = text_gap
-        self.number_gap = number_gap
+        self.text_gap = kinds.index(GAP_TEXT)
+        self.number_gap = kinds.index(GAP_NUMBER) if GAP_NUMBER in kinds else -1
         self.result = result
         # Per gap, in order: its pattern's `match`, its kind (GAP_TEXT, GAP_NUMBER, GAP_STRING,
         # GAP_COUNT), the literal segment after it (None after the last gap) with its length, and a
         # count's key: read per piece.
         self._gaps = tuple(
             (
-                (
-                    _TEXT_GAP_PATTERN
-                    if gap == text_gap
-                    else _JSON_INT_PATTERN
-                    if gap == number_gap or gap in count_keys
-                    else _JSON_STRING_PATTERN
-                ).match,
-                GAP_TEXT
-                if gap == text_gap
-                else GAP_NUMBER
-                if gap == number_gap
-                else GAP_COUNT
-                if gap in count_keys
-                else GAP_STRING,
+                _GAP_MATCH[kind],
+                kind,
                 segments[gap + 1] if gap + 2 < len(segments) else None,
                 len(segments[gap + 1]),
                 count_keys.get(gap),
             )
-            for gap in range(len(segments) - 1)
+            for gap, kind in enumerate(kinds)
         )
-        kinds = [kind for _, kind, _, _, _ in self._gaps]
         if self.segments is None:
             result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length, match_plain_text)
         elif count_keys:
             result.steady = counted_steady(segments, kinds)
         else:
             result.gapped_steady = SteadyShape.of(segments, kinds)
+
+    @classmethod
+    def of(
+        cls,
+        segments: list[bytes],
+        kinds: list[str],
+        chunk: dict[str, Any],
+        facts: RoutineFacts,
+        spec: RoutineSpec,
+        count_keys: dict[int, str] | None = None,
+    ) -> Shape:
+        """The shape of literal `segments` around gaps of `kinds` (`_steady`'s GAP_*, one the
+        text), learned from an event parsed to `chunk` whose routine `facts` are given (and, for
+        its GAP_COUNT gaps, the key of each, by gap)."""
+        remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
+        return cls(segments, kinds, RoutineMatch(facts[0], remembered), count_keys)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds of its gaps, in order (`_steady`'s GAP_*)."""
+        return [kind for _, kind, _, _, _ in self._gaps]
+
+    def gap_spans(self, piece: bytes) -> list[tuple[int, int]] | None:
+        """Where each gap's token is in `piece`, in order, if `piece` is this shape; else None."""
+        if not (piece.startswith(self.prefix) and piece.endswith(self.suffix)):
+            return None
+        spans = []
+        position = self.text_start
+        for match_gap, _, segment, segment_length, _ in self._gaps:
+            match = match_gap(piece, position)
+            if match is None:
+                return None
+            spans.append(match.span())
+            position = match.end()
+            if segment is not None:
+                if not piece.startswith(segment, position):
+                    return None
+                position += segment_length
+        return spans if position == len(piece) - self.suffix_length else None
 
     def maybe_has_text(self, piece: bytes) -> bool | None:
         """None if `piece` is not this shape; else whether its text is non-empty."""
@@ -306,17 +323,31 @@ class _Shape:
         return has_text
 
 
+class ShapeSource(Protocol):
+    """Shapes learned by other streams of the same server (`_shape_book.ShapeBook`)."""
+
+    def maybe_shape(self, raw: bytes, chunk: Any, facts: RoutineFacts, spec: RoutineSpec) -> Shape | None:
+        """The shape of the routine event `raw` (parsed to `chunk`), if known, without a probe."""
+
+    def keep(
+        self, raw: bytes, data: bytes, data_at: int, chunk: dict[str, Any], facts: RoutineFacts, spec: RoutineSpec, shape: Shape
+    ) -> None:
+        """A shape this stream learned by probing, for the streams after it. Never raises."""
+
+
 class RoutineChunks:
     """The routine chunk shapes of one stream: learned from fully parsed events, matched on pieces."""
 
-    __slots__ = ("_shapes", "_attempts", "_enabled", "_spec")
+    __slots__ = ("_shapes", "_attempts", "_enabled", "_spec", "_book")
 
-    def __init__(self, *, enabled: bool = True, dialect: Dialect = Dialect.CHAT) -> None:
-        """`enabled=False` never learns, so nothing ever matches (the full path for every event)."""
-        self._shapes: list[_Shape] = []
+    def __init__(self, *, enabled: bool = True, dialect: Dialect = Dialect.CHAT, book: ShapeSource | None = None) -> None:
+        """`enabled=False` never learns, so nothing ever matches (the full path for every event).
+        `book`: shapes other streams learned, asked before probing and told what was probed."""
+        self._shapes: list[Shape] = []
         self._attempts = 0
         self._enabled = enabled
         self._spec = SPECS[dialect]
+        self._book = book
 
     @property
     def learned(self) -> bool:
@@ -394,12 +425,17 @@ class RoutineChunks:
         if any(shape.maybe_has_text(raw) is not None for shape in self._shapes):
             return
         self._attempts += 1
-        try:
-            shape = _maybe_shape(raw, data, data_at, chunk, facts, spec)
-        except (ValueError, RecursionError, TypeError, KeyError, IndexError):
-            shape = None
+        book = self._book
+        shape = None if book is None else book.maybe_shape(raw, chunk, facts, spec)
         if shape is None:
-            return
+            try:
+                shape = _maybe_shape(raw, data, data_at, chunk, facts, spec)
+            except (ValueError, RecursionError, TypeError, KeyError, IndexError):
+                shape = None
+            if shape is None:
+                return
+            if book is not None:
+                book.keep(raw, data, data_at, chunk, facts, spec, shape)
         self._shapes.insert(0, shape)
         del self._shapes[_MAX_SHAPES:]
 
@@ -419,59 +455,20 @@ def _data_offset(raw: bytes) -> int:
     return -1
 
 
-def _routine_facts(chunk: Any) -> tuple[int, str, str | None] | None:
-    """(choice index, the text key, the free top-level key or None) if the full path's handling of
-    `chunk` depends on nothing but whether its text is empty; else None."""
-    if type(chunk) is not dict or chunk.get("error") is not None or isinstance(chunk.get("usage"), dict):
-        return None
-    choices = chunk.get("choices")
-    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
-        return None
-    choice = choices[0]
-    index = choice.get("index", 0)
-    if type(index) is not int or choice.get("finish_reason") is not None:
-        return None
-    delta = choice.get("delta")
-    if type(delta) is not dict:
-        return None
-    text_key = next((key for key in TEXT_DELTA_KEYS if type(delta.get(key)) is str), None)
-    if text_key is None:
-        return None
-    if any(value for key, value in delta.items() if key != text_key and key != "role"):
-        return None
-    free_key = next((key for key in _FREE_TOP_LEVEL_KEYS if type(chunk.get(key)) is str), None)
-    return index, text_key, free_key
+#: What makes an event routine (`RoutineSpec.facts`): (the index, the text key, the free key or None).
+RoutineFacts = tuple[int, str, str | None]
 
 
-def _messages_facts(event: Any) -> tuple[int, str, str | None] | None:
-    """A Messages `content_block_delta` of text, thinking or tool input, and nothing else."""
-    if type(event) is not dict or event.get("type") != "content_block_delta" or len(event) != 3:
-        return None
-    delta = event.get("delta")
-    if type(delta) is not dict or len(delta) != 2 or type(event.get("index")) is not int:
-        return None
-    delta_type = delta.get("type")  # looked up only if a string: a list or object is unhashable
-    text_key = _MESSAGES_TEXT_KEYS.get(delta_type) if type(delta_type) is str else None
-    if text_key is None or type(delta.get(text_key)) is not str:
-        return None
-    return 0, text_key, None
+@cache
+def _key_with_value(key: str, integer: bool) -> re.Pattern[bytes]:
+    value = _JSON_INT if integer else _JSON_STRING
+    return re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + value + b")")
 
 
-def _responses_facts(event: Any) -> tuple[int, str, str | None] | None:
-    """A Responses text, reasoning, refusal or arguments delta with its sequence number."""
-    if type(event) is not dict or type(event.get("type")) is not str or event.get("error") is not None:
-        return None
-    if event["type"] not in _RESPONSES_TEXT_EVENTS:  # (after the check above: a list is unhashable)
-        return None
-    if type(event.get("delta")) is not str or type(event.get(_NUMBER_KEY)) is not int or event[_NUMBER_KEY] < 0:
-        return None
-    # An event without its indexes is one rule R7 may fill in: never a shape the fast path passes as it came.
-    if type(event.get("output_index")) is not int or (
-        event["type"] in _CONTENT_INDEXED and type(event.get("content_index")) is not int
-    ):
-        return None
-    free_key = next((key for key in _FREE_TOP_LEVEL_KEYS if type(event.get(key)) is str), None)
-    return 0, "delta", free_key
+def key_value_spans(data: bytes, key: str, *, integer: bool = False) -> list[tuple[int, int]]:
+    """Where `"key": <a JSON string>` (or a non-negative integer) has its value in `data`: the
+    candidates a probe parse proves or not (a candidate may be inside another string)."""
+    return [match.span(1) for match in _key_with_value(key, integer).finditer(data)]
 
 
 class RoutineSpec(NamedTuple):
@@ -490,17 +487,21 @@ class RoutineSpec(NamedTuple):
 
 
 SPECS = {
-    Dialect.CHAT: RoutineSpec(_routine_facts, lambda chunk: chunk["choices"][0]["delta"]),
-    Dialect.MESSAGES: RoutineSpec(_messages_facts, lambda event: event["delta"]),
-    Dialect.RESPONSES: RoutineSpec(_responses_facts, lambda event: event, numbered=True),
+    Dialect.CHAT: RoutineSpec(chat_facts, lambda chunk: chunk["choices"][0]["delta"]),
+    Dialect.MESSAGES: RoutineSpec(messages_facts, lambda event: event["delta"]),
+    Dialect.RESPONSES: RoutineSpec(responses_facts, lambda event: event, numbered=True),
     Dialect.GEMINI: RoutineSpec(gemini_facts, gemini_text_part, counts=gemini_usage, array_elements=True),
 }
 
 
+# The gaps `_maybe_shape` finds, by their kind in a shape (`_steady`'s GAP_*).
+_KINDS = {"text": GAP_TEXT, "free": GAP_STRING, "number": GAP_NUMBER, "count": GAP_COUNT}
+
+
 def _maybe_shape(
     raw: bytes, data: bytes, data_at: int, chunk: dict[str, Any], facts: tuple[int, str, str | None], spec: RoutineSpec
-) -> _Shape | None:
-    index, text_key, free_key = facts
+) -> Shape | None:
+    _, text_key, free_key = facts
     holder = spec.text_holder
     text_gap = _maybe_gap(data, chunk, text_key, holder)
     if text_gap is None:
@@ -528,20 +529,16 @@ def _maybe_shape(
     gaps.sort()
     segments = []
     position = -data_at  # offsets in `data`; the first segment starts at the event's first byte
-    text_gap_index = number_gap_index = -1
+    kinds = []
     count_keys: dict[int, str] = {}
     for number, ((start, end), kind, key) in enumerate(gaps):
         segments.append(raw[data_at + position : data_at + start])
-        if kind == "text":
-            text_gap_index = number
-        elif kind == "number":
-            number_gap_index = number
-        elif kind == "count":
+        kinds.append(_KINDS[kind])
+        if kind == "count":
             count_keys[number] = key
         position = end
     segments.append(raw[data_at + position :])
-    remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
-    shape = _Shape(segments, text_gap_index, RoutineMatch(index, remembered), number_gap_index, count_keys)
+    shape = Shape.of(segments, kinds, chunk, facts, spec, count_keys)
     if shape.maybe_has_text(raw) is None:  # the learned event itself must match its shape
         return None
     return shape
@@ -553,7 +550,7 @@ def _maybe_gap(data: bytes, chunk: dict[str, Any], key: str, holder: Callable[[d
     original = holder(chunk)[key]
     for candidate in candidates:
         start, end = candidate.span(1)
-        probed = json.loads(data[:start] + _PROBE_TOKEN + data[end:])
+        probed = json.loads(data[:start] + PROBE_TOKEN + data[end:])
         probed_holder = holder(probed)
         if type(probed_holder) is not dict or probed_holder.get(key) != _PROBE:
             continue
@@ -567,10 +564,10 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
     """The byte span of the event's top-level `sequence_number` in `data`, proven by a probe parse."""
     for candidate in _KEY_WITH_INT_VALUE.finditer(data):
         start, end = candidate.span(1)
-        probed = json.loads(data[:start] + str(_PROBE_NUMBER).encode() + data[end:])
-        if type(probed) is not dict or probed.get(_NUMBER_KEY) != _PROBE_NUMBER:
+        probed = json.loads(data[:start] + str(PROBE_NUMBER).encode() + data[end:])
+        if type(probed) is not dict or probed.get(NUMBER_KEY) != PROBE_NUMBER:
             continue
-        probed[_NUMBER_KEY] = event[_NUMBER_KEY]
+        probed[NUMBER_KEY] = event[NUMBER_KEY]
         if probed == event:
             return start, end
     return None
@@ -581,18 +578,10 @@ def _maybe_count_gap(
 ) -> tuple[int, int] | None:
     """The byte span of the integer `holder(chunk)[key]` in `data`, proven by a probe parse."""
     original = holder(chunk)[key]
-    pattern = _KEY_WITH_COUNT.get(key)
-    if pattern is None:  # a stream's usage keys are a few, the same in every stream: compiled once
-        if len(_KEY_WITH_COUNT) >= _MAX_COUNT_KEYS:
-            _KEY_WITH_COUNT.clear()
-        pattern = _KEY_WITH_COUNT[key] = re.compile(
-            re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
-        )
-    for candidate in pattern.finditer(data):
-        start, end = candidate.span(1)
-        probed = json.loads(data[:start] + str(_PROBE_NUMBER).encode() + data[end:])
+    for start, end in key_value_spans(data, key, integer=True):
+        probed = json.loads(data[:start] + str(PROBE_NUMBER).encode() + data[end:])
         probed_holder = holder(probed) if type(probed) is dict else None
-        if type(probed_holder) is not dict or probed_holder.get(key) != _PROBE_NUMBER:
+        if type(probed_holder) is not dict or probed_holder.get(key) != PROBE_NUMBER:
             continue
         probed_holder[key] = original
         if probed == chunk:
