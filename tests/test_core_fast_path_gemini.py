@@ -439,6 +439,8 @@ def test_the_routine_gemini_chunk_is_learned_with_its_counts_as_gaps():
         {"candidates": [{"content": {"parts": [{"text": "a"}]}, "index": 0}], "usageMetadata": {"promptTokenCount": -1}},
         {"candidates": [{"content": {"parts": [{"text": "a"}]}, "index": None}]},
         {"candidates": [{"content": {"parts": [{"text": 1}]}, "index": 0}]},
+        # more counts than a usage has (each would cost a probe parse and a pattern)
+        {"candidates": [{"content": {"parts": [{"text": "a"}]}, "index": 0}], "usageMetadata": {f"k{n}": n for n in range(13)}},
     ],
 )
 def test_what_is_never_a_routine_gemini_chunk(chunk):

@@ -163,6 +163,8 @@ _KEY_WITH_INT_VALUE = re.compile(
     re.escape(json.dumps(NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
 )
 
+# At most this many counts in a shape (Gemini's usage has six kinds of token count at most).
+_MAX_COUNTS = 12
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
 _MAX_SHAPES = 4
 # Learning attempts allowed at once, and then at most one per this many events of the stream.
@@ -519,7 +521,10 @@ def _maybe_shape(
         gaps.append((number_gap, "number", ""))
     if spec.counts is not None:
         counts = spec.counts
-        for key, value in counts(chunk).items():
+        usage = counts(chunk)
+        if sum(type(value) is int for value in usage.values()) > _MAX_COUNTS:
+            return None  # (each costs a probe parse, and a pattern compiled once per key)
+        for key, value in usage.items():
             if type(value) is not int:
                 continue  # (a bool, a float, a string: read by no rule, kept as a literal)
             count_gap = _maybe_count_gap(data, chunk, key, counts) if value >= 0 else None
