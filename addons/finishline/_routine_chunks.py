@@ -56,7 +56,7 @@ An `event:` line before the data is a literal part of the shape. A Responses eve
 `sequence_number` changes on every event: it is a gap of its own, matched as a JSON integer
 (`_JSON_INT`) and handed back (`RoutineMatch.number`), since the machine must know the last one.
 
-A Gemini chunk (`_routine_facts.gemini_facts`) repeats a `usageMetadata` whose integers change on every chunk by
+A Gemini chunk (`_routine_facts.gemini_facts`) repeats a `usageMetadata` whose token counts change on every chunk by
 any amount: each is a gap (`GAP_COUNT`) handed back by key (`RoutineMatch.counts`), as the rules keep
 the last counts (rule G7, the books); its steady path is `_steady.counted_steady`. Its JSON-array
 form is learned from its elements (`,\r\n{…}`: the separator and the element are the shape).
@@ -72,6 +72,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ._dialect import Dialect
 from ._routine_facts import (
+    COUNT_KEYS,
     FREE_TOP_LEVEL_KEYS,
     MESSAGES_TEXT_KEYS,
     NUMBER_KEY,
@@ -163,8 +164,6 @@ _KEY_WITH_INT_VALUE = re.compile(
     re.escape(json.dumps(NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
 )
 
-# At most this many counts in a shape (Gemini's usage has six kinds of token count at most).
-_MAX_COUNTS = 12
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
 _MAX_SHAPES = 4
 # Learning attempts allowed at once, and then at most one per this many events of the stream.
@@ -189,7 +188,7 @@ class RoutineMatch:
         gapped_steady: for a shape with more gaps than the text (a sequence number, an
             `obfuscation` padding, or both), its `SteadyShape`: the steady path of that shape.
             None for a one-gap shape (that has `steady`), and for a shape with counts.
-        counts: the matched piece's counts (Gemini's `usageMetadata` integers), by key; None for a
+        counts: the matched piece's counts (Gemini's `usageMetadata` token counts), by key; None for a
             shape without counts.
     """
 
@@ -521,12 +520,11 @@ def _maybe_shape(
         gaps.append((number_gap, "number", ""))
     if spec.counts is not None:
         counts = spec.counts
-        usage = counts(chunk)
-        if sum(type(value) is int for value in usage.values()) > _MAX_COUNTS:
-            return None  # (each costs a probe parse, and a pattern compiled once per key)
-        for key, value in usage.items():
-            if type(value) is not int:
-                continue  # (a bool, a float, a string: read by no rule, kept as a literal)
+        for key, value in counts(chunk).items():
+            # (A bool, a float, a string, another key's integer: kept as a literal. Only the usage's
+            # token counts are gaps: each costs a probe parse and a pattern compiled once per key.)
+            if type(value) is not int or key not in COUNT_KEYS:
+                continue
             count_gap = _maybe_count_gap(data, chunk, key, counts) if value >= 0 else None
             if count_gap is None:
                 return None

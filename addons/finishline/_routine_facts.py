@@ -9,7 +9,7 @@ write), with one part holding a `text` (a thought summary's too) and no `functio
 
     data: {"candidates": [{"content": {"parts": [{"text": "Hel"}],"role": "model"},"index": 0}],"usageMetadata": {"promptTokenCount": 4,"candidatesTokenCount": 9,"totalTokenCount": 13},"modelVersion": "gemini-2.5-flash","responseId": "IZI2"}
 
-The text is the shape's gap, and every integer of `usageMetadata` a count gap of its own (they
+The text is the shape's gap, and each token count of `usageMetadata` (`COUNT_KEYS`) a count gap of its own (they
 change on every chunk); `modelVersion`, `responseId` and the rest are literal. The Code Assist form
 (`{"response": {…}, "traceId": …}`, the Gemini CLI's Google login) is read through its wrapping, as
 the rules read it.
@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "COUNT_KEYS",
     "FREE_TOP_LEVEL_KEYS",
     "MESSAGES_TEXT_KEYS",
     "NUMBER_KEY",
@@ -38,6 +39,18 @@ TEXT_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "refusal")
 # Top-level keys whose string value may change on every chunk and that the repair never reads.
 # OpenAI pads every stream chunk with a random `obfuscation` string (stream_options.include_obfuscation).
 FREE_TOP_LEVEL_KEYS = ("obfuscation",)
+# The integers of a Gemini chunk's `usageMetadata` that are its shape's count gaps: its token
+# counts (another integer is a literal of the shape).
+COUNT_KEYS = frozenset(
+    {
+        "promptTokenCount",
+        "candidatesTokenCount",
+        "totalTokenCount",
+        "thoughtsTokenCount",
+        "cachedContentTokenCount",
+        "toolUsePromptTokenCount",
+    }
+)
 # A Responses delta's number, which changes on every event.
 NUMBER_KEY = "sequence_number"
 
@@ -149,6 +162,6 @@ def gemini_text_part(event: dict[str, Any]) -> Any:
 
 
 def gemini_usage(event: dict[str, Any]) -> dict[str, Any]:
-    """The object whose integers are a chunk's counts: its `usageMetadata` (empty: none)."""
+    """The object holding a chunk's counts (`COUNT_KEYS`): its `usageMetadata` (empty: none)."""
     usage = _chunk(event).get("usageMetadata")
     return usage if type(usage) is dict else {}
