@@ -207,6 +207,11 @@ def _payload_of(body: bytes) -> dict:
     return value if isinstance(value, dict) else {}
 
 
+def _model_of(payload: dict) -> str | None:
+    model = payload.get("model")
+    return model if isinstance(model, str) else None
+
+
 def _first_token_end(request: h11.Request, payload: dict, dialect: Dialect) -> int | None:
     """Body bytes (framing excluded) through the first token event of the worker's healthy stream
     for this request, None when it is no stream, has no token, or its settings do not parse.
@@ -328,8 +333,8 @@ class _Exchange:
             HubExchange(
                 method=self.request.method.decode(),
                 path=self.path,
-                # The request's model as the worker reads it (Gemini's from its path).
-                model=model if isinstance(model := self.payload.get("model"), str) else None,
+                # The payload's: a Gemini request's model is its path's (`arrived`), not its body's.
+                model=_model_of(self.payload),
                 policy=self.policy,
                 status=status,
                 upstream_ending=ending,
