@@ -1,0 +1,122 @@
+"""The Node clients in Gemini (google-genai-node, ai-sdk-google, pi-ai), run by the lab itself:
+the real worker, the real hub and toxiproxy, finish_fix in mitmdump, the lab's outcome judge.
+
+What each library does, measured here and read in its source (the versions pinned in
+tests/test_clients_pinned.py; shared/notes/gemini.md sections 3 and 4):
+
+- healthy: every client returns the whole text and the reason: @google/genai 3.1.0 candidate 0's
+  `finishReason` as sent (`STOP`), @ai-sdk/google 4.0.121 its unified `stop`, pi-ai 1.6.0 `stop`.
+- reason omitted (reasoning, text, no `finishReason` anywhere), through direct: @google/genai ends
+  the iteration with the whole text and no reason (`processStreamResponse` in dist/node/index.mjs
+  never looks at one): a `silent-truncation` (Gemini's judge wants a reason, labs.outcome); the AI
+  SDK's reason stays at its initial `interrupted` (google-language-model.ts `doStream`), no error
+  part: `flagged`; pi-ai throws "Google stream ended without a finish reason"
+  (dist/api/google-generative-ai.js L206-208): `error`.
+- a cut the hub ends cleanly after 5 token chunks, through direct: the same three words, on a short
+  text.
+- through finish_fix (rule G2), both faults end with finish_fix's `data: {"error": {"code": 503,
+  "message": "stream was interrupted: ...", "status": "UNAVAILABLE"}}` frame, which every one of
+  them raises on: @google/genai `ApiError` (`throwIfStreamErrorChunk`: a numeric code in 400-599),
+  the AI SDK an error part (`StreamProviderError`, message = `error.message`), pi-ai's own
+  @google/genai 2.32.0 the same `ApiError`, as an error event.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from finishline import Dialect
+from labs.clients import NODE_CLIENTS_BY_DIALECT
+from labs.plan import LabConfig
+from labs.runner import run_lab
+from labs.scenario import SCENARIO_DIR, load_scenario
+from tests.fixtures_chaos import Matrix
+from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+CLIENTS = NODE_CLIENTS_BY_DIALECT[Dialect.GEMINI]
+GATEWAYS = ("direct", "finish_fix")
+SCENARIOS = ("healthy", "reason-omitted", "cut-after-tokens-hub-close")
+#: The worker's answer for `tokens=12` (labs.worker.answer), and its first 5 tokens.
+WHOLE_TEXT = "The quick brown fox jumps over the lazy dog. The quick brown"
+CUT_TEXT = "The quick brown fox jumps"
+#: finish_fix's message for a stream that ended without a finishReason (its error frame, rule G2).
+INTERRUPTED = "stream was interrupted"
+
+# (outcome, surfaced reason when the client completed or its error class when not, a fragment of
+# the error message)
+SILENT = ("silent-truncation", None, None)
+AI_SDK_INTERRUPTED = ("flagged", "interrupted", None)
+PI_NO_REASON = ("error", "PiStreamError(error)", "Google stream ended without a finish reason")
+DIRECT_WITHOUT_REASON = {"google-genai-node": SILENT, "ai-sdk-google": AI_SDK_INTERRUPTED, "pi-ai": PI_NO_REASON}
+FINISH_FIX_ERROR = {
+    "google-genai-node": ("error", "ApiError", f'got status: UNAVAILABLE. {{"error":{{"code":503,"message":"{INTERRUPTED}'),
+    "ai-sdk-google": ("error", "StreamProviderError", INTERRUPTED),
+    "pi-ai": ("error", "PiStreamError(error)", f'got status: UNAVAILABLE. {{"error":{{"code":503,"message":"{INTERRUPTED}'),
+}
+HEALTHY = {"google-genai-node": ("ok", "STOP", None), "ai-sdk-google": ("ok", "stop", None), "pi-ai": ("ok", "stop", None)}
+
+EXPECTED: dict[tuple[str, str], dict[str, tuple[str, str | None, str | None]]] = {
+    ("healthy", "direct"): HEALTHY,
+    ("healthy", "finish_fix"): HEALTHY,
+    ("reason-omitted", "direct"): DIRECT_WITHOUT_REASON,
+    ("reason-omitted", "finish_fix"): FINISH_FIX_ERROR,
+    ("cut-after-tokens-hub-close", "direct"): DIRECT_WITHOUT_REASON,
+    ("cut-after-tokens-hub-close", "finish_fix"): FINISH_FIX_ERROR,
+}
+#: The text each scenario's client receives, whatever it concludes.
+TEXT = {"healthy": WHOLE_TEXT, "reason-omitted": WHOLE_TEXT, "cut-after-tokens-hub-close": CUT_TEXT}
+
+CELLS = [(scenario, gateway, client) for scenario in SCENARIOS for gateway in GATEWAYS for client in CLIENTS]
+
+
+def test_every_gemini_node_client_has_an_expectation_in_every_cell():
+    # The table is the whole matrix: a Node client added to Gemini must be measured here too.
+    assert set(CLIENTS) == {"google-genai-node", "ai-sdk-google", "pi-ai"}
+    for scenario in SCENARIOS:
+        for gateway in GATEWAYS:
+            assert set(EXPECTED[(scenario, gateway)]) == set(CLIENTS)
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
+    """The three scenarios in Gemini, through direct and finish_fix, for the Node clients: one lab run."""
+    scenarios = tuple(
+        dataclasses.replace(
+            load_scenario(SCENARIO_DIR / f"{name}.toml"),
+            dialects=(Dialect.GEMINI,),
+            gateways=GATEWAYS,
+            clients=CLIENTS,
+            # Every scenario ends by itself: its deadline is only a backstop.
+            deadline_s=CELL_BACKSTOP_S,
+        )
+        for name in SCENARIOS
+    )
+    config = LabConfig(
+        scenarios=scenarios,
+        clients=CLIENTS,
+        gateways=GATEWAYS,
+        dialects=(Dialect.GEMINI,),
+        jobs=6,
+        results_dir=Path(tmp_path_factory.mktemp("lab-results")),
+    )
+    return Matrix(run_trio(run_lab, config, deadline=300).to_json())
+
+
+@pytest.mark.parametrize(("scenario", "gateway", "client"), CELLS, ids=[f"{s}-{g}-{c}" for s, g, c in CELLS])
+def test_what_each_gemini_node_client_makes_of_the_stream(matrix, scenario, gateway, client):
+    cell = matrix.cell(scenario, client, gateway)
+    outcome, reason_or_class, message = EXPECTED[(scenario, gateway)][client]
+    report = cell["report"]
+    assert cell["outcome"] == outcome, cell["why"]
+    if report["completed"]:
+        assert report["finish_reason"] == reason_or_class, report
+    else:
+        assert report["error_class"] == reason_or_class, report
+        assert message in report["error_message"], report
+    # Whatever the client concluded, the text the worker sent before the end reached the application.
+    assert report["text"] == TEXT[scenario], report
