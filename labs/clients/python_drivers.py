@@ -11,8 +11,8 @@ Tool calls are accumulated per tool-call `index`, the way the OpenAI stream spel
 delta of a call carries its name, later ones pieces of its arguments.
 
 This module holds the Chat drivers and `DRIVERS`, the registry of every dialect's drivers keyed by
-(client name, dialect); the Messages and Responses drivers live in python_messages.py and
-python_responses.py.
+(client name, dialect); the Messages, Responses and Gemini drivers live in python_messages.py,
+python_responses.py and python_gemini.py.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 from finishline import Dialect
 from labs.clients import LAB_API_KEY
+from labs.clients.python_gemini import GEMINI_DRIVERS
 from labs.clients.python_messages import MESSAGES_DRIVERS
 from labs.clients.python_responses import RESPONSES_DRIVERS
 from labs.clients.python_sink import Driver, Sink
@@ -215,6 +216,7 @@ DRIVERS: dict[tuple[str, Dialect], Driver] = {
         (Dialect.CHAT, CHAT_DRIVERS),
         (Dialect.MESSAGES, MESSAGES_DRIVERS),
         (Dialect.RESPONSES, RESPONSES_DRIVERS),
+        (Dialect.GEMINI, GEMINI_DRIVERS),
     )
     for name, driver in drivers.items()
 }
@@ -225,6 +227,15 @@ def versions() -> dict[str, str]:
     from importlib.metadata import version
 
     names = {"python": platform.python_version()}
-    for package in ("openai", "langchain-openai", "anthropic", "langchain-anthropic", "litellm", "httpx", "httpx-sse"):
+    for package in (
+        "openai",
+        "langchain-openai",
+        "anthropic",
+        "langchain-anthropic",
+        "litellm",
+        "httpx",
+        "httpx-sse",
+        "google-genai",
+    ):
         names[package] = version(package)
     return names

@@ -127,6 +127,7 @@ PRELOAD: dict[tuple[str, Dialect], str] = {
     ("openai-python", Dialect.RESPONSES): "openai",
     ("openai-python-helper", Dialect.RESPONSES): "openai",
     ("langchain", Dialect.RESPONSES): "langchain_openai",
+    ("google-genai", Dialect.GEMINI): "google.genai",
 }
 
 
