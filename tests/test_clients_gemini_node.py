@@ -14,7 +14,9 @@ tests/test_clients_pinned.py; shared/notes/gemini.md sections 3 and 4):
   (dist/api/google-generative-ai.js L206-208): `error`.
 - a cut the hub ends cleanly after 5 token chunks, through direct: the same three words, on a short
   text.
-- through finish_fix (rule G2), both faults end with finish_fix's `data: {"error": {"code": 503,
+- the tunnel reset after 5 token chunks, through direct: every client raises undici's transport
+  error ("terminated").
+- through finish_fix (rule G2), the three faults end with finish_fix's `data: {"error": {"code": 503,
   "message": "stream was interrupted: ...", "status": "UNAVAILABLE"}}` frame, which every one of
   them raises on: @google/genai `ApiError` (`throwIfStreamErrorChunk`: a numeric code in 400-599),
   the AI SDK an error part (`StreamProviderError`, message = `error.message`), pi-ai's own
@@ -40,36 +42,56 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 CLIENTS = NODE_CLIENTS_BY_DIALECT[Dialect.GEMINI]
 GATEWAYS = ("direct", "finish_fix")
-SCENARIOS = ("healthy", "reason-omitted", "cut-after-tokens-hub-close")
+SCENARIOS = ("healthy", "reason-omitted", "cut-after-tokens-hub-close", "cut-after-tokens-reset")
 #: The worker's answer for `tokens=12` (labs.worker.answer), and its first 5 tokens.
 WHOLE_TEXT = "The quick brown fox jumps over the lazy dog. The quick brown"
 CUT_TEXT = "The quick brown fox jumps"
 #: finish_fix's message for a stream that ended without a finishReason (its error frame, rule G2).
 INTERRUPTED = "stream was interrupted"
 
-# (outcome, surfaced reason when the client completed or its error class when not, a fragment of
-# the error message)
-SILENT = ("silent-truncation", None, None)
-AI_SDK_INTERRUPTED = ("flagged", "interrupted", None)
-PI_NO_REASON = ("error", "PiStreamError(error)", "Google stream ended without a finish reason")
-DIRECT_WITHOUT_REASON = {"google-genai-node": SILENT, "ai-sdk-google": AI_SDK_INTERRUPTED, "pi-ai": PI_NO_REASON}
-FINISH_FIX_ERROR = {
+#: (outcome, surfaced reason when the client completed or its error class when not, a fragment of
+#: the error message)
+Pin = tuple[str, str | None, str | None]
+
+SILENT: Pin = ("silent-truncation", None, None)
+AI_SDK_INTERRUPTED: Pin = ("flagged", "interrupted", None)
+PI_NO_REASON: Pin = ("error", "PiStreamError(error)", "Google stream ended without a finish reason")
+DIRECT_WITHOUT_REASON: dict[str, Pin] = {"google-genai-node": SILENT, "ai-sdk-google": AI_SDK_INTERRUPTED, "pi-ai": PI_NO_REASON}
+FINISH_FIX_ERROR: dict[str, Pin] = {
     "google-genai-node": ("error", "ApiError", f'got status: UNAVAILABLE. {{"error":{{"code":503,"message":"{INTERRUPTED}'),
     "ai-sdk-google": ("error", "StreamProviderError", INTERRUPTED),
     "pi-ai": ("error", "PiStreamError(error)", f'got status: UNAVAILABLE. {{"error":{{"code":503,"message":"{INTERRUPTED}'),
 }
-HEALTHY = {"google-genai-node": ("ok", "STOP", None), "ai-sdk-google": ("ok", "stop", None), "pi-ai": ("ok", "stop", None)}
+#: The tunnel reset after 5 token chunks, through direct: undici's `TypeError: terminated` (its
+#: cause the socket error), wrapped by the AI SDK in `APICallError`, an error event in pi-ai.
+RESET_DIRECT: dict[str, Pin] = {
+    "google-genai-node": ("error", "TypeError", "terminated"),
+    "ai-sdk-google": ("error", "APICallError", "terminated"),
+    "pi-ai": ("error", "PiStreamError(error)", "terminated"),
+}
+HEALTHY: dict[str, Pin] = {
+    "google-genai-node": ("ok", "STOP", None),
+    "ai-sdk-google": ("ok", "stop", None),
+    "pi-ai": ("ok", "stop", None),
+}
 
-EXPECTED: dict[tuple[str, str], dict[str, tuple[str, str | None, str | None]]] = {
+EXPECTED: dict[tuple[str, str], dict[str, Pin]] = {
     ("healthy", "direct"): HEALTHY,
     ("healthy", "finish_fix"): HEALTHY,
     ("reason-omitted", "direct"): DIRECT_WITHOUT_REASON,
     ("reason-omitted", "finish_fix"): FINISH_FIX_ERROR,
     ("cut-after-tokens-hub-close", "direct"): DIRECT_WITHOUT_REASON,
     ("cut-after-tokens-hub-close", "finish_fix"): FINISH_FIX_ERROR,
+    ("cut-after-tokens-reset", "direct"): RESET_DIRECT,
+    ("cut-after-tokens-reset", "finish_fix"): FINISH_FIX_ERROR,
 }
 #: The text each scenario's client receives, whatever it concludes.
-TEXT = {"healthy": WHOLE_TEXT, "reason-omitted": WHOLE_TEXT, "cut-after-tokens-hub-close": CUT_TEXT}
+TEXT = {
+    "healthy": WHOLE_TEXT,
+    "reason-omitted": WHOLE_TEXT,
+    "cut-after-tokens-hub-close": CUT_TEXT,
+    "cut-after-tokens-reset": CUT_TEXT,
+}
 
 CELLS = [(scenario, gateway, client) for scenario in SCENARIOS for gateway in GATEWAYS for client in CLIENTS]
 
