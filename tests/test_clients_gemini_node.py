@@ -4,8 +4,9 @@ the real worker, the real hub and toxiproxy, finish_fix in mitmdump, the lab's o
 What each library does, measured here and read in its source (the versions pinned in
 tests/test_clients_pinned.py; shared/notes/gemini.md sections 3 and 4):
 
-- healthy: every client returns the whole text and the reason: @google/genai 3.1.0 candidate 0's
-  `finishReason` as sent (`STOP`), @ai-sdk/google 4.0.121 its unified `stop`, pi-ai 1.6.0 `stop`.
+- healthy, and a healthy tool call: every client returns the whole text (the whole call) and the
+  reason: @google/genai 3.1.0 candidate 0's `finishReason` as sent (`STOP`), @ai-sdk/google
+  4.0.121 its unified `stop`, pi-ai 1.6.0 `stop` (`tool-calls` and `toolUse` after a call).
 - reason omitted (reasoning, text, no `finishReason` anywhere), through direct: @google/genai ends
   the iteration with the whole text and no reason (`processStreamResponse` in dist/node/index.mjs
   never looks at one): a `silent-truncation` (Gemini's judge wants a reason, labs.outcome); the AI
@@ -34,7 +35,8 @@ from finishline import Dialect
 from labs.clients import NODE_CLIENTS_BY_DIALECT
 from labs.plan import LabConfig
 from labs.runner import run_lab
-from labs.scenario import SCENARIO_DIR, load_scenario
+from labs.scenario import SCENARIO_DIR, Scenario, load_scenario
+from labs.worker.settings import Finish
 from tests.fixtures_chaos import Matrix
 from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
 
@@ -42,7 +44,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 CLIENTS = NODE_CLIENTS_BY_DIALECT[Dialect.GEMINI]
 GATEWAYS = ("direct", "finish_fix")
-SCENARIOS = ("healthy", "reason-omitted", "cut-after-tokens-hub-close", "cut-after-tokens-reset")
+#: `tool-call` is tool-calls-omitted with its reason sent: a healthy `functionCall` answer (the
+#: drivers' tools reach the worker as function declarations, the call comes back whole).
+SCENARIOS = ("healthy", "tool-call", "reason-omitted", "cut-after-tokens-hub-close", "cut-after-tokens-reset")
 #: The worker's answer for `tokens=12` (labs.worker.answer), and its first 5 tokens.
 WHOLE_TEXT = "The quick brown fox jumps over the lazy dog. The quick brown"
 CUT_TEXT = "The quick brown fox jumps"
@@ -69,6 +73,11 @@ RESET_DIRECT: dict[str, Pin] = {
     "ai-sdk-google": ("error", "APICallError", "terminated"),
     "pi-ai": ("error", "PiStreamError(error)", "terminated"),
 }
+TOOL_CALL: dict[str, Pin] = {
+    "google-genai-node": ("ok", "STOP", None),
+    "ai-sdk-google": ("ok", "tool-calls", None),
+    "pi-ai": ("ok", "toolUse", None),
+}
 HEALTHY: dict[str, Pin] = {
     "google-genai-node": ("ok", "STOP", None),
     "ai-sdk-google": ("ok", "stop", None),
@@ -78,6 +87,9 @@ HEALTHY: dict[str, Pin] = {
 EXPECTED: dict[tuple[str, str], dict[str, Pin]] = {
     ("healthy", "direct"): HEALTHY,
     ("healthy", "finish_fix"): HEALTHY,
+    # A call finishes `STOP`; the AI SDK and pi-ai say `tool-calls` and `toolUse`.
+    ("tool-call", "direct"): TOOL_CALL,
+    ("tool-call", "finish_fix"): TOOL_CALL,
     ("reason-omitted", "direct"): DIRECT_WITHOUT_REASON,
     ("reason-omitted", "finish_fix"): FINISH_FIX_ERROR,
     ("cut-after-tokens-hub-close", "direct"): DIRECT_WITHOUT_REASON,
@@ -88,6 +100,7 @@ EXPECTED: dict[tuple[str, str], dict[str, Pin]] = {
 #: The text each scenario's client receives, whatever it concludes.
 TEXT = {
     "healthy": WHOLE_TEXT,
+    "tool-call": "",
     "reason-omitted": WHOLE_TEXT,
     "cut-after-tokens-hub-close": CUT_TEXT,
     "cut-after-tokens-reset": CUT_TEXT,
@@ -104,12 +117,19 @@ def test_every_gemini_node_client_has_an_expectation_in_every_cell():
             assert set(EXPECTED[(scenario, gateway)]) == set(CLIENTS)
 
 
+def _scenario(name: str) -> Scenario:
+    if name == "tool-call":
+        omitted = load_scenario(SCENARIO_DIR / "tool-calls-omitted.toml")
+        return dataclasses.replace(omitted, name=name, worker=dataclasses.replace(omitted.worker, finish=Finish.SENT))
+    return load_scenario(SCENARIO_DIR / f"{name}.toml")
+
+
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
-    """The three scenarios in Gemini, through direct and finish_fix, for the Node clients: one lab run."""
+    """The scenarios in Gemini, through direct and finish_fix, for the Node clients: one lab run."""
     scenarios = tuple(
         dataclasses.replace(
-            load_scenario(SCENARIO_DIR / f"{name}.toml"),
+            _scenario(name),
             dialects=(Dialect.GEMINI,),
             gateways=GATEWAYS,
             clients=CLIENTS,
@@ -142,3 +162,5 @@ def test_what_each_gemini_node_client_makes_of_the_stream(matrix, scenario, gate
         assert message in report["error_message"], report
     # Whatever the client concluded, the text the worker sent before the end reached the application.
     assert report["text"] == TEXT[scenario], report
+    if scenario == "tool-call":
+        assert [call["name"] for call in report["tool_calls"]] == ["get_weather"], report
