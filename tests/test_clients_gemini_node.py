@@ -27,18 +27,23 @@ tests/test_clients_pinned.py; shared/notes/gemini.md sections 3 and 4):
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
+from faults.child_processes import run_child
 from finishline import Dialect
-from labs.clients import NODE_CLIENTS_BY_DIALECT
+from labs.clients import LAB_API_KEY, NODE_CLIENTS_BY_DIALECT
+from labs.clients.hosts import NODE_PACKAGE
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, Scenario, load_scenario
 from labs.worker.settings import Finish
 from tests.fixtures_chaos import Matrix
 from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
+from tests.gemini_streams import gemini_chunks, sse_body
+from tests.upstream_server import Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -164,3 +169,60 @@ def test_what_each_gemini_node_client_makes_of_the_stream(matrix, scenario, gate
     assert report["text"] == TEXT[scenario], report
     if scenario == "tool-call":
         assert [call["name"] for call in report["tool_calls"]] == ["get_weather"], report
+
+
+def test_google_genai_node_refuses_a_base_url_without_a_version_in_one_line():
+    # @google/genai puts `/<apiVersion>/models/...` after its base URL: a base URL whose last
+    # segment is no version cannot be split into the two, and the cell says why (no request sent).
+    request = {
+        "id": "c0001",
+        "client": "google-genai-node",
+        "dialect": "gemini",
+        "base_url": "http://127.0.0.1:9/gemini",
+        "model": "c0001;tokens=3",
+        "messages": [{"role": "user", "content": "Say the sentence about the fox."}],
+        "deadline_s": 30.0,
+        "api_key": LAB_API_KEY,
+    }
+    host = run_child(["node", str(NODE_PACKAGE / "host.mjs")], input=json.dumps(request) + "\n", timeout=60)
+    report = json.loads(host.stdout.splitlines()[1])
+    assert (report["completed"], report["error_class"], report["http_status"]) == (False, "Error", None), report
+    assert report["error_message"] == (
+        "@google/genai appends /<version>/models/... to its base URL; http://127.0.0.1:9/gemini does not end in a version"
+    )
+
+
+@pytest.mark.parametrize(
+    ("version", "model", "path"),
+    [
+        # The worker's and finish_fix's root.
+        ("v1", "c0001;tokens=3", "/v1/models/c0001;tokens=3:streamGenerateContent?alt=sse"),
+        # LiteLLM's native Gemini route, a `gemini/` deployment: the AI SDK would post
+        # `/v1beta/gemini/...` for a name with a `/` if its driver did not put `models/` before it.
+        ("v1beta", "gemini/c0001;tokens=3", "/v1beta/models/gemini/c0001;tokens=3:streamGenerateContent?alt=sse"),
+    ],
+)
+def test_every_gemini_node_client_posts_under_the_base_url_it_is_given(version, model, path):
+    with UpstreamServer() as upstream:
+        prefix = upstream.route(Script(pieces=[sse_body([chunk]) for chunk in gemini_chunks(["The quick", " brown"])]))
+        lines = [
+            json.dumps(
+                {
+                    "id": f"c{number:04d}",
+                    "client": client,
+                    "dialect": "gemini",
+                    "base_url": f"{upstream.origin}{prefix}/{version}",
+                    "model": model,
+                    "messages": [{"role": "user", "content": "Say the sentence about the fox."}],
+                    "deadline_s": 30.0,
+                    "api_key": LAB_API_KEY,
+                }
+            )
+            for number, client in enumerate(CLIENTS)
+        ]
+        host = run_child(["node", str(NODE_PACKAGE / "host.mjs")], input="\n".join(lines) + "\n", timeout=60)
+        reports = [json.loads(line) for line in host.stdout.splitlines()[1:]]
+        assert sorted((r["client"], r["completed"], r["text"]) for r in reports) == sorted(
+            (client, True, "The quick brown") for client in CLIENTS
+        ), reports
+        assert [request.target for request in upstream.requests_under(prefix)] == [prefix + path] * len(CLIENTS)

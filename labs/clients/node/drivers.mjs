@@ -364,15 +364,26 @@ function aiSdkOpenAIResponses(context) {
 
 const piAiResponses = (context) => piAi("openai-responses", piOpenAIResponsesStream, context);
 
-// ---- Gemini (`POST <root>/<version>/models/<model>:streamGenerateContent?alt=sse`) ----
+// ---- Gemini (`POST <base>/models/<model>:streamGenerateContent?alt=sse`) ----
 //
-// Each library adds its own version segment, as it does against Google (shared notes gemini.md §1,
-// §8): @google/genai its default `v1`, the AI SDK and pi-ai `v1beta` in their base URL. So each is
-// given the API root: the request's base URL without a trailing version segment (the lab hands
-// every dialect its gateway's `/v1` root).
-function geminiRoot(baseUrl) {
-  return baseUrl.replace(/\/+$/, "").replace(/\/v1(?:beta1?|alpha)?$/, "");
+// The lab gives each dialect's clients a base URL that ends in the API version its gateway serves
+// (`/v1` at the worker and finish_fix, `/v1beta` at LiteLLM, whose Gemini routes have no `/v1`),
+// and every client must reach `<base>/models/...` under it, as labs/clients/python_gemini.py's
+// google-genai does. The AI SDK and pi-ai take such a URL as is (their default is Google's
+// `.../v1beta`); @google/genai puts its `apiVersion` after its `baseUrl` itself, so it gets the two
+// apart (`geminiRootAndVersion`).
+function geminiRootAndVersion(baseUrl) {
+  const url = baseUrl.replace(/\/+$/, "");
+  const cut = url.lastIndexOf("/");
+  const root = url.slice(0, cut);
+  const version = url.slice(cut + 1);
+  if (!/^v1/.test(version) || !root.includes("://") || root.endsWith("/")) {
+    throw new Error(`@google/genai appends /<version>/models/... to its base URL; ${baseUrl} does not end in a version`);
+  }
+  return { root, version };
 }
+
+const geminiBase = (baseUrl) => baseUrl.replace(/\/+$/, "");
 
 // The Chat-shaped request as Gemini contents: user and assistant turns (`model`), system messages
 // as the system instruction, OpenAI tools as function declarations (their JSON schema as is).
@@ -408,7 +419,8 @@ function geminiRequest(request) {
 // frame whose `code` is a number in 400-599, `throwIfStreamErrorChunk` in dist/node/index.mjs).
 // No retry options: the SDK's default is none.
 async function googleGenAINode({ request, signal, fetch, sink }) {
-  const client = new GoogleGenAI({ apiKey: request.api_key, httpOptions: { baseUrl: geminiRoot(request.base_url), fetch } });
+  const { root, version } = geminiRootAndVersion(request.base_url);
+  const client = new GoogleGenAI({ apiKey: request.api_key, httpOptions: { baseUrl: root, apiVersion: version, fetch } });
   const params = geminiRequest(request);
   const stream = await client.models.generateContentStream({ ...params, config: { ...params.config, abortSignal: signal } });
   let finishReason = null;
@@ -431,22 +443,26 @@ async function googleGenAINode({ request, signal, fetch, sink }) {
 // (google-provider.ts: default `https://generativelanguage.googleapis.com/v1beta`). Its unified
 // reason starts as `interrupted` and only a `finishReason` (or a blocked prompt) replaces it; an
 // `{"error": ...}` frame becomes an error part and the reason `error` (google-language-model.ts
-// `doStream`).
+// `doStream`). A model id with a `/` is taken as a whole resource path (get-model-path.ts: no
+// `models/` put before it), so a gateway's `gemini/...` deployment name is given as
+// `models/gemini/...`, as an application of LiteLLM's Gemini routes must (the other SDKs put
+// `models/` before any name that lacks it).
 function aiSdkGoogle(context) {
   const provider = createGoogleGenerativeAI({
-    baseURL: `${geminiRoot(context.request.base_url)}/v1beta`,
+    baseURL: geminiBase(context.request.base_url),
     apiKey: context.request.api_key,
     fetch: context.fetch,
   });
-  return aiSdk(provider(context.request.model), context);
+  const model = context.request.model;
+  return aiSdk(provider(model.includes("/") && !model.startsWith("models/") ? `models/${model}` : model), context);
 }
 
 // Pi's `google-generative-ai` API: @google/genai (its own copy, 2.32.0) pointed at the model's
 // `baseUrl` with the version left to the URL (`apiVersion: ""`, dist/api/google-generative-ai.js
-// `createClient`), so the base URL carries `v1beta` as pi's built-in Gemini models do. It throws
-// "Google stream ended without a finish reason" when no chunk carried one (L206-208).
-const piAiGemini = (context) =>
-  piAi("google-generative-ai", piGoogleGenerativeAIStream, context, { baseUrl: `${geminiRoot(context.request.base_url)}/v1beta` });
+// `createClient`): the base URL carries the version, as pi's built-in Gemini models' `.../v1beta`
+// does. It throws "Google stream ended without a finish reason" when no chunk carried one
+// (L206-208).
+const piAiGemini = (context) => piAi("google-generative-ai", piGoogleGenerativeAIStream, context, { baseUrl: geminiBase(context.request.base_url) });
 
 // The registry, by dialect then client name (the same names as labs.clients.NODE_CLIENTS_BY_DIALECT).
 export const DRIVERS = {
