@@ -6,8 +6,8 @@ line per request and per outcome. `labs.clients.hosts` starts them and sends the
 
 A client name means one library in one dialect (each request line carries its `"dialect"`):
 `langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages and `ChatOpenAI(use_responses_api=
-True)` in Responses; `google-genai` is Google's SDK in Gemini; `pi-ai` is its `openai-completions`, `anthropic-messages` or `openai-responses`
-API. A name's runtime is the same in every dialect (`runtime_of`).
+True)` in Responses; `google-genai` is Google's SDK in Gemini; `pi-ai` is its `openai-completions`, `anthropic-messages`, `openai-responses`
+or `google-generative-ai` API. A name's runtime is the same in every dialect (`runtime_of`).
 
 The coding agents (`pi-coding-agent`, `claude-code`, `codex`, `gemini-cli`: labs.clients.agent_clis)
 are clients too, each in the dialects it speaks; they have no long-lived host: every cell runs the
@@ -51,7 +51,7 @@ NODE_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: ("openai-node", "openai-node-helper", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai"),
     Dialect.MESSAGES: ("anthropic-node", "anthropic-node-helper", "ai-sdk-anthropic", "pi-ai"),
     Dialect.RESPONSES: ("openai-node", "openai-node-helper", "ai-sdk-openai", "pi-ai"),
-    Dialect.GEMINI: (),
+    Dialect.GEMINI: ("google-genai-node", "ai-sdk-google", "pi-ai"),
 }
 #: The client libraries (the drivers of labs.clients.hosts), per dialect.
 LIBRARY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
