@@ -40,7 +40,7 @@ from finishline import Dialect
 # How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
 from labs.cell_ids import CELL_ID_TEMPLATE, cell_id_of
 from labs.clients import LAB_API_KEY
-from labs.clients.hosts import open_driver_hosts
+from labs.clients.hosts import host_versions, open_driver_hosts
 from labs.clients.python_messages import messages_body
 from labs.clients.python_responses import responses_body
 from labs.entry import leaf_errors
@@ -422,7 +422,7 @@ async def grade_with(lab: GradingLab, target: GatewayTarget, plan: Plan | None =
         "spare": f"worker on 127.0.0.1:{lab.spare.port}" if lab.spare is not None else "none (rule 1 not tested)",
         "clients": [BYTES_CLIENT, *target.clients],
         "stall_deadline_s": grader.stall_deadline_s,
-        "versions": {host.runtime: host.hello.get("versions", {}) for host in lab.hosts.values()},
+        "versions": host_versions(lab.hosts),
         "run_dir": str(lab.run_dir),
     }
     if (target.dialect, target.upstream) != (Dialect.CHAT, Dialect.CHAT):
