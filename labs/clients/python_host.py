@@ -11,7 +11,7 @@ environment of its own (`--runtime NAME`, `.tools/clients/NAME`: labs.clients.OW
 started from that environment's interpreter with this checkout on its path. It imports only the
 standard library and this checkout's standard-library modules before it imports a client library,
 so it starts in an environment that holds nothing of the lab's; it runs only the (client, dialect)
-pairs of its own runtime (`runtime_of`).
+pairs of its own runtime (`python_runtime_of`).
 
 Request:  {"id", "client", "dialect"? ("chat" when absent), "base_url", "model", "messages",
            "max_tokens"?, "tools"?, "deadline_s", "api_key"?}; the driver is DRIVERS[(client, dialect)].
@@ -27,7 +27,7 @@ import sys
 import time
 
 from finishline import Dialect
-from labs.clients import runtime_of
+from labs.clients import OWN_ENVIRONMENTS
 from labs.clients.python_drivers import DRIVERS, versions
 from labs.clients.python_sink import Sink
 from labs.dialects import LAB_DIALECTS
@@ -42,6 +42,11 @@ def _describe(error: BaseException) -> tuple[str, str]:
         # Some transport errors have an empty message (httpx.ReadError on a reset): the class says it.
         message += f" (cause: {type(cause).__name__}: {cause})" if str(cause) else f" (cause: {type(cause).__name__})"
     return type(error).__name__, message
+
+
+def python_runtime_of(client: str, dialect: Dialect) -> str:
+    """The Python runtime whose host runs a driver: its environment of its own, or the lab's."""
+    return OWN_ENVIRONMENTS.get((client, dialect), "python")
 
 
 async def run(request: dict, runtime: str = "python") -> dict:
@@ -77,9 +82,9 @@ async def run(request: dict, runtime: str = "python") -> dict:
         driver = DRIVERS.get((client, dialect))
         if driver is None:
             raise LookupError(f"no Python driver named {client!r} in the {dialect} dialect")
-        if runtime_of(client, dialect) != runtime:
+        if python_runtime_of(client, dialect) != runtime:
             raise LookupError(
-                f"{client} in the {dialect} dialect runs in the {runtime_of(client, dialect)} host, not the {runtime} one"
+                f"{client} in the {dialect} dialect runs in the {python_runtime_of(client, dialect)} host, not the {runtime} one"
             )
         async with deadline:
             record["finish_reason"] = await driver(request, sink)
@@ -110,7 +115,7 @@ async def main(runtime: str) -> None:
         PROTOCOL_OUT.flush()
 
     clients = {
-        dialect.value: [name for name, d in DRIVERS if d is dialect and runtime_of(name, d) == runtime]
+        dialect.value: [name for name, d in DRIVERS if d is dialect and python_runtime_of(name, d) == runtime]
         for dialect in LAB_DIALECTS
     }
     write({"hello": {"runtime": runtime, "versions": versions(runtime), "clients": clients}})
@@ -168,7 +173,7 @@ def _arguments(argv: list[str]) -> tuple[str, list[str]]:
     modules = dict.fromkeys(
         module
         for (client, dialect), module in PRELOAD.items()
-        if dialect in dialects and (not clients or client in clients) and runtime_of(client, dialect) == runtime
+        if dialect in dialects and (not clients or client in clients) and python_runtime_of(client, dialect) == runtime
     )
     return runtime, list(modules)
 
