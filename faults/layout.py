@@ -23,6 +23,8 @@ same events, labs/worker/messages_events.py and responses_events.py):
   name is its first token);
 - OpenAI Responses: a `response.*.delta` event with a non-empty `delta` (output text, reasoning,
   function-call arguments), and the `response.output_item.added` of a `function_call` item.
+- Google Gemini (`alt=sse`): a chunk with a candidate part carrying non-empty `text` (a thought or
+  not) or a `functionCall`; Gemini has no preamble (labs/worker/gemini_events.py).
 
 Before the first token event come the events that open the answer (the "preamble"): Chat's
 role-only chunks; Messages' `message_start`, `content_block_start` of a text or thinking block and
@@ -144,6 +146,12 @@ def is_token_event(data: str, dialect: Dialect = Dialect.CHAT) -> bool:
             return isinstance(block, dict) and block.get("type") in ("tool_use", "server_tool_use")
         delta = value.get("delta")
         return kind == "content_block_delta" and isinstance(delta, dict) and any(delta.get(key) for key in _MESSAGES_DELTA_KEYS)
+    if dialect is Dialect.GEMINI:
+        # Code Assist (the Gemini CLI's Google login) wraps the chunk in `response`.
+        wrapped = value.get("response")
+        chunk: dict[str, Any] = wrapped if isinstance(wrapped, dict) else value
+        candidates = chunk.get("candidates")
+        return isinstance(candidates, list) and any(_gemini_has_token(candidate) for candidate in candidates)
     if dialect is Dialect.RESPONSES:
         kind = value.get("type")
         if not isinstance(kind, str):
@@ -160,6 +168,13 @@ def is_token_event(data: str, dialect: Dialect = Dialect.CHAT) -> bool:
         if isinstance(delta, dict) and any(delta.get(key) for key in _DELTA_TOKEN_KEYS):
             return True
     return False
+
+
+def _gemini_has_token(candidate: object) -> bool:
+    """Whether a Gemini candidate's content has a part with text or a whole function call."""
+    content = candidate.get("content") if isinstance(candidate, dict) else None
+    parts = content.get("parts") if isinstance(content, dict) else None
+    return isinstance(parts, list) and any(isinstance(p, dict) and (bool(p.get("text")) or "functionCall" in p) for p in parts)
 
 
 def layout_from_capture(raw: bytes, dialect: Dialect = Dialect.CHAT) -> CapturedLayout:
@@ -212,6 +227,8 @@ def _opens_answer(data: str, dialect: Dialect) -> bool:
     value = _json_object(data)
     if value is None:
         return False
+    if dialect is Dialect.GEMINI:
+        return False  # every Gemini chunk that opens the answer carries its first token
     kind = value.get("type")
     if dialect is not Dialect.CHAT:
         # A list or an object is unhashable: `in` a frozenset would raise TypeError.

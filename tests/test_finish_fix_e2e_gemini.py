@@ -21,6 +21,8 @@ import json
 import pytest
 
 from faults.child_processes import START_DEADLINE_S
+from finishline import Dialect
+from labs.worker import WorkerSettings, response_plan
 from tests.e2e_support import RawResponse, raw_post
 from tests.fixtures_e2e import FinishFixProxy
 from tests.gemini_streams import (
@@ -155,3 +157,17 @@ def test_g6_a_whole_body_shorter_than_its_length_becomes_a_503_not_mitmproxys_50
     assert list(error) == ["error"] and error["error"]["code"] == 503 and error["error"]["status"] == "UNAVAILABLE"
     line = ledger_line(finish_fix, prefix)
     assert line["verdict"] == "interrupted" and line["detail"].startswith("interrupted: whole body cut (60 ")
+
+
+@pytest.mark.parametrize("query", ["alt=sse", ""], ids=["sse", "array"])
+def test_the_lab_workers_healthy_gemini_stream_passes_byte_for_byte(finish_fix: FinishFixProxy, query):
+    """The simulated worker's stream (labs/worker, both forms, a thought and a call) is healthy to
+    finish_fix's Gemini rules: it passes untouched and is booked `clean`."""
+    settings = WorkerSettings(tokens=3, reasoning_tokens=1, tool_calls=1).for_request({"model": MODEL}, Dialect.GEMINI)
+    plan = response_plan(settings, dialect=Dialect.GEMINI, json_array=not query)
+    content_type = "application/json" if not query else "text/event-stream"
+    prefix = finish_fix.upstream.route(Script(content_type=content_type, pieces=[segment.event for segment in plan.segments]))
+    response = post(finish_fix, prefix, STREAM_PATH, query=query)
+    assert response.status == 200 and response.error is None
+    assert response.body == b"".join(segment.event for segment in plan.segments)
+    assert ledger_line(finish_fix, prefix)["verdict"] == "clean"

@@ -1,8 +1,8 @@
 """The error a failed stream ends with, in its dialect, for a writer other than the repair machine:
 a relay that knows its upstream failed and must tell its client why (the lab's fixed hub).
 
-The frames are the ones finish_fix writes for a cut (rules C6, M4, R3: `_injected.error_event`,
-`_messages.error_frame`, `_responses.failure_frames`), so there is one home for each dialect's
+The frames are the ones finish_fix writes for a cut (rules C6, M4, R3, G2: `_injected.error_event`,
+`_messages.error_frame`, `_responses.failure_frames`, `_gemini.error_payload`), so there is one home for each dialect's
 error ending; only the message and the code are the writer's:
 
     chat       data: {"error": {"message", "type": "server_error", "code"}}
@@ -10,6 +10,8 @@ error ending; only the message and the code are the writer's:
                (Anthropic's errors carry no code)
     responses  event: error (flat and nested, `code` in both), then event: response.failed
                with the stream's response id and `status: "failed"`
+    gemini     data: {"error": {"code": 503, "message", "status": "UNAVAILABLE"}}, `error` first
+               (the SSE form; Google's errors carry no string code)
 
 A Responses ending continues the stream it ends (the id of its `response.created`, the next
 `sequence_number`s: a changed id makes both OpenAI SDKs raise "Lifecycle response identity
@@ -24,7 +26,8 @@ client reads the partial event and then the error, not the error's lines glued o
 from __future__ import annotations
 
 from ._dialect import Dialect
-from ._injected import error_event
+from ._gemini import error_payload
+from ._injected import error_event, sse_event
 from ._json import json_or_unreadable
 from ._messages import error_frame
 from ._responses import ResponseSoFar, failure_frames
@@ -64,6 +67,8 @@ class StreamErrorWriter:
             frames = error_frame(message, line_ending)
         elif self._dialect is Dialect.RESPONSES:
             frames = failure_frames(message, line_ending, so_far=self._so_far, code=code)
+        elif self._dialect is Dialect.GEMINI:
+            frames = sse_event(error_payload(message), line_ending)
         else:
             frames = error_event(message, line_ending, code=code)
         return self._partial_event_end(line_ending) + frames

@@ -77,10 +77,12 @@ BAD_GATEWAY_BODY = {
 
 def bad_gateway_body(dialect: Dialect | None) -> dict:
     """The 502's body in `dialect`'s error shape: Anthropic's `{"type": "error", "error": {type,
-    message}}` for Messages (an `api_error`: Anthropic's errors have no code), else
-    `BAD_GATEWAY_BODY`, OpenAI's."""
+    message}}` for Messages (an `api_error`: Anthropic's errors have no code), Google's `{"error":
+    {code, message, status}}` for Gemini, else `BAD_GATEWAY_BODY`, OpenAI's."""
     if dialect is Dialect.MESSAGES:
         return {"type": "error", "error": {"type": "api_error", "message": BAD_GATEWAY_BODY["error"]["message"]}}
+    if dialect is Dialect.GEMINI:  # Google's shape: `code` the status, a status word
+        return {"error": {"code": 502, "message": BAD_GATEWAY_BODY["error"]["message"], "status": "UNAVAILABLE"}}
     return BAD_GATEWAY_BODY
 
 

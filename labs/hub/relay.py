@@ -55,6 +55,7 @@ from labs.worker.attempts import (
     response_ending,
     tunnel_ending,
 )
+from labs.worker.request_reading import gemini_json_array, gemini_request_body
 from labs.worker.server import (
     HOP_HEADERS,
     completion_dialect,
@@ -223,7 +224,8 @@ def _first_token_end(request: h11.Request, payload: dict, dialect: Dialect) -> i
     except SettingsError:
         return None
     offset = 0
-    for segment in response_plan(settings, stream=True, dialect=dialect).segments:
+    json_array = dialect is Dialect.GEMINI and gemini_json_array(request.target.decode("latin-1"))
+    for segment in response_plan(settings, stream=True, dialect=dialect, json_array=json_array).segments:
         offset += len(segment.event)
         if segment.kind == "token":
             return offset
@@ -294,6 +296,9 @@ class _Exchange:
         path = request.target.decode("latin-1").split("?", 1)[0]
         dialect = completion_dialect(path) if request.method == b"POST" else None
         payload = _payload_of(body)
+        if dialect is Dialect.GEMINI:
+            # Gemini's model (the cell id) and stream flag are in its path (labs.worker.request_reading).
+            payload = gemini_request_body(request.target.decode("latin-1"), payload)
         cell = request_cell_id(payload.get("model"))
         if dialect is None:
             first_token_end = None

@@ -191,6 +191,10 @@ CONTENT_POLICY_MESSAGE_ANTHROPIC = "Output blocked by content filtering policy (
 #: `http_400_prefill`'s message: what a server without assistant prefill says to a request whose
 #: last message is the assistant's (failoverbench S14's fallback).
 PREFILL_MESSAGE = "assistant message prefill is not supported"
+#: `http_400_context_length` in Gemini: Google's words for a prompt over the window.
+GEMINI_CONTEXT_LENGTH_MESSAGE = (
+    "The input token count (129) exceeds the maximum number of tokens allowed (128) (simulated by finishline)."
+)
 
 
 def bad_request_object(settings: WorkerSettings) -> dict[str, Any] | None:
@@ -216,6 +220,16 @@ def bad_request_body(settings: WorkerSettings, dialect: Dialect) -> dict[str, An
     error = bad_request_object(settings)
     if error is None:
         return None
+    if dialect is Dialect.GEMINI:
+        # Google's error shape: no codes beyond the status; the message says why, in Google's words
+        # for a prompt over the window ("The input token count (N) exceeds the maximum ...").
+        if settings.http_400_context_length:
+            message = GEMINI_CONTEXT_LENGTH_MESSAGE
+        elif settings.http_400_content_policy:
+            message = CONTENT_POLICY_MESSAGE
+        else:
+            message = PREFILL_MESSAGE
+        return {"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}
     if dialect is not Dialect.MESSAGES:
         return {"error": error}
     if settings.http_400_context_length:
@@ -263,6 +277,9 @@ _DIALECT_REASONS = {
     Dialect.CHAT: {"stop": "stop", "length": "length", "tool_calls": "tool_calls"},
     Dialect.MESSAGES: {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"},
     Dialect.RESPONSES: {"stop": "completed", "length": "incomplete", "tool_calls": "completed"},
+    # Gemini's `finishReason`: a function call finishes `STOP` (there is no tool-calls reason); a
+    # content filter is `SAFETY` (LiteLLM's OpenAI->Gemini mapping, shared/notes/gemini.md section 6).
+    Dialect.GEMINI: {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP", "content_filter": "SAFETY"},
 }
 
 

@@ -1,27 +1,27 @@
-"""What each worker knob does in Messages and Responses: settings in, the event builders' arguments out.
+"""What each worker knob does in Messages, Responses and Gemini: settings in, the event builders' arguments out.
 
 The answer is the same in every dialect (`labs.worker.answer.expected_answer`); this module says,
 once per dialect, how the knobs that shape the stream's ending turn into `message_frames` /
 `response_frames` arguments, and what the non-streaming body and the HTTP error body are.
 `labs.worker.wire` frames the result (head, body framing) the same way as for Chat.
 
-Messages and Responses have no choices: the worker answers with choice 0 only (settings resolved
+Messages, Responses and Gemini have no choices: the worker answers with choice 0 only (settings resolved
 for these dialects have `n=1`; `labs.worker.wire.response_plan` applies that to unresolved ones too).
 
 The endings, by knob (each knob's help in `labs.worker.knob_help` says the same to users):
 
-| knob | Messages | Responses |
-|---|---|---|
-| `finish=sent` | `message_delta` with the real `stop_reason` | the real terminal (`response.completed` / `response.incomplete`) |
-| `finish=omitted` | no `message_delta` at all | no terminal; `data: [DONE]` instead when `done` |
-| `finish=empty` | `stop_reason: ""` | terminal with `status: ""` |
-| `null_reason` (wins over `finish`) | `stop_reason: null` (vLLM's abort) | terminal with `status: null` |
-| `done=0` | no `message_stop` | no terminal event (nor `[DONE]`) |
-| `error_after=N` | `event: error` (Anthropic type), nothing after | `event: error` (nested), then `response.failed` when `done` |
-| `bare_error` | that error as a bare `data: {"error":...}` frame | the same, nothing after it (vLLM) |
-| `close_after_reasoning` | ends after the last `thinking_delta` | ends after the last reasoning delta (Ollama) |
-| `hide_limit` | `end_turn` where the limit was hit | `response.completed`, status `completed`, where the limit was hit (llama.cpp, Ollama) |
-| `responses_indexes=0` | no effect | no `sequence_number`, `output_index`, `content_index` on any event (llama.cpp) |
+| knob | Messages | Responses | Gemini |
+|---|---|---|---|
+| `finish=sent` | `message_delta` with the real `stop_reason` | the real terminal (`response.completed` / `response.incomplete`) | the last chunk's real `finishReason` (`STOP`, `MAX_TOKENS`) |
+| `finish=omitted` | no `message_delta` at all | no terminal; `data: [DONE]` instead when `done` | no last chunk: no `finishReason` anywhere |
+| `finish=empty` | `stop_reason: ""` | terminal with `status: ""` | `"finishReason": ""` |
+| `null_reason` (wins over `finish`) | `stop_reason: null` (vLLM's abort) | terminal with `status: null` | `"finishReason": null` |
+| `done=0` | no `message_stop` | no terminal event (nor `[DONE]`) | refused (no terminator to lose) |
+| `error_after=N` | `event: error` (Anthropic type), nothing after | `event: error` (nested), then `response.failed` when `done` | `data: {"error": {code, message, status}}`, nothing after it |
+| `bare_error` | that error as a bare `data: {"error":...}` frame | the same, nothing after it (vLLM) | no effect (its error frame is bare already) |
+| `close_after_reasoning` | ends after the last `thinking_delta` | ends after the last reasoning delta (Ollama) | ends after the last thought part |
+| `hide_limit` | `end_turn` where the limit was hit | `response.completed`, status `completed`, where the limit was hit (llama.cpp, Ollama) | `STOP` where the limit was hit |
+| `responses_indexes=0` | no effect | no `sequence_number`, `output_index`, `content_index` on any event (llama.cpp) | refused |
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from labs.worker.answer import (
     sent_reason,
 )
 from labs.worker.frames import Frame
+from labs.worker.gemini_events import NO_REASON_KEY, array_frames, gemini_body, gemini_chunks, gemini_error, sse_frames
 from labs.worker.messages_events import message_frames, message_object
 from labs.worker.responses_events import AS_TERMINAL, response_body, response_frames
 from labs.worker.settings import Finish, WorkerSettings
@@ -61,6 +62,9 @@ class DialectWire:
     body: Callable[[WorkerSettings], dict[str, Any]]
     #: The JSON body of an HTTP error response: (status, model) -> body.
     error_body: Callable[[int, str], dict[str, Any]]
+    #: Gemini's other stream form, one JSON array streamed element by element (no `alt=sse`):
+    #: (settings, where `malformed_chunk` puts its element) -> frames; None in the other dialects.
+    array_frames: Callable[[WorkerSettings, int | None], list[Frame]] | None = None
 
 
 def single_choice(settings: WorkerSettings) -> WorkerSettings:
@@ -181,12 +185,63 @@ def _responses_body(settings: WorkerSettings) -> dict[str, Any]:
     return response_body(pieces, status=status, incomplete_reason="max_output_tokens" if word == "incomplete" else None, **common)
 
 
+# -- Gemini ---------------------------------------------------------------------------------------
+
+#: A defective `finish` -> the last chunk's `finishReason` (`NO_REASON_KEY`: no reason chunk at all,
+#: so no `finishReason` anywhere; in the whole body, no `finishReason` key).
+_GEMINI_REASONS: dict[Finish, Any] = {Finish.EMPTY: "", Finish.OMITTED: NO_REASON_KEY}
+
+
+def _gemini_reason(settings: WorkerSettings, choice: ExpectedChoice) -> Any:
+    if settings.null_reason:
+        return None  # what translating gateways write (`"finishReason": null`)
+    if settings.finish is Finish.SENT:
+        return dialect_reason(sent_reason(choice.finish_reason, hide_limit=settings.hide_limit), Dialect.GEMINI)
+    return _GEMINI_REASONS[settings.finish]
+
+
+def _gemini_chunk_list(settings: WorkerSettings) -> list[tuple[str, dict[str, Any]]]:
+    answer, choice, pieces = _answered(settings)
+    common: dict[str, Any] = dict(model=settings.model_name, prompt_tokens=settings.prompt_tokens)
+    if answer.error is not None:
+        # Google's mid-stream error: a `data: {"error": {code, message, status}}` frame, then the close.
+        return gemini_chunks(pieces, error=gemini_error(settings.error_status), **common)
+    if settings.close_after_reasoning:
+        return gemini_chunks(pieces, closed=False, **common)
+    return gemini_chunks(pieces, finish_reason=_gemini_reason(settings, choice), **common)
+
+
+def _gemini_stream(settings: WorkerSettings) -> list[Frame]:
+    return sse_frames(_gemini_chunk_list(settings))
+
+
+def _gemini_array(settings: WorkerSettings, malformed_at: int | None) -> list[Frame]:
+    return array_frames(_gemini_chunk_list(settings), malformed_at)
+
+
+def _gemini_body(settings: WorkerSettings) -> dict[str, Any]:
+    answer, choice, pieces = _answered(settings)
+    if answer.error is not None:
+        # Like Chat's 200 with a top-level `error` (the SDKs read it as an empty answer).
+        return gemini_error(settings.error_status)
+    return gemini_body(
+        pieces, model=settings.model_name, prompt_tokens=settings.prompt_tokens, finish_reason=_gemini_reason(settings, choice)
+    )
+
+
+def _gemini_error_body(status: int, model: str) -> dict[str, Any]:
+    return gemini_error(status)
+
+
 def _openai_error_body(status: int, model: str) -> dict[str, Any]:
     return {"error": error_object(status, model)}
 
 
-#: The two dialects the worker speaks besides Chat (`labs.worker.wire` keeps Chat's own bytes).
+#: The dialects the worker speaks besides Chat (`labs.worker.wire` keeps Chat's own bytes).
 DIALECT_WIRES: dict[Dialect, DialectWire] = {
     Dialect.MESSAGES: DialectWire(stream_frames=_messages_stream, body=_messages_body, error_body=_messages_error_body),
     Dialect.RESPONSES: DialectWire(stream_frames=_responses_stream, body=_responses_body, error_body=_openai_error_body),
+    Dialect.GEMINI: DialectWire(
+        stream_frames=_gemini_stream, body=_gemini_body, error_body=_gemini_error_body, array_frames=_gemini_array
+    ),
 }

@@ -1,7 +1,7 @@
 """What each knob of the simulated worker does, in every dialect: one sentence or a few per knob.
 
 `python -m labs.worker --help` prints these; `WorkerSettings` (labs.worker.settings) declares the knobs
-and their defaults, in the same order. Chat first, then "Messages:" and "Responses:" where they differ.
+and their defaults, in the same order. Chat first, then "Messages:", "Responses:" and "Gemini:" where they differ.
 """
 
 __all__ = ["KNOB_HELP"]
@@ -11,27 +11,32 @@ KNOB_HELP: dict[str, str] = {
     "tokens": (
         "Content pieces per choice (before `max_tokens` truncation). Messages: `text_delta`s of one text "
         "block; Responses: `response.output_text.delta`s of one message item."
+        " Gemini: one `text` part per chunk."
     ),
     "reasoning_tokens": (
         "`reasoning_content` pieces per choice, streamed before any content. Messages: `thinking_delta`s "
         "of a thinking block (closed by one `signature_delta`); Responses: "
         "`response.reasoning_summary_text.delta`s of a reasoning item."
+        ' Gemini: `{"text", "thought": true}` parts (usage `thoughtsTokenCount`).'
     ),
     "tool_calls": (
         "Tool calls per choice, streamed after content; the finish reason becomes `tool_calls`. Messages:"
         " `tool_use` blocks (arguments as `input_json_delta`s), stop_reason `tool_use`; Responses: "
         "`function_call` items (arguments as `response.function_call_arguments.delta`s), status "
         "`completed`."
+        " Gemini: one whole `functionCall` part per call (one token event; a call cut short is not sent), finishReason `STOP`."
     ),
     "n": (
         "Choices per response; `None`: the request's `n` (default 1). Messages and Responses have no "
         "choices: always 1 (choice 0 only), whatever this says."
+        " Gemini: always 1 (candidate 0)."
     ),
     "max_tokens": (
         "Truncate every choice to this many token events and finish with `length`; `None`: the request's "
         "`max_completion_tokens` or `max_tokens` (default: no limit). Messages: the request's "
         "`max_tokens`, stop_reason `max_tokens`; Responses: the request's `max_output_tokens`, terminal "
         "`response.incomplete` (reason `max_output_tokens`)."
+        " Gemini: the request's `generationConfig.maxOutputTokens`, finishReason `MAX_TOKENS`."
     ),
     "include_usage": (
         'Send usage (`"usage": null` on every chunk, a final usage-only chunk); `None`: the request\'s '
@@ -50,18 +55,21 @@ KNOB_HELP: dict[str, str] = {
         'the `message_delta`: omitted = none at all, empty = stop_reason `""`. Responses: omitted = no '
         "terminal event, and with `done` a `data: [DONE]` instead (a gateway ending it the Chat way); "
         'empty = the terminal response\'s `status` is `""`.'
+        ' Gemini: omitted = no `finishReason` anywhere (no last chunk); empty = `"finishReason": ""`.'
     ),
     "done": (
         'End a stream with `data: [DONE]`; 0 is the "no [DONE]" defect. Also sent after an error event. '
         "Messages: `message_stop` (never after an error event). Responses: the terminal event, "
         "`response.completed` or `response.incomplete` (`response.failed` after an error event). 0 in "
         "either: the terminator is lost."
+        " Gemini: refused (its streams have no terminator; use finish=omitted)."
     ),
     "error_after": (
         "After this many token events (all choices together), send an error event instead of the rest. "
         "Messages: `event: error` with the Anthropic error type for `error_status`; Responses: `event: "
         "error` with a nested `error` object (what openai-python raises on), then `response.failed` when "
         "`done`."
+        ' Gemini: a `data: {"error": {code, message, status}}` frame (`error` first), then the close.'
     ),
     "error_status": (
         "HTTP status whose OpenAI error (type and code) the error event carries, e.g. 429. Messages: its "
@@ -71,6 +79,7 @@ KNOB_HELP: dict[str, str] = {
     "http_error": (
         "Answer with this HTTP status and a JSON error body instead of any completion (e.g. 429, 500). "
         'Messages: Anthropic\'s body `{"type":"error","error":{...}}`.'
+        ' Gemini: Google\'s body `{"error":{"code","message","status"}}` with the status word.'
     ),
     "model": (
         "Model name echoed in every chunk (Messages `message.model`, Responses `response.model`); `None`:"
@@ -85,6 +94,7 @@ KNOB_HELP: dict[str, str] = {
         '`"finish_reason": null`; Messages a `message_delta` with `stop_reason: null`, then '
         "`message_stop` (vLLM's `/v1/messages` on an abort); Responses the terminal event with `status: "
         "null`."
+        ' Gemini: the last chunk with `"finishReason": null` (what translating gateways write).'
     ),
     "bare_error": (
         'The `error_after` error is a bare `data: {"error":{...}}` frame (OpenAI\'s error object): no '
@@ -97,11 +107,13 @@ KNOB_HELP: dict[str, str] = {
         "`length`): Chat `stop`; Messages `end_turn`; Responses `response.completed` with status "
         "`completed` and no `incomplete_details` (llama.cpp's and Ollama's Responses, ik_llama.cpp's Chat"
         " and Messages before its fix). Streams and whole bodies."
+        " Gemini: `STOP`."
     ),
     "responses_indexes": (
         "Responses: 0 sends no `sequence_number`, `output_index` or `content_index` on any event, as "
         "llama.cpp does (openai-python's `responses.stream()` helper then fails). Chat and Messages: no "
         "effect."
+        " Gemini: refused."
     ),
     "close_after_reasoning": (
         "Close the stream cleanly right after the last reasoning token event (after the opening events "
@@ -127,6 +139,7 @@ KNOB_HELP: dict[str, str] = {
         "rest of the stream as usual (S10): the dialect's own token event cut in half. Chat: a bare "
         "`data:` line; Messages and Responses: with the `event:` line of a token event "
         "(`content_block_delta`, `response.output_text.delta`). Streams only."
+        " Gemini: a bare `data:` frame with half a chunk (in the JSON-array form, half an element)."
     ),
     "http_400_context_length": (
         "Every attempt: 400 with code `context_length_exceeded` (S12), which a client or gateway must not"

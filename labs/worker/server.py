@@ -1,8 +1,10 @@
 """The simulated worker's HTTP/1.1 server, on trio.
 
 Routes: `POST .../chat/completions`, `POST .../messages` (Anthropic Messages; not
-`.../messages/count_tokens`) and `POST .../responses` (OpenAI Responses), each answered from the same
-settings in its dialect (`_COMPLETION_ROUTES`); `GET .../models`; the routers' probes.
+`.../messages/count_tokens`), `POST .../responses` (OpenAI Responses) and `POST
+.../models/{model}:streamGenerateContent` / `:generateContent` (Google Gemini: the model, which
+carries the settings, and the stream flag are in the path, `?alt=sse` picks SSE over the JSON-array
+form), each answered from the same settings in its dialect (`_COMPLETION_ROUTES`); `GET .../models`; the routers' probes.
 
 h11 parses requests; responses are written as the exact bytes of `labs.worker.wire` (h11 would
 choose the framing itself, and the point here is to choose it: chunked, Content-Length or
@@ -47,6 +49,8 @@ from labs.worker.attempts import (
     request_cell_id,
     response_ending,
 )
+from labs.worker.gemini_events import gemini_error
+from labs.worker.request_reading import gemini_json_array, gemini_request_body
 from labs.worker.settings import (
     DEFAULT_MODEL_NAME,
     SETTINGS_HEADER,
@@ -325,6 +329,8 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
         except ValueError as exc:
             payload = None
             plan = _bad_request(defaults, str(exc), dialect)
+        if payload is not None and dialect is Dialect.GEMINI:
+            payload = gemini_request_body(request.target.decode("latin-1"), payload)
         cell = request_cell_id(payload.get("model") if payload is not None else None)
         attempt = AttemptInProgress.open(worker, cell, dialect, arrived_at)
         if payload is None:
@@ -347,7 +353,8 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
                 worker.attempt_counts[cell] = earlier + 1
                 worker.arrivals.append(str(payload.get("model")))
                 stream_requested = payload.get("stream") is True
-                plan = response_plan(settings, stream=stream_requested, dialect=dialect)
+                json_array = dialect is Dialect.GEMINI and gemini_json_array(request.target.decode("latin-1"))
+                plan = response_plan(settings, stream=stream_requested, dialect=dialect, json_array=json_array)
                 if not settings.answers_at_all:
                     return await _fail_on_socket(stream, settings, attempt, worker)
     else:
@@ -474,10 +481,15 @@ async def send_quietly(stream: trio.SocketStream, plan: ResponsePlan) -> None:
 
 #: The completion routes, by the path's end: a gateway may mount the API under any prefix
 #: (`/anthropic/v1/messages`). `.../messages/count_tokens` ends otherwise, so it is no completion.
+#: Gemini's end in the action after the model (`/v1beta/models/{model}:streamGenerateContent`,
+#: Vertex's `/v1beta1/projects/P/locations/L/publishers/google/models/…`, LiteLLM's `/models/…` and
+#: its passthrough's `/gemini/…`): only the suffix is common to them all, as finish_fix matches it.
 _COMPLETION_ROUTES: tuple[tuple[str, Dialect], ...] = (
     ("/chat/completions", Dialect.CHAT),
     ("/messages", Dialect.MESSAGES),
     ("/responses", Dialect.RESPONSES),
+    (":streamGenerateContent", Dialect.GEMINI),
+    (":generateContent", Dialect.GEMINI),
 )
 
 
@@ -519,10 +531,12 @@ def refusal_plan(
 ) -> ResponsePlan:
     """A 4xx the server itself gives (a bad request, a stale cell), its JSON body in `dialect`'s
     error shape: OpenAI's `{"error": {message, type, param, code}}` (Chat, Responses, no dialect),
-    Anthropic's `{"type": "error", "error": {type, message}}` (Messages; it has no codes), so every
-    SDK shows the message."""
+    Anthropic's `{"type": "error", "error": {type, message}}` (Messages; it has no codes), Google's
+    `{"error": {code, message, status}}` (Gemini), so every SDK shows the message."""
     if dialect is Dialect.MESSAGES:
         body = {"type": "error", "error": {"type": "invalid_request_error", "message": message}}
+    elif dialect is Dialect.GEMINI:
+        body = gemini_error(status, message)
     else:
         body = _error_body(message, code)
     return json_plan(status, body, connection_close=connection_close)

@@ -224,8 +224,10 @@ class WorkerSettings:
         no `n`: it resolves to 1 whatever the settings say (the worker answers with choice 0).
         """
         reading = REQUEST_READINGS[dialect]
+        if dialect is Dialect.GEMINI:
+            self.check_gemini()
         stream_options = body.get("stream_options") or {}
-        requested_max = next((body[key] for key in reading.max_tokens_keys if key in body), None)
+        requested_max = reading.requested_max(body)
         model = body.get("model")
         if reading.has_choices:
             n = self.n if self.n is not None else _int_or(body.get("n"), 1)
@@ -249,6 +251,22 @@ class WorkerSettings:
             ),
             model=self.model if self.model is not None else _model_or_default(model),
         )
+
+    def check_gemini(self) -> None:
+        """Refuse the knobs that have no meaning in Gemini, with one line saying why.
+
+        Raises:
+            SettingsError: `done=0` (a Gemini stream has no terminator to lose: its `finishReason`
+                is its only end sign, so the defect is `finish=omitted`) or `responses_indexes=0`
+                (OpenAI Responses' event numbers; Gemini's chunks have none).
+        """
+        if not self.done:
+            raise SettingsError(
+                "done=0 has no meaning in Gemini: its streams have no terminator (the finishReason is the only end sign); "
+                "use finish=omitted"
+            )
+        if not self.responses_indexes:
+            raise SettingsError("responses_indexes=0 has no meaning in Gemini: its chunks carry no sequence numbers or indexes")
 
     def after_first_attempt(self) -> WorkerSettings:
         """These settings for a later attempt of the same cell: the once-only conduct faults

@@ -39,6 +39,7 @@ from labs.worker.answer import (
 )
 from labs.worker.dialect_wire import DIALECT_WIRES, single_choice
 from labs.worker.frames import DONE_MARKER, compact_json, sse_frame
+from labs.worker.gemini_events import MALFORMED_ELEMENT, SSE_LINE_ENDING
 from labs.worker.settings import SETTINGS_HEADER, Finish, Framing, WorkerSettings
 
 __all__ = [
@@ -131,11 +132,14 @@ class ResponsePlan:
         return self.head + b"".join(s.framed for s in self.segments) + self.end
 
 
-def response_plan(settings: WorkerSettings, *, stream: bool = True, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
+def response_plan(
+    settings: WorkerSettings, *, stream: bool = True, dialect: Dialect = Dialect.CHAT, json_array: bool = False
+) -> ResponsePlan:
     """The plan for resolved settings in `dialect`: an HTTP error, a stream, or a non-streaming body.
 
-    Messages and Responses answer with choice 0 only (`n` is taken as 1; `plan.answer` has one
-    choice).
+    Messages, Responses and Gemini answer with choice 0 only (`n` is taken as 1; `plan.answer` has
+    one choice). `json_array`: a Gemini stream in its JSON-array form (a request without
+    `alt=sse`), not SSE.
     """
     if dialect is not Dialect.CHAT:
         settings = single_choice(settings)
@@ -151,26 +155,40 @@ def response_plan(settings: WorkerSettings, *, stream: bool = True, dialect: Dia
         return error_plan(settings, dialect=dialect, status=status)
     if settings.http_error is not None:
         return error_plan(settings, dialect=dialect)
-    return stream_plan(settings, dialect=dialect) if stream else completion_plan(settings, dialect=dialect)
+    if stream:
+        return stream_plan(settings, dialect=dialect, json_array=json_array)
+    return completion_plan(settings, dialect=dialect)
 
 
-def stream_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT) -> ResponsePlan:
-    """The SSE response (`stream: true`) for resolved settings."""
+def stream_plan(settings: WorkerSettings, *, dialect: Dialect = Dialect.CHAT, json_array: bool = False) -> ResponsePlan:
+    """The SSE response (`stream: true`) for resolved settings; `json_array`: Gemini's JSON-array
+    stream form instead (`application/json`)."""
+    wire = DIALECT_WIRES.get(dialect)
+    content_type = "text/event-stream"
     if dialect is Dialect.CHAT:
         events = _chat_events(settings)
-    else:
+    elif json_array and wire is not None and wire.array_frames is not None:
         settings = single_choice(settings)
+        # The malformed element goes where `_with_malformed_event` puts an SSE one: the index of
+        # the frame it would precede, counted in the SSE form (the same chunks, one frame each).
+        malformed_at = _malformed_index(wire.stream_frames(settings)) if settings.malformed_chunk else None
         events = [
-            (frame.kind, 0 if frame.kind == "token" else None, frame.event)
-            for frame in DIALECT_WIRES[dialect].stream_frames(settings)
+            (frame.kind, 0 if frame.kind == "token" else None, frame.event) for frame in wire.array_frames(settings, malformed_at)
         ]
-    if settings.malformed_chunk:
+        content_type = "application/json"
+    else:
+        if json_array:
+            raise ValueError(f"the JSON-array stream form is Gemini's, not {dialect.value}'s")
+        settings = single_choice(settings)
+        assert wire is not None
+        events = [(frame.kind, 0 if frame.kind == "token" else None, frame.event) for frame in wire.stream_frames(settings)]
+    if settings.malformed_chunk and content_type == "text/event-stream":
         events = _with_malformed_event(events, dialect)
     segments = tuple(
         Segment(kind=kind, choice=c, event=event, framed=_frame(settings.framing, event)) for kind, c, event in events
     )
     body_length = sum(len(s.framed) for s in segments)
-    head = _head(settings, 200, "text/event-stream", body_length)
+    head = _head(settings, 200, content_type, body_length)
     return ResponsePlan(
         head=head,
         segments=segments,
@@ -190,17 +208,27 @@ MALFORMED_EVENTS: dict[Dialect, tuple[str | None, bytes]] = {
         "response.output_text.delta",
         b'{"type":"response.output_text.delta","item_id":"msg_finishline","output_index":0,"content_index":0,"delta":',
     ),
+    # Gemini has no event names: a bare `data:` frame with half a chunk (CRLF, as its frames end).
+    Dialect.GEMINI: (None, MALFORMED_ELEMENT),
 }
 #: Chat's malformed data.
 MALFORMED_DATA = MALFORMED_EVENTS[Dialect.CHAT][1]
 
 
+def _malformed_index(events: list[Any]) -> int:
+    """Where `malformed_chunk`'s event goes among `events` (tuples or `Frame`s, each with a `kind`):
+    after half the token events (after the first when there is one token, before the end when there
+    are none)."""
+    kinds = [event[0] if isinstance(event, tuple) else event.kind for event in events]
+    tokens = [i for i, kind in enumerate(kinds) if kind == "token"]
+    return tokens[(len(tokens) - 1) // 2] + 1 if tokens else len(events) - 1 if events else 0
+
+
 def _with_malformed_event(events: list[tuple[str, int | None, bytes]], dialect: Dialect) -> list[tuple[str, int | None, bytes]]:
-    """`events` with one `malformed` event after half the token events (after the first when there
-    is one token, before the end when there are none)."""
-    tokens = [i for i, (kind, _, _) in enumerate(events) if kind == "token"]
-    at = tokens[(len(tokens) - 1) // 2] + 1 if tokens else len(events) - 1 if events else 0
-    return [*events[:at], ("malformed", None, malformed_event(dialect)), *events[at:]]
+    """`events` with one `malformed` event (`_malformed_index` says where)."""
+    at = _malformed_index(events)
+    line_ending = SSE_LINE_ENDING if dialect is Dialect.GEMINI else b"\n"
+    return [*events[:at], ("malformed", None, malformed_event(dialect, line_ending)), *events[at:]]
 
 
 def malformed_event(dialect: Dialect, line_ending: bytes = b"\n") -> bytes:
