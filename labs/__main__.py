@@ -37,7 +37,14 @@ from labs.scenario import SCENARIO_DIR, Scenario, ScenarioError, load_scenario, 
 from labs.scorecard import build_scorecard, render_scorecard_markdown, render_scorecard_text, worker_line
 from labs.table import render_table
 from labs.worker.llama_cpp import llama_cpp_missing
-from labs.worker.real import LLAMA_CPP, SIMULATED, RealWorkerError, needs_simulated_worker, parse_worker_url
+from labs.worker.real import (
+    LLAMA_CPP,
+    REAL_WORKER_DIALECTS,
+    SIMULATED,
+    RealWorkerError,
+    needs_simulated_worker,
+    parse_worker_url,
+)
 
 
 class SelectionError(ValueError):
@@ -249,6 +256,18 @@ def _dialect_note(scenario: Scenario) -> str:
 def main(argv: list[str] | None = None) -> int:
     arguments = build_parser().parse_args(argv)
     dialects = tuple(d for d in LAB_DIALECTS if d.value in (arguments.dialect or [d.value for d in LAB_DIALECTS]))
+    if arguments.worker != SIMULATED:
+        # A real server speaks the dialects its front relays (no Gemini): asked for by name, another
+        # is refused in one line; otherwise the run is narrowed to them.
+        unspoken = [d for d in dialects if d not in REAL_WORKER_DIALECTS]
+        if unspoken and arguments.dialect:
+            print(
+                f"error: --dialect {unspoken[0].value}: a real worker speaks {', '.join(d.value for d in REAL_WORKER_DIALECTS)} "
+                f"(its front relays no {unspoken[0].value} route); leave out --worker {arguments.worker}",
+                file=sys.stderr,
+            )
+            return EXIT_ERROR
+        dialects = tuple(d for d in dialects if d in REAL_WORKER_DIALECTS)
     try:
         if arguments.list:
             # Every scenario, with the dialects it lists and what the default run takes of them.
@@ -331,7 +350,8 @@ def _plain_default_run(argv: list[str] | None) -> bool:
 #: Options that leave a run the default one (where its results go, how many cells at once).
 _DEFAULT_RUN_OPTIONS = ("--jobs", "--results")
 #: The default run's real-server section (docs/lab.md "The default run"): llama.cpp, the control
-#: row and a cut after tokens that the hub hides, in every dialect, direct and through finish_fix,
+#: row and a cut after tokens that the hub hides, in every dialect it speaks (`REAL_WORKER_DIALECTS`),
+#: direct and through finish_fix,
 #: with the default clients.
 REAL_SERVER_SECTION = ("healthy", "cut-after-tokens-hub-close")
 REAL_SERVER_GATEWAYS = ("direct", "finish_fix")
@@ -351,7 +371,7 @@ def real_server_section(simulated: LabConfig) -> int:
         + ")\n"
         + "=" * 20
     )
-    dialects = LAB_DIALECTS
+    dialects = REAL_WORKER_DIALECTS
     config = dataclasses.replace(
         simulated,
         scenarios=tuple(select_scenarios(list(REAL_SERVER_SECTION), False, dialects=dialects)),

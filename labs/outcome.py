@@ -24,7 +24,8 @@ spell them its own way (the AI SDK's unified `tool-calls`, pi-ai's `toolUse`). `
 per dialect, which surfaced word means which of the dialect's reasons, which words mean "did not
 end well", and which reason an application assumes when none is surfaced: Chat's `stop`, Messages'
 `end_turn`, none for Responses, whose every finished response has a terminal status (a "success"
-with none, or with `in_progress`, is a silent truncation). The judgement itself is one function for
+with none, or with `in_progress`, is a silent truncation), and none for Gemini, whose `finishReason`
+is a stream's only end sign. The judgement itself is one function for
 every dialect.
 
 Coding agents (labs.clients.agent_host): their user sees an exit status and printed text, not a
@@ -157,6 +158,26 @@ DIALECT_WORDS: dict[Dialect, DialectWords] = {
         failures=_FAILURE_REASONS | {"failed"},
         assumed_without_reason=None,
     ),
+    # The last candidate's `finishReason` (google-genai's `FinishReason` value, LangChain's
+    # response_metadata); the AI SDK and pi-ai give their unified words. A function call finishes
+    # `STOP`. No reason is never right: Google's own docs say an empty reason means "the model has
+    # not stopped generating", and a stream's reason is its only end sign (a cut at a chunk
+    # boundary reads as a clean end), so a full text without one is a truncation nothing reported,
+    # like Responses without its terminal status. `FINISH_REASON_UNSPECIFIED` passed on says the
+    # same, where a client shows it (LangChain): a failure seen.
+    Dialect.GEMINI: DialectWords(
+        spellings={
+            "stop": "STOP",
+            "length": "MAX_TOKENS",
+            "tool_calls": "STOP",
+            "tool-calls": "STOP",
+            "toolUse": "STOP",
+            "content_filter": "SAFETY",
+            "content-filter": "SAFETY",
+        },
+        failures=_FAILURE_REASONS | {"FINISH_REASON_UNSPECIFIED"},
+        assumed_without_reason=None,
+    ),
 }
 
 
@@ -212,7 +233,7 @@ class Expected:
 
     text: str
     #: The dialect's word: Chat `stop`, `length`, `tool_calls`; Messages `end_turn`, `max_tokens`,
-    #: `tool_use`; Responses `completed`, `incomplete`. `None` when the worker itself ends with an
+    #: `tool_use`; Responses `completed`, `incomplete`; Gemini `STOP`, `MAX_TOKENS`. `None` when the worker itself ends with an
     #: error (an error event, or an HTTP error status before streaming).
     finish_reason: str | None
     #: Each tool call's name and full arguments (a JSON text), in order.

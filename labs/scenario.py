@@ -9,7 +9,7 @@ File format (every table optional except `title`):
     deadline_s = 12                         # a cell that has not ended by then is a `hang`
     clients = ["openai-python", "pi-ai"]    # default: every client (of each dialect)
     gateways = ["direct", "finish_fix"]     # default: every gateway
-    dialects = ["chat", "messages"]         # the dialects it runs in; default: all three
+    dialects = ["chat", "messages"]         # the dialects it runs in; default: chat, messages, responses
     default_dialects = ["chat"]             # the default run's (default: all of `dialects`)
     upstream_dialect = "chat"               # the worker speaks this one in every cell (see below)
     order = 80                              # row order in the matrix
@@ -78,12 +78,12 @@ from typing import Any
 from finishline import Dialect
 from labs.cell_ids import CELL_ID_TEMPLATE, MAX_CELLS, cell_id_of
 from labs.clients import AGENT_CLIENTS, DEFAULT_MAX_TOKENS, EVERY_CLIENT
-from labs.dialects import LAB_DIALECTS
+from labs.dialects import LAB_DIALECTS, UNLISTED_DIALECTS
 from labs.gateways import GATEWAYS
 from labs.hub.policy import TunnelDropPolicy, parse_policy
 from labs.outcome import Expected
 from labs.worker.answer import TOOL_NAME, dialect_reason, expected_answer
-from labs.worker.settings import WorkerSettings, parse_settings
+from labs.worker.settings import SettingsError, WorkerSettings, parse_settings
 
 __all__ = [
     "AGENT_DEADLINE_S",
@@ -168,12 +168,12 @@ class Scenario:
     #: In the default run (`python -m labs` without `--all` or `--scenario`), in some dialect.
     default: bool = True
     #: The dialects it runs in (`dialects = [...]`), in `Dialect` order.
-    dialects: tuple[Dialect, ...] = LAB_DIALECTS
+    dialects: tuple[Dialect, ...] = UNLISTED_DIALECTS
     #: Those the default run takes (`default_dialects = [...]`; none when `default = false`).
-    default_dialects: tuple[Dialect, ...] = LAB_DIALECTS
+    default_dialects: tuple[Dialect, ...] = UNLISTED_DIALECTS
     #: Every dialect the file lists, kept when a run narrows `dialects` (`--dialect`, the default
     #: run): the dialects the worker may speak for a translating gateway's cells.
-    listed_dialects: tuple[Dialect, ...] = LAB_DIALECTS
+    listed_dialects: tuple[Dialect, ...] = UNLISTED_DIALECTS
     #: `upstream_dialect`: the dialect the worker speaks in every cell; None: each gateway's route's.
     upstream_dialect: Dialect | None = None
     source: str = ""
@@ -265,6 +265,11 @@ def load_scenario(path: Path) -> Scenario:
     upstream_dialect = _upstream_dialect(path, data)
     request = data.get("request", {})
     worker = _worker_settings(path, data.get("worker", {}))
+    if Dialect.GEMINI in dialects:
+        try:
+            worker.check_gemini()
+        except SettingsError as error:
+            raise ScenarioError(f"{path}: [worker]: {error} (or leave gemini out of `dialects`)") from None
     max_tokens = _request_max_tokens(path, request)
     return Scenario(
         name=path.stem,
@@ -417,13 +422,15 @@ def _fault_table(path: Path, fault: dict[str, Any] | None) -> dict[str, Any] | N
 
 
 def _dialects(path: Path, data: dict[str, Any]) -> tuple[tuple[Dialect, ...], tuple[Dialect, ...]]:
-    """`dialects` (default: all three) and `default_dialects` (default: all of `dialects`, none
-    with `default = false`), each in `Dialect` order."""
+    """`dialects` (default: chat, messages and responses, `UNLISTED_DIALECTS`: Gemini runs where a
+    scenario names it) and `default_dialects` (default: all of `dialects`, none with `default =
+    false`), each in `Dialect` order."""
     valid = tuple(d.value for d in LAB_DIALECTS)
     named = _names(path, data, "dialects", valid)
     if named is not None and not named:
-        raise ScenarioError(f"{path}: `dialects` is empty: list at least one of {', '.join(valid)} (or leave it out: all three)")
-    dialects = tuple(d for d in LAB_DIALECTS if named is None or d.value in named)
+        unlisted = ", ".join(d.value for d in UNLISTED_DIALECTS)
+        raise ScenarioError(f"{path}: `dialects` is empty: list at least one of {', '.join(valid)} (or leave it out: {unlisted})")
+    dialects = tuple(d for d in LAB_DIALECTS if (d in UNLISTED_DIALECTS if named is None else d.value in named))
     in_default = _names(path, data, "default_dialects", valid)
     if in_default is None:
         return dialects, dialects if data.get("default", True) else ()

@@ -107,6 +107,9 @@ API: dict[Dialect, tuple[str, dict]] = {
     ),
     Dialect.RESPONSES: ("/v1/responses", {"model": "bench", "stream": True, "input": "go"}),
 }
+#: The lab's dialects the bench has a stream for (Gemini's stream and rows come with issue 29's
+#: fast path; until then `--dialect gemini` is not offered).
+BENCH_DIALECTS: tuple[Dialect, ...] = tuple(dialect for dialect in LAB_DIALECTS if dialect in API)
 
 # The long stream's builder per dialect other than Chat (whose `healthy_stream` is a template, faster
 # to build): one message of text deltas, well formed, one SSE event per piece.
@@ -845,7 +848,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dialect",
         action="append",
-        choices=[str(dialect) for dialect in LAB_DIALECTS],
+        choices=[str(dialect) for dialect in BENCH_DIALECTS],
         help="a dialect to measure (repeatable; default all three): chat runs every Chat "
         "shape, messages and responses their long stream, their concurrent shape (raced) and the core",
     )
@@ -875,7 +878,7 @@ def main(argv: list[str] | None = None) -> int:
         "and upstream on one CPU, every mitmdump on another)",
     )
     args = parser.parse_args(argv)
-    dialects = [dialect for dialect in LAB_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
+    dialects = [dialect for dialect in BENCH_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
     chat = Dialect.CHAT in dialects
     others = [dialect for dialect in dialects if dialect is not Dialect.CHAT]
 

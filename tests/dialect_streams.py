@@ -185,6 +185,11 @@ def token_texts_of(dialect: Dialect, body: bytes) -> list[str]:
 
 
 def _token_text(dialect: Dialect, data: dict[str, Any]) -> str | None:
+    if dialect is Dialect.GEMINI:
+        # A chunk's parts: text (a thought or not), or a whole call, named by its function.
+        parts = [p for c in data.get("candidates") or () for p in (c.get("content") or {}).get("parts") or ()]
+        texts = [p["text"] if p.get("text") else p["functionCall"]["name"] for p in parts if p.get("text") or "functionCall" in p]
+        return "".join(texts) if texts else None
     kind = data.get("type")
     if dialect is Dialect.MESSAGES:
         if kind == "content_block_delta" and data["delta"]["type"] in _MESSAGES_DELTA_KEYS:

@@ -10,8 +10,7 @@ import pytest
 
 from finishline import Dialect, EventFramer, RequestFacts, StreamRepair
 from finishline.addon.options import PATH_OPTIONS
-from labs.dialects import LAB_DIALECTS
-from tests.bench import API, Route, UpstreamBody, dialect_stream, read_stream
+from tests.bench import API, BENCH_DIALECTS, Route, UpstreamBody, dialect_stream, read_stream
 from tests.upstream_server import Script, UpstreamServer
 
 
@@ -24,7 +23,7 @@ def _dialect_finish_fix_reads(path: str) -> Dialect | None:
     return None
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", list(BENCH_DIALECTS))
 def test_each_stream_is_served_where_finish_fix_reads_it_in_its_dialect(dialect):
     with UpstreamServer() as upstream:
         prefix = upstream.route(Script(pieces=dialect_stream(dialect, 3)))
@@ -42,7 +41,7 @@ def test_a_dialect_stream_is_its_builders_healthy_stream_of_n_text_deltas(dialec
     assert [b"tok%d " % n in delta for n, delta in enumerate(deltas)] == [True] * 50
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", list(BENCH_DIALECTS))
 def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch) -> None:
     framed: list[bytes] = []
 

@@ -40,7 +40,9 @@ RUN_DEADLINE_S = 420
 def _in(name: str, dialect: Dialect) -> Scenario:
     scenario = load_scenario(SCENARIO_DIR / f"{name}.toml")
     assert dialect in scenario.dialects, f"{name} does not list {dialect}"
-    return dataclasses.replace(scenario, name=f"{dialect.value}:{name}", dialects=(dialect,), gateways=GATEWAYS, clients=("langchain",))
+    return dataclasses.replace(
+        scenario, name=f"{dialect.value}:{name}", dialects=(dialect,), gateways=GATEWAYS, clients=("langchain",)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,11 @@ def run(tmp_path_factory) -> Any:
     results: Path = tmp_path_factory.mktemp("langchain-google")
     scenarios = (_in("healthy", Dialect.CHAT), _in("healthy", Dialect.GEMINI), *(_in(name, Dialect.GEMINI) for name in FAULTS))
     config = LabConfig(
-        scenarios=scenarios, clients=("langchain",), gateways=GATEWAYS, dialects=(Dialect.CHAT, Dialect.GEMINI), results_dir=results
+        scenarios=scenarios,
+        clients=("langchain",),
+        gateways=GATEWAYS,
+        dialects=(Dialect.CHAT, Dialect.GEMINI),
+        results_dir=results,
     )
     return run_trio(run_lab, config, deadline=RUN_DEADLINE_S)
 

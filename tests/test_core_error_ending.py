@@ -1,4 +1,4 @@
-"""`finishline.StreamErrorWriter`: the error ending finish_fix writes for a cut (rules C6, M4, R3),
+"""`finishline.StreamErrorWriter`: the error ending finish_fix writes for a cut (rules C6, M4, R3, G2),
 for a relay that is not finish_fix (the lab's hub), in the writer's words. Every stream is fed
 whole, byte by byte and at random splits."""
 
@@ -12,6 +12,7 @@ from finishline import Dialect, EventFramer, StreamErrorWriter
 from labs.dialects import LAB_DIALECTS
 from tests.dialect_streams import messages_stream, responses_stream
 from tests.feeding import CHUNKINGS, complete_events, run, split
+from tests.gemini_streams import gemini_chunks, sse_body
 
 MESSAGE = "agent disconnected mid-request"
 CODE = "worker_disconnected"
@@ -38,6 +39,14 @@ def test_chat_is_one_data_only_error_event_with_the_writers_code(chunking):
     upstream = b'data: {"choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
     assert written(Dialect.CHAT, upstream, chunking) == (
         b'data: {"error":{"message":"agent disconnected mid-request","type":"server_error","code":"worker_disconnected"}}\n\n'
+    )
+
+
+@pytest.mark.parametrize("chunking", CHUNKINGS)
+def test_gemini_is_googles_error_frame_with_error_first_and_a_numeric_code(chunking):
+    upstream = sse_body(gemini_chunks(["a", "b"], finish=None))
+    assert written(Dialect.GEMINI, upstream, chunking) == (
+        b'data: {"error":{"code":503,"message":"agent disconnected mid-request","status":"UNAVAILABLE"}}\n\n'
     )
 
 
@@ -82,6 +91,7 @@ def test_the_ending_is_written_in_the_streams_own_line_endings(dialect):
         Dialect.CHAT: b'data: {"choices":[]}\r\n\r\n',
         Dialect.MESSAGES: b"".join(messages_stream(["a"], closed=False, line_ending=b"\r\n")),
         Dialect.RESPONSES: b"".join(responses_stream(["a"], closed=False, line_ending=b"\r\n")),
+        Dialect.GEMINI: sse_body(gemini_chunks(["a"], finish=None), ending=b"\r\n"),
     }[dialect]
     ending = written(dialect, upstream, "whole")
     assert ending.endswith(b"\r\n\r\n") and b"\n" not in ending.replace(b"\r\n", b"")
@@ -103,6 +113,7 @@ def test_the_writers_frames_are_finish_fixs_own_for_the_same_cut(dialect):
         Dialect.CHAT: b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n',
         Dialect.MESSAGES: b"".join(messages_stream(["a", "b"], closed=False)),
         Dialect.RESPONSES: b"".join(responses_stream(["a", "b"], closed=False)),
+        Dialect.GEMINI: sse_body(gemini_chunks(["a", "b"], finish=None)),
     }[dialect]
     client, repair = run(upstream, end="failure", dialect=dialect)
     ending = client[len(upstream) :]
@@ -127,6 +138,7 @@ def test_a_cut_inside_an_event_is_ended_before_the_error_frames(dialect, where, 
         ),
         Dialect.MESSAGES: b"".join(messages_stream(["a", "b"], closed=False, line_ending=line_ending)),
         Dialect.RESPONSES: b"".join(responses_stream(["a", "b"], closed=False, line_ending=line_ending)),
+        Dialect.GEMINI: sse_body(gemini_chunks(["a", "b"], finish=None), ending=line_ending),
     }[dialect]
     last_event = whole[: -len(line_ending)].rfind(line_ending * 2) + 2 * len(line_ending)
     first_line_end = whole.index(line_ending, last_event) + len(line_ending)

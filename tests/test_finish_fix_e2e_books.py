@@ -19,7 +19,6 @@ from mitmproxy import http
 from mitmproxy import io as mitmproxy_io
 
 from finishline import Dialect
-from labs.dialects import LAB_DIALECTS
 from tests.chat_streams import chat_stream
 from tests.e2e_support import (
     ANSWER,
@@ -36,7 +35,7 @@ from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, MitmdumpError
 from tests.mitmdump_process import start as start_mitmdump_process
 from tests.otlp_receiver import running_otlp_receiver
-from tests.test_core_malformed import cut, healthy, with_malformed
+from tests.test_core_malformed import DIALECTS, cut, healthy, with_malformed
 from tests.test_finish_fix_e2e_telemetry import SPAN_WAIT_S, scrape, streams_total
 from tests.upstream_server import Ending, Script, UpstreamServer
 
@@ -313,23 +312,23 @@ def test_a_malformed_stream_reaches_the_client_byte_for_byte_and_is_booked_malfo
         cases = _a_malformed_stream_in_every_dialect(proxy, upstream)
         # The spans are awaited while mitmdump runs (its exporter sends every second), not left to its
         # shutdown, which gives the last spans only SHUTDOWN_TIMEOUT_S: on a loaded machine some missed it.
-        spans = receiver.wait_for(2 * len(LAB_DIALECTS), SPAN_WAIT_S)
+        spans = receiver.wait_for(2 * len(DIALECTS), SPAN_WAIT_S)
         proxy.mitmdump.stop()
     _the_saved_flows_say_malformed(flows_file, len(cases))
     assert receiver.errors == []
-    assert len(spans) == 2 * len(LAB_DIALECTS)
+    assert len(spans) == 2 * len(DIALECTS)
     for span in spans:
         assert span.attributes["finish_fix.verdict"] == "malformed", span.attributes
         assert span.attributes["error.type"] == "malformed", span.attributes
         assert span.status_code == "STATUS_CODE_ERROR"
     causes = Counter((span.attributes["finish_fix.dialect"], span.attributes.get("finish_fix.cause")) for span in spans)
-    assert causes == {key: 1 for dialect in LAB_DIALECTS for key in ((str(dialect), None), (str(dialect), "transport_error"))}
+    assert causes == {key: 1 for dialect in DIALECTS for key in ((str(dialect), None), (str(dialect), "transport_error"))}
 
 
 def _a_malformed_stream_in_every_dialect(proxy: FinishFixProxy, upstream: UpstreamServer) -> dict[tuple[Dialect, str], object]:
     """The streams, the ledger and the metrics; returns the cases sent."""
     cases: dict[tuple[Dialect, str], tuple[str, bytes, int]] = {}
-    for dialect in LAB_DIALECTS:
+    for dialect in DIALECTS:
         for name, events, ending in (("ended", healthy(dialect), Ending.CLEAN), ("cut", cut(dialect), Ending.FIN_MID_CHUNK)):
             body, number = with_malformed(events, dialect)
             prefix = upstream.route(Script(pieces=[body], ending=ending, cut_tail=b"data: {"))
@@ -353,7 +352,7 @@ def _a_malformed_stream_in_every_dialect(proxy: FinishFixProxy, upstream: Upstre
     counted = {key: count for key, count in streams_total(scrape(proxy)).items() if count}
     assert counted == {
         key: 1
-        for dialect in LAB_DIALECTS
+        for dialect in DIALECTS
         for key in ((str(dialect), "malformed", "none"), (str(dialect), "malformed", "transport_error"))
     }
     return dict(cases)

@@ -18,11 +18,10 @@ from faults.child_processes import listening_ports
 from finishline import Booking, Correction, CutCause, Dialect, InjectionKind, RepairPolicy, RequestFacts, Verdict, answer_no_head
 from finishline.addon.metrics import NO_CAUSE, MetricsServer, StreamMetrics, parse_listen_address, process_metrics
 from finishline.addon.stream import stream_of
-from labs.dialects import LAB_DIALECTS
 from tests.feeding import chunk, run, sse
 from tests.gemini_streams import gemini_chunks, sse_body
 from tests.test_addon import HEALTHY, addon, make_flow, stream_through  # noqa: F401  (`addon` is a fixture)
-from tests.test_core_malformed import cut, healthy, with_malformed
+from tests.test_core_malformed import DIALECTS, cut, healthy, with_malformed
 
 #: The contract: every metric's name as scraped and its label names.
 CONTRACT = {
@@ -143,7 +142,7 @@ def test_a_request_without_a_response_head_counts_as_interrupted_by_its_cause():
     assert value(samples, "finish_fix_stream_duration_seconds_sum", dialect="responses", verdict="interrupted") == 2.1
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_malformed_stream_counts_as_malformed_with_its_cut_as_the_cause(dialect):
     # The core's bookings as they are: one malformed stream that ended well, one also cut.
     metrics = StreamMetrics()

@@ -14,10 +14,9 @@ import pytest
 import finishline.addon.traces
 from finishline import Booking, CutCause, Dialect, InjectionKind, RequestFacts, TokenUsage, Verdict, answer_no_head
 from finishline.addon.traces import SCHEMA_URL, SpanExport, error_type, span_attributes, traces_endpoint
-from labs.dialects import LAB_DIALECTS
 from tests.feeding import run
 from tests.otlp_receiver import refusing_otlp_endpoint, running_otlp_receiver
-from tests.test_core_malformed import cut, healthy, with_malformed
+from tests.test_core_malformed import DIALECTS, cut, healthy, with_malformed
 
 REQUEST = RequestFacts(model="gpt-test", stream=True)
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -86,7 +85,7 @@ def test_a_request_without_a_response_head_is_an_error_with_its_cause():
     assert attributes["gen_ai.response.finish_reasons"] == ["error"]
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", DIALECTS)
 def test_a_malformed_stream_is_an_error_span_whatever_else_it_was(dialect):
     # The core's bookings as they are: a malformed stream that ended well, one also cut.
     _, repair = run(with_malformed(healthy(dialect), dialect)[0], dialect=dialect)

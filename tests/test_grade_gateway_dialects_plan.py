@@ -47,7 +47,7 @@ def test_a_responses_card_runs_no_finish_rule_on_a_stream_without_a_terminal_eve
         "from a responses worker its scenario (reason-omitted) is a stream without a terminal event, a cut: "
         "the rule 2 checks cover it"
     )
-    assert not_run["length-omitted"] == "its scenario (length-omitted) runs in chat, messages, not in responses"
+    assert not_run["length-omitted"] == "its scenario (length-omitted) runs in chat, messages, gemini, not in responses"
     assert BOOKS_CHECK[1] in card_check_ids(Dialect.RESPONSES)
 
 
@@ -56,7 +56,7 @@ def test_a_translated_card_runs_what_means_something_in_both_dialects():
     # defect it names again, since the Chat stream still ends with [DONE].
     runs, not_run = card_checks(Dialect.RESPONSES, Dialect.CHAT)
     assert "reason-omitted" in [c.check for c in runs]
-    assert not_run["bare-error-frame"] == "its scenario (bare-error-frame) runs in messages, responses, not in chat"
+    assert not_run["bare-error-frame"] == "its scenario (bare-error-frame) runs in messages, responses, gemini, not in chat"
 
 
 def test_a_client_that_does_not_speak_the_dialect_is_refused_naming_those_that_do():

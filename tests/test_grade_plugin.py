@@ -95,8 +95,8 @@ def test_server_checks_in_another_dialect(pytester, finishline_worker):
 
 
 def test_the_plugins_dialect_words_are_the_cores(pytester):
-    # The plugin offers exactly the core's words of the dialects the graders speak (not Gemini
-    # yet), and an unknown one is pytest's usage error that lists them.
+    # The plugin offers exactly the core's words of the lab's dialects, and an unknown one is
+    # pytest's usage error that lists them.
     assert finishline_plugin._DIALECTS == LAB_DIALECTS
     result = pytester.runpytest(
         "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider"

@@ -37,6 +37,7 @@ from labs.worker import open_worker, parse_settings
 from labs.worker.settings import Framing
 from labs.worker.wire import ResponsePlan, response_plan
 from tests.fixtures_lab import chat_request, client_exchange, open_proxy, request_for, run_trio
+from tests.test_worker_conduct import raw_request
 
 ROOT = Path(__file__).resolve().parent.parent
 EXACT_ERROR_EVENT = (
@@ -56,13 +57,18 @@ def raw_exchange_for(model: str, dialect: Dialect = Dialect.CHAT, *, close: bool
     """The raw request, the worker's whole healthy response and its plan, for a model name
     (`tests.fixtures_lab.request_for`, as bytes on the wire), in `dialect`; `close`: the request
     says `Connection: close`, so the hub closes after the response (read to its end, no wait)."""
+    headers = {"connection": "close"} if close else None
+    if dialect is Dialect.GEMINI:
+        # The model (and so the settings) in the path, as a Gemini client sends it.
+        body = {"model": model, "stream": True, "contents": [{"role": "user", "parts": [{"text": "hi"}]}]}
+        plan = response_plan(parse_settings(model).for_request(body, dialect), dialect=dialect)
+        return raw_request(dialect, body, headers=headers), plan.to_bytes(), plan
     if dialect is Dialect.CHAT:
         body, plan = request_for(parse_settings(model))
     else:
         body = {"model": model, "stream": True, "max_tokens": 100}
         body["input" if dialect is Dialect.RESPONSES else "messages"] = [{"role": "user", "content": "hi"}]
         plan = response_plan(parse_settings(model).for_request(body, dialect), dialect=dialect)
-    headers = {"connection": "close"} if close else None
     return chat_request(body, path=PATHS[dialect], headers=headers), plan.to_bytes(), plan
 
 
@@ -139,6 +145,8 @@ def test_the_502s_body_is_in_the_requests_dialects_error_shape(dialect):
     body = bad_gateway_body(dialect)
     if dialect is Dialect.MESSAGES:
         assert body == {"type": "error", "error": {"type": "api_error", "message": BAD_GATEWAY_BODY["error"]["message"]}}
+    elif dialect is Dialect.GEMINI:
+        assert body == {"error": {"code": 502, "message": BAD_GATEWAY_BODY["error"]["message"], "status": "UNAVAILABLE"}}
     else:
         assert body == BAD_GATEWAY_BODY and body["error"]["code"] == "worker_unreachable"
 
@@ -262,6 +270,17 @@ def test_error_event_in_responses_is_openais_error_then_response_failed_continui
     assert failed["response"]["id"] == relayed[0][1]["response"]["id"]
     assert failed["response"]["status"] == "failed" and failed["response"]["error"]["message"] == ERROR_MESSAGE
     assert exchanges[0].action == "error_event"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("reset", [False, True], ids=["fin", "reset"])
+def test_error_event_in_gemini_is_googles_error_frame_after_the_chunks_and_the_cell_is_the_paths(toxiproxy, reset):
+    # google-genai raises on a frame that re-dumps as `{"error": ...}` (error first, a numeric code).
+    status, events, exchanges = error_event_after_3(Dialect.GEMINI, reset, toxiproxy)
+    assert status == 200 and [name for name, _ in events] == [None] * 4
+    assert [data["candidates"][0]["content"]["parts"][0]["text"] for _, data in events[:3]] == ["The", " quick", " brown"]
+    assert events[-1][1] == {"error": {"code": 503, "message": ERROR_MESSAGE, "status": "UNAVAILABLE"}}
+    assert exchanges[0].action == "error_event" and exchanges[0].path.endswith(":streamGenerateContent")
 
 
 @pytest.mark.e2e

@@ -38,10 +38,12 @@ def test_the_agents_are_these_three_clients_in_the_dialects_they_speak():
         Dialect.CHAT: ("pi-coding-agent",),
         Dialect.MESSAGES: ("pi-coding-agent", "claude-code"),
         Dialect.RESPONSES: ("pi-coding-agent", "codex"),
+        Dialect.GEMINI: (),
     }
     # After the libraries in each dialect's columns, run by no driver host.
     for dialect, agents in AGENT_CLIENTS_BY_DIALECT.items():
-        assert CLIENTS_BY_DIALECT[dialect][-len(agents) :] == agents
+        columns = CLIENTS_BY_DIALECT[dialect]
+        assert columns[len(columns) - len(agents) :] == agents
     assert {runtime_of(name) for name in AGENT_CLIENTS} == {"agent"}
 
 
@@ -120,7 +122,7 @@ def test_an_agents_environment_is_its_cells_own_and_nothing_of_the_labs(tmp_path
             assert command.env[key].startswith(str(tmp_path))
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", list(AGENTS["pi-coding-agent"].dialects))
 def test_pis_agent_gets_one_model_named_after_the_cell_on_the_dialects_api(tmp_path, dialect):
     command = AGENTS["pi-coding-agent"].command(_cell(tmp_path, dialect))
     models = json.loads((Path(command.env["PI_CODING_AGENT_DIR"]) / "models.json").read_text())

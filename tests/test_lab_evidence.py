@@ -62,7 +62,10 @@ def test_a_probe_has_its_own_id_of_a_cells_length_and_healthy_settings():
 def test_the_probes_answer_is_the_workers_healthy_answer_in_the_dialects_words(dialect):
     expected = probe_expected(dialect)
     assert expected.text and expected.http_error is None
-    assert expected.finish_reason == {"chat": "stop", "messages": "end_turn", "responses": "completed"}[dialect.value]
+    assert (
+        expected.finish_reason
+        == {"chat": "stop", "messages": "end_turn", "responses": "completed", "gemini": "STOP"}[dialect.value]
+    )
     whole = ClientReport(client="c", completed=True, text=expected.text, finish_reason=expected.finish_reason)
     assert probe_json("p0001", whole, judge(whole, expected))["ok"] is True
     short = ClientReport(client="c", completed=True, text=expected.text[:3], finish_reason=expected.finish_reason)

@@ -130,9 +130,11 @@ def test_the_default_run_has_the_default_clients_and_all_lifts_it():
 def test_the_default_run_has_every_client_of_the_new_dialects_and_chats_default_ones():
     every = LAB_DIALECTS
     chosen = select_clients(None, everything=False, dialects=every)
-    assert set(chosen) == set(DEFAULT_CLIENTS) | set(LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES]) | set(
-        LIBRARY_CLIENTS_BY_DIALECT[Dialect.RESPONSES]
-    )
+    assert set(chosen) == set(DEFAULT_CLIENTS) | {
+        client
+        for dialect in (Dialect.MESSAGES, Dialect.RESPONSES, Dialect.GEMINI)
+        for client in LIBRARY_CLIENTS_BY_DIALECT[dialect]
+    }
     assert "httpx-sse" not in chosen and "anthropic-python-helper" in chosen
     # No coding agent in the default run: they add a minute or more (docs/lab.md, "The coding agents").
     assert not set(AGENT_CLIENTS) & set(chosen)

@@ -20,12 +20,11 @@ import pytest
 
 from finishline import Dialect
 from labs.__main__ import run_and_report
-from labs.dialects import LAB_DIALECTS
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.worker.llama_cpp import MODEL_FILE, LlamaCppServer, xllamacpp_version
-from labs.worker.real import LLAMA_CPP, RealUpstream, RealWorker, discover_model, open_real_worker
+from labs.worker.real import LLAMA_CPP, REAL_WORKER_DIALECTS, RealUpstream, RealWorker, discover_model, open_real_worker
 from tests.fixtures_lab import Received, chat_request, client_exchange, run_trio
 from tests.upstream_server import Drop, Script, UpstreamServer
 
@@ -49,7 +48,7 @@ def real_matrix(llama_cpp: LlamaCppServer, tmp_path_factory: pytest.TempPathFact
         scenarios=scenarios,
         clients=MATRIX_CLIENTS,
         gateways=("direct", "finish_fix"),
-        dialects=LAB_DIALECTS,
+        dialects=REAL_WORKER_DIALECTS,
         results_dir=tmp_path_factory.mktemp("real-lab"),
         worker=llama_cpp.base_url,
     )
@@ -79,7 +78,7 @@ def test_the_result_names_the_worker_and_its_model(real_matrix, llama_cpp: Llama
     assert real_matrix["worker"] == {"worker": llama_cpp.base_url, "model": MODEL_FILE}
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS), ids=lambda d: d.value)
+@pytest.mark.parametrize("dialect", list(REAL_WORKER_DIALECTS), ids=lambda d: d.value)
 def test_the_truth_is_the_servers_captured_answer(real_matrix, dialect):
     truth = expected(real_matrix, "healthy", dialect)
     # SmolLM2 ends this prompt on its own, well within the lab's limit, in more tokens than the cut's 5.
@@ -90,7 +89,7 @@ def test_the_truth_is_the_servers_captured_answer(real_matrix, dialect):
 
 
 @pytest.mark.parametrize("gateway", ["direct", "finish_fix"])
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS), ids=lambda d: d.value)
+@pytest.mark.parametrize("dialect", list(REAL_WORKER_DIALECTS), ids=lambda d: d.value)
 def test_a_healthy_cell_against_the_real_server_is_ok(real_matrix, dialect, gateway):
     found = cell(real_matrix, "healthy", dialect, gateway)
     assert found["outcome"] == "ok", found["why"]
@@ -116,7 +115,7 @@ def test_the_ai_sdk_is_ok_through_finish_fix_and_fails_llama_cpps_responses_snap
         assert direct["outcome"] == "error" and "Type validation failed" in direct["why"], direct["why"]
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS), ids=lambda d: d.value)
+@pytest.mark.parametrize("dialect", list(REAL_WORKER_DIALECTS), ids=lambda d: d.value)
 def test_a_cut_the_hub_hides_is_silent_direct_and_an_error_through_finish_fix(real_matrix, dialect):
     direct = cell(real_matrix, "cut-after-tokens-hub-close", dialect, "direct")
     truth = expected(real_matrix, "cut-after-tokens-hub-close", dialect)["text"]
@@ -150,7 +149,7 @@ def test_a_run_with_the_llama_cpp_worker_starts_the_server_and_names_it_in_resul
         scenarios=scenarios,
         clients=CLIENTS,
         gateways=("direct",),
-        dialects=LAB_DIALECTS,
+        dialects=REAL_WORKER_DIALECTS,
         results_dir=tmp_path,
         worker=LLAMA_CPP,
     )
@@ -164,7 +163,7 @@ def test_a_run_with_the_llama_cpp_worker_starts_the_server_and_names_it_in_resul
     outcomes = {(cell["scenario"], cell["dialect"]): (cell["outcome"], cell["why"]) for cell in result["cells"]}
     expected_outcomes = {"healthy": "ok", "cut-after-tokens-hub-close": "silent-truncation"}
     assert {key: outcome for key, (outcome, _) in outcomes.items()} == {
-        (name, dialect): outcome for name, outcome in expected_outcomes.items() for dialect in LAB_DIALECTS
+        (name, dialect): outcome for name, outcome in expected_outcomes.items() for dialect in REAL_WORKER_DIALECTS
     }, outcomes
     assert (written.parent / "llama.cpp.log").is_file()  # the server the lab started kept its log
 

@@ -8,7 +8,14 @@ import pytest
 from finishline import Dialect
 from labs.__main__ import REAL_SERVER_GATEWAYS, REAL_SERVER_SECTION, _plain_default_run, main, select_scenarios, split_by_worker
 from labs.dialects import LAB_DIALECTS
-from labs.worker.real import LLAMA_CPP, RealWorkerError, needs_simulated_worker, parse_worker_url, pinned_body
+from labs.worker.real import (
+    LLAMA_CPP,
+    REAL_WORKER_DIALECTS,
+    RealWorkerError,
+    needs_simulated_worker,
+    parse_worker_url,
+    pinned_body,
+)
 from labs.worker.settings import WorkerSettings
 
 
@@ -104,9 +111,11 @@ def test_only_the_plain_default_run_ends_with_the_real_server_section(argv, plai
 
 
 def test_the_real_server_section_is_llama_cpp_healthy_and_a_hidden_cut_in_every_dialect():
-    scenarios = select_scenarios(list(REAL_SERVER_SECTION), False, dialects=LAB_DIALECTS)
+    scenarios = select_scenarios(list(REAL_SERVER_SECTION), False, dialects=REAL_WORKER_DIALECTS)
     assert [s.name for s in scenarios] == ["healthy", "cut-after-tokens-hub-close"]
-    assert all(s.dialects == LAB_DIALECTS for s in scenarios)
+    # Every dialect a real server speaks: no Gemini (the front relays no Gemini route).
+    assert REAL_WORKER_DIALECTS == tuple(d for d in LAB_DIALECTS if d is not Dialect.GEMINI)
+    assert all(s.dialects == REAL_WORKER_DIALECTS for s in scenarios)
     assert split_by_worker(scenarios, LLAMA_CPP) == (scenarios, [])
     assert REAL_SERVER_GATEWAYS == ("direct", "finish_fix")
 
@@ -114,3 +123,9 @@ def test_the_real_server_section_is_llama_cpp_healthy_and_a_hidden_cut_in_every_
 def test_a_coding_agent_asked_for_with_a_real_worker_is_refused_in_one_line(capsys):
     assert main(["--worker", LLAMA_CPP, "--client", "claude-code", "--scenario", "healthy"]) == 2
     assert "claude-code: the coding agents need the simulated worker" in one_line_error(capsys)
+
+
+def test_gemini_asked_for_with_a_real_worker_is_refused_in_one_line(capsys):
+    assert main(["--worker", LLAMA_CPP, "--dialect", "gemini", "--scenario", "healthy"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --dialect gemini: a real worker speaks chat, messages, responses") and err.count("\n") == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import anthropic
 import httpx
@@ -23,6 +24,8 @@ from tests.fixtures_lab import chat_request, client_exchange, run_trio
 CELL = CELL_ID_TEMPLATE.format(7)
 OTHER = CELL_ID_TEMPLATE.format(8)
 PATHS = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
+#: The line ending of the worker's SSE frames, by dialect (Gemini's are Google's CRLF).
+EVENT_END = {dialect: "\r\n\r\n" if dialect is Dialect.GEMINI else "\n\n" for dialect in LAB_DIALECTS}
 
 
 def model(cell: str, **settings: Any) -> str:  # WorkerSettings' fields, as keywords
@@ -30,10 +33,34 @@ def model(cell: str, **settings: Any) -> str:  # WorkerSettings' fields, as keyw
 
 
 def body(cell: str, dialect: Dialect = Dialect.CHAT, *, stream: bool = True, **settings: object) -> dict:
+    """A request in `dialect` (Gemini's `model` and `stream` go to its path: `wire`)."""
+    if dialect is Dialect.GEMINI:
+        contents = [{"role": "user", "parts": [{"text": "hi"}]}]
+        return {
+            "model": model(cell, **settings),
+            "stream": stream,
+            "contents": contents,
+            "generationConfig": {"maxOutputTokens": 100},
+        }
     request = {"model": model(cell, **settings), "stream": stream, "max_tokens": 100}
     key = "input" if dialect is Dialect.RESPONSES else "messages"
     request[key] = [{"role": "user", "content": "hi"}]
     return request
+
+
+def wire(dialect: Dialect, request: dict) -> tuple[str, dict]:
+    """The request's path and JSON body as a client sends them: Gemini's path names the model
+    (escaped, as a client may) and the stream action, and its body has neither."""
+    if dialect is not Dialect.GEMINI:
+        return PATHS[dialect], request
+    action = "streamGenerateContent?alt=sse" if request.get("stream") else "generateContent"
+    path = f"/v1beta/models/{quote(request['model'], safe='')}:{action}"
+    return path, {key: value for key, value in request.items() if key not in ("model", "stream")}
+
+
+def raw_request(dialect: Dialect, request: dict, headers: dict[str, str] | None = None) -> bytes:
+    path, payload = wire(dialect, request)
+    return chat_request(payload, headers=headers, path=path)
 
 
 def posts(requests: list[dict], *, dialect: Dialect = Dialect.CHAT, current_cells=None, name: str = "primary"):
@@ -44,7 +71,8 @@ def posts(requests: list[dict], *, dialect: Dialect = Dialect.CHAT, current_cell
             answers = []
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{worker.port}", timeout=10) as client:
                 for request in requests:
-                    response = await client.post(PATHS[dialect], json=request)
+                    path, payload = wire(dialect, request)
+                    response = await client.post(path, json=payload)
                     answers.append((response.status_code, response.headers, response.text))
             return answers, list(worker.attempts), worker
 
@@ -114,6 +142,8 @@ def test_a_stale_cell_gets_a_409_naming_it_is_counted_and_never_served(dialect):
     assert OTHER in error["message"]
     if dialect is Dialect.MESSAGES:
         assert json.loads(text)["type"] == "error" and error["type"] == "invalid_request_error"
+    elif dialect is Dialect.GEMINI:
+        assert (error["code"], error["status"]) == (409, "ABORTED")
     else:
         assert error["code"] == "stale_cell"
     assert answers[1][0] == 200
@@ -132,10 +162,19 @@ def test_requests_without_a_cell_id_are_served_whatever_the_current_cells():
 OPENAI_ERROR_KEYS = {"message", "type", "param", "code"}
 
 
-def assert_dialects_error_body(dialect: Dialect, text: str, *, anthropic_type: str, openai_code: str) -> None:
+#: Google's status word per HTTP status the knobs answer with.
+GEMINI_STATUSES = {400: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+
+
+def assert_dialects_error_body(dialect: Dialect, text: str, *, anthropic_type: str, openai_code: str, status: int = 0) -> None:
     """Messages: `{"type": "error", "error": {"type", "message"}}` (Anthropic has no codes); Chat and
-    Responses: OpenAI's `{"error": {"message", "type", "param", "code"}}`."""
+    Responses: OpenAI's `{"error": {"message", "type", "param", "code"}}`; Gemini: Google's
+    `{"error": {"code": <the status>, "message", "status": <its word>}}`."""
     payload = json.loads(text)
+    if dialect is Dialect.GEMINI:
+        assert set(payload) == {"error"} and list(payload["error"]) == ["code", "message", "status"]
+        assert (payload["error"]["code"], payload["error"]["status"]) == (status, GEMINI_STATUSES[status])
+        return
     if dialect is Dialect.MESSAGES:
         assert payload["type"] == "error" and set(payload["error"]) == {"type", "message"}
         assert payload["error"]["type"] == anthropic_type
@@ -149,7 +188,9 @@ def test_429_with_retry_after_once_then_healthy(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_429_retry_after=2)] * 2, dialect=dialect)
     (first_status, first_headers, first_text), (second_status, _, _) = answers
     assert (first_status, first_headers["retry-after"]) == (429, "2")
-    assert_dialects_error_body(dialect, first_text, anthropic_type="rate_limit_error", openai_code="rate_limit_exceeded")
+    assert_dialects_error_body(
+        dialect, first_text, anthropic_type="rate_limit_error", openai_code="rate_limit_exceeded", status=429
+    )
     assert second_status == 200
     assert [a.ended for a in attempts] == ["http_error:429", "complete"]
 
@@ -163,7 +204,7 @@ def test_once_is_per_cell():
 def test_500_once_then_healthy_in_every_dialect(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_500_once=True)] * 2, dialect=dialect)
     assert [status for status, _, _ in answers] == [500, 200]
-    assert_dialects_error_body(dialect, answers[0][2], anthropic_type="api_error", openai_code="server_error")
+    assert_dialects_error_body(dialect, answers[0][2], anthropic_type="api_error", openai_code="server_error", status=500)
     assert [(a.ended, a.first_token_s is not None) for a in attempts] == [("http_error:500", False), ("complete", True)]
 
 
@@ -172,16 +213,18 @@ def test_400_context_length_on_every_attempt(dialect):
     answers, attempts, _ = posts([body(CELL, dialect, http_400_context_length=True)] * 2, dialect=dialect)
     assert [status for status, _, _ in answers] == [400, 400]
     assert_dialects_error_body(
-        dialect, answers[0][2], anthropic_type="invalid_request_error", openai_code="context_length_exceeded"
+        dialect, answers[0][2], anthropic_type="invalid_request_error", openai_code="context_length_exceeded", status=400
     )
     if dialect is Dialect.MESSAGES:
         assert "prompt is too long" in json.loads(answers[0][2])["error"]["message"]
+    if dialect is Dialect.GEMINI:
+        assert "exceeds the maximum number of tokens" in json.loads(answers[0][2])["error"]["message"]
     assert [a.ended for a in attempts] == ["http_error:400", "http_error:400"]
 
 
 @pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_reset_before_head_once_then_healthy(dialect):
-    request = chat_request(body(CELL, dialect, reset_before_head=True), headers={"connection": "close"}, path=PATHS[dialect])
+    request = raw_request(dialect, body(CELL, dialect, reset_before_head=True), headers={"connection": "close"})
 
     async def scenario():
         async with open_worker(name="primary") as worker:
@@ -198,7 +241,7 @@ def test_reset_before_head_once_then_healthy(dialect):
 
 @pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
 def test_no_response_holds_every_attempt_until_the_client_goes(dialect):
-    request = chat_request(body(CELL, dialect, no_response=True), path=PATHS[dialect])
+    request = raw_request(dialect, body(CELL, dialect, no_response=True))
 
     async def scenario():
         async with open_worker(name="primary") as worker:
@@ -232,7 +275,8 @@ def test_malformed_chunk_is_one_bad_event_mid_stream_in_the_dialects_framing(dia
     answers, attempts, _ = posts([request] * 2, dialect=dialect)
     for status, _, text in answers:
         assert status == 200
-        events = text.split("\n\n")
+        end = EVENT_END[dialect]
+        events = text.split(end)
         # The dialect's own token event, cut in half: its name (Messages, Responses), then bad JSON.
         name, data = MALFORMED_EVENTS[dialect]
         bad = [e for e in events if e == (f"event: {name}\n" if name else "") + f"data: {data.decode()}"]
@@ -241,7 +285,7 @@ def test_malformed_chunk_is_one_bad_event_mid_stream_in_the_dialects_framing(dia
             json.loads(data)
         # The rest of the stream is the healthy one, in order, around it.
         healthy = response_plan(WorkerSettings(tokens=4).for_request(request, dialect), dialect=dialect)
-        assert [e for e in events if e not in bad] == [s.event.decode().removesuffix("\n\n") for s in healthy.segments] + [""]
+        assert [e for e in events if e not in bad] == [s.event.decode().removesuffix(end) for s in healthy.segments] + [""]
         assert events.index(bad[0]) not in (0, len(events) - 2)
     assert [a.ended for a in attempts] == ["complete", "complete"]
 
@@ -273,7 +317,7 @@ def test_slow_first_token_sends_the_head_at_once_and_holds_the_first_event(diale
 
     async def scenario():
         async with open_worker() as worker:
-            raw = chat_request(request, path=PATHS[dialect])
+            raw = raw_request(dialect, request)
             # Only "nothing more came for a while" is concluded from time: the head, then silence.
             return await client_exchange(worker.port, raw, stop_after_bytes=plan.head_length, quiet_seconds=0.5)
 

@@ -22,7 +22,7 @@ from labs.scenario import ScenarioError, load_scenario, load_scenarios
 from labs.worker import SettingsError, WorkerSettings, open_worker
 from labs.worker.answer import PREFILL_MESSAGE
 from tests.fixtures_lab import run_trio
-from tests.test_worker_conduct import CELL, OTHER, PATHS, assert_dialects_error_body, body, model
+from tests.test_worker_conduct import CELL, OTHER, PATHS, assert_dialects_error_body, body, model, wire
 
 
 def posts(requests: list[dict], *, dialect: Dialect = Dialect.CHAT, spare: bool = False):
@@ -34,7 +34,8 @@ def posts(requests: list[dict], *, dialect: Dialect = Dialect.CHAT, spare: bool 
             answers = []
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{worker.port}", timeout=10) as client:
                 for request in requests:
-                    response = await client.post(PATHS[dialect], json=request)
+                    path, payload = wire(dialect, request)
+                    response = await client.post(path, json=payload)
                     answers.append((response.status_code, response.headers, response.text))
             return answers, list(worker.attempts)
 
@@ -42,6 +43,11 @@ def posts(requests: list[dict], *, dialect: Dialect = Dialect.CHAT, spare: bool 
 
 
 def with_conversation(request: dict, dialect: Dialect, messages: list[dict[str, Any]]) -> dict:
+    if dialect is Dialect.GEMINI:  # Gemini's `contents`, the assistant's role `model`
+        contents = [
+            {"role": "model" if m["role"] == "assistant" else "user", "parts": [{"text": m["content"]}]} for m in messages
+        ]
+        return {**request, "contents": contents}
     key = "input" if dialect is Dialect.RESPONSES else "messages"
     return {**request, key: messages}
 
@@ -54,7 +60,9 @@ def test_429_persistent_fails_every_attempt_at_the_primary_without_retry_after(d
     answers, attempts = posts([body(CELL, dialect, primary_429_persistent=True)] * 3, dialect=dialect)
     assert [status for status, _, _ in answers] == [429, 429, 429]
     assert all("retry-after" not in headers for _, headers, _ in answers)
-    assert_dialects_error_body(dialect, answers[0][2], anthropic_type="rate_limit_error", openai_code="rate_limit_exceeded")
+    assert_dialects_error_body(
+        dialect, answers[0][2], anthropic_type="rate_limit_error", openai_code="rate_limit_exceeded", status=429
+    )
     assert [a.ended for a in attempts] == ["http_error:429"] * 3
 
 
@@ -62,7 +70,7 @@ def test_429_persistent_fails_every_attempt_at_the_primary_without_retry_after(d
 def test_503_persistent_fails_every_attempt_at_the_primary(dialect):
     answers, _ = posts([body(CELL, dialect, primary_503_persistent=True)] * 3, dialect=dialect)
     assert [status for status, _, _ in answers] == [503, 503, 503]
-    assert_dialects_error_body(dialect, answers[0][2], anthropic_type="api_error", openai_code="server_error")
+    assert_dialects_error_body(dialect, answers[0][2], anthropic_type="api_error", openai_code="server_error", status=503)
 
 
 @pytest.mark.parametrize(
@@ -94,7 +102,7 @@ def test_content_policy_400_on_every_attempt_at_every_worker(dialect):
         answers, attempts = posts([body(CELL, dialect, http_400_content_policy=True)] * 2, dialect=dialect, spare=spare)
         assert [status for status, _, _ in answers] == [400, 400]
         assert_dialects_error_body(
-            dialect, answers[0][2], anthropic_type="invalid_request_error", openai_code="content_policy_violation"
+            dialect, answers[0][2], anthropic_type="invalid_request_error", openai_code="content_policy_violation", status=400
         )
         if dialect is Dialect.MESSAGES:
             assert "content filtering policy" in json.loads(answers[0][2])["error"]["message"]
@@ -109,7 +117,10 @@ def test_reject_prefill_answers_400_to_a_conversation_ending_with_the_assistant_
     assert [status for status, _, _ in answers] == [400, 200, 400]
     payload = json.loads(answers[0][2])
     assert payload["error"]["message"] == PREFILL_MESSAGE
-    assert payload["error"]["type"] == "invalid_request_error"
+    if dialect is Dialect.GEMINI:
+        assert payload["error"]["status"] == "INVALID_ARGUMENT"
+    else:
+        assert payload["error"]["type"] == "invalid_request_error"
     assert [a.ended for a in attempts] == ["http_error:400", "complete", "http_error:400"]
 
 
@@ -133,6 +144,8 @@ def usage_and_model(dialect: Dialect, text: str) -> tuple[str, int]:
     if dialect is Dialect.MESSAGES:
         [start] = [e for e in events if e["type"] == "message_start"]
         return start["message"]["model"], start["message"]["usage"]["input_tokens"]
+    if dialect is Dialect.GEMINI:
+        return events[-1]["modelVersion"], events[-1]["usageMetadata"]["promptTokenCount"]
     [done] = [e for e in events if e["type"] == "response.completed"]
     return done["response"]["model"], done["response"]["usage"]["input_tokens"]
 

@@ -5,12 +5,13 @@ Python libraries, labs/clients/node/host.mjs for the Node ones), many requests p
 line per request and per outcome. `labs.clients.hosts` starts them and sends them work.
 
 A client name means one library in one dialect (each request line carries its `"dialect"`):
-`langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages and `ChatOpenAI(use_responses_api=
-True)` in Responses; `pi-ai` is its `openai-completions`, `anthropic-messages` or `openai-responses`
-API. A name's runtime is the same in every dialect (`runtime_of`), but for a library that cannot
-share the lab's environment: `langchain` in Gemini is `ChatGoogleGenerativeAI`, whose
-langchain-google-genai needs google-genai below 3 while the lab has 3.3.0, so it runs in a Python
-host started from an environment of its own (`OWN_ENVIRONMENTS`).
+`langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages, `ChatOpenAI(use_responses_api=
+True)` in Responses and `ChatGoogleGenerativeAI` in Gemini; `google-genai` is Google's SDK in Gemini;
+`pi-ai` is its `openai-completions`, `anthropic-messages` or `openai-responses` API. A name's runtime
+is the same in every dialect (`runtime_of`), but for a library that cannot share the lab's
+environment: langchain-google-genai needs google-genai below 3 while the lab has 3.3.0, so
+`langchain` in Gemini runs in a Python host started from an environment of its own
+(`OWN_ENVIRONMENTS`).
 
 The coding agents (`pi-coding-agent`, `claude-code`, `codex`: labs.clients.agent_clis) are clients
 too, each in the dialects it speaks; they have no long-lived host: every cell runs the agent's
@@ -49,11 +50,13 @@ PYTHON_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: ("openai-python", "openai-python-helper", "langchain", "litellm-sdk", "httpx-sse"),
     Dialect.MESSAGES: ("anthropic-python", "anthropic-python-helper", "langchain"),
     Dialect.RESPONSES: ("openai-python", "openai-python-helper", "langchain"),
+    Dialect.GEMINI: ("google-genai", "langchain"),
 }
 NODE_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: ("openai-node", "openai-node-helper", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai"),
     Dialect.MESSAGES: ("anthropic-node", "anthropic-node-helper", "ai-sdk-anthropic", "pi-ai"),
     Dialect.RESPONSES: ("openai-node", "openai-node-helper", "ai-sdk-openai", "pi-ai"),
+    Dialect.GEMINI: (),
 }
 #: The client libraries (the drivers of labs.clients.hosts), per dialect.
 LIBRARY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
@@ -91,6 +94,7 @@ DEFAULT_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: DEFAULT_CLIENTS,
     Dialect.MESSAGES: LIBRARY_CLIENTS_BY_DIALECT[Dialect.MESSAGES],
     Dialect.RESPONSES: LIBRARY_CLIENTS_BY_DIALECT[Dialect.RESPONSES],
+    Dialect.GEMINI: LIBRARY_CLIENTS_BY_DIALECT[Dialect.GEMINI],
 }
 
 _RUNTIME_OF: dict[str, str] = {

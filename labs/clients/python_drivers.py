@@ -11,9 +11,9 @@ Tool calls are accumulated per tool-call `index`, the way the OpenAI stream spel
 delta of a call carries its name, later ones pieces of its arguments.
 
 This module holds the Chat drivers and `DRIVERS`, the registry of every dialect's drivers keyed by
-(client name, dialect); the Messages and Responses drivers live in python_messages.py and
-python_responses.py, LangChain's Gemini driver (which runs in an environment of its own) in
-python_langchain_google.py.
+(client name, dialect); the Messages, Responses and Gemini drivers live in python_messages.py,
+python_responses.py and python_gemini.py, LangChain's Gemini driver (which runs in an environment of
+its own) in python_langchain_google.py.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from finishline import Dialect
 from labs.clients import LAB_API_KEY
+from labs.clients.python_gemini import GEMINI_DRIVERS
 from labs.clients.python_langchain_google import LANGCHAIN_GOOGLE_DRIVERS
 from labs.clients.python_messages import MESSAGES_DRIVERS
 from labs.clients.python_responses import RESPONSES_DRIVERS
@@ -217,6 +218,7 @@ DRIVERS: dict[tuple[str, Dialect], Driver] = {
         (Dialect.CHAT, CHAT_DRIVERS),
         (Dialect.MESSAGES, MESSAGES_DRIVERS),
         (Dialect.RESPONSES, RESPONSES_DRIVERS),
+        (Dialect.GEMINI, GEMINI_DRIVERS),
         (Dialect.GEMINI, LANGCHAIN_GOOGLE_DRIVERS),
     )
     for name, driver in drivers.items()
@@ -226,7 +228,7 @@ DRIVERS: dict[tuple[str, Dialect], Driver] = {
 #: The client packages each Python runtime reports in its hello: the lab's environment, and each
 #: environment of its own (labs.clients.OWN_ENVIRONMENTS), which holds a library the lab's cannot.
 PACKAGES: dict[str, tuple[str, ...]] = {
-    "python": ("openai", "langchain-openai", "anthropic", "langchain-anthropic", "litellm", "httpx", "httpx-sse"),
+    "python": ("openai", "langchain-openai", "anthropic", "langchain-anthropic", "litellm", "httpx", "httpx-sse", "google-genai"),
     "langchain-google": ("langchain-google-genai", "langchain-core", "google-genai", "httpx"),
 }
 

@@ -150,6 +150,7 @@ PRELOAD: dict[tuple[str, Dialect], str] = {
     ("openai-python", Dialect.RESPONSES): "openai",
     ("openai-python-helper", Dialect.RESPONSES): "openai",
     ("langchain", Dialect.RESPONSES): "langchain_openai",
+    ("google-genai", Dialect.GEMINI): "google.genai",
     ("langchain", Dialect.GEMINI): "langchain_google_genai",
 }
 

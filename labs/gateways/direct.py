@@ -4,7 +4,7 @@ reads its books)."""
 
 from __future__ import annotations
 
-from labs.gateways.registry import EXTERNAL, NATIVE_ROUTES, Gateway, GatewayContext, GatewayEntry
+from labs.gateways.registry import EVERY_DIALECT_ROUTES, EXTERNAL, Gateway, GatewayContext, GatewayEntry
 
 
 async def _start_direct(ctx: GatewayContext) -> Gateway:
@@ -23,13 +23,13 @@ ENTRIES = (
         name="direct",
         summary="no gateway: the client talks to the worker's tunnel",
         start=_start_direct,
-        routes=NATIVE_ROUTES,
+        routes=EVERY_DIALECT_ROUTES,
     ),
     GatewayEntry(
         name=EXTERNAL,
         summary="your own gateway at --gateway-url, pointed at the tunnel (not started, no books read)",
         start=_start_external,
         # Whatever dialects you ask for; a scenario's `upstream_dialect` says when it translates.
-        routes=NATIVE_ROUTES,
+        routes=EVERY_DIALECT_ROUTES,
     ),
 )

@@ -30,7 +30,7 @@ import trio
 
 from finishline import Verdict
 from labs.gateways.finish_fix_scrape import METRICS_OPTION, keep_last_scrape, metrics_url_in
-from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
+from labs.gateways.registry import EVERY_DIALECT_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, FINISH_FIX_SCRIPT, MITM_LISTENING, Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
@@ -218,8 +218,8 @@ ENTRIES = (
         start=_start,
         books_kind="finish_fix",
         read_books=read_finish_fix_books,
-        # finish_fix's default path options repair /v1/messages and /v1/responses too; mitmdump's
-        # reverse mode passes every path on to the worker.
-        routes=NATIVE_ROUTES,
+        # finish_fix's default path options repair /v1/messages, /v1/responses and Gemini's
+        # `:streamGenerateContent` too; mitmdump's reverse mode passes every path on to the worker.
+        routes=EVERY_DIALECT_ROUTES,
     ),
 )

@@ -52,9 +52,10 @@ from typing import Any, TypeVar
 import trio
 
 from finishline import Dialect
-from labs.dialects import LAB_DIALECTS
+from labs.dialects import LAB_DIALECTS, UNLISTED_DIALECTS
 
 __all__ = [
+    "EVERY_DIALECT_ROUTES",
     "EXTERNAL",
     "BooksReader",
     "Gateway",
@@ -81,7 +82,12 @@ EXTERNAL = "external"
 
 #: An entry's `routes` when it passes every dialect on as it is (a relay that reads no dialect, or
 #: one that speaks each natively): each client dialect goes to the worker in the same dialect.
-NATIVE_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in LAB_DIALECTS})
+#: Gemini is in it only where the lab has run it through the gateway (`EVERY_DIALECT_ROUTES`):
+#: elsewhere a Gemini cell is `n/a` (issue 29: LiteLLM's Gemini routes and Envoy come later).
+NATIVE_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in UNLISTED_DIALECTS})
+#: Every dialect of the lab, each as it is: `direct` and `finish_fix` (its default
+#: `finish_fix_gemini_paths` repairs `:streamGenerateContent` under any prefix).
+EVERY_DIALECT_ROUTES: Mapping[Dialect, Dialect] = MappingProxyType({dialect: dialect for dialect in LAB_DIALECTS})
 #: The default `routes`: Chat Completions only.
 CHAT_ONLY: Mapping[Dialect, Dialect] = MappingProxyType({Dialect.CHAT: Dialect.CHAT})
 #: The path a dialect's requests take under a gateway's base URL (the clients' libraries add it to
@@ -90,6 +96,7 @@ REQUEST_PATHS: dict[Dialect, str] = {
     Dialect.CHAT: "/v1/chat/completions",
     Dialect.MESSAGES: "/v1/messages",
     Dialect.RESPONSES: "/v1/responses",
+    Dialect.GEMINI: "/v1/models/{model}:streamGenerateContent",
 }
 
 #: Reads one cell's books: (every entry the gateway's books hold, the cell id) -> (the books' word,

@@ -79,7 +79,7 @@ CELL_PATH = "/cells/{cell}"
 _CELL_IN_URL = re.compile(r"/cells/([^/]+)")
 #: The request paths whose spans are the books: a completion in each dialect SMG forwards (its
 #: HTTP router sends `/v1/messages` and `/v1/responses` to the worker's same path).
-_ROUTED_PATHS = tuple(REQUEST_PATHS.values())
+_ROUTED_PATHS = tuple(REQUEST_PATHS[dialect] for dialect in NATIVE_ROUTES)
 
 
 def smg_missing() -> str | None:

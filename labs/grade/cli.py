@@ -26,6 +26,7 @@ from labs.grade.gateway_plan import GatewayTarget
 from labs.grade.lab_gateways import grade_lab_gateways
 from labs.grade.render import render_cards_markdown, render_terminal, write_html, write_json
 from labs.grade.server_grader import grade_server
+from labs.grade.server_suites import ungraded_reason
 
 __all__ = ["build_parser", "main"]
 
@@ -220,6 +221,9 @@ def _emit(card: Card, arguments: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
+    dialects = (getattr(arguments, "dialect", None), getattr(arguments, "upstream_dialect", None))
+    if (ungraded := ungraded_reason(*(Dialect(d) for d in dialects if d))) is not None:
+        parser.error(ungraded)
     if arguments.command != "lab-gateways":
         _refuse_folders(parser, arguments, ("--json", "--html"))
     if arguments.command == "server":

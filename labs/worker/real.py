@@ -422,6 +422,9 @@ def _closing_head(head: bytes) -> bytes:
 
 #: The lab's route for each dialect (the front maps it onto the server's base path).
 ROUTES = {Dialect.CHAT: "/v1/chat/completions", Dialect.MESSAGES: "/v1/messages", Dialect.RESPONSES: "/v1/responses"}
+#: The dialects a real worker runs in: the routes the front relays (llama.cpp and the OpenAI-compatible
+#: servers speak no Gemini; a Gemini cell needs the simulated worker).
+REAL_WORKER_DIALECTS: tuple[Dialect, ...] = tuple(ROUTES)
 
 
 def capture_body(dialect: Dialect, *, prompt: str, model: str, max_tokens: int) -> dict[str, Any]:
