@@ -1,6 +1,7 @@
 """The Python driver of `langchain` in the Google Gemini dialect: LangChain's
 `ChatGoogleGenerativeAI` (langchain-google-genai 4.4.2), which streams
-`POST <root>/v1beta/models/<model>:streamGenerateContent?alt=sse` through google-genai 2.34.0.
+`POST <root>/<version>/models/<model>:streamGenerateContent?alt=sse` through google-genai 2.34.0
+(version `v1beta` unless told; the lab gives the version its URL has, as to `google-genai`).
 
 It runs in a host of its own: langchain-google-genai needs google-genai below 3 and the lab's
 environment has 3.3.0 (for the `google-genai` client), so `make setup` installs it in
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from labs.clients import LAB_API_KEY
+from labs.clients.python_gemini import gemini_root
 from labs.clients.python_sink import Driver, Sink, add_langchain_content
 
 __all__ = ["LANGCHAIN_GOOGLE_DRIVERS", "langchain_google_genai"]
@@ -41,12 +43,16 @@ async def langchain_google_genai(request: dict, sink: Sink) -> str | None:
     from langchain_core.messages.ai import add_usage
     from langchain_google_genai import ChatGoogleGenerativeAI
 
+    # google-genai appends `/<version>/models/...` to its base URL (v1beta unless told): the lab's
+    # root loses its version, which goes in `api_version`, as for the google-genai driver, so the
+    # request reaches the `/prefix/v1/...` the lab gave.
+    root, version = gemini_root(request["base_url"])
     model: Any = ChatGoogleGenerativeAI(
         model=request["model"],
         # pydantic turns the string into the field's SecretStr.
         google_api_key=request.get("api_key") or LAB_API_KEY,
-        # The root: google-genai appends `/v1beta/models/...` itself.
-        base_url=request["base_url"],
+        base_url=root,
+        api_version=version,
         **({"max_output_tokens": request["max_tokens"]} if request.get("max_tokens") else {}),
     )
     if request.get("tools"):
