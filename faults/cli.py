@@ -40,6 +40,7 @@ from finishline import Dialect
 
 # A CLI is the top layer: `--worker-settings` computes the byte counts of the lab's simulated worker
 # with the worker's own code (its settings and wire), the one part of `faults` that knows the lab.
+from labs.worker.server import completion_dialect
 from labs.worker.settings import SettingsError, parse_settings
 from labs.worker.wire import response_plan
 
@@ -305,14 +306,10 @@ def _layout(client: ToxiproxyClient, arguments: argparse.Namespace) -> ResponseL
 
 
 def _dialect_of_path(path: str) -> Dialect:
-    """The dialect whose token events a probe of `path` counts: Messages and Responses by their
-    routes (`.../messages`, `.../responses`), else Chat Completions."""
-    trimmed = path.split("?", 1)[0].rstrip("/")
-    if trimmed.endswith("/messages"):
-        return Dialect.MESSAGES
-    if trimmed.endswith("/responses"):
-        return Dialect.RESPONSES
-    return Dialect.CHAT
+    """The dialect whose token events a probe of `path` counts: the worker's completion route of
+    that path (`.../messages`, `.../responses`, Gemini's `...:streamGenerateContent?alt=sse`), else
+    Chat Completions."""
+    return completion_dialect(path.split("?", 1)[0]) or Dialect.CHAT
 
 
 def _refuse_a_faulty_proxy(client: ToxiproxyClient, info: ProxyInfo) -> None:

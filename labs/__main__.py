@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         choices=[d.value for d in LAB_DIALECTS],
         metavar="DIALECT",
-        help=f"repeatable; one of {', '.join(d.value for d in LAB_DIALECTS)}; default: all three, each scenario "
+        help=f"repeatable; one of {', '.join(d.value for d in LAB_DIALECTS)}; default: all of them, each scenario "
         "in the dialects it lists (the default run: those of its `default_dialects`)",
     )
     parser.add_argument(

@@ -19,7 +19,7 @@ from labs.worker import WorkerSettings
 from labs.worker.settings import Framing
 from labs.worker.wire import response_plan
 
-DIALECTS = (Dialect.MESSAGES, Dialect.RESPONSES)
+DIALECTS = (Dialect.MESSAGES, Dialect.RESPONSES, Dialect.GEMINI)
 
 
 def settings_cases():
@@ -118,6 +118,7 @@ def test_an_event_whose_type_is_no_string_is_no_preamble_and_no_crash(dialect, o
     token = {
         Dialect.MESSAGES: b'data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"A"}}\n\n',
         Dialect.RESPONSES: b'data: {"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"A"}\n\n',
+        Dialect.GEMINI: b'data: {"candidates":[{"content":{"parts":[{"text":"A"}],"role":"model"},"index":0}]}\n\n',
     }[dialect]
     layout = layout_from_capture(head + odd + token, dialect)
     assert layout.offset_after_tokens(0) == len(head)  # the odd event opens no answer
@@ -146,6 +147,7 @@ def test_two_captures_with_a_token_of_another_length_are_refused():
         ("/anthropic/v1/messages/", Dialect.MESSAGES),
         ("/v1/responses?x=1", Dialect.RESPONSES),
         ("/v1/completions", Dialect.CHAT),
+        ("/v1beta/models/finishline-worker;tokens=3:streamGenerateContent?alt=sse", Dialect.GEMINI),
     ],
 )
 def test_the_fault_cli_probes_count_the_token_events_of_the_dialect_its_path_names(path, dialect):

@@ -106,6 +106,15 @@ def test_the_plugins_dialect_words_are_the_cores(pytester):
     result.stderr.fnmatch_lines([f"*--finishline-server-dialect: invalid choice: 'anthropic' (choose from *{offered}*)*"])
 
 
+def test_a_dialect_the_graders_do_not_speak_yet_is_a_usage_error_in_one_line(pytester):
+    # Gemini is offered (a lab dialect) before the graders grade it (issue 29): refused, no traceback.
+    result = pytester.runpytest(
+        "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=gemini", "-p", "no:cacheprovider"
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*the graders do not grade gemini yet*"])
+
+
 def test_without_the_options_the_plugin_adds_no_test(pytester):
     pytester.makepyfile("def test_mine(): pass")
     result = pytester.runpytest("-p", "no:cacheprovider")

@@ -65,19 +65,21 @@ def test_the_scenario_listing_puts_every_title_in_one_column():
 def test_the_scenario_listing_says_each_scenarios_dialects_and_the_default_runs():
     _, out, _ = lab("labs", "--list")
     lines = {line.split()[0]: line for line in out.splitlines()}
-    assert lines["healthy"].endswith("  [chat, messages, responses]  (the coding agents too)")
-    assert lines["tool-calls-omitted"].endswith("  [chat, messages]")
-    assert lines["reason-empty"].endswith("  [chat, messages; default run: chat]")
-    assert lines["reason-omitted"].endswith("  [chat, messages, responses]  (the coding agents too)")
+    assert lines["healthy"].endswith("  [chat, messages, responses, gemini]  (the coding agents too)")
+    assert lines["tool-calls-omitted"].endswith("  [chat, messages, gemini; default run: chat, messages]")
+    assert lines["reason-empty"].endswith("  [chat, messages, gemini; default run: chat]")
+    assert lines["reason-omitted"].endswith("  [chat, messages, responses, gemini]  (the coding agents too)")
     assert lines["stop-reason-null"].endswith("  [messages]")
-    assert lines["sliced"].endswith("  [chat, messages, responses]  (only with --all or --scenario)")
+    assert lines["sliced"].endswith("  [chat, messages, responses, gemini]  (only with --all or --scenario)")
+    # A failover row lists no Gemini: its spare needs a gateway that fails over.
+    assert lines["flapping-primary"].endswith("  [chat, messages, responses]  (only with --all or --scenario)")
 
 
-def test_an_unknown_dialect_is_one_line_naming_it_and_the_three():
+def test_an_unknown_dialect_is_one_line_naming_it_and_the_four():
     assert lab("labs", "--dialect", "anthropic") == (
         2,
         "",
-        "error: argument --dialect: invalid choice: 'anthropic' (choose from 'chat', 'messages', 'responses') "
+        "error: argument --dialect: invalid choice: 'anthropic' (choose from 'chat', 'messages', 'responses', 'gemini') "
         "(see `python -m labs --help`)\n",
     )
 

@@ -278,3 +278,23 @@ def test_a_server_that_resets_before_its_head_is_booked_reset_and_passed_on_as_o
     received, worker = through_front(resetting_server, "/v1")
     assert (received.data, received.ending) == (b"", "reset")
     assert [(a.ended, a.status) for a in worker.attempts] == [("reset", None)]
+
+
+def test_a_gemini_request_is_refused_by_the_front_in_geminis_error_shape():
+    # The server behind the front speaks no Gemini: the front answers 404 itself, never asks it.
+    with UpstreamServer() as server:
+        prefix = server.route(Script(pieces=[b"data: {}\n\n"]))
+        upstream = RealUpstream(host="127.0.0.1", port=server.port, path=f"{prefix}/v1", model="m", facts={})
+        request = chat_request({"contents": []}, path="/v1beta/models/c0001:streamGenerateContent?alt=sse")
+
+        async def body() -> tuple[Received, RealWorker]:
+            async with open_real_worker(upstream) as worker:
+                return await client_exchange(worker.port, request), worker
+
+        received, worker = run_trio(body, deadline=60)
+        assert not server.requests_under(prefix)
+    head, _, rest = received.data.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 404")
+    error = json.loads(rest)["error"]
+    assert (error["code"], error["status"]) == (404, "NOT_FOUND") and "relays no gemini route" in error["message"]
+    assert worker.attempts == [] and worker.arrivals == []

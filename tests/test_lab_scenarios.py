@@ -681,3 +681,10 @@ def test_a_clients_own_output_limit_does_not_change_the_workers_bytes(dialect, a
 def test_a_scenarios_own_limit_still_wins(tmp_path):
     scenario = load_scenario(scenario_file(tmp_path, "[request]\nmax_tokens = 6\n"))
     assert scenario.resolved.max_tokens == 6
+
+
+def test_every_other_gateway_is_na_in_gemini_with_a_reason():
+    config = LabConfig(scenarios=(load_scenario_named("healthy"),), clients=("google-genai",), dialects=(Dialect.GEMINI,))
+    not_applicable = {entry.gateway: entry.why for entry in plan_not_applicable(config) if entry.dialect is Dialect.GEMINI}
+    assert "direct" not in not_applicable and "finish_fix" not in not_applicable
+    assert not_applicable and all(why.startswith(f"{gateway}: ") for gateway, why in not_applicable.items())

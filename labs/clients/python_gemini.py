@@ -25,7 +25,7 @@ from typing import Any
 from labs.clients import LAB_API_KEY
 from labs.clients.python_sink import Driver, Sink
 
-__all__ = ["GEMINI_DRIVERS", "gemini_contents", "gemini_root"]
+__all__ = ["GEMINI_DRIVERS", "gemini_config", "gemini_contents", "gemini_root"]
 
 
 def gemini_root(base_url: str) -> tuple[str, str]:
@@ -54,7 +54,7 @@ def gemini_contents(messages: list[dict]) -> tuple[list[dict[str, Any]], str | N
     return contents, "\n".join(system) if system else None
 
 
-def _config(request: dict) -> dict[str, Any]:
+def gemini_config(request: dict) -> dict[str, Any]:
     """The `GenerateContentConfig` fields the request line asks for."""
     _, system = gemini_contents(request["messages"])
     config: dict[str, Any] = {}
@@ -95,7 +95,7 @@ async def google_genai(request: dict, sink: Sink) -> str | None:
     calls = 0
     try:
         stream = await client.aio.models.generate_content_stream(
-            model=request["model"], contents=contents, config=types.GenerateContentConfig(**_config(request))
+            model=request["model"], contents=contents, config=types.GenerateContentConfig(**gemini_config(request))
         )
         async for chunk in stream:
             sink.note_response(chunk.model_version, chunk.usage_metadata)

@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m labs.worker",
         description=(
             "A simulated OpenAI-compatible worker: POST /v1/chat/completions, /v1/messages (Anthropic "
-            "Messages) and /v1/responses (OpenAI Responses), streaming or not, and GET /v1/models, "
+            "Messages), /v1/responses (OpenAI Responses) and /v1beta/models/MODEL:streamGenerateContent "
+            "or :generateContent (Google Gemini, any prefix), streaming or not, and GET /v1/models, "
             "with deterministic bytes and defects on demand. The options below are "
             f"defaults; a request overrides them with a header, e.g. '{SETTINGS_HEADER}: tokens=7; "
             f"finish=omitted', or with its model name, e.g. '{DEFAULT_MODEL_NAME};tokens=7;finish=omitted'."

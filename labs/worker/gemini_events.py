@@ -39,6 +39,8 @@ from labs.worker.answer import TOOL_ARGUMENT_PIECES, TOOL_NAME, Piece
 from labs.worker.frames import Frame, compact_json, sse_frame
 
 __all__ = [
+    "MALFORMED_ELEMENT",
+    "NO_REASON_KEY",
     "RESPONSE_ID",
     "SSE_LINE_ENDING",
     "STATUS_WORDS",
@@ -47,6 +49,7 @@ __all__ = [
     "gemini_chunk",
     "gemini_chunks",
     "gemini_error",
+    "sse_frames",
     "status_word",
 ]
 

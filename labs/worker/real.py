@@ -279,6 +279,12 @@ async def _answer(stream: trio.SocketStream, request: h11.Request, body: bytes, 
         else:
             await send_quietly(stream, _probe_answer(404, _error_body(f"no route for {method} {path}", "not_found")))
         return False
+    if dialect not in REAL_WORKER_DIALECTS:
+        # A Gemini request: the server behind the front speaks no Gemini (the lab runs no such cell).
+        spoken = ", ".join(d.value for d in REAL_WORKER_DIALECTS)
+        message = f"the real worker's front relays no {dialect.value} route (it speaks {spoken})"
+        await send_quietly(stream, refusal_plan(404, message, "not_found", dialect, connection_close=True))
+        return False
     try:
         payload = json.loads(body or b"{}")
         if not isinstance(payload, dict):

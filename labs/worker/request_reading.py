@@ -20,12 +20,16 @@ from finishline import Dialect
 __all__ = ["REQUEST_READINGS", "RequestReading", "gemini_json_array", "gemini_request_body"]
 
 
+#: What `_at` gives for a key the body does not have (None is a value a body may send).
+_MISSING = object()
+
+
 def _at(body: Mapping[str, Any], key: str) -> Any:
-    """`body[key]`, a dotted key a path into nested objects; None when any step is missing."""
+    """`body[key]`, a dotted key a path into nested objects; `_MISSING` when any step is missing."""
     value: Any = body
     for step in key.split("."):
         if not isinstance(value, Mapping) or step not in value:
-            return None
+            return _MISSING
         value = value[step]
     return value
 
@@ -50,8 +54,9 @@ class RequestReading:
     assistant_role: str = "assistant"
 
     def requested_max(self, body: Mapping[str, Any]) -> Any:
-        """The output limit the body asks for (the first of `max_tokens_keys` present), None."""
-        return next((value for key in self.max_tokens_keys if (value := _at(body, key)) is not None), None)
+        """The output limit the body asks for: the value of the first of `max_tokens_keys` present
+        (whatever it is), None when none is."""
+        return next((value for key in self.max_tokens_keys if (value := _at(body, key)) is not _MISSING), None)
 
     def forces_tool_call(self, body: Mapping[str, Any]) -> bool:
         """Whether the body declares tools and its `tool_choice` says one must be called."""

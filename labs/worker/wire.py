@@ -12,8 +12,10 @@ or `null_reason` with a null reason); a usage-only chunk (`include_usage`); `dat
 token events replaces everything after it except `[DONE]`; `close_after_reasoning` ends the stream
 after the last reasoning token event, with nothing after it.
 
-Messages and Responses (`dialect=`): the frames of `labs.worker.messages_events` /
-`labs.worker.responses_events`, chosen by `labs.worker.dialect_wire`, framed here the same way.
+Messages, Responses and Gemini (`dialect=`): the frames of `labs.worker.messages_events` /
+`labs.worker.responses_events` / `labs.worker.gemini_events`, chosen by `labs.worker.dialect_wire`,
+framed here the same way; Gemini's JSON-array stream form (`json_array=`, a request without
+`alt=sse`) is its chunks as array elements, the closing `]` its `done`.
 Their segment kinds are Chat's words, so `offset_after_tokens(n)` cuts after n token events in every
 dialect: `role` for what opens the message, a block or an item (everything before the first token
 is `role`), `token`, `finish` for what closes a block or item or carries the reason, `error`, and
