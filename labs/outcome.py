@@ -31,8 +31,8 @@ every dialect.
 Coding agents (labs.clients.agent_host): their user sees an exit status and printed text, not a
 finish reason, so a report that carries an exit status is judged by those (`_judge_command`): exit
 0 with the worker's whole answer printed is `ok`, exit 0 with less (or after a worker that answered
-with an error) a `silent-truncation`, another status an `error`, the deadline a `hang`; never
-`flagged`.
+with an error) a `silent-truncation`, another status an `error`, and so is exit 0 with a failure
+told (gemini-cli's `INVALID_STREAM`), the deadline a `hang`; never `flagged`.
 
 Books: a gateway that keeps books (finish_fix's ledger, LiteLLM's callbacks) says `ok` or `error`
 for the request; a mismatch is flagged when the books' word differs from what the client's outcome
@@ -323,11 +323,12 @@ def judge(report: ClientReport, expected: Expected) -> Judgement:
 
 def _judge_command(report: ClientReport, expected: Expected) -> Judgement:
     """A coding agent run headless, as its user sees it: the exit status, and the answer it
-    printed. A status other than 0 is an `error` (the user is told, in the agent's last line); 0
-    with the worker's whole answer printed is `ok`; 0 with less, or with anything else, or after
-    a worker that answered with an error, is a `silent-truncation`. An agent in text mode prints
-    no finish reason, so none is `flagged`, and none is judged by one."""
-    if report.exit_code != 0:
+    printed. A status other than 0 is an `error` (the user is told, in the agent's last line), and
+    so is 0 with a failure told (`completed` false: gemini-cli's JSON `error`); 0 with the worker's
+    whole answer printed is `ok`; 0 with less, or with anything else, or after a worker that
+    answered with an error, is a `silent-truncation`. An agent prints no finish reason, so none is
+    `flagged`, and none is judged by one."""
+    if report.exit_code != 0 or not report.completed:
         return Judgement(outcome=Outcome.ERROR, reason=f"exit {report.exit_code}: {report.error_message or '(no error line)'}")
     if expected.http_error is not None or expected.finish_reason is None:
         return Judgement(

@@ -133,7 +133,15 @@ _STALL = _SAY_WHY
 #: gets an error there; that is the reason delivered, not lost.
 _RAISES_ON_LENGTH_BY_DESIGN = frozenset({"LengthFinishReasonError"})
 #: The dialects' words for "the answer was cut by the token limit" (labs.worker.answer.dialect_reason).
-_LENGTH_REASONS = frozenset({"length", "max_tokens", "incomplete"})
+_LENGTH_REASONS = frozenset({"length", "max_tokens", "incomplete", "MAX_TOKENS"})
+#: Per dialect, the worker's `finish` settings that leave its stream without any sign of its end: a
+#: Responses stream without its terminal event, a Gemini stream without a `finishReason` (omitted,
+#: or `""`, which counts as none: rule G3). Such a stream reads exactly as a cut one, so a client
+#: can only be told the answer may be incomplete, never its reason: an error is the rule followed.
+_ENDLESS_WITHOUT_REASON: dict[str, frozenset[str]] = {
+    "responses": frozenset({"omitted"}),
+    "gemini": frozenset({"omitted", "empty"}),
+}
 
 
 def _raised_on_length_by_design(cell: dict[str, Any], scenario: dict[str, Any]) -> bool:
@@ -152,11 +160,20 @@ def _natural_end(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score,
     outcome = cell["outcome"]
     if outcome is Outcome.OK:
         return Score.PASS, "ok"
+    if _ends_like_a_cut(cell, scenario):
+        score, why = _SAY_WHY(cell, scenario)
+        return score, f"{why}: without its reason, a {dialect_of(cell)} stream ends like a cut"
     if _raised_on_length_by_design(cell, scenario):
         return Score.PASS, f"error: {cell['report']['error_class']} is the client's answer to `length`"
     if outcome in (Outcome.ERROR, Outcome.FLAGGED):
         return Score.SAFE, outcome.value
     return Score.FAIL, outcome.value
+
+
+def _ends_like_a_cut(cell: dict[str, Any], scenario: dict[str, Any]) -> bool:
+    """The worker's stream in the cell's dialect has no sign of its end (`_ENDLESS_WITHOUT_REASON`)."""
+    found = re.search(r"(?:^|;)\s*finish=(\w+)", scenario.get("worker") or "")
+    return found is not None and found.group(1) in _ENDLESS_WITHOUT_REASON.get(dialect_of(cell), frozenset())
 
 
 def _books(cell: dict[str, Any], scenario: dict[str, Any]) -> tuple[Score, str]:

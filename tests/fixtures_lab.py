@@ -21,7 +21,7 @@ import trio
 
 from faults.toxiproxy_client import ProxyInfo, ToxiproxyClient
 from faults.toxiproxy_server import ToxiproxyServer, run_toxiproxy_server
-from labs.worker import WorkerSettings, parse_settings, response_plan
+from labs.worker import ResponsePlan, WorkerSettings, parse_settings, response_plan
 
 _proxy_numbers = itertools.count()
 
@@ -172,3 +172,14 @@ def token_texts(events: list[str]) -> list[str]:
                 function = call.get("function", {})
                 texts.append(function.get("name") or function.get("arguments"))
     return texts
+
+
+def body_bytes_through_token(plan: ResponsePlan, n: int) -> int:
+    """The body bytes (chunk data, as the hub counts them) up to the end of the n-th token event."""
+    total = tokens = 0
+    for segment in plan.segments:
+        total += len(segment.event)
+        tokens += segment.kind == "token"
+        if tokens == n:
+            return total
+    raise AssertionError(f"the plan has {tokens} token events")

@@ -14,7 +14,7 @@ from labs.grade.reading import read_stream
 from labs.grade.render import render_cards_markdown
 from labs.outcome import Outcome
 
-DIALECT_ONLY = ("stop-reason-null", "close-after-reasoning", "bare-error-frame")
+DIALECT_ONLY = ("stop-reason-null", "close-after-reasoning", "bare-error-frame", "no-finish-reason")
 
 
 def test_the_chat_card_has_the_rows_it_had_before_there_were_dialects():
@@ -44,8 +44,8 @@ def test_a_responses_card_runs_no_finish_rule_on_a_stream_without_a_terminal_eve
     runs, not_run = card_checks(Dialect.RESPONSES)
     assert [c.check for c in runs if c.rule == "finish reasons"] == []
     assert not_run["reason-omitted"] == (
-        "from a responses worker its scenario (reason-omitted) is a stream without a terminal event, a cut: "
-        "the rule 2 checks cover it"
+        "from a responses worker its scenario (reason-omitted) is a stream without its end sign (a terminal event, "
+        "a finishReason), a cut: the rule 2 checks cover it (in gemini: no-finish-reason)"
     )
     assert not_run["length-omitted"] == "its scenario (length-omitted) runs in chat, messages, gemini, not in responses"
     assert BOOKS_CHECK[1] in card_check_ids(Dialect.RESPONSES)

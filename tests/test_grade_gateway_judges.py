@@ -9,10 +9,12 @@ import json
 
 import pytest
 
+from finishline import Dialect
 from labs.grade.card import Mark
 from labs.grade.gateway_checks import GATEWAY_CHECKS, CheckRun, RequestResult, judge_run
 from labs.grade.reading import read_stream
 from labs.outcome import Outcome
+from tests.gemini_streams import gemini_chunk, gemini_chunks, gemini_error, sse_body
 
 JUDGES = {c.check: c.judge for c in GATEWAY_CHECKS}
 ON_PRIMARY = {"primary": 1}
@@ -207,3 +209,32 @@ def test_a_long_message_in_the_evidence_is_cut_with_a_mark():
     long = "stream was interrupted: " + "x" * 200
     mark, evidence = rule_2(run(bytes_result(TOKENS + sse_error(long)), client(Outcome.ERROR)))
     assert mark is Mark.PASS and evidence == f"error event: {long[:109]}…; every client raised or flagged"
+
+
+# -- Gemini: no terminator, so a stream without its finishReason is judged as a cut ------------------
+
+
+def _gemini_run(body: bytes, outcome: Outcome) -> CheckRun:
+    raw = RequestResult(
+        client="bytes",
+        request_id="c0001",
+        outcome=outcome,
+        why="w",
+        reading=read_stream(sse_body(gemini_chunks(["The", " quick"], finish=None)) + body, dialect=Dialect.GEMINI),
+        workers=dict(ON_PRIMARY),
+    )
+    sdk = RequestResult(
+        client="google-genai", request_id="c0002", outcome=outcome, why="ServerError: 503", workers=dict(ON_PRIMARY)
+    )
+    return CheckRun(results=[raw, sdk], spare=False, dialect=Dialect.GEMINI)
+
+
+def test_no_finish_reason_passes_with_geminis_error_frame_and_fails_on_a_made_up_stop_or_silence():
+    judge = JUDGES["no-finish-reason"]
+    mark, evidence = judge(_gemini_run(sse_body([gemini_error(503, "the stream was cut (finish_fix)")]), Outcome.ERROR))
+    assert (mark, evidence) == (Mark.PASS, "error event: the stream was cut (finish_fix); every client raised or flagged")
+    made_up = sse_body([gemini_chunk("", finish="STOP", tokens=3)])
+    mark, evidence = judge(_gemini_run(made_up, Outcome.OK))
+    assert mark is Mark.FAIL and evidence.startswith("the gateway made up finishReason 'STOP' for a cut stream"), evidence
+    mark, evidence = judge(_gemini_run(b"", Outcome.SILENT_TRUNCATION))
+    assert mark is Mark.FAIL and evidence.startswith("the stream just stopped: 2 events, then a clean end, no error event")

@@ -95,24 +95,39 @@ def test_server_checks_in_another_dialect(pytester, finishline_worker):
 
 
 def test_the_plugins_dialect_words_are_the_cores(pytester):
-    # The plugin offers exactly the core's words of the lab's dialects, and an unknown one is
-    # pytest's usage error that lists them.
+    # The plugin offers exactly the core's words of the dialects the graders speak (the lab's,
+    # each with a server suite, Gemini's too), and an unknown one is pytest's usage error that
+    # lists them.
+    assert tuple(SERVER_SUITES) == LAB_DIALECTS
     assert finishline_plugin._DIALECTS == LAB_DIALECTS
     result = pytester.runpytest(
         "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=anthropic", "-p", "no:cacheprovider"
     )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    offered = "*, *".join(LAB_DIALECTS)
+    offered = "*, *".join(SERVER_SUITES)
     result.stderr.fnmatch_lines([f"*--finishline-server-dialect: invalid choice: 'anthropic' (choose from *{offered}*)*"])
-
-
-def test_a_dialect_the_graders_do_not_speak_yet_is_a_usage_error_in_one_line(pytester):
-    # Gemini is offered (a lab dialect) before the graders grade it (issue 29): refused, no traceback.
     result = pytester.runpytest(
-        "--finishline-server-url=http://127.0.0.1:9/v1", "--finishline-server-dialect=gemini", "-p", "no:cacheprovider"
+        "--finishline-gateway-url=http://127.0.0.1:9/v1", "--finishline-gateway-dialect=anthropic", "-p", "no:cacheprovider"
     )
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*the graders do not grade gemini yet*"])
+    offered = "*, *".join(LAB_DIALECTS)
+    result.stderr.fnmatch_lines([f"*--finishline-gateway-dialect: invalid choice: 'anthropic' (choose from *{offered}*)*"])
+
+
+@pytest.mark.timeout(600)
+def test_server_checks_in_gemini(pytester, finishline_worker):
+    # The Gemini suite's ids; a worker without finishReason fails its two presence checks with the
+    # card's evidence, the reason checks (nothing to judge) and the error frame (none came) skip.
+    gemini = [c.check for c in SERVER_SUITES[Dialect.GEMINI].checks]
+    result = pytester.runpytest(
+        f"--finishline-server-url={finishline_worker('tokens=3; finish=omitted')}",
+        "--finishline-server-dialect=gemini",
+        "-v",
+        "-p",
+        "no:cacheprovider",
+    )
+    result.assert_outcomes(passed=len(gemini) - 6, failed=2, skipped=4)
+    result.stdout.fnmatch_lines([f"finishline/server::{check} *" for check in gemini])
+    result.stdout.fnmatch_lines(["*stream a natural stop: its last candidate chunk (3 of 3) carries no finishReason*"])
 
 
 def test_without_the_options_the_plugin_adds_no_test(pytester):

@@ -220,30 +220,3 @@ def test_responses_sequence_numbers_that_go_back_fail_and_a_trailing_done_is_all
         Mark.FAIL,
         "stream a natural stop: event 6 (response.output_text.delta) has sequence_number 3 after 4",
     )
-
-
-@pytest.mark.parametrize(
-    "argv",
-    [
-        ["server", "--url", "http://127.0.0.1:9/v1", "--dialect", "gemini"],
-        ["gateway", "--url", "http://127.0.0.1:9/v1", "--upstream-port", "9", "--dialect", "gemini"],
-        [
-            "gateway",
-            "--url",
-            "http://127.0.0.1:9/v1",
-            "--upstream-port",
-            "9",
-            "--dialect",
-            "chat",
-            "--upstream-dialect",
-            "gemini",
-        ],
-    ],
-    ids=["server", "gateway", "upstream"],
-)
-def test_a_dialect_the_graders_do_not_speak_yet_is_refused_in_one_line(argv, capsys):
-    # Gemini is a lab dialect before the graders speak it (issue 29): refused, never a traceback.
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    assert "error: the graders do not grade gemini yet" in capsys.readouterr().err

@@ -6,7 +6,8 @@ kept-alive connection after a stream without `Connection: close`, which the grad
 as the SDKs do, and notes); no false fail (SmolLM2's chat template has no tools, so the forced tool
 call is prose to the limit: `not tested`, not a fail); and the two true faults of its Responses
 layer, each a fail with evidence: a `max_output_tokens` truncation that ends `response.completed`,
-and no `sequence_number` on any event (shared/notes/real-servers.md).
+and no `sequence_number` on any event (shared/notes/real-servers.md). llama.cpp does not speak
+Gemini: graded in it, the grader says so in one line and stops.
 """
 
 from __future__ import annotations
@@ -20,13 +21,17 @@ import pytest
 from finishline import Dialect
 from labs.dialects import LAB_DIALECTS
 from labs.gateways.services import read_books
-from labs.grade.card import Card, Mark
+from labs.grade.card import Card, GradeError, Mark
+from labs.grade.cli import main
 from labs.grade.render import render_terminal
 from labs.grade.server_grader import grade_server
 from labs.worker.llama_cpp import LlamaCppServer
 from tests.mitmdump_process import running_finish_fix
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+#: The dialects llama.cpp's server speaks: OpenAI's and Anthropic's, not Gemini.
+LLAMA_DIALECTS = tuple(dialect for dialect in LAB_DIALECTS if dialect is not Dialect.GEMINI)
 
 #: The checks that need the model to call a tool, which SmolLM2 does not.
 TOOL_CHECKS = {
@@ -55,10 +60,10 @@ NO_ERROR_CHECKS = {
 def cards(llama_cpp: LlamaCppServer) -> dict[Dialect, Card]:
     # One after another: one request at a time, so greedy decoding gives the streamed and the JSON
     # answer the same tokens (llama.cpp batches concurrent requests' steps together).
-    return {dialect: grade_server(llama_cpp.base_url, dialect=dialect) for dialect in LAB_DIALECTS}
+    return {dialect: grade_server(llama_cpp.base_url, dialect=dialect) for dialect in LLAMA_DIALECTS}
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", list(LLAMA_DIALECTS))
 def test_no_false_fail(cards, dialect):
     card = cards[dialect]
     marks = {row.check: row.mark for row in card.results}
@@ -69,7 +74,7 @@ def test_no_false_fail(cards, dialect):
     assert marks == expected, render_terminal(card)
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", list(LLAMA_DIALECTS))
 def test_no_transport_failure_reads_as_http_0(cards, dialect):
     card = cards[dialect]
     assert "HTTP 0" not in render_terminal(card)
@@ -79,12 +84,22 @@ def test_no_transport_failure_reads_as_http_0(cards, dialect):
     assert set(noted) <= NO_ERROR_CHECKS and set(noted.values()) <= {Mark.PASS}, render_terminal(card)
 
 
-@pytest.mark.parametrize("dialect", list(LAB_DIALECTS))
+@pytest.mark.parametrize("dialect", list(LLAMA_DIALECTS))
 def test_a_model_that_calls_no_tool_leaves_the_tool_check_not_tested_saying_so(cards, dialect):
     row = cards[dialect].result(TOOL_CHECKS[dialect])
     assert row.mark is Mark.NOT_TESTED
     assert "the model made no whole tool call (stream: plain text" in row.evidence
     assert row.evidence.endswith("the check needs a model that calls tools; not a protocol fault")
+
+
+def test_a_server_that_does_not_speak_gemini_is_one_line(llama_cpp, capsys):
+    # llama.cpp answers the Gemini path 404 (its routes are OpenAI's and Anthropic's): one line that
+    # says so and where a Gemini base URL points, exit status 2; no card, no traceback.
+    with pytest.raises(GradeError, match="the server does not speak Gemini there"):
+        grade_server(llama_cpp.base_url, dialect=Dialect.GEMINI)
+    assert main(["server", "--url", llama_cpp.base_url, "--dialect", "gemini"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "answered HTTP 404" in err and "does not speak Gemini" in err, err
 
 
 def test_the_responses_truncation_is_a_fail_with_evidence(cards):

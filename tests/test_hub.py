@@ -281,6 +281,8 @@ def test_error_event_in_gemini_is_googles_error_frame_after_the_chunks_and_the_c
     assert [data["candidates"][0]["content"]["parts"][0]["text"] for _, data in events[:3]] == ["The", " quick", " brown"]
     assert events[-1][1] == {"error": {"code": 503, "message": ERROR_MESSAGE, "status": "UNAVAILABLE"}}
     assert exchanges[0].action == "error_event" and exchanges[0].path.endswith(":streamGenerateContent")
+    # The exchange's model is the path's (the body has none): the lab finds the cell's hub lines by it.
+    assert exchanges[0].model == CHUNKED
 
 
 @pytest.mark.e2e

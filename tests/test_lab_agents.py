@@ -19,8 +19,8 @@ from finishline import Dialect
 from labs.__main__ import select_scenarios
 from labs.clients import AGENT_CLIENTS, AGENT_CLIENTS_BY_DIALECT, CLIENTS_BY_DIALECT, runtime_of
 from labs.clients.agent_bridge import open_lab_side, serve_namespace_side
-from labs.clients.agent_clis import AGENTS, AgentCell, missing_agents
-from labs.clients.agent_host import last_line
+from labs.clients.agent_clis import AGENTS, GEMINI_SETTINGS, AgentCell, missing_agents
+from labs.clients.agent_output import AgentOutput, last_line, read_gemini_json, read_text_output
 from labs.dialects import LAB_DIALECTS
 from labs.outcome import ClientReport, Expected, Outcome, judge
 from labs.plan import LabConfig, plan_cells
@@ -32,14 +32,15 @@ from tests.fixtures_lab import run_trio
 ANSWER = "The quick brown fox jumps over the lazy dog. The quick brown"
 
 
-def test_the_agents_are_these_three_clients_in_the_dialects_they_speak():
-    assert AGENT_CLIENTS == ("pi-coding-agent", "claude-code", "codex")
-    assert AGENT_CLIENTS_BY_DIALECT == {
+def test_the_agents_are_these_four_clients_in_the_dialects_they_speak():
+    assert AGENT_CLIENTS == ("pi-coding-agent", "claude-code", "codex", "gemini-cli")
+    speakers = {
         Dialect.CHAT: ("pi-coding-agent",),
         Dialect.MESSAGES: ("pi-coding-agent", "claude-code"),
         Dialect.RESPONSES: ("pi-coding-agent", "codex"),
-        Dialect.GEMINI: (),
+        Dialect.GEMINI: ("gemini-cli",),
     }
+    assert AGENT_CLIENTS_BY_DIALECT == {dialect: speakers[dialect] for dialect in LAB_DIALECTS}
     # After the libraries in each dialect's columns, run by no driver host.
     for dialect, agents in AGENT_CLIENTS_BY_DIALECT.items():
         columns = CLIENTS_BY_DIALECT[dialect]
@@ -52,7 +53,9 @@ def test_the_agents_are_these_three_clients_in_the_dialects_they_speak():
 
 def _scenario(tmp_path: Path, text: str = "", name: str = "s") -> Path:
     path = tmp_path / f"{name}.toml"
-    path.write_text('title = "x"\ndeadline_s = 5\n' + text)
+    # In every dialect (Gemini runs only where a scenario lists it), so every agent may be planned.
+    dialects = ", ".join(f'"{dialect.value}"' for dialect in LAB_DIALECTS)
+    path.write_text(f'title = "x"\ndeadline_s = 5\ndialects = [{dialects}]\n' + text)
     return path
 
 
@@ -117,7 +120,15 @@ def test_an_agents_environment_is_its_cells_own_and_nothing_of_the_labs(tmp_path
     # Claude Code's sandbox switch would make it probe the network (probeContainedNoInternet).
     assert "IS_SANDBOX" not in command.env
     # Every config directory inside the cell's home.
-    for key in ("PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CLAUDE_CODE_TMPDIR", "CODEX_HOME"):
+    for key in (
+        "PI_CODING_AGENT_DIR",
+        "CLAUDE_CONFIG_DIR",
+        "CLAUDE_CODE_TMPDIR",
+        "CODEX_HOME",
+        "GEMINI_CLI_HOME",
+        "GEMINI_CLI_SYSTEM_SETTINGS_PATH",
+        "GEMINI_CLI_SYSTEM_DEFAULTS_PATH",
+    ):
         if key in command.env:
             assert command.env[key].startswith(str(tmp_path))
 
@@ -173,6 +184,30 @@ def test_codex_gets_a_responses_provider_for_the_gateway_with_its_traffic_off(tm
     assert command.argv[2:] == ("exec", "--skip-git-repo-check", "Say the sentence about the fox.")
 
 
+def test_gemini_cli_gets_the_gateways_root_api_key_auth_a_trusted_folder_and_its_traffic_off(tmp_path):
+    command = AGENTS["gemini-cli"].command(_cell(tmp_path, Dialect.GEMINI))
+    # The cell's model as `-m` (the path it builds carries it as it is), JSON output to be read.
+    assert command.argv[2:] == (
+        *("-p", "Say the sentence about the fox.", "-m", "c0007;tokens=12;n=1", "--output-format", "json"),
+    )
+    # Its SDK appends /v1beta/models/...; a dummy key; the trust it needs headless (else exit 55).
+    assert command.env["GOOGLE_GEMINI_BASE_URL"] == "http://127.0.0.1:4123"
+    assert command.env["GEMINI_API_KEY"] == "sk-lab"
+    assert command.env["GEMINI_CLI_TRUST_WORKSPACE"] == "true"
+    assert command.env["GEMINI_TELEMETRY_ENABLED"] == "false"
+    # The machine's settings files are files of the cell's folder that do not exist.
+    for key in ("GEMINI_CLI_SYSTEM_SETTINGS_PATH", "GEMINI_CLI_SYSTEM_DEFAULTS_PATH"):
+        assert not Path(command.env[key]).exists()
+    settings = json.loads((tmp_path / ".gemini" / "settings.json").read_text())
+    assert settings == GEMINI_SETTINGS
+    # API-key auth (the auth `GOOGLE_GEMINI_BASE_URL` alone picks is refused headless: exit 41).
+    assert settings["security"]["auth"]["selectedType"] == "gemini-api-key"
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["telemetry"]["enabled"] is False
+    assert settings["general"] == {"enableAutoUpdate": False, "enableAutoUpdateNotification": False}
+    assert settings["ide"]["enabled"] is False
+
+
 def test_an_agent_not_installed_is_named_with_what_to_run(monkeypatch, tmp_path):
     monkeypatch.setitem(AGENTS, "codex", dataclasses.replace(AGENTS["codex"], needs=(tmp_path / "gone",)))
     line = missing_agents(("codex", "pi-ai"))
@@ -220,6 +255,62 @@ def test_an_agent_stopped_at_the_deadline_is_a_hang():
 def test_a_library_without_an_exit_status_is_judged_as_before():
     library = ClientReport(client="pi-ai", completed=True, text=ANSWER, finish_reason=None)
     assert judge(library, EXPECTED).reason == "full answer; no finish reason surfaced (true reason: end_turn)"
+
+
+def test_exit_0_with_a_failure_told_is_an_error_in_the_agents_own_words():
+    # gemini-cli after four attempts at a stream without a finishReason: exit 0, the JSON's error.
+    words = "INVALID_STREAM: Model stream ended without a finish reason."
+    report = _command_report(client="gemini-cli", completed=False, text=ANSWER * 4, error_message=words)
+    judgement = judge(report, Expected(text=ANSWER, finish_reason="STOP", dialect=Dialect.GEMINI))
+    assert judgement.outcome is Outcome.ERROR and judgement.reason == f"exit 0: {words}"
+
+
+# -- reading an agent's output -------------------------------------------------------------------
+
+# What gemini-cli 0.61.0 printed with `--output-format json`, measured against a listener in its
+# namespace (the stats trimmed): a whole answer; four attempts at a stream without a finishReason
+# (exit 0); an HTTP 400 (exit 144, 400 % 256: the document on stderr after the error's stack).
+GEMINI_NOISE = "Ripgrep is not available. Falling back to GrepTool.\n[STARTUP] Phase 'cleanup_ops' was started but never ended.\n"
+GEMINI_OK = '{\n  "session_id": "78496473",\n  "response": "Hello world",\n  "stats": {\n    "models": {}\n  }\n}'
+GEMINI_INVALID_STREAM = (
+    '{\n  "session_id": "e8525930",\n  "response": "Hello worldHello worldHello worldHello world",\n'
+    '  "stats": {\n    "models": {}\n  },\n  "error": {\n    "type": "INVALID_STREAM",\n'
+    '    "message": "Model stream ended without a finish reason."\n  }\n}'
+)
+GEMINI_HTTP_400 = (
+    "Error when talking to Gemini API Full report available at: /tmp/x.json _ApiError: "
+    '{"error":{"code":400,"message":"bad thing","status":"INVALID_ARGUMENT"}}\n'
+    "    at throwErrorIfNotOK (file:///bundle/chunk-JDPZ4CE3.js:267833:24) {\n  status: 400\n}\n"
+    '{\n  "session_id": "26055001",\n  "error": {\n    "type": "Error",\n'
+    '    "message": "{\\"error\\":{\\"code\\":400,\\"message\\":\\"bad thing\\",\\"status\\":\\"INVALID_ARGUMENT\\"}}",\n'
+    '    "code": 400\n  }\n}\n'
+)
+
+
+def test_gemini_clis_answer_is_its_json_response():
+    assert read_gemini_json(GEMINI_OK + "\n", GEMINI_NOISE, 0) == AgentOutput(text="Hello world", error=None)
+
+
+def test_gemini_clis_exit_0_after_an_invalid_stream_is_a_failure_told():
+    output = read_gemini_json(GEMINI_INVALID_STREAM, GEMINI_NOISE, 0)
+    assert output == AgentOutput(
+        text="Hello worldHello worldHello worldHello world", error="INVALID_STREAM: Model stream ended without a finish reason."
+    )
+
+
+def test_gemini_clis_fatal_error_is_the_document_on_stderr():
+    output = read_gemini_json("", GEMINI_NOISE + GEMINI_HTTP_400, 144)
+    assert output.error == 'Error: {"error":{"code":400,"message":"bad thing","status":"INVALID_ARGUMENT"}}'
+    # Without a document anywhere, its last line.
+    assert read_gemini_json("", GEMINI_NOISE + "Killed\n", 137) == AgentOutput(text="", error="Killed")
+    # A document without an error after a non-zero exit: the last line of stderr.
+    assert read_gemini_json(GEMINI_OK, "Stopped\n", 1) == AgentOutput(text="Hello world", error="Stopped")
+
+
+def test_an_agent_in_text_mode_told_of_a_failure_only_by_its_exit_status():
+    assert read_text_output("The quick\n", "noise\n", 0, errors_on_stdout=False) == AgentOutput(text="The quick", error=None)
+    assert read_text_output("The\n", "ERROR: gone\n", 1, errors_on_stdout=False).error == "ERROR: gone"
+    assert read_text_output("API Error: 500\n", "x\n", 1, errors_on_stdout=True).error == "API Error: 500"
 
 
 def test_the_last_error_line_is_the_last_line_with_something_on_it():

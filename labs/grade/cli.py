@@ -26,7 +26,7 @@ from labs.grade.gateway_plan import GatewayTarget
 from labs.grade.lab_gateways import grade_lab_gateways
 from labs.grade.render import render_cards_markdown, render_terminal, write_html, write_json
 from labs.grade.server_grader import grade_server
-from labs.grade.server_suites import ungraded_reason
+from labs.grade.server_suites import SERVER_SUITES
 
 __all__ = ["build_parser", "main"]
 
@@ -66,8 +66,8 @@ def _dialects(parser: argparse.ArgumentParser) -> None:
         choices=_DIALECTS,
         default=Dialect.CHAT.value,
         metavar="DIALECT",
-        help="the API the clients speak to the gateway: chat (the default), messages (Anthropic Messages) or "
-        "responses (OpenAI Responses)",
+        help="the API the clients speak to the gateway: chat (the default), messages (Anthropic Messages), "
+        "responses (OpenAI Responses) or gemini (Google Gemini; --url ends with its version, e.g. .../v1beta)",
     )
     parser.add_argument(
         "--upstream-dialect",
@@ -174,14 +174,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--results", type=Path, default=Path("lab-results"), metavar="DIR", help="where the run's logs go (default lab-results/)"
     )
     server = commands.add_parser("server", help="grade an OpenAI-compatible server (no faults)")
-    server.add_argument("--url", type=_url, required=True, help="the server's OpenAI base URL, e.g. http://127.0.0.1:8000/v1")
+    server.add_argument(
+        "--url",
+        type=_url,
+        required=True,
+        help="the server's base URL, e.g. http://127.0.0.1:8000/v1 (gemini: up to the API version, e.g. .../v1beta)",
+    )
     server.add_argument(
         "--dialect",
-        choices=[d.value for d in LAB_DIALECTS],
+        choices=[d.value for d in SERVER_SUITES],
         default=Dialect.CHAT.value,
         metavar="DIALECT",
         help="the API to grade it in: chat (POST /chat/completions, the default), messages (Anthropic "
-        "Messages, POST /messages) or responses (OpenAI Responses, POST /responses)",
+        "Messages, POST /messages), responses (OpenAI Responses, POST /responses) or gemini (Google Gemini, "
+        "POST /models/MODEL:streamGenerateContent?alt=sse and :generateContent; --url ends with the "
+        "version, e.g. http://127.0.0.1:8000/v1beta)",
     )
     server.add_argument("--model", help="the model to ask for (default: the first model GET /models lists)")
     server.add_argument("--api-key", metavar="KEY", help="the API key the server expects, sent as a bearer token (default: none)")
@@ -221,9 +228,6 @@ def _emit(card: Card, arguments: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
-    dialects = (getattr(arguments, "dialect", None), getattr(arguments, "upstream_dialect", None))
-    if (ungraded := ungraded_reason(*(Dialect(d) for d in dialects if d))) is not None:
-        parser.error(ungraded)
     if arguments.command != "lab-gateways":
         _refuse_folders(parser, arguments, ("--json", "--html"))
     if arguments.command == "server":

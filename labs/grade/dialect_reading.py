@@ -1,9 +1,10 @@
-"""What a Messages or Responses answer carried, read into the graders' one shape (`ChoiceReading`).
+"""What a Messages, Responses or Gemini answer carried, read into the graders' one shape (`ChoiceReading`).
 
 `labs.grade.reading` frames a body and asks the core what each event is (an error, the stream's
 terminator, data); this module reads the data events and the whole JSON bodies of the two dialects
 for what the server checks ask beyond well-formedness: the text, the reasoning, the tool calls and
-the reason the answer ended. Neither dialect has choices, so everything goes to choice 0.
+the reason the answer ended. Messages and Responses have no choices, so everything goes to choice 0;
+Gemini's candidates do, and the graders ask for one: its first candidate (`index` 0) is choice 0.
 
 Per dialect, what "the reason" is (`ChoiceReading.reasons_seen` holds every value that was not null,
 `""` included, as for Chat's `finish_reason`):
@@ -13,6 +14,12 @@ Per dialect, what "the reason" is (`ChoiceReading.reasons_seen` holds every valu
 - Responses: the terminal response's `status` (`completed`, `incomplete`; `response.completed` and
   `response.incomplete` carry it), the `response`'s `status` in a JSON body. Which terminal event
   came is the stream's own fact (`StreamReading.terminal_type`).
+- Gemini: each chunk's `candidates[0].finishReason`, in a stream and in a JSON body alike (`STOP`,
+  `MAX_TOKENS`, ...). `""` and `FINISH_REASON_UNSPECIFIED` both say the model has not stopped (the
+  core's rule G3, `GEMINI_NO_REASONS`): both are read as `""`, the defect, never as a reason. A
+  `functionCall` part is a whole call (name and `args` at once), its arguments kept as JSON text
+  as the other dialects' are; a `thought` part's text is reasoning. The Gemini CLI's Code Assist
+  form wraps each chunk (`{"response": {...}, "traceId": ...}`) and is read inside the wrapper.
 
 Pure: dictionaries in, the choice filled in.
 """
@@ -24,10 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from finishline import Dialect
+from finishline import GEMINI_NO_REASONS, Dialect
 from labs.grade.choice_reading import ChoiceReading
 
-__all__ = ["DIALECT_READINGS", "DialectReading", "event_type"]
+__all__ = ["DIALECT_READINGS", "DialectReading", "event_type", "gemini_chunk", "gemini_first_candidate"]
 
 
 def event_type(value: Any) -> str | None:
@@ -149,6 +156,65 @@ def _read_response(value: Any, choice: ChoiceReading) -> bool:
     return True
 
 
+# -- Google Gemini --------------------------------------------------------------------------------
+
+
+def gemini_chunk(value: Any) -> dict[str, Any] | None:
+    """A `GenerateContentResponse` (a stream's chunk or a whole body), unwrapped from Code Assist's
+    `{"response": ...}`; None for anything else (an error object, a list, ...)."""
+    if not isinstance(value, dict) or "error" in value:
+        return None
+    if isinstance(value.get("response"), dict) and "candidates" not in value:
+        return value["response"]
+    return value
+
+
+def gemini_first_candidate(chunk: dict[str, Any]) -> dict[str, Any] | None:
+    """The candidate of `index` 0 (a candidate without an index is its position), or None."""
+    candidates = chunk.get("candidates")
+    for position, candidate in enumerate(candidates if isinstance(candidates, list) else ()):
+        if isinstance(candidate, dict) and candidate.get("index", position) == 0:
+            return candidate
+    return None
+
+
+def _absorb_gemini_candidate(choice: ChoiceReading, candidate: dict[str, Any]) -> None:
+    content = candidate.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    for part in parts if isinstance(parts, list) else ():
+        if not isinstance(part, dict):
+            continue
+        if isinstance(part.get("functionCall"), dict):
+            call = part["functionCall"]
+            choice.tool_calls.append({"name": _text(call.get("name")), "arguments": json.dumps(call.get("args"))})
+        elif part.get("thought") is True:
+            choice.reasoning += _text(part.get("text"))
+        else:
+            choice.content += _text(part.get("text"))
+    reason = candidate.get("finishReason")
+    if reason is not None:
+        choice.reasons_seen.append("" if reason in GEMINI_NO_REASONS else str(reason))
+
+
+def _absorb_gemini_event(choice: ChoiceReading, value: dict[str, Any]) -> None:
+    chunk = gemini_chunk(value)
+    candidate = gemini_first_candidate(chunk) if chunk is not None else None
+    if candidate is not None:
+        _absorb_gemini_candidate(choice, candidate)
+
+
+def _read_gemini_body(value: Any, choice: ChoiceReading) -> bool:
+    """A whole `GenerateContentResponse` into `choice`; False when the body is not one (an error
+    body, or no `candidates` and no `promptFeedback`)."""
+    chunk = gemini_chunk(value)
+    if chunk is None or not ("candidates" in chunk or "promptFeedback" in chunk):
+        return False
+    candidate = gemini_first_candidate(chunk)
+    if candidate is not None:
+        _absorb_gemini_candidate(choice, candidate)
+    return True
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DialectReading:
     """How one dialect's answers are read into choice 0."""
@@ -162,4 +228,5 @@ class DialectReading:
 DIALECT_READINGS: dict[Dialect, DialectReading] = {
     Dialect.MESSAGES: DialectReading(absorb_event=_absorb_messages_event, read_body=_read_message),
     Dialect.RESPONSES: DialectReading(absorb_event=_absorb_responses_event, read_body=_read_response),
+    Dialect.GEMINI: DialectReading(absorb_event=_absorb_gemini_event, read_body=_read_gemini_body),
 }

@@ -148,9 +148,9 @@ def _kept_alive_note(error: BaseException, *, what: str) -> str:
 
 
 async def open_response(
-    client: httpx.AsyncClient, url: str, body: dict[str, Any], *, what: str
+    client: httpx.AsyncClient, url: str, body: dict[str, Any] | bytes, *, what: str
 ) -> tuple[httpx.Response, str | None]:
-    """POST `body` to `url`; returns the response with its head read and its body not yet (the
+    """POST `body` (JSON, or bytes as they are) to `url`; returns the response with its head read and its body not yet (the
     caller reads it, then closes it), and a note when the first attempt was sent again (else None).
 
     A server may close a kept-alive connection without saying `Connection: close` (llama.cpp does,
@@ -169,7 +169,13 @@ async def open_response(
     note: str | None = None
     while True:
         opened: list[str] = []
-        request = client.build_request("POST", url, json=body, extensions={"trace": _connect_recorder(opened)})
+        extensions = {"trace": _connect_recorder(opened)}
+        if isinstance(body, bytes):  # sent as it is (a request the target must refuse)
+            request = client.build_request(
+                "POST", url, content=body, headers={"content-type": "application/json"}, extensions=extensions
+            )
+        else:
+            request = client.build_request("POST", url, json=body, extensions=extensions)
         try:
             return await client.send(request, stream=True), note
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as error:

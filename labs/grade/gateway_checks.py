@@ -23,7 +23,11 @@ in (dialect, upstream) when its scenario's worker settings mean something in bot
 (`Scenario.speaks`) and the check says what it means there (`GatewayCheck.dialects`,
 `upstreams`): `reason-omitted` is a finish-reason defect where a terminator still comes (Chat's
 `[DONE]`, Messages' `message_stop`) but a cut in Responses, which has none besides its terminal
-events. Its title and evidence use the dialect's words (`WORDS`).
+events, and in Gemini, which has no terminator at all: there a stream whose `finishReason` is
+missing (or `""`, which counts as none) reads exactly as a cut, so the finish-reason checks do not
+run from a Gemini worker and `no-finish-reason` judges it as rule 2 does a cut (the gateway must end
+it with an error frame, never a made-up `STOP`). Its title and evidence use the dialect's words
+(`WORDS`).
 """
 
 from __future__ import annotations
@@ -64,6 +68,8 @@ DEFAULT_GATEWAY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: DEFAULT_GATEWAY_CLIENTS,
     Dialect.MESSAGES: ("anthropic-python", "anthropic-node", "pi-ai"),
     Dialect.RESPONSES: DEFAULT_GATEWAY_CLIENTS,
+    # Google's Python and Node SDKs, which both raise on Gemini's error frame (shared/notes/gemini.md §3), and pi-ai.
+    Dialect.GEMINI: ("google-genai", "google-genai-node", "pi-ai"),
 }
 
 
@@ -89,6 +95,8 @@ WORDS: dict[Dialect, Words] = {
     Dialect.RESPONSES: Words(
         reason="status", stop="completed", length="incomplete", tool="completed", terminator="response.completed"
     ),
+    # No terminator: the chunk with the finishReason is what a well-ended stream ends with.
+    Dialect.GEMINI: Words(reason="finishReason", stop="STOP", length="MAX_TOKENS", tool="STOP", terminator="finishReason chunk"),
 }
 #: How long a clause of evidence quoting a client's words may be.
 _CLAUSE = 110
@@ -196,6 +204,12 @@ class GatewayCheck:
             if needed not in listed:
                 return f"its scenario ({self.scenario}) runs in {', '.join(d.value for d in listed)}, not in {needed.value}"
         return None
+
+
+#: The worker dialects whose streams have an end sign besides the reason (a terminator, a terminal
+#: event): there a missing reason is a finish-reason defect. In Gemini it is a cut (`no-finish-reason`).
+_ENDED_BY_MORE_THAN_A_REASON = (Dialect.CHAT, Dialect.MESSAGES, Dialect.RESPONSES)
+_NO_REASON_IS_A_CUT = 'a stream without a finishReason ("" counts as none, rule G3), a cut: no-finish-reason judges it'
 
 
 def _all_ok(run: CheckRun) -> Finding:
@@ -381,9 +395,10 @@ GATEWAY_CHECKS = (
         title="upstream omits {reason}: clients end with {stop}",
         scenario="reason-omitted",
         judge=_finish_reason,
-        # A Responses stream has no terminator besides its terminal events: without one it is cut.
+        # A Responses stream has no terminator besides its terminal events, a Gemini stream none
+        # besides its finishReason: without one it is cut.
         upstreams=(Dialect.CHAT, Dialect.MESSAGES),
-        other_upstreams="a stream without a terminal event, a cut: the rule 2 checks cover it",
+        other_upstreams="a stream without its end sign (a terminal event, a finishReason), a cut: the rule 2 checks cover it (in gemini: no-finish-reason)",
     ),
     GatewayCheck(
         rule="finish reasons",
@@ -391,6 +406,8 @@ GATEWAY_CHECKS = (
         title='upstream sends "{reason}": "": clients end with {stop}',
         scenario="reason-empty",
         judge=_finish_reason,
+        upstreams=_ENDED_BY_MORE_THAN_A_REASON,
+        other_upstreams=_NO_REASON_IS_A_CUT,
     ),
     GatewayCheck(
         rule="finish reasons",
@@ -398,6 +415,8 @@ GATEWAY_CHECKS = (
         title="max_tokens truncation, reason omitted: clients end with {length}",
         scenario="length-omitted",
         judge=_finish_reason,
+        upstreams=_ENDED_BY_MORE_THAN_A_REASON,
+        other_upstreams=_NO_REASON_IS_A_CUT,
     ),
     GatewayCheck(
         rule="finish reasons",
@@ -405,6 +424,8 @@ GATEWAY_CHECKS = (
         title="tool call, reason omitted: clients end with {tool}",
         scenario="tool-calls-omitted",
         judge=_finish_reason,
+        upstreams=_ENDED_BY_MORE_THAN_A_REASON,
+        other_upstreams=_NO_REASON_IS_A_CUT,
     ),
     GatewayCheck(
         rule="finish reasons",
@@ -431,6 +452,17 @@ GATEWAY_CHECKS = (
         judge=_explicit_error_after_tokens,
         booked_as_cut=True,
         dialects=(Dialect.MESSAGES, Dialect.RESPONSES),
+    ),
+    GatewayCheck(
+        rule="rule 2",
+        check="no-finish-reason",
+        title="the stream ends without a finishReason: an error frame, no made-up {stop}",
+        scenario="reason-omitted",
+        judge=_explicit_error_after_tokens,
+        booked_as_cut=True,
+        dialects=(Dialect.GEMINI,),
+        upstreams=(Dialect.GEMINI,),
+        other_upstreams="a stream with its end sign: the finish-reason checks judge it",
     ),
     GatewayCheck(
         rule="stalls",

@@ -66,6 +66,7 @@ from labs.grade.gateway_plan import (
     require_dialect_clients,
 )
 from labs.grade.reading import CLEAN_END, TRANSPORT_ERROR, StreamReading
+from labs.grade.server_checks_gemini import gemini_request
 from labs.grade.server_suites import SERVER_SUITES
 from labs.hub import TunnelDropPolicy, open_hub
 from labs.outcome import BOOKS_ERROR, ClientReport, judge
@@ -120,8 +121,11 @@ async def _require_reachable(url: str) -> None:
 
 
 def _bytes_body(dialect: Dialect, model: str, request: dict[str, Any]) -> dict[str, Any]:
-    """The byte-level reader's request in `dialect`, shaped as the lab's drivers shape theirs."""
+    """The byte-level reader's request in `dialect`, shaped as the lab's drivers shape theirs (in
+    Gemini the model and the stream are the path's: `_read_bytes`)."""
     line = {"model": model, **request}
+    if dialect is Dialect.GEMINI:
+        return gemini_request(line)
     if dialect is Dialect.MESSAGES:
         return {**messages_body(line), "stream": True}
     if dialect is Dialect.RESPONSES:
@@ -129,7 +133,9 @@ def _bytes_body(dialect: Dialect, model: str, request: dict[str, Any]) -> dict[s
     return {**line, "stream": True}
 
 
-async def _read_bytes(url: str, body: dict[str, Any], api_key: str, deadline_s: float, dialect: Dialect) -> StreamReading:
+async def _read_bytes(
+    url: str, model: str, body: dict[str, Any], api_key: str, deadline_s: float, dialect: Dialect
+) -> StreamReading:
     """The gateway's response body as it arrived, and how it ended, within the deadline."""
     suite = SERVER_SUITES[dialect]  # where each dialect is asked, and with which headers
     client = grading_client(
@@ -139,7 +145,8 @@ async def _read_bytes(url: str, body: dict[str, Any], api_key: str, deadline_s: 
         api_key_header=suite.api_key_header,
     )
     async with client:
-        return await fetch_stream(client, f"{url}{suite.path}", body, what=_WHAT, deadline_s=deadline_s, dialect=dialect)
+        target = suite.url(url, model=model, stream=True)
+        return await fetch_stream(client, target, body, what=_WHAT, deadline_s=deadline_s, dialect=dialect)
 
 
 def _bytes_report(reading: StreamReading) -> ClientReport:
@@ -277,8 +284,10 @@ class _Grader:
 
         async def raw_bytes() -> None:
             for request_id in plan.bytes_ids:
-                body = _bytes_body(dialect, request_model(scenario, request_id, self.target.model), scenario.request())
-                reading = await _read_bytes(self.target.url, body, self.target.api_key or LAB_API_KEY, deadline_s, dialect)
+                model = request_model(scenario, request_id, self.target.model)
+                body = _bytes_body(dialect, model, scenario.request())
+                key = self.target.api_key or LAB_API_KEY
+                reading = await _read_bytes(self.target.url, model, body, key, deadline_s, dialect)
                 judged = judge(_bytes_report(reading), expected)
                 result = RequestResult(
                     client=BYTES_CLIENT,

@@ -19,6 +19,10 @@ The same holds in every dialect (`dialect=`): Messages and Responses streams are
 speaking that dialect, and their data events are read by `labs.grade.dialect_reading` into choice 0
 (neither has choices). There `done` is the dialect's terminator as the core stops at it:
 `message_stop`, or a Responses terminal event (`response.completed`, `response.incomplete`).
+Gemini has no terminator (a stream ends with its body; only a `finishReason` says it ended well):
+its chunks are all data events, its error chunks (`{"error": ...}`, rule G4) error events, and its
+JSON-array form (no `alt=sse`) is framed by the core's `GeminiFramer`, element by element, the
+closing `]` no event. A whole Gemini body is judged by rule G6 (`repair_gemini_body`).
 
 A body that came compressed (the graders ask for `accept-encoding: identity`, as finish_fix does) is
 not read at all: its bytes are not events, and `StreamReading.compressed` says so for the evidence.
@@ -33,9 +37,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from finishline import (
+    ArrayPiece,
     Dialect,
     Event,
     EventFramer,
+    GeminiFramer,
     InjectionKind,
     RepairPolicy,
     RequestFacts,
@@ -43,6 +49,7 @@ from finishline import (
     StreamReport,
     Verdict,
     repair_completion,
+    repair_gemini_body,
 )
 from labs.grade.choice_reading import ChoiceReading
 from labs.grade.dialect_reading import DIALECT_READINGS, event_type
@@ -123,6 +130,16 @@ class StreamReading:
     @property
     def error_positions(self) -> list[int]:
         return [i for i, (kind, _) in enumerate(self.events) if kind == _ERROR]
+
+    def data_events(self) -> list[Any]:
+        """The parsed data of each Messages, Responses or Gemini data event, in order (not the
+        error events, the terminator or unreadable data)."""
+        return [value for kind, value in self.events if kind == _EVENT]
+
+    @property
+    def unreadable_positions(self) -> list[int]:
+        """Positions of events whose data is not JSON, or not what the dialect's events are."""
+        return [i for i, (kind, _) in enumerate(self.events) if kind == _UNREADABLE]
 
     @property
     def usage_positions(self) -> list[int]:
@@ -224,7 +241,8 @@ def read_stream(
     A compressed body (`content_encoding`) is not read: the core books it `skipped`, no events.
     `dialect` is the API the stream speaks; the core judges it in that dialect. `retry_note` says
     what happened to a first attempt the fetcher sent again."""
-    repair = StreamRepair(request=_facts(request), policy=RepairPolicy(), content_encoding=content_encoding, dialect=dialect)
+    facts = _facts(request)
+    repair = StreamRepair(request=facts, policy=RepairPolicy(), content_encoding=content_encoding, dialect=dialect)
     repair.receive_data(body)
     if ending == CLEAN_END:
         repair.receive_end()
@@ -235,12 +253,14 @@ def read_stream(
     if not repair.repairing:
         framed: list[Event] = []  # compressed: the bytes are not events
     else:
-        framer = EventFramer()
+        framer = GeminiFramer() if dialect is Dialect.GEMINI else EventFramer()
         framed = framer.receive_data(body)
         leftover = framer.receive_end()
         if leftover is not None:
             framed.append(leftover)  # the core decides whether a last event without its blank line counts
     for position, event in enumerate(framed):
+        if isinstance(event, ArrayPiece) and event.closes:
+            continue  # a JSON array's `]`: the end of the body's form, no event
         kind = _kind_by_the_core(event, first=position == 0, dialect=dialect)
         if kind is None:
             continue
@@ -305,16 +325,23 @@ def _kind_by_the_core(event: Event, *, first: bool, dialect: Dialect = Dialect.C
       unreadable).
 
     An event after the first gets a blank line in front, a data-less event the core ignores, so that
-    the probe, like the stream, is past its start (a byte order mark counts only there).
+    the probe, like the stream, is past its start (a byte order mark counts only there). An element
+    of Gemini's JSON-array form is shown as an array of that one element. Gemini has no terminator:
+    a chunk that finishes the stream is data like the others (its `finishReason` is read).
     """
     probe = StreamRepair(dialect=dialect)
-    probe.receive_data(event.raw if first else b"\n" + event.raw)
+    if isinstance(event, ArrayPiece):
+        probe.receive_data(b"[" + (event.data or b"") + b"]")
+    else:
+        probe.receive_data(event.raw if first else b"\n" + event.raw)
     probe.receive_end()
     report = probe.report
     if report.events == 0:
         return None
     if report.verdict is Verdict.UPSTREAM_ERROR:
         return _ERROR
+    if dialect is Dialect.GEMINI:
+        return "data"
     appended = any(injected["kind"] in _APPENDED_TERMINATORS for injected in report.injected)
     if report.interruption is None and not appended and report.verdict in (Verdict.CLEAN, Verdict.REPAIRED):
         return _DONE
@@ -340,6 +367,8 @@ def read_completion(
     except (ValueError, UnicodeDecodeError):
         value = None
     choices: dict[int, ChoiceReading] = {}
+    if dialect is Dialect.GEMINI:
+        return _read_gemini_body(body, value, status=status, request=request, failure=failure, retry_note=retry_note)
     if dialect is not Dialect.CHAT:
         choice = ChoiceReading(index=0)
         if DIALECT_READINGS[dialect].read_body(value, choice):
@@ -368,6 +397,28 @@ def read_completion(
         choices=choices,
         verdict=repaired.verdict,
         detail=repaired.detail,
+        failure=failure,
+        retry_note=retry_note,
+    )
+
+
+def _read_gemini_body(
+    body: bytes, value: Any, *, status: int, request: dict[str, Any] | None, failure: str | None, retry_note: str | None
+) -> CompletionReading:
+    """A whole `:generateContent` body: its first candidate, and rule G6's verdict (a body that is
+    JSON passes as it is, `clean`, whatever its reasons; a cut one is `interrupted`): whether each
+    candidate has its `finishReason` is for the checks to read."""
+    choices: dict[int, ChoiceReading] = {}
+    choice = ChoiceReading(index=0)
+    if DIALECT_READINGS[Dialect.GEMINI].read_body(value, choice):
+        choices[0] = choice
+    judged = repair_gemini_body(body, status=status, limit_reasons=False, max_tokens=_facts(request).max_tokens)
+    return CompletionReading(
+        status=status,
+        body=value,
+        choices=choices,
+        verdict=judged.verdict,
+        detail=judged.detail,
         failure=failure,
         retry_note=retry_note,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from finishline import Dialect
 from labs.grade.card import CheckResult, Finding, Mark
@@ -20,6 +21,7 @@ __all__ = [
     "ServerCheck",
     "ServerRequest",
     "ServerSuite",
+    "BodyMaker",
     "completion_problem_for",
     "request_body",
     "stream_problem_for",
@@ -50,6 +52,10 @@ def request_body(request: ServerRequest, *, model: str, stream: bool) -> dict[st
     return {"model": model, **request.fields, "stream": stream, "temperature": 0}
 
 
+#: `(request, model, stream)` -> the JSON body to send (`request_body` for the OpenAI-shaped APIs).
+BodyMaker = Callable[..., dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Readings:
     """Every answer, by request name, and what was asked (the requests' labels for the evidence)."""
@@ -58,6 +64,8 @@ class Readings:
     completions: dict[str, CompletionReading]
     requests: tuple[ServerRequest, ...]
     dialect: Dialect
+    #: The answer to the suite's deliberately bad request (`ServerSuite.bad_request`), or None.
+    bad_request: CompletionReading | None = None
 
     def label(self, name: str) -> str:
         """The evidence's words for request `name` (`a natural stop`, `max_tokens=5`)."""
@@ -104,7 +112,8 @@ class ServerSuite:
     """One dialect's checks: where to ask, what, and how each answer is judged."""
 
     dialect: Dialect
-    #: The path under the base URL the requests go to (`/chat/completions`, `/messages`, `/responses`).
+    #: The path under the base URL the requests go to (`/chat/completions`, `/messages`, `/responses`);
+    #: `{model}` in it is the model (Gemini names it in the path, `/models/{model}:generateContent`).
     path: str
     requests: tuple[ServerRequest, ...]
     checks: tuple[ServerCheck, ...]
@@ -114,6 +123,19 @@ class ServerSuite:
     headers: dict[str, str] = field(default_factory=dict)
     #: A header that carries `--api-key` besides the bearer token (Anthropic's `x-api-key`).
     api_key_header: str | None = None
+    #: The path of the streamed requests, when it is not `path` (Gemini's
+    #: `/models/{model}:streamGenerateContent?alt=sse`).
+    stream_path: str | None = None
+    #: How a request's JSON body is made (`request_body`; Gemini's names neither model nor stream).
+    body: BodyMaker = request_body
+    #: Bytes sent once, not streamed, to `path` as a request the server must refuse (Gemini's error
+    #: shape is graded on its answer, `Readings.bad_request`), or None.
+    bad_request: bytes | None = None
+
+    def url(self, base_url: str, *, model: str, stream: bool) -> str:
+        """Where a request for `model` goes, streamed or not (the model quoted for a path)."""
+        path = (self.stream_path or self.path) if stream else self.path
+        return base_url + path.replace("{model}", quote(model, safe=";=,"))
 
 
 #: Why a stream (or a JSON answer) cannot be judged beyond its dialect's no-error check, or None:

@@ -2,8 +2,8 @@
 
 This module holds the judges that read alike in every dialect and the Chat Completions suite; what
 a check and a suite are (`ServerRequest`, `Readings`, `ServerCheck`, `ServerSuite`) is in
-`server_check`, the Messages and Responses suites are in `server_checks_messages` and
-`server_checks_responses`, and `server_suites.SERVER_SUITES` names all three.
+`server_check`, the Messages, Responses and Gemini suites are in `server_checks_messages`,
+`server_checks_responses` and `server_checks_gemini`, and `server_suites.SERVER_SUITES` names all four.
 
 Theory of operation
 -------------------

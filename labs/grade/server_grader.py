@@ -14,8 +14,8 @@ import trio
 from finishline import Dialect
 from labs.grade.card import Card, GradeError, shortened
 from labs.grade.fetch import cannot_connect, failure_words, fetch_stream, grading_client, open_response, transport_words
-from labs.grade.reading import CompletionReading, read_completion
-from labs.grade.server_check import Readings, ServerSuite, request_body
+from labs.grade.reading import CompletionReading, StreamReading, read_completion
+from labs.grade.server_check import Readings, ServerSuite
 from labs.grade.server_suites import SERVER_SUITES
 
 __all__ = ["REQUEST_TIMEOUT_S", "grade_server", "read_server"]
@@ -31,42 +31,58 @@ _WHAT = "the server"
 
 
 async def _pick_model(client: httpx.AsyncClient, base_url: str) -> str:
-    """The first model `GET /models` lists: what a server with one model serves."""
+    """The first model `GET /models` lists: what a server with one model serves. OpenAI's list
+    (`{"data": [{"id": ...}]}`) or Gemini's (`{"models": [{"name": "models/..."}]}`, whose name
+    loses its `models/`)."""
     try:
         response = await client.get(f"{base_url}/models")
-        models = response.json().get("data") if response.status_code == 200 else None
+        listing = response.json() if response.status_code == 200 else None
     except (httpx.ConnectError, httpx.ConnectTimeout) as error:
         raise cannot_connect(_WHAT, base_url, error) from None
-    except (httpx.HTTPError, ValueError, AttributeError) as error:
+    except (httpx.HTTPError, ValueError) as error:
         raise GradeError(f"no --model given and GET {base_url}/models failed ({failure_words(error)}); pass --model") from None
-    if not models or not isinstance(models, list) or not isinstance(models[0], dict) or not models[0].get("id"):
+    name = _first_model(listing)
+    if name is None:
         raise GradeError(
             f"no --model given and GET {base_url}/models listed no model (HTTP {response.status_code}); pass --model"
         )
-    return str(models[0]["id"])
+    return name
 
 
-async def _fetch_completion(client: httpx.AsyncClient, url: str, body: dict, dialect: Dialect) -> CompletionReading:
-    """The non-streamed answer to `body`, read; a transport failure is a reading whose `failure`
-    says what happened, in words (`transport_words`), judged by the checks like any answer."""
+def _first_model(listing: object) -> str | None:
+    """The first model of an OpenAI or a Gemini model list, or None."""
+    if not isinstance(listing, dict):
+        return None
+    for key, field in (("data", "id"), ("models", "name")):
+        models = listing.get(key)
+        if isinstance(models, list) and models and isinstance(models[0], dict) and isinstance(models[0].get(field), str):
+            return models[0][field].removeprefix("models/") or None
+    return None
+
+
+async def _fetch_completion(client: httpx.AsyncClient, url: str, body: dict | bytes, dialect: Dialect) -> CompletionReading:
+    """The non-streamed answer to `body` (a JSON body, or bytes sent as they are), read; a transport
+    failure is a reading whose `failure` says what happened, in words (`transport_words`), judged by
+    the checks like any answer."""
+    request = body if isinstance(body, dict) else None
     try:
         response, retry_note = await open_response(client, url, body, what=_WHAT)
     except (httpx.ConnectError, httpx.ConnectTimeout) as error:
         raise cannot_connect(_WHAT, url, error) from None
     except httpx.TransportError as error:
         words = transport_words(error, what=_WHAT, before_head=True, timeout_s=client.timeout.read)
-        return read_completion(b"", status=0, request=body, dialect=dialect, failure=words)
+        return read_completion(b"", status=0, request=request, dialect=dialect, failure=words)
     try:
         # Not streamed: httpx decodes any content coding, and the JSON is judged as a client reads it.
         content = await response.aread()
     except httpx.TransportError as error:
         words = transport_words(error, what=_WHAT, before_head=False, timeout_s=client.timeout.read)
         return read_completion(
-            b"", status=response.status_code, request=body, dialect=dialect, failure=words, retry_note=retry_note
+            b"", status=response.status_code, request=request, dialect=dialect, failure=words, retry_note=retry_note
         )
     finally:
         await response.aclose()
-    return read_completion(content, status=response.status_code, request=body, dialect=dialect, retry_note=retry_note)
+    return read_completion(content, status=response.status_code, request=request, dialect=dialect, retry_note=retry_note)
 
 
 async def read_server(
@@ -79,7 +95,6 @@ async def read_server(
             plainest request (a natural stop): nothing else can be judged then.
     """
     base_url = base_url.rstrip("/")
-    url = f"{base_url}{suite.path}"
     client = grading_client(
         timeout=httpx.Timeout(REQUEST_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
         api_key=api_key,
@@ -90,17 +105,41 @@ async def read_server(
         model = model or await _pick_model(client, base_url)
         streams, completions = {}, {}
         for request in suite.requests:
-            body = request_body(request, model=model, stream=True)
+            url = suite.url(base_url, model=model, stream=True)
+            body = suite.body(request, model=model, stream=True)
             streams[request.name] = await fetch_stream(client, url, body, what=_WHAT, dialect=suite.dialect)
-            if request.name == "stop" and streams["stop"].status in (401, 403, 404):
-                raise GradeError(
-                    f"{url} answered HTTP {streams['stop'].status} to a plain request for model {model!r}: "
-                    f"{shortened(streams['stop'].body, 160)}; check --url, --model and --api-key"
-                )
+            if request.name == "stop" and streams["stop"].status in _REFUSED:
+                raise _refused(suite, url, model, streams["stop"])
             if not request.stream_only:
-                body = request_body(request, model=model, stream=False)
+                body = suite.body(request, model=model, stream=False)
+                url = suite.url(base_url, model=model, stream=False)
                 completions[request.name] = await _fetch_completion(client, url, body, suite.dialect)
-    return Readings(streams=streams, completions=completions, requests=suite.requests, dialect=suite.dialect), model
+        bad_request = None
+        if suite.bad_request is not None:
+            url = suite.url(base_url, model=model, stream=False)
+            bad_request = await _fetch_completion(client, url, suite.bad_request, suite.dialect)
+    readings = Readings(
+        streams=streams, completions=completions, requests=suite.requests, dialect=suite.dialect, bad_request=bad_request
+    )
+    return readings, model
+
+
+#: The answers to the plainest request after which nothing can be judged: the URL, the model or
+#: the key is wrong (405: a server that routes the path elsewhere, as an OpenAI server does a
+#: Gemini one).
+_REFUSED = (401, 403, 404, 405)
+
+
+def _refused(suite: ServerSuite, url: str, model: str, stream: StreamReading) -> GradeError:
+    """The one line for a refused plain request: in Gemini a 404 or 405 most likely means the
+    server does not speak it at all (llama.cpp, vLLM: OpenAI's routes only), and the line says so."""
+    answered = f"{url} answered HTTP {stream.status} to a plain request for model {model!r}: {shortened(stream.body, 160)}"
+    if suite.dialect is Dialect.GEMINI and stream.status in (404, 405):
+        return GradeError(
+            f"{answered}; the server does not speak Gemini there (POST .../models/MODEL:streamGenerateContent): "
+            "check --url (Gemini's base URL ends with its version, e.g. http://HOST:PORT/v1beta) and --model"
+        )
+    return GradeError(f"{answered}; check --url, --model and --api-key")
 
 
 def grade_server(base_url: str, *, model: str | None = None, api_key: str | None = None, dialect: Dialect = Dialect.CHAT) -> Card:
@@ -112,9 +151,12 @@ def grade_server(base_url: str, *, model: str | None = None, api_key: str | None
     # What each answer was, in a line, for the JSON and HTML: a person checks the evidence against it.
     answers = {f"stream {name}": reading.summary() for name, reading in readings.streams.items()}
     answers.update({f"JSON {name}": r.summary() for name, r in readings.completions.items()})
+    if readings.bad_request is not None:
+        answers["JSON a bad request"] = readings.bad_request.summary()
     setup: dict = {"model": model, "answers": answers}
     if suite.dialect is not Dialect.CHAT:
-        setup = {"dialect": str(suite.dialect), "path": suite.path, **setup}
+        paths = {"path": suite.path} | ({"stream_path": suite.stream_path} if suite.stream_path else {})
+        setup = {"dialect": str(suite.dialect), **paths, **setup}
     card = Card(kind="server", target=base_url.rstrip("/"), setup=setup, not_run=dict(suite.not_run))
     card.results.extend(check.run(readings) for check in suite.checks)
     return card

@@ -207,8 +207,8 @@ def _payload_of(body: bytes) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _model_of(body: bytes) -> str | None:
-    model = _payload_of(body).get("model")
+def _model_of(payload: dict) -> str | None:
+    model = payload.get("model")
     return model if isinstance(model, str) else None
 
 
@@ -333,7 +333,8 @@ class _Exchange:
             HubExchange(
                 method=self.request.method.decode(),
                 path=self.path,
-                model=_model_of(self.body),
+                # The payload's: a Gemini request's model is its path's (`arrived`), not its body's.
+                model=_model_of(self.payload),
                 policy=self.policy,
                 status=status,
                 upstream_ending=ending,
