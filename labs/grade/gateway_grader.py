@@ -213,10 +213,16 @@ class GradingLab:
 
 @contextlib.asynccontextmanager
 async def open_grading_lab(
-    *, upstream_port: int, spare_port: int | None, clients: tuple[str, ...], results_dir: Path
+    *,
+    upstream_port: int,
+    spare_port: int | None,
+    clients: tuple[str, ...],
+    results_dir: Path,
+    dialect: Dialect = Dialect.CHAT,
 ) -> AsyncIterator[GradingLab]:
     """The worker, its toxiproxy tunnel, the hub on 127.0.0.1:`upstream_port`, the spare worker on
-    `spare_port` (if any), and the clients' driver hosts."""
+    `spare_port` (if any), and the clients' driver hosts for `dialect` (the one the clients speak:
+    a client may run in a host of its own there, as `langchain` in Gemini)."""
     run_dir = (results_dir / time.strftime("grade-%Y%m%d-%H%M%S")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     async with open_worker() as primary, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
@@ -226,7 +232,7 @@ async def open_grading_lab(
         async with (
             open_hub(upstream_port=tunnel.listen_port, port=upstream_port) as hub,
             _maybe_spare(spare_port) as spare,
-            open_driver_hosts(clients, run_dir) as hosts,
+            open_driver_hosts(clients, run_dir, (dialect,)) as hosts,
         ):
             yield GradingLab(
                 primary=primary,
@@ -414,7 +420,11 @@ async def _grade_gateway(target: GatewayTarget) -> Card:
         _require_free(target.spare_port, f"{target.option_prefix}spare-port")
     await _require_reachable(target.url)
     async with open_grading_lab(
-        upstream_port=target.upstream_port, spare_port=target.spare_port, clients=target.clients, results_dir=target.results_dir
+        upstream_port=target.upstream_port,
+        spare_port=target.spare_port,
+        clients=target.clients,
+        results_dir=target.results_dir,
+        dialect=target.dialect,
     ) as lab:
         return await grade_with(lab, target)
 
