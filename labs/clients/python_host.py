@@ -135,9 +135,10 @@ async def main(runtime: str) -> None:
 
 #: The modules each (client, dialect) needs; the host imports only those it is asked to run
 #: (`python -m labs.clients.python_host [--runtime R] [--dialect D]... CLIENT...`, dialect `chat`
-#: when none is given) and its runtime runs, before its hello, so no request is charged for an import (LiteLLM's takes seconds, and
-#: anthropic's nearly as long on a loaded machine) and a run of one light client starts fast. A
-#: driver not preloaded still works: it imports its library at its first request.
+#: when none is given) and its runtime runs, before its hello, so no request is charged for an
+#: import (LiteLLM's takes seconds, and anthropic's nearly as long on a loaded machine) and a run of
+#: one light client starts fast. A driver not preloaded still works: it imports its library at its
+#: first request.
 PRELOAD: dict[tuple[str, Dialect], str] = {
     ("openai-python", Dialect.CHAT): "openai",
     ("openai-python-helper", Dialect.CHAT): "openai",
