@@ -30,9 +30,10 @@ def cell_request(scenario: Scenario, dialect: Dialect, client: str, gateway: Gat
     return {
         "id": cell_id,
         "client": client,
-        # The driver speaks this dialect to the gateway's `/v1` root (its library adds the path).
+        # The driver speaks this dialect to the gateway's root, `/v1` unless the gateway names
+        # another for the dialect (its library adds the path).
         "dialect": dialect.value,
-        "base_url": gateway.base_url,
+        "base_url": gateway.base_url_for(dialect),
         "model": model,
         "deadline_s": scenario.deadline_for(client),
         **scenario.request(),

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from finishline import Dialect, OnCut, RepairPolicy, RequestFacts, StreamRepair
+from finishline import Dialect, OnCut, RepairPolicy, RequestFacts, ShapeBook, StreamRepair
 from finishline._routine_chunks import RoutineChunks
 from finishline._sse import EventFramer
 from finishline._wording import content_after_injection
@@ -268,10 +268,24 @@ def _runs_of_one_shape(draw) -> list[bytes]:
 
 
 def _run_both(
-    pieces: list[bytes], end: str, *, policy: RepairPolicy, request: RequestFacts, dialect: Dialect = Dialect.CHAT
+    pieces: list[bytes],
+    end: str,
+    *,
+    policy: RepairPolicy,
+    request: RequestFacts,
+    dialect: Dialect = Dialect.CHAT,
+    shapes: ShapeBook | None = None,
 ) -> None:
+    """The fast path (with `shapes`, the book of other streams' shapes, if given) against the full parse."""
     machines = [
-        StreamRepair(request=request, policy=policy, started_at=0.0, fast_path=fast_path, dialect=dialect)
+        StreamRepair(
+            request=request,
+            policy=policy,
+            started_at=0.0,
+            fast_path=fast_path,
+            dialect=dialect,
+            shapes=shapes if fast_path else None,
+        )
         for fast_path in (True, False)
     ]
     now = 0.0

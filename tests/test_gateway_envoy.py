@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from faults.child_processes import free_port
-from labs.gateways.envoy import envoy_books, envoy_bootstrap, open_envoy, read_envoy_books
+from labs.gateways.envoy import ACCESS_LOG_FORMAT, envoy_books, envoy_bootstrap, open_envoy, read_envoy_books
 from labs.gateways.registry import lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.worker import WorkerSettings
@@ -91,6 +91,31 @@ def test_books_are_found_by_the_cell_id_in_the_model():
     ]
     assert read_envoy_books(entries, "c0002") == (BOOKS_ERROR, entries[1])
     assert read_envoy_books(entries, "c0003") == (None, None)
+
+
+def test_a_gemini_request_is_found_by_the_model_its_path_names():
+    # Gemini's body names no model: `json_to_metadata` copies nothing, and Envoy's JSON log writes
+    # the missing metadata as null (or `-` in a text format); the path names it, percent-escaped
+    # when the client escaped the settings' `;` and `=`.
+    entries = [
+        {
+            "model": None,
+            "path": "/v1/models/c0004%3Btokens%3D3:streamGenerateContent?alt=sse",
+            "response_code": 200,
+            "response_flags": "-",
+        },
+        {
+            "model": "-",
+            "path": "/v1beta/models/c0005;tokens=3:streamGenerateContent?alt=sse",
+            "response_code": 200,
+            "response_flags": "UPE",
+        },
+        {"model": "c0006;tokens=3", "path": "/v1/chat/completions", "response_code": 200, "response_flags": "-"},
+    ]
+    assert read_envoy_books(entries, "c0004") == (BOOKS_OK, entries[0])
+    assert read_envoy_books(entries, "c0005") == (BOOKS_ERROR, entries[1])
+    assert read_envoy_books(entries, "c0006") == (BOOKS_OK, entries[2])
+    assert "path" in ACCESS_LOG_FORMAT
 
 
 def test_the_registry_entry_takes_the_spare_and_reads_envoy_books():

@@ -17,7 +17,14 @@ import trio
 from faults import catalog
 from faults.child_processes import free_port
 from labs.clients import LAB_API_KEY
-from labs.gateways.portkey import RETRY_ATTEMPTS, open_portkey, portkey_books, portkey_config, read_portkey_books
+from labs.gateways.portkey import (
+    GEMINI_PROVIDER,
+    RETRY_ATTEMPTS,
+    open_portkey,
+    portkey_books,
+    portkey_config,
+    read_portkey_books,
+)
 from labs.gateways.registry import lookup
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.worker import WorkerSettings
@@ -69,6 +76,26 @@ def test_books_are_found_by_the_cell_id_in_the_model():
     entries = [{"model": "c0001;tokens=3", "status": 200}, {"model": "c0002;tokens=3", "status": 502}]
     assert read_portkey_books(entries, "c0002") == (BOOKS_ERROR, entries[1])
     assert read_portkey_books(entries, "c0009") == (None, None)
+
+
+def test_a_gemini_request_is_found_by_the_model_in_its_attempts_url():
+    # Portkey's log has the request body's model, which a Gemini body does not name.
+    entries = [
+        {
+            "model": None,
+            "status": 200,
+            "attempts": [{"url": "http://127.0.0.1:9/v1/models/c0004;tokens=3:streamGenerateContent?alt=sse"}],
+        },
+        {"model": "c0005;tokens=3", "status": 502, "attempts": [{"url": "http://127.0.0.1:9/v1/chat/completions"}]},
+    ]
+    assert read_portkey_books(entries, "c0004") == (BOOKS_OK, entries[0])
+    assert read_portkey_books(entries, "c0005") == (BOOKS_ERROR, entries[1])
+    assert read_portkey_books([{"model": None, "status": 200, "attempts": []}], "c0004") == (None, None)
+
+
+def test_a_gemini_request_gets_the_google_provider_with_the_worker_as_its_custom_host():
+    config = portkey_config(primary_url=PRIMARY, spare_url=None, provider=GEMINI_PROVIDER)
+    assert config == {"provider": "google", "custom_host": f"{PRIMARY}/v1", "api_key": LAB_API_KEY}
 
 
 def test_both_registry_entries_take_the_spare_and_keep_portkeys_books():

@@ -208,6 +208,21 @@ def test_gemini_cli_gets_the_gateways_root_api_key_auth_a_trusted_folder_and_its
     assert settings["ide"]["enabled"] is False
 
 
+@pytest.mark.parametrize(
+    ("base_url", "root"),
+    [
+        ("http://127.0.0.1:4123/v1", "http://127.0.0.1:4123"),
+        # LiteLLM's native Gemini routes: the gateway gives Gemini clients `/v1beta`.
+        ("http://127.0.0.1:4123/v1beta", "http://127.0.0.1:4123"),
+        # LiteLLM's Gemini pass-through: the route's prefix stays.
+        ("http://127.0.0.1:4123/gemini/v1", "http://127.0.0.1:4123/gemini"),
+        ("http://127.0.0.1:4123/", "http://127.0.0.1:4123"),
+    ],
+)
+def test_an_agents_root_is_its_base_url_without_the_version(tmp_path, base_url, root):
+    assert dataclasses.replace(_cell(tmp_path, Dialect.GEMINI), base_url=base_url).api_root == root
+
+
 def test_an_agent_not_installed_is_named_with_what_to_run(monkeypatch, tmp_path):
     monkeypatch.setitem(AGENTS, "codex", dataclasses.replace(AGENTS["codex"], needs=(tmp_path / "gone",)))
     line = missing_agents(("codex", "pi-ai"))

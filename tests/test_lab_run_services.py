@@ -52,8 +52,8 @@ def test_one_litellm_config_routes_each_topology_to_its_own_upstreams():
     )
     routes = _routes_by_model_name(config)
     bases = {name: [(d["api_base"], d.get("order")) for d in deployments] for name, deployments in routes.items()}
-    # The Chat routes (the Messages routes beside them are the next test's).
-    assert {name: value for name, value in bases.items() if "messages/" not in name} == {
+    # The Chat routes (the Messages and Gemini routes beside them are the next test's).
+    assert {name: value for name, value in bases.items() if "messages/" not in name and "gemini/" not in name} == {
         f"{VIA_FINISH_FIX}*": [("http://127.0.0.1:2/v1", None)],
         "*": [("http://127.0.0.1:1/v1", None)],
         # The spare topology's routes: its primary at order 1, the spare at order 2 (LiteLLM's
@@ -64,7 +64,12 @@ def test_one_litellm_config_routes_each_topology_to_its_own_upstreams():
         "hub/*": [("http://127.0.0.1:3/v1", None)],
     }
     # Every Chat route keeps the model name the worker sees: the pattern's `*` fills `openai/*`.
-    assert {d["model"] for name, deployments in routes.items() if "messages/" not in name for d in deployments} == {"openai/*"}
+    assert {
+        d["model"]
+        for name, deployments in routes.items()
+        if "messages/" not in name and "gemini/" not in name
+        for d in deployments
+    } == {"openai/*"}
 
 
 def test_each_route_of_each_variant_gets_the_deployment_that_makes_litellm_take_it():
@@ -79,7 +84,7 @@ def test_each_route_of_each_variant_gets_the_deployment_that_makes_litellm_take_
                 primary_base="http://127.0.0.1:1/v1",
                 spare_base="http://127.0.0.1:3/v1",
                 finish_fix_base="http://127.0.0.1:2/v1",
-                variants=("litellm", "litellm-chat-bridge", "litellm-responses-bridge+finish_fix"),
+                variants=("litellm", "litellm-chat-bridge", "litellm-responses-bridge+finish_fix", "litellm-gemini-bridge"),
                 models=models,
             )
         ],
@@ -97,6 +102,12 @@ def test_each_route_of_each_variant_gets_the_deployment_that_makes_litellm_take_
         "hub/responses/c0002;tokens=3": ("openai/c0002;tokens=3", "http://127.0.0.1:1/v1"),
         "hub/messages-from-chat/*": ("hosted_vllm/*", "http://127.0.0.1:1/v1"),
         "hub/responses-from-chat/*": ("custom_openai/*", "http://127.0.0.1:1/v1"),
+        # Gemini natively, and Chat from a Gemini worker: LiteLLM's gemini/ appends
+        # /models/{model}:streamGenerateContent to its api_base, the server's root.
+        "hub/gemini/*": ("gemini/*", "http://127.0.0.1:1"),
+        "hub/chat-from-gemini/*": ("gemini/*", "http://127.0.0.1:1"),
+        # A Gemini client of a Chat deployment: LiteLLM's Gemini adapter in front of its Chat route.
+        "hub/gemini-from-chat/*": ("hosted_vllm/*", "http://127.0.0.1:1/v1"),
         # Behind finish_fix: the topology's finish_fix is the deployment's upstream.
         f"hub/{VIA_FINISH_FIX}messages-from-responses/c0003;tokens=3": ("openai/c0003;tokens=3", "http://127.0.0.1:2/v1"),
     }

@@ -477,12 +477,18 @@ BRIDGES = (
 
 
 def test_every_lab_gateway_serves_each_dialect_its_routes_name_and_only_the_bridges_translate():
-    assert [g for g in GATEWAYS if Dialect.CHAT in lookup(g).dialects] == [g for g in GATEWAYS if g not in BRIDGES]
-    assert [g for g in GATEWAYS if Dialect.MESSAGES in lookup(g).dialects] == list(GATEWAYS)
-    assert [g for g in GATEWAYS if Dialect.RESPONSES in lookup(g).dialects] == [
-        g for g in GATEWAYS if not g.startswith("litellm-responses-bridge")
+    gemini_only = ("litellm-gemini-passthrough", "litellm-gemini-passthrough+finish_fix")
+    chat_only = ("litellm-gemini-bridge", "litellm-gemini-bridge+finish_fix")
+    assert [g for g in GATEWAYS if Dialect.CHAT in lookup(g).dialects] == [
+        g for g in GATEWAYS if g not in BRIDGES and g not in gemini_only
     ]
-    translating = {(g, d.value, upstream_dialect(g, d).value) for g in GATEWAYS for d in lookup(g).dialects if translates(g, d)}
+    assert [g for g in GATEWAYS if Dialect.MESSAGES in lookup(g).dialects] == [
+        g for g in GATEWAYS if g not in gemini_only + chat_only
+    ]
+    assert [g for g in GATEWAYS if Dialect.RESPONSES in lookup(g).dialects] == [
+        g for g in GATEWAYS if not g.startswith("litellm-responses-bridge") and g not in gemini_only + chat_only
+    ]
+    translating = {(g, d.value, upstream_dialect(g, d).value) for g in GATEWAYS for d in lookup(g).routes if translates(g, d)}
     assert translating == {
         ("litellm-chat-bridge", "messages", "chat"),
         ("litellm-chat-bridge", "responses", "chat"),
@@ -490,6 +496,10 @@ def test_every_lab_gateway_serves_each_dialect_its_routes_name_and_only_the_brid
         ("litellm-chat-bridge+finish_fix", "responses", "chat"),
         ("litellm-responses-bridge", "messages", "responses"),
         ("litellm-responses-bridge+finish_fix", "messages", "responses"),
+        ("litellm-chat-bridge", "gemini", "chat"),
+        ("litellm-chat-bridge+finish_fix", "gemini", "chat"),
+        ("litellm-gemini-bridge", "chat", "gemini"),
+        ("litellm-gemini-bridge+finish_fix", "chat", "gemini"),
     }
 
 
@@ -688,3 +698,17 @@ def test_every_other_gateway_is_na_in_gemini_with_a_reason():
     not_applicable = {entry.gateway: entry.why for entry in plan_not_applicable(config) if entry.dialect is Dialect.GEMINI}
     assert "direct" not in not_applicable and "finish_fix" not in not_applicable
     assert not_applicable and all(why.startswith(f"{gateway}: ") for gateway, why in not_applicable.items())
+
+
+def test_the_default_run_has_the_worker_speak_only_what_it_takes_of_each_scenario():
+    # A translating gateway's cells have the worker speak another dialect than their client's: in the
+    # default run only one the scenario's `default_dialects` names (LiteLLM's Gemini bridge would
+    # otherwise run every Chat scenario again with a Gemini worker). `--all` keeps every listed one.
+    config = LabConfig(scenarios=tuple(select_scenarios([], False)), gateways=GATEWAYS, dialects=LAB_DIALECTS)
+    planned = plan_cells(config)
+    assert planned
+    for cell in planned:
+        assert cell.upstream in cell.scenario.default_dialects, (cell.scenario.name, cell.gateway, cell.upstream)
+    assert {cell.upstream for cell in planned if cell.gateway == "litellm-gemini-bridge"} == {Dialect.GEMINI}
+    every = plan_cells(LabConfig(scenarios=tuple(select_scenarios([], True)), gateways=GATEWAYS, dialects=LAB_DIALECTS))
+    assert any(cell.upstream not in cell.scenario.default_dialects for cell in every)

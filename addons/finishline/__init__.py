@@ -42,6 +42,7 @@ from ._no_head import NO_HEAD_STATUS, NoHeadAnswer, answer_no_head
 from ._numbers import NumberRefused, read_number
 from ._repair import MAX_HELD_BYTES, StreamRepair
 from ._request import RequestFacts
+from ._shape_book import ShapeBook
 from ._sse import Event, EventFramer
 from ._transcript import looks_like_chat_stream, stream_dialect, transcribe_chat_stream, transcribe_stream
 from ._verdict import (
@@ -86,6 +87,7 @@ __all__ = [
     "OnCut",
     "RepairPolicy",
     "RequestFacts",
+    "ShapeBook",
     "StreamRepair",
     "StreamErrorWriter",
     "StreamReport",

@@ -48,7 +48,7 @@ from ._dialect import Dialect
 from ._errors import LocalProtocolError
 from ._phases import DEADLINES_RUN, TRANSITIONS, Phase, Signal
 from ._request import RequestFacts
-from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks
+from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, ShapeSource
 from ._rule_interface import DialectRules, StreamServices
 from ._rules import DIALECT_FRAMERS, DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
@@ -86,14 +86,14 @@ class StreamRepair:
             both; the output and report are the same either way).
         dialect: the API the stream speaks (finish_fix picks it from the request path). A stream
             whose first event belongs to another dialect passes through untouched (`skipped`).
+        shapes: the caller's `ShapeBook`, shapes its other streams learned: taken without probing.
 
     `receive_data` and `receive_end` return the bytes to send to the client now (possibly b"");
     `receive_failure` and `receive_timer` return a `ClientEnding`. None of them raises on anything the
     upstream sent. `report` is the running account (final once `ended`).
     """
 
-    # Slots: the path of every piece reads and writes a few of these, and slots are the cheapest
-    # attributes there are (`__dict__` stays, for tests that replace a method on an instance).
+    # Slots, the cheapest attributes, for the path of every piece (`__dict__` stays for tests).
     __slots__ = (
         "_started_at",
         "_deadlines",
@@ -126,6 +126,7 @@ class StreamRepair:
         content_encoding: str = "",
         fast_path: bool = True,
         dialect: Dialect = Dialect.CHAT,
+        shapes: ShapeSource | None = None,
     ) -> None:
         self._started_at = started_at
         # The first-token deadline counts from the request going upstream (`_deadlines`).
@@ -139,12 +140,11 @@ class StreamRepair:
         # The time of the event the rules are reading (`_on_event`), for a rule that ends the stream there.
         self._event_at: float | None = None
         self._dialect = dialect = Dialect(dialect)
-        # Shapes of routine text chunks seen so far, for the fast path (`_on_routine_piece`).
-        self._routine = RoutineChunks(enabled=fast_path, dialect=dialect)
+        # Shapes of routine text chunks seen so far (and by `shapes`' streams), for `_on_routine_piece`.
+        self._routine = RoutineChunks(enabled=fast_path, dialect=dialect, book=shapes)
         # The steady path's shape (`RoutineMatch.steady`) while it may be taken, else None.
         self._steady: tuple[bytes, bytes, int, int] | None = None
-        # The steady path of a shape with more gaps (`RoutineMatch.gapped_steady`: a Responses
-        # delta's sequence number, OpenAI's obfuscation padding) while it may be taken, else None.
+        # Of a shape with more gaps (`RoutineMatch.gapped_steady`: Responses' numbers, OpenAI's padding).
         self._steady_gapped: SteadyShape | None = None
         # For a shape of the text and a number only, what its check reads in `receive_data`.
         self._steady_numbered: NumberedSteady | None = None

@@ -62,20 +62,31 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from functools import cache
+from typing import Any, NamedTuple, Protocol
 
 from ._dialect import Dialect
 from ._steady import ASCII_CHARS, GAP_NUMBER, GAP_STRING, GAP_TEXT, SteadyShape, match_plain_text
 
 __all__ = [
     "DECLINE",
+    "FREE_TOP_LEVEL_KEYS",
+    "JSON_INT_MATCH",
+    "JSON_STRING_MATCH",
     "MAY_STEADY",
     "NOT_STEADY",
+    "PROBE_NUMBER",
+    "PROBE_TOKEN",
     "SPECS",
+    "TEXT_GAP_MATCH",
     "RoutineChunks",
+    "RoutineFacts",
     "RoutineMatch",
     "RoutineSpec",
+    "Shape",
+    "ShapeSource",
     "TEXT_DELTA_KEYS",
+    "key_value_spans",
 ]
 
 # What a dialect's rules tell the machine about a piece the fast path matched (`on_routine`).
@@ -88,7 +99,7 @@ MAY_STEADY = 2  # handled; the steady path may take the next pieces of this shap
 TEXT_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "refusal")
 # Top-level keys whose string value may change on every chunk and that the repair never reads.
 # OpenAI pads every stream chunk with a random `obfuscation` string (stream_options.include_obfuscation).
-_FREE_TOP_LEVEL_KEYS = ("obfuscation",)
+FREE_TOP_LEVEL_KEYS = ("obfuscation",)
 # Fields the repair remembers from every chunk for the finishing events it may inject.
 _REMEMBERED_KEYS = ("id", "created", "model", "system_fingerprint")
 
@@ -106,14 +117,18 @@ _TEXT_GAP = rb'(?:""|("' + ASCII_CHARS + rb'"|"' + _JSON_CHAR + rb'++"))'
 _TEXT_GAP_PATTERN = re.compile(_TEXT_GAP)
 _TEXT_GAP_FULLMATCH = _TEXT_GAP_PATTERN.fullmatch
 _JSON_STRING_PATTERN = re.compile(_JSON_STRING)
+# A gap's token at a position, of each kind (`_shape_book` matches its templates' gaps with these).
+TEXT_GAP_MATCH = _TEXT_GAP_PATTERN.match
+JSON_STRING_MATCH = _JSON_STRING_PATTERN.match
 # A sequence number: a non-negative JSON integer, no exponent or fraction (json.loads gives an int).
 _JSON_INT = rb"(?:0|[1-9][0-9]{0,17})"
 _JSON_INT_PATTERN = re.compile(_JSON_INT)
+JSON_INT_MATCH = _JSON_INT_PATTERN.match
 _NUMBER_KEY = "sequence_number"
-_PROBE_NUMBER = 987654321
+PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
-_PROBE_TOKEN = json.dumps(_PROBE).encode()
+PROBE_TOKEN = json.dumps(_PROBE).encode()
 
 # The text keys of the Messages and Responses routine events.
 _MESSAGES_TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
@@ -133,7 +148,7 @@ _CONTENT_INDEXED = frozenset({"response.output_text.delta", "response.refusal.de
 # `"key": "value"` for each key whose string value may be a gap, the value as group 1.
 _KEY_WITH_STRING_VALUE = {
     key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
-    for key in (*TEXT_DELTA_KEYS, *_FREE_TOP_LEVEL_KEYS, *_MESSAGES_TEXT_KEYS.values(), "delta")
+    for key in (*TEXT_DELTA_KEYS, *FREE_TOP_LEVEL_KEYS, *_MESSAGES_TEXT_KEYS.values(), "delta")
 }
 _KEY_WITH_INT_VALUE = re.compile(
     re.escape(json.dumps(_NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
@@ -174,7 +189,7 @@ class RoutineMatch:
         self.gapped_steady: SteadyShape | None = None
 
 
-class _Shape:
+class Shape:
     """The literal segments of a learned event around its gaps, and what a match of it means.
 
     With one gap (the text), `prefix` + text + `suffix`; with more, `segments` (one more than the
@@ -208,6 +223,37 @@ class _Shape:
             result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
         else:
             result.gapped_steady = SteadyShape.of(segments, [kind for _, kind, _, _ in self._gaps])
+
+    @classmethod
+    def of(cls, segments: list[bytes], kinds: list[str], chunk: dict[str, Any], facts: RoutineFacts, spec: RoutineSpec) -> Shape:
+        """The shape of literal `segments` around gaps of `kinds` (`_steady`'s GAP_*, one the
+        text), learned from an event parsed to `chunk` whose routine `facts` are given."""
+        remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
+        number_gap = kinds.index(GAP_NUMBER) if GAP_NUMBER in kinds else -1
+        return cls(segments, kinds.index(GAP_TEXT), RoutineMatch(facts[0], remembered), number_gap)
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds of its gaps, in order (`_steady`'s GAP_*)."""
+        return [kind for _, kind, _, _ in self._gaps]
+
+    def gap_spans(self, piece: bytes) -> list[tuple[int, int]] | None:
+        """Where each gap's token is in `piece`, in order, if `piece` is this shape; else None."""
+        if not (piece.startswith(self.prefix) and piece.endswith(self.suffix)):
+            return None
+        spans = []
+        position = self.text_start
+        for match_gap, _, segment, segment_length in self._gaps:
+            match = match_gap(piece, position)
+            if match is None:
+                return None
+            spans.append(match.span())
+            position = match.end()
+            if segment is not None:
+                if not piece.startswith(segment, position):
+                    return None
+                position += segment_length
+        return spans if position == len(piece) - self.suffix_length else None
 
     def maybe_has_text(self, piece: bytes) -> bool | None:
         """None if `piece` is not this shape; else whether its text is non-empty."""
@@ -243,17 +289,31 @@ class _Shape:
         return has_text
 
 
+class ShapeSource(Protocol):
+    """Shapes learned by other streams of the same server (`_shape_book.ShapeBook`)."""
+
+    def maybe_shape(self, raw: bytes, chunk: Any, facts: RoutineFacts, spec: RoutineSpec) -> Shape | None:
+        """The shape of the routine event `raw` (parsed to `chunk`), if known, without a probe."""
+
+    def keep(
+        self, raw: bytes, data: bytes, data_at: int, chunk: dict[str, Any], facts: RoutineFacts, spec: RoutineSpec, shape: Shape
+    ) -> None:
+        """A shape this stream learned by probing, for the streams after it. Never raises."""
+
+
 class RoutineChunks:
     """The routine chunk shapes of one stream: learned from fully parsed events, matched on pieces."""
 
-    __slots__ = ("_shapes", "_attempts", "_enabled", "_spec")
+    __slots__ = ("_shapes", "_attempts", "_enabled", "_spec", "_book")
 
-    def __init__(self, *, enabled: bool = True, dialect: Dialect = Dialect.CHAT) -> None:
-        """`enabled=False` never learns, so nothing ever matches (the full path for every event)."""
-        self._shapes: list[_Shape] = []
+    def __init__(self, *, enabled: bool = True, dialect: Dialect = Dialect.CHAT, book: ShapeSource | None = None) -> None:
+        """`enabled=False` never learns, so nothing ever matches (the full path for every event).
+        `book`: shapes other streams learned, asked before probing and told what was probed."""
+        self._shapes: list[Shape] = []
         self._attempts = 0
         self._enabled = enabled
         self._spec = SPECS[dialect]
+        self._book = book
 
     @property
     def learned(self) -> bool:
@@ -317,12 +377,17 @@ class RoutineChunks:
         if any(shape.maybe_has_text(raw) is not None for shape in self._shapes):
             return
         self._attempts += 1
-        try:
-            shape = _maybe_shape(raw, data, data_at, chunk, facts, spec)
-        except (ValueError, RecursionError, TypeError, KeyError, IndexError):
-            shape = None
+        book = self._book
+        shape = None if book is None else book.maybe_shape(raw, chunk, facts, spec)
         if shape is None:
-            return
+            try:
+                shape = _maybe_shape(raw, data, data_at, chunk, facts, spec)
+            except (ValueError, RecursionError, TypeError, KeyError, IndexError):
+                shape = None
+            if shape is None:
+                return
+            if book is not None:
+                book.keep(raw, data, data_at, chunk, facts, spec, shape)
         self._shapes.insert(0, shape)
         del self._shapes[_MAX_SHAPES:]
 
@@ -362,7 +427,7 @@ def _routine_facts(chunk: Any) -> tuple[int, str, str | None] | None:
         return None
     if any(value for key, value in delta.items() if key != text_key and key != "role"):
         return None
-    free_key = next((key for key in _FREE_TOP_LEVEL_KEYS if type(chunk.get(key)) is str), None)
+    free_key = next((key for key in FREE_TOP_LEVEL_KEYS if type(chunk.get(key)) is str), None)
     return index, text_key, free_key
 
 
@@ -393,8 +458,24 @@ def _responses_facts(event: Any) -> tuple[int, str, str | None] | None:
         event["type"] in _CONTENT_INDEXED and type(event.get("content_index")) is not int
     ):
         return None
-    free_key = next((key for key in _FREE_TOP_LEVEL_KEYS if type(event.get(key)) is str), None)
+    free_key = next((key for key in FREE_TOP_LEVEL_KEYS if type(event.get(key)) is str), None)
     return 0, "delta", free_key
+
+
+#: What makes an event routine (`RoutineSpec.facts`): (the index, the text key, the free key or None).
+RoutineFacts = tuple[int, str, str | None]
+
+
+@cache
+def _key_with_value(key: str, integer: bool) -> re.Pattern[bytes]:
+    value = _JSON_INT if integer else _JSON_STRING
+    return re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + value + b")")
+
+
+def key_value_spans(data: bytes, key: str, *, integer: bool = False) -> list[tuple[int, int]]:
+    """Where `"key": <a JSON string>` (or a non-negative integer) has its value in `data`: the
+    candidates a probe parse proves or not (a candidate may be inside another string)."""
+    return [match.span(1) for match in _key_with_value(key, integer).finditer(data)]
 
 
 class RoutineSpec(NamedTuple):
@@ -420,8 +501,8 @@ SPECS = {
 
 def _maybe_shape(
     raw: bytes, data: bytes, data_at: int, chunk: dict[str, Any], facts: tuple[int, str, str | None], spec: RoutineSpec
-) -> _Shape | None:
-    index, text_key, free_key = facts
+) -> Shape | None:
+    _, text_key, free_key = facts
     holder = spec.text_holder
     text_gap = _maybe_gap(data, chunk, text_key, holder)
     if text_gap is None:
@@ -449,8 +530,10 @@ def _maybe_shape(
             number_gap_index = number
         position = end
     segments.append(raw[data_at + position :])
-    remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
-    shape = _Shape(segments, text_gap_index, RoutineMatch(index, remembered), number_gap_index)
+    kinds = [
+        GAP_TEXT if gap == text_gap_index else GAP_NUMBER if gap == number_gap_index else GAP_STRING for gap in range(len(gaps))
+    ]
+    shape = Shape.of(segments, kinds, chunk, facts, spec)
     if shape.maybe_has_text(raw) is None:  # the learned event itself must match its shape
         return None
     return shape
@@ -462,7 +545,7 @@ def _maybe_gap(data: bytes, chunk: dict[str, Any], key: str, holder: Callable[[d
     original = holder(chunk)[key]
     for candidate in candidates:
         start, end = candidate.span(1)
-        probed = json.loads(data[:start] + _PROBE_TOKEN + data[end:])
+        probed = json.loads(data[:start] + PROBE_TOKEN + data[end:])
         probed_holder = holder(probed)
         if type(probed_holder) is not dict or probed_holder.get(key) != _PROBE:
             continue
@@ -476,8 +559,8 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
     """The byte span of the event's top-level `sequence_number` in `data`, proven by a probe parse."""
     for candidate in _KEY_WITH_INT_VALUE.finditer(data):
         start, end = candidate.span(1)
-        probed = json.loads(data[:start] + str(_PROBE_NUMBER).encode() + data[end:])
-        if type(probed) is not dict or probed.get(_NUMBER_KEY) != _PROBE_NUMBER:
+        probed = json.loads(data[:start] + str(PROBE_NUMBER).encode() + data[end:])
+        if type(probed) is not dict or probed.get(_NUMBER_KEY) != PROBE_NUMBER:
             continue
         probed[_NUMBER_KEY] = event[_NUMBER_KEY]
         if probed == event:

@@ -76,8 +76,11 @@ class AgentCell:
 
     @property
     def api_root(self) -> str:
-        """The gateway's root without `/v1`, for clients that append `/v1/messages` themselves."""
-        return self.base_url.removesuffix("/").removesuffix("/v1")
+        """The gateway's root without its version segment (`/v1`; `/v1beta` where a gateway's Gemini
+        routes live there, `Gateway.base_url_for`), for clients that append `/v1/messages` or
+        `/v1beta/models/...` themselves."""
+        root, _, version = self.base_url.removesuffix("/").rpartition("/")
+        return root if version in ("v1", "v1beta") else self.base_url.removesuffix("/")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,8 +2,8 @@
 
 Each gateway is an entry in the registry (labs.gateways.registry), defined in one module per
 gateway: `direct` and `external` (labs.gateways.direct), `finish_fix` (finish_fix_proxy),
-`litellm` and `litellm+finish_fix` (litellm_proxy), and the routers and proxies in the modules
-the registry lists. `python -m labs.gateways` lists them, each with a sentence and whether it is
+the LiteLLM variants (litellm_proxy; its Gemini pass-through in litellm_passthrough), and the
+routers and proxies in the modules the registry lists. `python -m labs.gateways` lists them, each with a sentence and whether it is
 installed.
 """
 

@@ -31,7 +31,10 @@ why, from Envoy's docs and source (envoyproxy/envoy v1.40.0):
   connection termination, `UPE` upstream protocol error, `URX` retries exhausted, `DC` the client
   left...), bytes both ways, the upstream host that answered, the attempt count. The request's
   `model` (which carries the lab's cell id) is copied from the JSON body into dynamic metadata by
-  Envoy's `json_to_metadata` filter, so each line names its cell.
+  Envoy's `json_to_metadata` filter, so each line names its cell. A Gemini request names its
+  model in its path (`.../models/{model}:streamGenerateContent`), not its body: the line keeps the
+  path, and the cell is read from there (`envoy_cells`). The route is `prefix: /`, so Gemini's
+  paths are relayed like the others, bytes untouched.
 - `DC` is about the order of two events, not about the upstream: when the client's connection
   closes, the HCM resets the streams it still has open, flagging them `DC` with details
   `downstream_remote_disconnect` (source/common/http/conn_manager_impl.cc: `onEvent(RemoteClose)`
@@ -54,16 +57,29 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 from urllib.parse import urlsplit
 
 from faults.child_processes import ChildStartError, TrioChildProcess
+from finishline import Dialect
+from labs.cell_ids import cell_id_of
 from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
+from labs.worker.request_reading import gemini_request_body
 
-__all__ = ["ENTRIES", "EnvoyGateway", "envoy_binary", "envoy_bootstrap", "envoy_books", "open_envoy", "read_envoy_books"]
+__all__ = [
+    "ENTRIES",
+    "EnvoyGateway",
+    "envoy_binary",
+    "envoy_bootstrap",
+    "envoy_books",
+    "envoy_cells",
+    "open_envoy",
+    "read_envoy_books",
+]
 
 #: What Envoy logs at info level once its admin server listens (source/server/admin/admin.cc).
 ADMIN_LISTENING = re.compile(r"admin address: 127\.0\.0\.1:(\d+)")
@@ -74,6 +90,8 @@ LISTENER = "lab"
 ACCESS_LOG_FORMAT = {
     "time": "%START_TIME%",
     "model": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:model)%",
+    # Gemini's request names its model in the path, not the body (`.../models/{model}:streamGenerateContent`).
+    "path": "%REQ(:PATH)%",
     "response_code": "%RESPONSE_CODE%",
     "response_flags": "%RESPONSE_FLAGS%",
     "response_code_details": "%RESPONSE_CODE_DETAILS%",
@@ -277,7 +295,17 @@ def envoy_books(entry: dict[str, Any]) -> str:
     return BOOKS_OK if 100 <= code < 400 and flags == "-" else BOOKS_ERROR
 
 
-read_envoy_books = books_reader_from(envoy_books)
+def envoy_cells(entry: dict[str, Any]) -> tuple[str | None, ...]:
+    """The cell an access-log line is about: the body's `model`, else (a Gemini request, whose body
+    names none, `%DYNAMIC_METADATA%` logging `-`) the model its path names."""
+    model = entry.get("model")
+    if not isinstance(model, str) or model in ("", "-"):
+        path = entry.get("path")
+        model = gemini_request_body(path, {}).get("model") if isinstance(path, str) else None
+    return (cell_id_of(model),)
+
+
+read_envoy_books = books_reader_from(envoy_books, cells_of=envoy_cells)
 
 
 async def _start(ctx: GatewayContext) -> Gateway:
@@ -297,6 +325,8 @@ ENTRIES = (
         books_kind="envoy",
         read_books=read_envoy_books,
         uses_spare=True,
-        routes=NATIVE_ROUTES,
+        # One route for every path (`prefix: /`): Gemini's `:streamGenerateContent` too, relayed
+        # like any other body.
+        routes=MappingProxyType({**NATIVE_ROUTES, Dialect.GEMINI: Dialect.GEMINI}),
     ),
 )

@@ -1,6 +1,6 @@
-"""LiteLLM's proxy as lab gateways: its native routes in every dialect (`litellm`), its two
-translating bridges (`litellm-chat-bridge`, `litellm-responses-bridge`), and each of the three with
-finish_fix behind it (`...+finish_fix`: their deployments go through finish_fix to the worker, the
+"""LiteLLM's proxy as lab gateways: its native routes in every dialect (`litellm`), its three
+translating bridges (`litellm-chat-bridge`, `litellm-responses-bridge`, `litellm-gemini-bridge`), and
+each with finish_fix behind it (`...+finish_fix`: their deployments go through finish_fix to the worker, the
 gateway-side placement).
 
 Routes (LiteLLM 1.108.7, read in its source and checked against the worker's request log). Which
@@ -21,6 +21,19 @@ path LiteLLM takes for a request is decided by the provider of the deployment it
 - Responses through the **Chat bridge**: a provider with no Responses config (`custom_openai/`)
   calls the worker's Chat endpoint (`responses/litellm_completion_transformation/`); at the
   upstream's end it sends `response.completed` (`response.incomplete` for `length`).
+
+- Google Gemini, natively: a `gemini/` deployment whose `api_base` is the worker's root. The
+  proxy's `/v1beta/models/{model}:streamGenerateContent` (`proxy/google_endpoints/endpoints.py`;
+  also `/models/...`, never `/v1/models/...`, so Gemini clients are given `/v1beta`) calls the
+  provider's own generate-content handler, which asks `{api_base}/models/{model}:
+  streamGenerateContent?alt=sse` (`llms/vertex_ai/vertex_llm_base.py`) and passes each SSE event on
+  as it came (`google_genai/streaming_iterator.py`).
+- Gemini through the **Chat bridge**: a provider with no generate-content config (`hosted_vllm/`)
+  calls the worker's Chat endpoint through LiteLLM's Gemini adapter (`google_genai/adapters/`),
+  which maps `stop`, `tool_calls` and any other or no finish reason to `STOP`.
+- Chat Completions from a Gemini worker (`litellm-gemini-bridge`): a `gemini/` deployment on the
+  Chat route: LiteLLM's Gemini provider (`llms/vertex_ai/gemini/`) translates each chunk; a stream
+  that ends without a `finishReason` gets a made-up `stop` (the wrapper's default finish).
 
 One catch decides how the Responses upstreams are configured: LiteLLM streams from a `/v1/responses`
 upstream only for a model its model map knows (`OpenAIResponsesAPIConfig.should_fake_stream`, from
@@ -76,7 +89,7 @@ from typing import Any
 from finishline import Dialect
 from labs.clients import LAB_API_KEY
 from labs.gateways.finish_fix_proxy import shared_finish_fix
-from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
+from labs.gateways.registry import REQUEST_PATHS, GatewayContext, GatewayEntry
 from labs.gateways.services import BIN, Gateway, books_reader_from, open_service_on_free_ports
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 
@@ -89,6 +102,7 @@ SERVICE = "litellm"
 NAME = "litellm"
 CHAT_BRIDGE = "litellm-chat-bridge"
 RESPONSES_BRIDGE = "litellm-responses-bridge"
+GEMINI_BRIDGE = "litellm-gemini-bridge"
 #: A variant's name with finish_fix behind it.
 FINISH_FIX_SUFFIX = "+finish_fix"
 FINISH_FIX_NAME = NAME + FINISH_FIX_SUFFIX
@@ -134,6 +148,13 @@ ROUTES: Mapping[str, Mapping[Dialect, Route]] = MappingProxyType(
                 per_model=True,
                 text="an openai/ deployment per model: the worker's /v1/responses, its events re-serialised",
             ),
+            Dialect.GEMINI: Route(
+                segment="gemini/",
+                upstream=Dialect.GEMINI,
+                provider="gemini",
+                root_base=True,
+                text="a gemini/ deployment (its own generate-content handler): the worker's stream relayed event by event",
+            ),
         },
         CHAT_BRIDGE: {
             Dialect.MESSAGES: Route(
@@ -148,6 +169,12 @@ ROUTES: Mapping[str, Mapping[Dialect, Route]] = MappingProxyType(
                 provider="custom_openai",
                 text="its Chat bridge (a custom_openai/ deployment): the worker's /v1/chat/completions, translated",
             ),
+            Dialect.GEMINI: Route(
+                segment="gemini-from-chat/",
+                upstream=Dialect.CHAT,
+                provider="hosted_vllm",
+                text="its Gemini adapter (a hosted_vllm/ deployment): the worker's /v1/chat/completions, translated",
+            ),
         },
         RESPONSES_BRIDGE: {
             Dialect.MESSAGES: Route(
@@ -156,6 +183,15 @@ ROUTES: Mapping[str, Mapping[Dialect, Route]] = MappingProxyType(
                 provider="openai",
                 per_model=True,
                 text="its Responses bridge (an openai/ deployment per model): the worker's /v1/responses, translated",
+            ),
+        },
+        GEMINI_BRIDGE: {
+            Dialect.CHAT: Route(
+                segment="chat-from-gemini/",
+                upstream=Dialect.GEMINI,
+                provider="gemini",
+                root_base=True,
+                text="its Gemini provider (a gemini/ deployment, api_base the worker): the worker's :streamGenerateContent, translated",
             ),
         },
     }
@@ -249,22 +285,28 @@ def litellm_config(routes: list[LiteLLMRoutes], *, master_key: str) -> dict[str,
 
 
 @asynccontextmanager
-async def open_litellm(routes: list[LiteLLMRoutes], run_dir: Path) -> AsyncIterator[RunningLiteLLM]:
-    books = run_dir / "litellm-books.jsonl"
+async def open_litellm(
+    routes: list[LiteLLMRoutes], run_dir: Path, *, name: str = SERVICE, env: Mapping[str, str] = MappingProxyType({})
+) -> AsyncIterator[RunningLiteLLM]:
+    """Run LiteLLM's proxy with `routes` until the block ends; its files go to `run_dir` named after
+    `name`, and `env` is added to its environment (a provider's settings that only the environment
+    holds: labs.gateways.litellm_passthrough)."""
+    books = run_dir / f"{name}-books.jsonl"
     books.touch()
-    config = run_dir / "litellm-config.yaml"
+    config = run_dir / f"{name}-config.yaml"
     master_key = "sk-lab-" + secrets.token_hex(16)
     # JSON is valid YAML, and needs no YAML writer here.
     config.write_text(json.dumps(litellm_config(routes, master_key=master_key), indent=2))
-    env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR"}
+    # LITELLM_LOCAL_MODEL_COST_MAP: the model map from the wheel, not fetched from GitHub at start.
+    env = {LITELLM_BOOKS_ENV: str(books), "LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR", **env}
 
     def argv(port: int, _: int) -> list[str]:
         return [str(BIN / "litellm"), "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
 
     async with open_service_on_free_ports(
-        "litellm proxy",
+        f"{name} proxy",
         argv,
-        log_path=run_dir / "litellm.log",
+        log_path=run_dir / f"{name}.log",
         env=env,
         health_path="/health/liveliness",
     ) as port:
@@ -327,6 +369,12 @@ def _starter(variant: str) -> Callable[[GatewayContext], Awaitable[Gateway]]:
             books_path=running.books,
             model_prefix=ctx.plan.route_prefix + (VIA_FINISH_FIX if behind_finish_fix else ""),
             route_prefixes={dialect: route.segment for dialect, route in family.items()},
+            # LiteLLM's native Gemini routes are `/v1beta/models/...` and `/models/...`
+            # (proxy/google_endpoints/endpoints.py): a Gemini SDK given `/v1` would ask
+            # `/v1/models/...`, which the proxy does not serve.
+            dialect_base_urls={Dialect.GEMINI: running.base_url.removesuffix("/v1") + "/v1beta"}
+            if Dialect.GEMINI in family
+            else {},
             api_key=running.master_key,
             capture_path=finish_fix.capture if finish_fix else None,
             configure=finish_fix.options.apply if finish_fix else None,
@@ -337,16 +385,28 @@ def _starter(variant: str) -> Callable[[GatewayContext], Awaitable[Gateway]]:
 
 _SUMMARIES = {
     NAME: "LiteLLM proxy 1.108.7, its native route in each dialect to the worker (the spare at order 2, retries as shipped)",
-    CHAT_BRIDGE: "the same LiteLLM proxy: Messages and Responses clients answered from the worker's Chat endpoint (its Chat bridge)",
+    CHAT_BRIDGE: "the same LiteLLM proxy: Messages, Responses and Gemini clients answered from the worker's Chat endpoint (its Chat bridge)",
     RESPONSES_BRIDGE: "the same LiteLLM proxy: Messages clients answered from the worker's Responses endpoint (its Responses bridge)",
+    GEMINI_BRIDGE: "the same LiteLLM proxy: Chat clients answered from the worker's Gemini endpoint (its gemini/ provider)",
 }
+#: The path a dialect's client asks LiteLLM for, where it is not the lab's (`REQUEST_PATHS`).
+CLIENT_PATHS = {Dialect.GEMINI: "/v1beta/models/{model}:streamGenerateContent"}
 #: Why a family has no route for a dialect (the matrix's `n/a` line).
 _UNROUTED: dict[str, dict[Dialect, str]] = {
     NAME: {},
     CHAT_BRIDGE: {Dialect.CHAT: "a Chat client needs no bridge to a Chat worker: its native route is the `litellm` column"},
     RESPONSES_BRIDGE: {
         Dialect.CHAT: "LiteLLM 1.108.7 bridges no Chat Completions request to /v1/responses",
+        Dialect.GEMINI: "LiteLLM 1.108.7's Gemini adapter calls a deployment's Chat Completions, never /v1/responses",
         Dialect.RESPONSES: "a Responses client needs no bridge to a Responses worker: its native route is the `litellm` column",
+    },
+    GEMINI_BRIDGE: {
+        # LiteLLM has no Messages or Responses config for `gemini/`: it would answer these with its
+        # Chat bridge in front of the same provider, two translations whose Gemini side the Chat
+        # cells show.
+        Dialect.MESSAGES: "not run: LiteLLM answers /v1/messages from gemini/ through its Chat bridge, whose Gemini side the Chat cells show",
+        Dialect.RESPONSES: "not run: LiteLLM answers /v1/responses from gemini/ through its Chat bridge, whose Gemini side the Chat cells show",
+        Dialect.GEMINI: "a Gemini client needs no bridge to a Gemini worker: its relay is the `litellm-gemini-passthrough` column",
     },
 }
 
@@ -366,11 +426,11 @@ def _entry(variant: str) -> GatewayEntry:
         # One reader per kind: the family `litellm` declares it.
         read_books=read_litellm_books if variant == NAME else None,
         uses_spare=True,
-        routes=NATIVE_ROUTES if family == NAME else MappingProxyType({d: r.upstream for d, r in routes.items()}),
+        routes=MappingProxyType({d: r.upstream for d, r in routes.items()}),
         unrouted=MappingProxyType(_UNROUTED[family]),
         route_texts=MappingProxyType(
             {
-                d: f"LiteLLM: {REQUEST_PATHS[d]} through {r.text}"
+                d: f"LiteLLM: {CLIENT_PATHS.get(d) or REQUEST_PATHS[d]} through {r.text}"
                 + (", with finish_fix in front of the worker" if behind_finish_fix else "")
                 for d, r in routes.items()
             }

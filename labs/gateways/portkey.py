@@ -24,6 +24,18 @@ The config (Portkey's `x-portkey-config`; see its docs "Configs", "Fallbacks", "
   would show the same cells in every lab scenario, whose failures all come after the head: there
   is one `portkey`.
 
+Gemini: a Gemini SDK's `POST /v1/models/{model}:streamGenerateContent` matches no route of
+Portkey's own but its `/v1/*` proxy route (`pu` in the 1.15.2 bundle), which relays the path after
+`/v1` to the provider's base URL, here the `google` provider's custom host (so the worker sees
+`/v1/models/...`), and passes the body on as the other providers' streams. The launcher gives such
+a path the `google` config (`FINISHLINE_PORTKEY_GEMINI_CONFIG`). Its log entry names no model (the
+body has none): the cell is read from the attempt's URL (`portkey_cells`). Not run: Portkey's
+*translation* of a Chat request to the `google` provider (`/v1/chat/completions` with provider
+`google`), which asks `:streamGenerateContent` without `alt=sse` and splits Google's JSON-array
+stream at `\r\n` (`xa` in the bundle): against the worker's array it dropped the last element, the
+one with the `finishReason`, and sent no `[DONE]`, and whether Google's own bytes end the same way
+is not known here.
+
 `portkey+finish_fix` puts finish_fix behind Portkey (Portkey's upstream is finish_fix in front of
 the worker). That placement is the one that says something new: Portkey hides a cut, but it passes
 finish_fix's error event on like any event, so the clients see the error while Portkey's own books
@@ -55,15 +67,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
+from urllib.parse import urlsplit
 
 from faults.child_processes import ChildStartError
 from finishline import Dialect
+from labs.cell_ids import cell_id_of
 from labs.clients import LAB_API_KEY
 from labs.gateways.finish_fix_proxy import shared_finish_fix
 from labs.gateways.registry import NATIVE_ROUTES, GatewayContext, GatewayEntry
 from labs.gateways.services import Gateway, books_reader_from
 from labs.outcome import BOOKS_ERROR, BOOKS_OK
 from labs.processes import open_service
+from labs.worker.request_reading import gemini_request_body
 
 __all__ = [
     "ENTRIES",
@@ -71,6 +86,7 @@ __all__ = [
     "PortkeyGateway",
     "open_portkey",
     "portkey_books",
+    "portkey_cells",
     "portkey_config",
     "portkey_missing",
     "read_portkey_books",
@@ -88,6 +104,9 @@ RETRY_ATTEMPTS = 2
 #: providers with a Messages function (an `openai` config answers 500 "messages is not supported
 #: by openai"); `anthropic` with the worker as its custom host posts to the worker's /v1/messages.
 MESSAGES_PROVIDER = "anthropic"
+#: The provider a Gemini request (`...:streamGenerateContent`) is configured with: `google`, whose
+#: custom host Portkey's `/v1/*` proxy route relays the request's path to (after its `/v1`).
+GEMINI_PROVIDER = "google"
 
 
 def portkey_missing() -> str | None:
@@ -105,7 +124,8 @@ def _target(upstream_url: str, provider: str) -> dict[str, Any]:
 
 def portkey_config(*, primary_url: str, spare_url: str | None, provider: str = "openai") -> dict[str, Any]:
     """The gateway config a lab request gets (`x-portkey-config`); see the module docstring.
-    `provider`: `openai` for Chat Completions and Responses, `anthropic` for Messages."""
+    `provider`: `openai` for Chat Completions and Responses, `anthropic` for Messages, `google`
+    for Gemini."""
     if spare_url is None:
         return _target(primary_url, provider)
     return {
@@ -145,6 +165,9 @@ async def open_portkey(
         "FINISHLINE_PORTKEY_MESSAGES_CONFIG": json.dumps(
             portkey_config(primary_url=primary_url, spare_url=spare_url, provider=MESSAGES_PROVIDER)
         ),
+        "FINISHLINE_PORTKEY_GEMINI_CONFIG": json.dumps(
+            portkey_config(primary_url=primary_url, spare_url=spare_url, provider=GEMINI_PROVIDER)
+        ),
         "FINISHLINE_PORTKEY_LOG": str(request_log),
         # The request log's /log/stream exists only outside "production" (src/start-server.ts).
         "NODE_ENV": "",
@@ -168,7 +191,18 @@ def portkey_books(entry: dict[str, Any]) -> str:
     return BOOKS_OK if isinstance(status, int) and 200 <= status < 300 else BOOKS_ERROR
 
 
-read_portkey_books = books_reader_from(portkey_books)
+def portkey_cells(entry: dict[str, Any]) -> tuple[str | None, ...]:
+    """The cell a request-log entry is about: its request's `model`, else (a Gemini request, whose
+    body names none) the model in the path of its first attempt's URL."""
+    model = entry.get("model")
+    if not isinstance(model, str) or not model:
+        attempts = entry.get("attempts") or [{}]
+        url = attempts[0].get("url") if isinstance(attempts[0], dict) else None
+        model = gemini_request_body(urlsplit(url).path, {}).get("model") if isinstance(url, str) else None
+    return (cell_id_of(model),)
+
+
+read_portkey_books = books_reader_from(portkey_books, cells_of=portkey_cells)
 
 
 async def _start(ctx: GatewayContext) -> Gateway:
@@ -205,8 +239,12 @@ _ROUTE_TEXTS = MappingProxyType(
         Dialect.CHAT: "Portkey: /v1/chat/completions with provider openai, custom_host the worker",
         Dialect.MESSAGES: "Portkey: /v1/messages with provider anthropic, custom_host the worker (openai has no Messages route)",
         Dialect.RESPONSES: "Portkey: /v1/responses with provider openai, custom_host the worker",
+        Dialect.GEMINI: "Portkey: /v1/models/{model}:streamGenerateContent with provider google, custom_host the worker: "
+        "its /v1/* proxy route relays the path",
     }
 )
+#: Every dialect the lab sends through it, each as it is.
+_ROUTES = MappingProxyType({**NATIVE_ROUTES, Dialect.GEMINI: Dialect.GEMINI})
 
 ENTRIES = (
     GatewayEntry(
@@ -220,7 +258,7 @@ ENTRIES = (
         books_kind="portkey",
         read_books=read_portkey_books,
         uses_spare=True,
-        routes=NATIVE_ROUTES,
+        routes=_ROUTES,
         route_texts=_ROUTE_TEXTS,
     ),
     GatewayEntry(
@@ -230,7 +268,7 @@ ENTRIES = (
         missing=portkey_missing,
         books_kind="portkey",
         uses_spare=True,
-        routes=NATIVE_ROUTES,
+        routes=_ROUTES,
         route_texts=_ROUTE_TEXTS,
     ),
 )

@@ -130,6 +130,14 @@ class Gateway:
     #: gateways sharing one finish_fix share this callable. None for the rest.
     configure: Callable[[Mapping[str, str]], Awaitable[object]] | None = None
 
+    #: Per client dialect, a root other than `base_url` (LiteLLM's native Gemini routes are under
+    #: `/v1beta`, not `/v1`); see `base_url_for`.
+    dialect_base_urls: Mapping[Dialect, str] = field(default_factory=dict)
+
+    def base_url_for(self, dialect: Dialect) -> str:
+        """The root a `dialect` client is given (its library adds the dialect's path)."""
+        return self.dialect_base_urls.get(dialect, self.base_url)
+
     def model_for(self, dialect: Dialect, model: str) -> str:
         """The model name a `dialect` client asks this gateway for, to reach the worker's `model`."""
         return self.model_prefix + self.route_prefixes.get(dialect, "") + model
@@ -302,7 +310,7 @@ class GatewayEntry:
 
 
 # The gateway modules, in matrix order (`external`, defined in labs.gateways.direct, goes last).
-_MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "smg", "vllm_router", "envoy", "portkey")
+_MODULES = ("direct", "finish_fix_proxy", "litellm_proxy", "litellm_passthrough", "smg", "vllm_router", "envoy", "portkey")
 
 
 def _load() -> dict[str, GatewayEntry]:

@@ -57,11 +57,13 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import trio
 
 from faults.child_processes import START_DEADLINE_S, ChildStartError
+from finishline import Dialect
 from labs.cell_ids import cell_id_of
 from labs.gateways.finish_fix_proxy import open_finish_fix
 from labs.gateways.registry import NATIVE_ROUTES, REQUEST_PATHS, GatewayContext, GatewayEntry
@@ -261,6 +263,14 @@ async def _start_smg_finish_fix(ctx: GatewayContext) -> Gateway:
     return await _start(ctx, behind_finish_fix=True)
 
 
+#: Observed with SMG 1.13.0 in front of the worker: it answers a Gemini POST itself, never the worker.
+_UNROUTED = MappingProxyType(
+    {
+        Dialect.GEMINI: "SMG 1.13.0 has no Gemini route: POST /v1/models/{model}:streamGenerateContent is a 405 "
+        "(its /v1/models/{id} is GET only), /v1beta/models/... a 404 unknown_url"
+    }
+)
+
 ENTRIES = (
     GatewayEntry(
         name="smg",
@@ -271,6 +281,7 @@ ENTRIES = (
         read_books=read_smg_books,
         uses_spare=True,
         routes=NATIVE_ROUTES,
+        unrouted=_UNROUTED,
     ),
     GatewayEntry(
         name="smg+finish_fix",
@@ -280,5 +291,6 @@ ENTRIES = (
         books_kind="smg",
         uses_spare=True,
         routes=NATIVE_ROUTES,
+        unrouted=_UNROUTED,
     ),
 )

@@ -64,7 +64,7 @@ ENTRIES = (
         missing=vllm_router_missing,
         books_kind=BOOKS_NONE,
         uses_spare=True,
-        routes=NATIVE_ROUTES,
+        routes=MappingProxyType({**NATIVE_ROUTES, Dialect.GEMINI: Dialect.GEMINI}),
         route_texts=MappingProxyType(
             {
                 Dialect.CHAT: "vllm-router: /v1/chat/completions, round robin",
@@ -72,6 +72,11 @@ ENTRIES = (
                 # a worker (observed; the router's `fallback(transparent_proxy_handler)`).
                 Dialect.MESSAGES: "vllm-router: /v1/messages forwarded by its catch-all proxy route (no route of its own), round robin",
                 Dialect.RESPONSES: "vllm-router: /v1/responses, round robin",
+                # The same catch-all for Gemini's path; it forwards the path without its query
+                # (observed: the worker sees no `alt=sse`), so the worker answers a stream request
+                # in Gemini's JSON-array form, whatever the client asked for.
+                Dialect.GEMINI: "vllm-router: /v1/models/{model}:streamGenerateContent forwarded by its catch-all proxy route "
+                "without its query (`?alt=sse` lost: the worker answers in the JSON-array form), round robin",
             }
         ),
     ),

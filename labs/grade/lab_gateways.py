@@ -118,7 +118,7 @@ async def _grade_one(
                 return books_entry(gateway, read_books(gateway.books_path), request_id)
 
         target = GatewayTarget(
-            url=gateway.base_url.rstrip("/"),
+            url=gateway.base_url_for(routes.dialect).rstrip("/"),
             upstream_port=upstream_port,
             spare_port=spare_port if entry.uses_spare else None,
             clients=clients,

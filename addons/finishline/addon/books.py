@@ -94,6 +94,10 @@ class BodyCopy:
             self._omitted += dropped
 
     def value(self) -> bytes:
+        pending = self.pending
+        if not self._head and not self._tail and len(pending) <= self._head_limit:
+            # The usual short stream, still all pending: one copy of it, not two (head, value).
+            return bytes(pending)
         self.seal()
         tail = b"".join(self._tail)
         excess = len(tail) - self._tail_limit

@@ -43,6 +43,7 @@ from finishline import (
     Dialect,
     RepairPolicy,
     RequestFacts,
+    ShapeBook,
     StreamRepair,
     Verdict,
     book_missing_response,
@@ -97,6 +98,9 @@ class FinishFix:
         self.policy = RepairPolicy(
             idle_timeout=float(DEFAULT_IDLE_TIMEOUT), first_token_timeout=float(DEFAULT_FIRST_TOKEN_TIMEOUT)
         )
+        # The routine delta shapes this proxy's streams learned, templates for the next streams'
+        # (`finishline.ShapeBook`: a stream then learns its own without probe parses).
+        self.shapes = ShapeBook()
         self.copy_limit = 4 * 1024 * 1024
         self.ledger: Ledger | None = None
         self.verdicts: Counter[str] = Counter()
@@ -222,6 +226,7 @@ class FinishFix:
             sent_at=waited.sent_at if waited is not None else None,
             status=response.status_code,
             content_encoding=encoding,
+            shapes=self.shapes,
         )
         if repair.repairing:
             _let_the_body_length_change(flow)

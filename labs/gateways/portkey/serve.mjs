@@ -12,6 +12,10 @@
 //   FINISHLINE_PORTKEY_MESSAGES_CONFIG  the config a `/v1/messages` request gets instead (an
 //                              Anthropic SDK's application configures the `anthropic` provider:
 //                              Portkey's `openai` provider has no Messages route).
+//   FINISHLINE_PORTKEY_GEMINI_CONFIG  the config a Gemini request (a path ending
+//                              `:streamGenerateContent` or `:generateContent`) gets instead (a
+//                              Google SDK's application configures the `google` provider: Portkey's
+//                              `/v1/*` proxy route then relays the path to its custom host).
 //   FINISHLINE_PORTKEY_LOG     a JSON-lines file: one line per entry of the gateway's request log
 //                              (what its UI's Logs page shows, streamed from its own
 //                              `GET /log/stream`), keeping what says how the request went (see
@@ -27,6 +31,8 @@ const PROVIDER_HEADER = "x-portkey-provider";
 const config = process.env.FINISHLINE_PORTKEY_CONFIG || "";
 const messagesConfig = process.env.FINISHLINE_PORTKEY_MESSAGES_CONFIG || config;
 const MESSAGES_PATH = /\/messages\/?$/;
+const geminiConfig = process.env.FINISHLINE_PORTKEY_GEMINI_CONFIG || config;
+const GEMINI_PATH = /:(stream)?[gG]enerateContent$/;
 const logPath = process.env.FINISHLINE_PORTKEY_LOG || "";
 
 let served = false;
@@ -48,11 +54,16 @@ export function serve(options, listening) {
   });
 }
 
+function configFor(pathname) {
+  if (MESSAGES_PATH.test(pathname)) return messagesConfig;
+  return GEMINI_PATH.test(pathname) ? geminiConfig : config;
+}
+
 function withConfig(fetch) {
   return (request, ...rest) => {
     if (request.headers.has(CONFIG_HEADER) || request.headers.has(PROVIDER_HEADER)) return fetch(request, ...rest);
     const headers = new Headers(request.headers);
-    headers.set(CONFIG_HEADER, MESSAGES_PATH.test(new URL(request.url).pathname) ? messagesConfig : config);
+    headers.set(CONFIG_HEADER, configFor(new URL(request.url).pathname));
     // The same request (method, URL, body stream, abort signal) with one more header.
     return fetch(new Request(request, { headers }), ...rest);
   };
