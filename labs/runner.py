@@ -68,7 +68,7 @@ from labs.cell_ids import CELL_ID_TEMPLATE, MAX_CELLS
 from labs.cell_result import CellResult
 from labs.clients import CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
-from labs.clients.hosts import open_driver_hosts
+from labs.clients.hosts import host_versions, open_driver_hosts
 from labs.dialects import LAB_DIALECTS
 from labs.evidence import probe_id
 from labs.fault_plan import build_fault
@@ -341,7 +341,7 @@ async def _open_topology(plan: _Plan, tally: _Tally) -> AsyncIterator[_Rig]:
         gateways_versions = await trio.to_thread.run_sync(gateway_versions)
         if groups:
             await gateway_sets.get(next(iter(groups)))
-        versions = {host.runtime: host.hello.get("versions", {}) for host in hosts.values()}
+        versions = host_versions(hosts)
         versions[GATEWAYS_RUNTIME] = gateways_versions
         yield _Rig(
             workers=workers,

@@ -25,6 +25,7 @@ CELLS = [
     (Dialect.MESSAGES, "anthropic-node"),
     (Dialect.RESPONSES, "openai-python"),
     (Dialect.RESPONSES, "openai-node"),
+    (Dialect.GEMINI, "google-genai-node"),
 ]
 SETTINGS = WorkerSettings(tokens=3, include_usage=True, spare_model="finishline-spare", spare_prompt_tokens=21)
 
@@ -66,5 +67,7 @@ def test_the_raw_driver_reports_the_answering_models_name_and_usage(reports, dia
     report = reports[(dialect, client)]
     assert report["completed"] is True, report
     assert report["model"] == "finishline-spare"
-    prompt = report["usage"].get("prompt_tokens", report["usage"].get("input_tokens"))
+    # Chat's `prompt_tokens`, Messages' and Responses' `input_tokens`, Gemini's `promptTokenCount`.
+    usage = report["usage"]
+    prompt = usage.get("prompt_tokens", usage.get("input_tokens", usage.get("promptTokenCount")))
     assert prompt == 21, report["usage"]

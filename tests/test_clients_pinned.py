@@ -82,6 +82,11 @@ PINNED_VERSIONS = {
         "@ai-sdk/anthropic": "4.0.105",
         "@ai-sdk/openai-compatible": "3.0.92",
         "@earendil-works/pi-ai": "1.6.0",
+        # The Gemini clients (tests/test_clients_gemini_node.py pins what they do); pi-ai's Gemini
+        # API runs its own @google/genai.
+        "@google/genai": "3.1.0",
+        "@ai-sdk/google": "4.0.121",
+        "@earendil-works/pi-ai > @google/genai": "2.32.0",
     },
 }
 

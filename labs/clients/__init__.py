@@ -5,9 +5,13 @@ Python libraries, labs/clients/node/host.mjs for the Node ones), many requests p
 line per request and per outcome. `labs.clients.hosts` starts them and sends them work.
 
 A client name means one library in one dialect (each request line carries its `"dialect"`):
-`langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages and `ChatOpenAI(use_responses_api=
-True)` in Responses; `google-genai` is Google's SDK in Gemini; `pi-ai` is its `openai-completions`, `anthropic-messages` or `openai-responses`
-API. A name's runtime is the same in every dialect (`runtime_of`).
+`langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages, `ChatOpenAI(use_responses_api=
+True)` in Responses and `ChatGoogleGenerativeAI` in Gemini; `google-genai` is Google's SDK in Gemini;
+`pi-ai` is its `openai-completions`, `anthropic-messages`, `openai-responses` or
+`google-generative-ai` API. A name's runtime is the same in every dialect (`runtime_of`), but for a
+library that cannot share the lab's environment: langchain-google-genai needs google-genai below 3
+while the lab has 3.3.0, so `langchain` in Gemini runs in a Python host started from an environment
+of its own (`OWN_ENVIRONMENTS`).
 
 The coding agents (`pi-coding-agent`, `claude-code`, `codex`, `gemini-cli`: labs.clients.agent_clis)
 are clients too, each in the dialects it speaks; they have no long-lived host: every cell runs the
@@ -34,6 +38,7 @@ __all__ = [
     "LIBRARY_CLIENTS_BY_DIALECT",
     "NODE_CLIENTS",
     "NODE_CLIENTS_BY_DIALECT",
+    "OWN_ENVIRONMENTS",
     "PYTHON_CLIENTS",
     "PYTHON_CLIENTS_BY_DIALECT",
     "runtime_of",
@@ -45,13 +50,13 @@ PYTHON_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: ("openai-python", "openai-python-helper", "langchain", "litellm-sdk", "httpx-sse"),
     Dialect.MESSAGES: ("anthropic-python", "anthropic-python-helper", "langchain"),
     Dialect.RESPONSES: ("openai-python", "openai-python-helper", "langchain"),
-    Dialect.GEMINI: ("google-genai",),
+    Dialect.GEMINI: ("google-genai", "langchain"),
 }
 NODE_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: ("openai-node", "openai-node-helper", "ai-sdk-openai", "ai-sdk-compatible", "pi-ai"),
     Dialect.MESSAGES: ("anthropic-node", "anthropic-node-helper", "ai-sdk-anthropic", "pi-ai"),
     Dialect.RESPONSES: ("openai-node", "openai-node-helper", "ai-sdk-openai", "pi-ai"),
-    Dialect.GEMINI: (),
+    Dialect.GEMINI: ("google-genai-node", "ai-sdk-google", "pi-ai"),
 }
 #: The client libraries (the drivers of labs.clients.hosts), per dialect.
 LIBRARY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
@@ -105,13 +110,30 @@ _RUNTIME_OF: dict[str, str] = {
 }
 
 
-def runtime_of(client: str) -> str:
-    """`"python"` or `"node"`: the driver host that runs this client, in whichever dialect;
-    `"agent"` for a coding agent (labs.clients.agent_host runs each cell's command).
+#: The Python clients that run, in one dialect, in an environment of their own (`.tools/clients/NAME`,
+#: made by `make setup` from labs/clients/requirements/NAME.txt), by (client, dialect): NAME is also
+#: the runtime of the driver host that runs them there, the Python host started from that
+#: environment's interpreter (labs.clients.hosts). The same name stays one client in every dialect.
+OWN_ENVIRONMENTS: dict[tuple[str, Dialect], str] = {
+    # langchain-google-genai 4.4.2 needs google-genai below 3; the lab's google-genai is 3.3.0.
+    ("langchain", Dialect.GEMINI): "langchain-google",
+}
+
+
+def runtime_of(client: str, dialect: Dialect | None = None) -> str:
+    """The driver host that runs this client in `dialect`: `"python"` or `"node"` for a library,
+    `"agent"` for a coding agent (labs.clients.agent_host runs each cell's command), or the name of
+    the environment of its own that runs it in that dialect (`OWN_ENVIRONMENTS`). Without a
+    dialect: the runtime of its dialects that have no environment of their own.
+
+    The dialect is an optional argument, not a second table, because only such an environment
+    makes a name's runtime differ by dialect: every other (client, dialect) keeps its name's runtime.
 
     Raises:
         LookupError: no dialect has a client of that name.
     """
+    if dialect is not None and (client, dialect) in OWN_ENVIRONMENTS:
+        return OWN_ENVIRONMENTS[client, dialect]
     try:
         return _RUNTIME_OF[client]
     except KeyError:

@@ -12,7 +12,8 @@ delta of a call carries its name, later ones pieces of its arguments.
 
 This module holds the Chat drivers and `DRIVERS`, the registry of every dialect's drivers keyed by
 (client name, dialect); the Messages, Responses and Gemini drivers live in python_messages.py,
-python_responses.py and python_gemini.py.
+python_responses.py and python_gemini.py, LangChain's Gemini driver (which runs in an environment of
+its own) in python_langchain_google.py.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 from finishline import Dialect
 from labs.clients import LAB_API_KEY
 from labs.clients.python_gemini import GEMINI_DRIVERS
+from labs.clients.python_langchain_google import LANGCHAIN_GOOGLE_DRIVERS
 from labs.clients.python_messages import MESSAGES_DRIVERS
 from labs.clients.python_responses import RESPONSES_DRIVERS
 from labs.clients.python_sink import Driver, Sink
@@ -209,7 +211,7 @@ CHAT_DRIVERS: dict[str, Driver] = {
 
 #: Every Python driver by (client name, dialect): a client name means that library in that dialect
 #: (`langchain` is `ChatOpenAI` in Chat, `ChatAnthropic` in Messages, `ChatOpenAI(use_responses_api)`
-#: in Responses).
+#: in Responses, `ChatGoogleGenerativeAI` in Gemini).
 DRIVERS: dict[tuple[str, Dialect], Driver] = {
     (name, dialect): driver
     for dialect, drivers in (
@@ -217,25 +219,30 @@ DRIVERS: dict[tuple[str, Dialect], Driver] = {
         (Dialect.MESSAGES, MESSAGES_DRIVERS),
         (Dialect.RESPONSES, RESPONSES_DRIVERS),
         (Dialect.GEMINI, GEMINI_DRIVERS),
+        (Dialect.GEMINI, LANGCHAIN_GOOGLE_DRIVERS),
     )
     for name, driver in drivers.items()
 }
 
 
-def versions() -> dict[str, str]:
+#: The client packages each Python runtime reports in its hello: the lab's environment, and each
+#: environment of its own (labs.clients.OWN_ENVIRONMENTS), which holds a library the lab's cannot.
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "python": ("openai", "langchain-openai", "anthropic", "langchain-anthropic", "litellm", "httpx", "httpx-sse", "google-genai"),
+    "langchain-google": ("langchain-google-genai", "langchain-core", "google-genai", "httpx"),
+}
+
+
+def versions(runtime: str = "python") -> dict[str, str]:
+    """The interpreter's version and those of the runtime's client packages, as installed here.
+
+    Raises:
+        importlib.metadata.PackageNotFoundError: this interpreter lacks one of them.
+    """
     import platform
     from importlib.metadata import version
 
     names = {"python": platform.python_version()}
-    for package in (
-        "openai",
-        "langchain-openai",
-        "anthropic",
-        "langchain-anthropic",
-        "litellm",
-        "httpx",
-        "httpx-sse",
-        "google-genai",
-    ):
+    for package in PACKAGES[runtime]:
         names[package] = version(package)
     return names

@@ -6,6 +6,13 @@ JSON request per line on stdin, one JSON outcome per line on stdout, in completi
 "id"; the first line out is a hello with the versions. The clients run on asyncio because that is
 what their async APIs are built on; the lab itself stays on trio in its own process.
 
+The same module runs in every Python runtime: the lab's environment (`python`), and each
+environment of its own (`--runtime NAME`, `.tools/clients/NAME`: labs.clients.OWN_ENVIRONMENTS),
+started from that environment's interpreter with this checkout on its path. It imports only the
+standard library and this checkout's standard-library modules before it imports a client library,
+so it starts in an environment that holds nothing of the lab's; it runs only the (client, dialect)
+pairs of its own runtime (`python_runtime_of`).
+
 Request:  {"id", "client", "dialect"? ("chat" when absent), "base_url", "model", "messages",
            "max_tokens"?, "tools"?, "deadline_s", "api_key"?}; the driver is DRIVERS[(client, dialect)].
 Outcome:  the fields of `run`'s record, the same in every dialect.
@@ -20,6 +27,7 @@ import sys
 import time
 
 from finishline import Dialect
+from labs.clients import OWN_ENVIRONMENTS
 from labs.clients.python_drivers import DRIVERS, versions
 from labs.clients.python_sink import Sink
 from labs.dialects import LAB_DIALECTS
@@ -36,7 +44,14 @@ def _describe(error: BaseException) -> tuple[str, str]:
     return type(error).__name__, message
 
 
-async def run(request: dict) -> dict:
+def python_runtime_of(client: str, dialect: Dialect) -> str:
+    """The Python runtime whose host runs a driver: its environment of its own, or the lab's."""
+    return OWN_ENVIRONMENTS.get((client, dialect), "python")
+
+
+async def run(request: dict, runtime: str = "python") -> dict:
+    """One request's outcome record, run by its driver; `runtime`: this host's (a (client, dialect)
+    of another runtime is refused: its library is not in this environment)."""
     started = time.monotonic()
     record: dict = {
         "id": request.get("id"),
@@ -63,9 +78,14 @@ async def run(request: dict) -> dict:
     deadline = asyncio.timeout(float(request["deadline_s"]))
     try:
         dialect = Dialect(request.get("dialect", Dialect.CHAT))
-        driver = DRIVERS.get((request.get("client", ""), dialect))
+        client = request.get("client", "")
+        driver = DRIVERS.get((client, dialect))
         if driver is None:
-            raise LookupError(f"no Python driver named {request.get('client')!r} in the {dialect} dialect")
+            raise LookupError(f"no Python driver named {client!r} in the {dialect} dialect")
+        if python_runtime_of(client, dialect) != runtime:
+            raise LookupError(
+                f"{client} in the {dialect} dialect runs in the {python_runtime_of(client, dialect)} host, not the {runtime} one"
+            )
         async with deadline:
             record["finish_reason"] = await driver(request, sink)
         record["completed"] = True
@@ -85,7 +105,7 @@ async def run(request: dict) -> dict:
     return record
 
 
-async def main() -> None:
+async def main(runtime: str) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
@@ -94,12 +114,15 @@ async def main() -> None:
         PROTOCOL_OUT.write(json.dumps(obj) + "\n")
         PROTOCOL_OUT.flush()
 
-    clients = {dialect.value: [name for name, d in DRIVERS if d is dialect] for dialect in LAB_DIALECTS}
-    write({"hello": {"runtime": "python", "versions": versions(), "clients": clients}})
+    clients = {
+        dialect.value: [name for name, d in DRIVERS if d is dialect and python_runtime_of(name, d) == runtime]
+        for dialect in LAB_DIALECTS
+    }
+    write({"hello": {"runtime": runtime, "versions": versions(runtime), "clients": clients}})
     tasks: set[asyncio.Task] = set()
 
     async def serve(request: dict) -> None:
-        write(await run(request))
+        write(await run(request, runtime))
 
     while line := await reader.readline():
         if not line.strip():
@@ -111,10 +134,11 @@ async def main() -> None:
 
 
 #: The modules each (client, dialect) needs; the host imports only those it is asked to run
-#: (`python -m labs.clients.python_host [--dialect D]... CLIENT...`, dialect `chat` when none is
-#: given), before its hello, so no request is charged for an import (LiteLLM's takes seconds, and
-#: anthropic's nearly as long on a loaded machine) and a run of one light client starts fast. A
-#: driver not preloaded still works: it imports its library at its first request.
+#: (`python -m labs.clients.python_host [--runtime R] [--dialect D]... CLIENT...`, dialect `chat`
+#: when none is given) and its runtime runs, before its hello, so no request is charged for an
+#: import (LiteLLM's takes seconds, and anthropic's nearly as long on a loaded machine) and a run of
+#: one light client starts fast. A driver not preloaded still works: it imports its library at its
+#: first request.
 PRELOAD: dict[tuple[str, Dialect], str] = {
     ("openai-python", Dialect.CHAT): "openai",
     ("openai-python-helper", Dialect.CHAT): "openai",
@@ -128,26 +152,32 @@ PRELOAD: dict[tuple[str, Dialect], str] = {
     ("openai-python-helper", Dialect.RESPONSES): "openai",
     ("langchain", Dialect.RESPONSES): "langchain_openai",
     ("google-genai", Dialect.GEMINI): "google.genai",
+    ("langchain", Dialect.GEMINI): "langchain_google_genai",
 }
 
 
-def _preloads(argv: list[str]) -> list[str]:
-    """The modules to import for this argv (`--dialect D` repeatable, then client names; no client
-    names: every client of the dialects)."""
+def _arguments(argv: list[str]) -> tuple[str, list[str]]:
+    """This host's runtime (`--runtime R`, `python` when absent) and the modules to import for this
+    argv (`--dialect D` repeatable, then client names; no client names: every client of the
+    dialects), those of the runtime's (client, dialect) pairs only."""
+    runtime = "python"
     dialects: list[Dialect] = []
     clients: list[str] = []
     words = iter(argv)
     for word in words:
-        if word == "--dialect":
+        if word == "--runtime":
+            runtime = next(words)
+        elif word == "--dialect":
             dialects.append(Dialect(next(words)))
         else:
             clients.append(word)
     dialects = dialects or [Dialect.CHAT]
-    return list(
-        dict.fromkeys(
-            module for (client, dialect), module in PRELOAD.items() if dialect in dialects and (not clients or client in clients)
-        )
+    modules = dict.fromkeys(
+        module
+        for (client, dialect), module in PRELOAD.items()
+        if dialect in dialects and (not clients or client in clients) and python_runtime_of(client, dialect) == runtime
     )
+    return runtime, list(modules)
 
 
 if __name__ == "__main__":
@@ -157,6 +187,7 @@ if __name__ == "__main__":
     # protocol and send everything the libraries print to stderr.
     PROTOCOL_OUT = os.fdopen(os.dup(1), "w")
     sys.stdout = sys.stderr
-    for module in _preloads(sys.argv[1:]):
+    host_runtime, preloads = _arguments(sys.argv[1:])
+    for module in preloads:
         importlib.import_module(module)
-    asyncio.run(main())
+    asyncio.run(main(host_runtime))

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from labs.gateways.services import ROOT
+from labs.own_environments import TOOLS, missing_environment
 
-GATEWAY_ENVS = ROOT / ".tools" / "gateways"
+GATEWAY_ENVS = TOOLS / "gateways"
 REQUIREMENTS = Path(__file__).resolve().parent / "requirements"
 
 
@@ -20,10 +20,4 @@ def tool_binary(env: str, program: str) -> Path:
 def missing_tool_env(env: str, program: str, pin: str) -> str | None:
     """None when `.tools/gateways/<env>` holds `program`, installed from the current requirements
     file; else one line saying what is missing and how to install it."""
-    stamp = GATEWAY_ENVS / env / ".installed"
-    requirements = REQUIREMENTS / f"{env}.txt"
-    if not tool_binary(env, program).exists() or not stamp.exists():
-        return f"{pin} is not installed ({tool_binary(env, program)} missing): run `make setup`"
-    if stamp.stat().st_mtime < requirements.stat().st_mtime:
-        return f"{pin} in {GATEWAY_ENVS / env} is older than {requirements.name}: run `make setup`"
-    return None
+    return missing_environment(GATEWAY_ENVS / env, tool_binary(env, program), REQUIREMENTS / f"{env}.txt", pin)

@@ -40,7 +40,7 @@ from finishline import Dialect
 # How long a cut's books entry may take (LiteLLM writes its books after the response): the lab's wait.
 from labs.cell_ids import CELL_ID_TEMPLATE, cell_id_of
 from labs.clients import LAB_API_KEY
-from labs.clients.hosts import open_driver_hosts
+from labs.clients.hosts import host_versions, open_driver_hosts
 from labs.clients.python_messages import messages_body
 from labs.clients.python_responses import responses_body
 from labs.entry import leaf_errors
@@ -213,10 +213,16 @@ class GradingLab:
 
 @contextlib.asynccontextmanager
 async def open_grading_lab(
-    *, upstream_port: int, spare_port: int | None, clients: tuple[str, ...], results_dir: Path
+    *,
+    upstream_port: int,
+    spare_port: int | None,
+    clients: tuple[str, ...],
+    results_dir: Path,
+    dialect: Dialect = Dialect.CHAT,
 ) -> AsyncIterator[GradingLab]:
     """The worker, its toxiproxy tunnel, the hub on 127.0.0.1:`upstream_port`, the spare worker on
-    `spare_port` (if any), and the clients' driver hosts."""
+    `spare_port` (if any), and the clients' driver hosts for `dialect` (the one the clients speak:
+    a client may run in a host of its own there, as `langchain` in Gemini)."""
     run_dir = (results_dir / time.strftime("grade-%Y%m%d-%H%M%S")).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     async with open_worker() as primary, open_toxiproxy_server(log_path=str(run_dir / "toxiproxy.log")) as toxiproxy:
@@ -226,7 +232,7 @@ async def open_grading_lab(
         async with (
             open_hub(upstream_port=tunnel.listen_port, port=upstream_port) as hub,
             _maybe_spare(spare_port) as spare,
-            open_driver_hosts(clients, run_dir) as hosts,
+            open_driver_hosts(clients, run_dir, (dialect,)) as hosts,
         ):
             yield GradingLab(
                 primary=primary,
@@ -414,7 +420,11 @@ async def _grade_gateway(target: GatewayTarget) -> Card:
         _require_free(target.spare_port, f"{target.option_prefix}spare-port")
     await _require_reachable(target.url)
     async with open_grading_lab(
-        upstream_port=target.upstream_port, spare_port=target.spare_port, clients=target.clients, results_dir=target.results_dir
+        upstream_port=target.upstream_port,
+        spare_port=target.spare_port,
+        clients=target.clients,
+        results_dir=target.results_dir,
+        dialect=target.dialect,
     ) as lab:
         return await grade_with(lab, target)
 
@@ -431,7 +441,7 @@ async def grade_with(lab: GradingLab, target: GatewayTarget, plan: Plan | None =
         "spare": f"worker on 127.0.0.1:{lab.spare.port}" if lab.spare is not None else "none (rule 1 not tested)",
         "clients": [BYTES_CLIENT, *target.clients],
         "stall_deadline_s": grader.stall_deadline_s,
-        "versions": {host.runtime: host.hello.get("versions", {}) for host in lab.hosts.values()},
+        "versions": host_versions(lab.hosts),
         "run_dir": str(lab.run_dir),
     }
     if (target.dialect, target.upstream) != (Dialect.CHAT, Dialect.CHAT):

@@ -57,7 +57,7 @@ async def grade_lab_gateways(
     say = progress or (lambda line: None)
     cards: dict[str, Card] = {}
     failures: dict[str, str] = {}
-    async with open_grading_lab(upstream_port=0, spare_port=0, clients=clients, results_dir=results_dir) as lab:
+    async with open_grading_lab(upstream_port=0, spare_port=0, clients=clients, results_dir=results_dir, dialect=dialect) as lab:
         assert lab.spare is not None  # spare_port=0 asks for one
         upstream_port, spare_port = lab.hub.port, lab.spare.port
         for name in names:

@@ -13,10 +13,10 @@
 // `DRIVERS[dialect][client]` is the registry (dialect = the request's "dialect", "chat" when absent):
 // a client name means that library in that dialect. The request is Chat-shaped in every dialect
 // (`messages`, `max_tokens`, OpenAI-format `tools`, `base_url` = the API root ending in /v1); the
-// Messages and Responses drivers adapt it the way labs/clients/python_messages.py and
+// Messages, Responses and Gemini drivers adapt it the way labs/clients/python_messages.py and
 // python_responses.py do, and surface the reason as those do: Messages `stop_reason`, Responses the
-// terminal response's `status` (`incomplete_details.reason` when incomplete), the AI SDK's unified
-// reason, pi-ai's stopReason.
+// terminal response's `status` (`incomplete_details.reason` when incomplete), Gemini candidate 0's
+// `finishReason`, the AI SDK's unified reason, pi-ai's stopReason.
 
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
@@ -24,9 +24,12 @@ import { streamText, jsonSchema, tool } from "ai";
 import { createOpenAI } from "@ai-sdk/openai";
 import { createAnthropic } from "@ai-sdk/anthropic";
 import { createOpenAICompatible } from "@ai-sdk/openai-compatible";
+import { createGoogleGenerativeAI } from "@ai-sdk/google";
+import { GoogleGenAI } from "@google/genai";
 import { stream as piOpenAICompletionsStream } from "@earendil-works/pi-ai/api/openai-completions";
 import { stream as piAnthropicMessagesStream } from "@earendil-works/pi-ai/api/anthropic-messages";
 import { stream as piOpenAIResponsesStream } from "@earendil-works/pi-ai/api/openai-responses";
+import { stream as piGoogleGenerativeAIStream } from "@earendil-works/pi-ai/api/google-generative-ai";
 
 function firstChoice(choices) {
   return (choices ?? []).find((choice) => (choice.index ?? 0) === 0);
@@ -361,6 +364,106 @@ function aiSdkOpenAIResponses(context) {
 
 const piAiResponses = (context) => piAi("openai-responses", piOpenAIResponsesStream, context);
 
+// ---- Gemini (`POST <base>/models/<model>:streamGenerateContent?alt=sse`) ----
+//
+// The lab gives each dialect's clients a base URL that ends in the API version its gateway serves
+// (`/v1` at the worker and finish_fix, `/v1beta` at LiteLLM, whose Gemini routes have no `/v1`),
+// and every client must reach `<base>/models/...` under it, as labs/clients/python_gemini.py's
+// google-genai does. The AI SDK and pi-ai take such a URL as is (their default is Google's
+// `.../v1beta`); @google/genai puts its `apiVersion` after its `baseUrl` itself, so it gets the two
+// apart (`geminiRootAndVersion`).
+function geminiRootAndVersion(baseUrl) {
+  const url = baseUrl.replace(/\/+$/, "");
+  const cut = url.lastIndexOf("/");
+  const root = url.slice(0, cut);
+  const version = url.slice(cut + 1);
+  if (!/^v1/.test(version) || !root.includes("://") || root.endsWith("/")) {
+    throw new Error(`@google/genai appends /<version>/models/... to its base URL; ${baseUrl} does not end in a version`);
+  }
+  return { root, version };
+}
+
+const geminiBase = (baseUrl) => baseUrl.replace(/\/+$/, "");
+
+// The Chat-shaped request as Gemini contents: user and assistant turns (`model`), system messages
+// as the system instruction, OpenAI tools as function declarations (their JSON schema as is).
+function geminiRequest(request) {
+  const system = request.messages.filter((m) => m.role === "system").map((m) => m.content);
+  const contents = request.messages
+    .filter((m) => m.role !== "system")
+    .map((m) => ({ role: m.role === "assistant" ? "model" : "user", parts: [{ text: m.content }] }));
+  const config = {
+    ...(request.max_tokens ? { maxOutputTokens: request.max_tokens } : {}),
+    ...(system.length ? { systemInstruction: system.join("\n") } : {}),
+    ...(request.tools
+      ? {
+          tools: [
+            {
+              functionDeclarations: request.tools.map((t) => ({
+                name: t.function.name,
+                description: t.function.description ?? "",
+                parametersJsonSchema: t.function.parameters ?? { type: "object" },
+              })),
+            },
+          ],
+        }
+      : {}),
+  };
+  return { model: request.model, contents, config };
+}
+
+// @google/genai: `models.generateContentStream` and `for await` over the chunks, as its README
+// shows. Candidate 0's parts go to the sink (a `thought` part is reasoning, a `functionCall` part a
+// whole call); the reason is the last `finishReason` a chunk carried, as sent (null if none did:
+// the SDK ends a stream without one silently, and raises `ApiError` only on an `{"error": ...}`
+// frame whose `code` is a number in 400-599, `throwIfStreamErrorChunk` in dist/node/index.mjs).
+// No retry options: the SDK's default is none.
+async function googleGenAINode({ request, signal, fetch, sink }) {
+  const { root, version } = geminiRootAndVersion(request.base_url);
+  const client = new GoogleGenAI({ apiKey: request.api_key, httpOptions: { baseUrl: root, apiVersion: version, fetch } });
+  const params = geminiRequest(request);
+  const stream = await client.models.generateContentStream({ ...params, config: { ...params.config, abortSignal: signal } });
+  let finishReason = null;
+  let calls = 0;
+  for await (const chunk of stream) {
+    sink.response(chunk.modelVersion, chunk.usageMetadata);
+    const candidate = (chunk.candidates ?? []).find((c) => (c.index ?? 0) === 0);
+    if (!candidate) continue;
+    for (const part of candidate.content?.parts ?? []) {
+      if (typeof part.text === "string" && part.thought) sink.reasoning(part.text);
+      else if (typeof part.text === "string") sink.text(part.text);
+      if (part.functionCall) sink.toolCall(calls++, part.functionCall.name, JSON.stringify(part.functionCall.args ?? {}));
+    }
+    if (candidate.finishReason != null) finishReason = candidate.finishReason;
+  }
+  return { finish_reason: finishReason };
+}
+
+// @ai-sdk/google: `streamText` with the Gemini provider, whose base URL includes the version
+// (google-provider.ts: default `https://generativelanguage.googleapis.com/v1beta`). Its unified
+// reason starts as `interrupted` and only a `finishReason` (or a blocked prompt) replaces it; an
+// `{"error": ...}` frame becomes an error part and the reason `error` (google-language-model.ts
+// `doStream`). A model id with a `/` is taken as a whole resource path (get-model-path.ts: no
+// `models/` put before it), so a gateway's `gemini/...` deployment name is given as
+// `models/gemini/...`, as an application of LiteLLM's Gemini routes must (the other SDKs put
+// `models/` before any name that lacks it).
+function aiSdkGoogle(context) {
+  const provider = createGoogleGenerativeAI({
+    baseURL: geminiBase(context.request.base_url),
+    apiKey: context.request.api_key,
+    fetch: context.fetch,
+  });
+  const model = context.request.model;
+  return aiSdk(provider(model.includes("/") && !model.startsWith("models/") ? `models/${model}` : model), context);
+}
+
+// Pi's `google-generative-ai` API: @google/genai (its own copy, 2.32.0) pointed at the model's
+// `baseUrl` with the version left to the URL (`apiVersion: ""`, dist/api/google-generative-ai.js
+// `createClient`): the base URL carries the version, as pi's built-in Gemini models' `.../v1beta`
+// does. It throws "Google stream ended without a finish reason" when no chunk carried one
+// (L206-208).
+const piAiGemini = (context) => piAi("google-generative-ai", piGoogleGenerativeAIStream, context, { baseUrl: geminiBase(context.request.base_url) });
+
 // The registry, by dialect then client name (the same names as labs.clients.NODE_CLIENTS_BY_DIALECT).
 export const DRIVERS = {
   chat: {
@@ -381,5 +484,10 @@ export const DRIVERS = {
     "openai-node-helper": openaiNodeResponsesHelper,
     "ai-sdk-openai": aiSdkOpenAIResponses,
     "pi-ai": piAiResponses,
+  },
+  gemini: {
+    "google-genai-node": googleGenAINode,
+    "ai-sdk-google": aiSdkGoogle,
+    "pi-ai": piAiGemini,
   },
 };

@@ -30,7 +30,11 @@ const versions = {
   "@ai-sdk/openai": packageVersion("@ai-sdk/openai"),
   "@ai-sdk/anthropic": packageVersion("@ai-sdk/anthropic"),
   "@ai-sdk/openai-compatible": packageVersion("@ai-sdk/openai-compatible"),
+  "@ai-sdk/google": packageVersion("@ai-sdk/google"),
+  "@google/genai": packageVersion("@google/genai"),
   "@earendil-works/pi-ai": packageVersion("@earendil-works/pi-ai"),
+  // pi-ai's Gemini API runs its own copy of @google/genai, not the one above.
+  "@earendil-works/pi-ai > @google/genai": packageVersion("@earendil-works/pi-ai/node_modules/@google/genai"),
 };
 
 function write(obj) {
