@@ -39,7 +39,10 @@ worker's and the tests' streams, `tests.dialect_streams`), served on `.../v1/mes
 `.../v1/responses` so that finish_fix reads each in its dialect, each through plain streaming mitmdump
 and finish_fix in paired rounds and raced, their concurrent shape (many short streams of the same
 builders) raced the same way as Chat's, and the core alone on each one's routine text deltas.
-`--dialect` picks the dialects (default all three; Chat's figures are everything above).
+Gemini likewise: a healthy N-chunk Google Gemini stream (the worker's builders: one text part per
+chunk, `usageMetadata` counting on, a last chunk with `STOP`) served on
+`.../v1beta/models/bench:streamGenerateContent?alt=sse`, and the core alone on its routine text
+chunks. `--dialect` picks the dialects (default all four; Chat's figures are everything above).
 
 With Chat, finish_fix also runs a third time with its metrics and spans on (`finish_fix_metrics`
 on a port of its own, `finish_fix_otlp` to a real OTLP receiver in this process, which decodes
@@ -77,12 +80,12 @@ from typing import TypeVar
 import h11
 import httpx
 
-from finishline import Dialect, RequestFacts, StreamRepair
+from finishline import Dialect, RequestFacts, StreamRepair, gemini_request_facts
 from labs.dialects import LAB_DIALECTS
 from labs.gateways.finish_fix_scrape import metrics_url_in
 from tests import mitmdump_process
 from tests.chat_streams import chat_chunk, sse_event
-from tests.dialect_streams import messages_stream, responses_stream
+from tests.dialect_streams import gemini_stream, messages_stream, responses_stream
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
 from tests.otlp_receiver import OtlpReceiver, running_otlp_receiver
 from tests.upstream_server import Script, UpstreamServer
@@ -106,9 +109,13 @@ API: dict[Dialect, tuple[str, dict]] = {
         {"model": "bench", "max_tokens": 1 << 30, "stream": True, "messages": [{"role": "user", "content": "go"}]},
     ),
     Dialect.RESPONSES: ("/v1/responses", {"model": "bench", "stream": True, "input": "go"}),
+    # Gemini names the model in the path and streams SSE when asked (`alt=sse`).
+    Dialect.GEMINI: (
+        "/v1beta/models/bench:streamGenerateContent?alt=sse",
+        {"contents": [{"role": "user", "parts": [{"text": "go"}]}], "generationConfig": {"maxOutputTokens": 1 << 30}},
+    ),
 }
-#: The lab's dialects the bench has a stream for (Gemini's stream and rows come with issue 29's
-#: fast path; until then `--dialect gemini` is not offered).
+#: The lab's dialects the bench has a stream for (all four).
 BENCH_DIALECTS: tuple[Dialect, ...] = tuple(dialect for dialect in LAB_DIALECTS if dialect in API)
 
 # The long stream's builder per dialect other than Chat (whose `healthy_stream` is a template, faster
@@ -116,6 +123,7 @@ BENCH_DIALECTS: tuple[Dialect, ...] = tuple(dialect for dialect in LAB_DIALECTS 
 _DIALECT_BUILDERS: dict[Dialect, Callable[[list[str]], list[bytes]]] = {
     Dialect.MESSAGES: messages_stream,
     Dialect.RESPONSES: responses_stream,
+    Dialect.GEMINI: gemini_stream,
 }
 
 
@@ -133,6 +141,16 @@ def healthy_stream(events: int) -> Callable[[], Iterator[bytes]]:
     return pieces
 
 
+def request_facts(dialect: Dialect) -> RequestFacts:
+    """What finish_fix reads of the bench's request in `dialect` (for Gemini, from its path too)."""
+    path, body = API[dialect]
+    facts = RequestFacts.from_body(json.dumps(body).encode())
+    if dialect is Dialect.GEMINI:
+        path, _, query = path.partition("?")
+        facts = gemini_request_facts(facts, path, query)
+    return facts
+
+
 def dialect_stream(dialect: Dialect, events: int) -> list[bytes]:
     """A healthy stream of `dialect` whose text comes in `events` routine text deltas (the same
     tokens as `healthy_stream`'s), one SSE event per piece, each with one `data:` line.
@@ -140,6 +158,7 @@ def dialect_stream(dialect: Dialect, events: int) -> list[bytes]:
     Messages: `message_start`, `ping`, one text block of `events` `text_delta`s, `message_delta`
     (`end_turn`), `message_stop`. Responses: `response.created` ... `events`
     `response.output_text.delta`s ... `response.completed` (whose response carries the whole text).
+    Gemini: `events` chunks of one text part each, then one with an empty part and `STOP`.
     """
     if dialect is Dialect.CHAT:
         return list(healthy_stream(events)())
@@ -382,7 +401,7 @@ def core_events_per_second(pieces: list[bytes], *, fast_path: bool, dialect: Dia
     value, as finish_fix feeds it: the median events (pieces) per second of `runs` streams. Raises
     RuntimeError unless the core passed the stream on byte for byte with the verdict `clean`."""
     rates = []
-    request = RequestFacts.from_body(json.dumps(API[dialect][1]).encode())
+    request = request_facts(dialect)
     expected = b"".join(pieces)
     for _ in range(runs):
         repair = StreamRepair(request=request, started_at=0.0, fast_path=fast_path, dialect=dialect)
@@ -696,12 +715,13 @@ _RACE_TARGET = 0.97
 _TELEMETRY_TARGET = 0.95
 _CORE_TARGET = 1_000_000
 _TELEMETRY_ROW = "  same, metrics and OTLP on (receiver up)"
-_DIALECT_NAMES = {Dialect.CHAT: "Chat", Dialect.MESSAGES: "Messages", Dialect.RESPONSES: "Responses"}
+_DIALECT_NAMES = {Dialect.CHAT: "Chat", Dialect.MESSAGES: "Messages", Dialect.RESPONSES: "Responses", Dialect.GEMINI: "Gemini"}
 # The routine events the core's figure is about, per dialect (the fast path's, `_routine_chunks`).
 _ROUTINE_EVENTS = {
     Dialect.CHAT: "routine single-choice content chunks",
     Dialect.MESSAGES: "content_block_delta text_delta",
     Dialect.RESPONSES: "response.output_text.delta",
+    Dialect.GEMINI: "text chunks (one candidate, one text part, usageMetadata counting on)",
 }
 
 
@@ -789,6 +809,14 @@ def print_targets(
     for position, dialect in enumerate(others):
         lead = "  (f) the repair core alone, " if position == 0 else "      "
         print_core(f"{lead}{_DIALECT_NAMES[dialect]} ", dialect)
+    if Dialect.GEMINI in dialects:  # its long stream, its concurrent shape and its core together
+        print_long("h", Dialect.GEMINI, *dialects[Dialect.GEMINI])
+        print_race(str(Dialect.GEMINI), "both streaming it at once on one CPU:")
+        print_race(
+            f"{Dialect.GEMINI} concurrent",
+            f"{concurrent_streams} x {concurrent_events} concurrent, {concurrent_streams} streams through each at once on one CPU: events",
+        )
+        print_core("      the repair core alone, Gemini ", Dialect.GEMINI)
 
 
 def print_telemetry(
@@ -849,8 +877,8 @@ def main(argv: list[str] | None = None) -> int:
         "--dialect",
         action="append",
         choices=[str(dialect) for dialect in BENCH_DIALECTS],
-        help="a dialect to measure (repeatable; default all three): chat runs every Chat "
-        "shape, messages and responses their long stream, their concurrent shape (raced) and the core",
+        help="a dialect to measure (repeatable; default all four): chat runs every Chat "
+        "shape, messages, responses and gemini their long stream, their concurrent shape (raced) and the core",
     )
     parser.add_argument("--events", type=int, default=100_000, help="events in the long stream (each dialect)")
     parser.add_argument("--short-events", type=int, default=10_000, help="events in the short stream whose peak RSS is compared")

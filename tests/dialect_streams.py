@@ -1,8 +1,10 @@
-"""Anthropic Messages and OpenAI Responses SSE bodies for the scripted upstream, and a reader for them.
+"""Anthropic Messages, OpenAI Responses and Google Gemini SSE bodies for the scripted upstream, and a
+reader for them.
 
 Built by the same event builders the worker uses (`labs.worker.messages_events`,
-`labs.worker.responses_events`), so a test's stream and the worker's have the same frames. Each
-function returns one `bytes` per SSE event, in order; `b"".join(...)` is the body.
+`labs.worker.responses_events`, `labs.worker.gemini_events`), so a test's stream and the worker's
+have the same frames. Each function returns one `bytes` per SSE event (per array element for
+Gemini's JSON-array form), in order; `b"".join(...)` is the body.
 
     messages_stream(["Hel", "lo"])                                 # well formed, stop_reason end_turn
     messages_stream(["Hel"], stop_reason=None)                     # M2: null stop_reason, message_stop
@@ -15,6 +17,9 @@ function returns one `bytes` per SSE event, in order; `b"".join(...)` is the bod
     responses_stream(["Hel"], error=error_object(500, "m"))        # R4: error, then response.failed
     responses_stream(["Hel"], error=..., bare_error=True)          # R4: vLLM's bare {"error":...}
     responses_stream([], reasoning=["Hm"], closed=False)           # Ollama: closes after reasoning
+    gemini_stream(["Hel", "lo"])                                   # well formed: a last chunk with STOP
+    gemini_stream(["Hel"], closed=False)                           # G2: no finishReason anywhere
+    gemini_stream(["Hel"], array=True)                             # the JSON-array form
 
 `token_texts_of(dialect, body)` reads back one text per token event (the worker's definition: text,
 reasoning and tool-argument deltas, and the event that opens a tool call, whose text is its id).
@@ -28,12 +33,13 @@ from typing import Any
 
 from finishline import Dialect, EventFramer
 from labs.worker.answer import TOOL_ARGUMENT_PIECES, TOOL_NAME, Piece, tool_call_id
+from labs.worker.gemini_events import array_frames, gemini_chunks, sse_frames
 from labs.worker.messages_events import message_frames
 from labs.worker.responses_events import AS_TERMINAL, response_frames
 from tests.feeding import complete_events
 from tests.fixtures_lab import token_texts
 
-__all__ = ["AS_TERMINAL", "messages_stream", "pieces", "responses_stream", "token_texts_of"]
+__all__ = ["AS_TERMINAL", "gemini_stream", "messages_stream", "pieces", "responses_stream", "token_texts_of"]
 
 #: The scripted upstream's model name (as in `tests.chat_streams`).
 MODEL = "e2e-model"
@@ -152,6 +158,39 @@ def responses_stream(
         line_ending=line_ending,
     )
     return [frame.event for frame in frames]
+
+
+def gemini_stream(
+    texts: Sequence[str],
+    *,
+    thoughts: Sequence[str] = (),
+    finish_reason: Any = "STOP",
+    closed: bool = True,
+    error: Mapping[str, Any] | None = None,
+    array: bool = False,
+    prompt_tokens: int = 4,
+    model: str = MODEL,
+) -> list[bytes]:
+    """Chunks of one Gemini stream: one per thought and text piece (their `usageMetadata` counting
+    on), then a last chunk with `finish_reason`; SSE frames with CRLF, as Google's, or with `array`
+    the JSON-array form, one element per piece (`[{…}`, `,\r\n{…}`, …, `]`).
+
+    Args:
+        finish_reason: the last chunk's `finishReason` (`labs.worker.gemini_events.NO_REASON_KEY`:
+            no last chunk).
+        closed: False ends right after the last piece (no finishReason anywhere, rule G2).
+        error: a Gemini error object (`labs.worker.gemini_events.gemini_error(status)`) right after
+            the pieces, nothing after it (G4).
+    """
+    chunks = gemini_chunks(
+        pieces(texts, reasoning=thoughts),
+        model=model,
+        prompt_tokens=prompt_tokens,
+        finish_reason=finish_reason,
+        error=error,
+        closed=closed,
+    )
+    return [frame.event for frame in (array_frames(chunks) if array else sse_frames(chunks))]
 
 
 # -- an independent reader ------------------------------------------------------------------------

@@ -8,15 +8,17 @@ import re
 
 import pytest
 
-from finishline import Dialect, EventFramer, RequestFacts, StreamRepair
+from finishline import Dialect, EventFramer, StreamRepair
+from finishline._rules import DIALECT_FRAMERS
 from finishline.addon.options import PATH_OPTIONS
-from tests.bench import API, BENCH_DIALECTS, Route, UpstreamBody, dialect_stream, read_stream
+from tests.bench import API, BENCH_DIALECTS, Route, UpstreamBody, dialect_stream, read_stream, request_facts
 from tests.upstream_server import Script, UpstreamServer
 
 
 def _dialect_finish_fix_reads(path: str) -> Dialect | None:
     """The dialect finish_fix's default path options give `path`: the first that matches, in the
-    order the addon tries them (`PATH_OPTIONS`)."""
+    order the addon tries them (`PATH_OPTIONS`), on the path without its query, as the addon reads it."""
+    path = path.partition("?")[0]
     for dialect, (_, default) in PATH_OPTIONS.items():
         if re.search(default, path):
             return dialect
@@ -28,33 +30,43 @@ def test_each_stream_is_served_where_finish_fix_reads_it_in_its_dialect(dialect)
     with UpstreamServer() as upstream:
         prefix = upstream.route(Script(pieces=dialect_stream(dialect, 3)))
     assert _dialect_finish_fix_reads(f"{prefix}{API[dialect][0]}") is dialect
-    assert RequestFacts.from_body(json.dumps(API[dialect][1]).encode()).model == "bench"
+    assert request_facts(dialect).model == "bench"
+    assert request_facts(dialect).stream and not request_facts(dialect).json_array_stream  # (Gemini: alt=sse)
 
 
-@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES])
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.RESPONSES, Dialect.GEMINI])
 def test_a_dialect_stream_is_its_builders_healthy_stream_of_n_text_deltas(dialect):
     pieces = dialect_stream(dialect, 50)
     # One `data:` line per piece, so the bench's count of `data: ` marks is the count of events.
-    assert all(piece.count(b"data: ") == 1 and piece.endswith(b"\n\n") for piece in pieces)
-    deltas = [piece for piece in pieces if b'"text_delta"' in piece or b"event: response.output_text.delta\n" in piece]
+    assert all(piece.count(b"data: ") == 1 and piece.endswith((b"\n\n", b"\r\n\r\n")) for piece in pieces)
+    deltas = [
+        piece
+        for piece in pieces
+        if b'"text_delta"' in piece or b"event: response.output_text.delta\n" in piece or b'"parts":[{"text":"tok' in piece
+    ]
     assert len(deltas) == 50
     assert [b"tok%d " % n in delta for n, delta in enumerate(deltas)] == [True] * 50
+    if dialect is Dialect.GEMINI:  # the counts change on every chunk; the last chunk finishes it
+        assert [json.loads(delta[6:])["usageMetadata"]["candidatesTokenCount"] for delta in deltas] == list(range(1, 51))
+        assert b'"finishReason":"STOP"' in pieces[-1] and len(pieces) == 51
 
 
 @pytest.mark.parametrize("dialect", list(BENCH_DIALECTS))
 def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch) -> None:
     framed: list[bytes] = []
+    framer = DIALECT_FRAMERS.get(dialect, EventFramer)
 
-    class _NotingFramer(EventFramer):
-        """The real framer, noting the pieces the full path read."""
+    class _NotingFramer(framer):  # type: ignore[valid-type,misc]
+        """The real framer (the dialect's), noting the pieces the full path read."""
 
         def receive_data(self, data):
             framed.append(data)
             return super().receive_data(data)
 
     monkeypatch.setattr("finishline._repair.EventFramer", _NotingFramer)
+    monkeypatch.setitem(DIALECT_FRAMERS, dialect, _NotingFramer)
     pieces = dialect_stream(dialect, 200)
-    repair = StreamRepair(started_at=0.0, dialect=dialect)
+    repair = StreamRepair(request=request_facts(dialect), started_at=0.0, dialect=dialect)
     out = b"".join(repair.receive_data(piece, now=1.0) for piece in pieces) + repair.receive_end(now=2.0)
     assert out == b"".join(pieces)
     assert repair.report.verdict == "clean"
@@ -63,13 +75,16 @@ def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_
     assert len(framed) <= len(pieces) - 199
 
 
-def test_a_body_that_is_not_the_upstreams_stops_the_bench():
-    pieces = dialect_stream(Dialect.MESSAGES, 20)
+@pytest.mark.parametrize("dialect", [Dialect.MESSAGES, Dialect.GEMINI])
+def test_a_body_that_is_not_the_upstreams_stops_the_bench(dialect):
+    pieces = dialect_stream(dialect, 20)
     altered = [piece.replace(b"tok7 ", b"tok8 ") for piece in pieces]  # same size, other bytes
     with UpstreamServer() as upstream:
-        path = upstream.route(Script(pieces=pieces)) + API[Dialect.MESSAGES][0]
-        run = read_stream(upstream.port, Route(path, Dialect.MESSAGES, UpstreamBody.of(pieces)))
+        path = upstream.route(Script(pieces=pieces)) + API[dialect][0]
+        run = read_stream(upstream.port, Route(path, dialect, UpstreamBody.of(pieces)))
         assert run.events == len(pieces) and run.body_bytes == sum(map(len, pieces))
         for claimed, said in ((altered, "same size, other bytes"), (pieces[:-1], f"upstream: {len(pieces) - 1} events")):
-            with pytest.raises(RuntimeError, match=f"the body from port {upstream.port}{path} is not the upstream's.*{said}"):
-                read_stream(upstream.port, Route(path, Dialect.MESSAGES, UpstreamBody.of(claimed)))
+            with pytest.raises(
+                RuntimeError, match=f"the body from port {upstream.port}{re.escape(path)} is not the upstream's.*{said}"
+            ):
+                read_stream(upstream.port, Route(path, dialect, UpstreamBody.of(claimed)))

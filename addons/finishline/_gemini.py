@@ -41,7 +41,7 @@ from ._json import UNREADABLE, json_or_unreadable
 from ._json_array import ArrayPiece
 from ._json_edit import JsonPath, edit_json, rewrite_event
 from ._request import RequestFacts
-from ._routine_chunks import DECLINE, RoutineMatch
+from ._routine_chunks import MAY_STEADY, RoutineMatch
 from ._rule_interface import StreamServices
 from ._sse import Event
 from ._verdict import Correction, InjectionKind, TokenUsage, Verdict
@@ -145,8 +145,21 @@ class GeminiRules:
             return ERROR, message
         return CHUNK, message
 
-    def on_routine(self, match: RoutineMatch) -> int:  # pragma: no cover - Gemini has no routine shape yet
-        return DECLINE
+    def on_routine(self, match: RoutineMatch) -> int:
+        """A routine chunk the fast path matched (`_routine_facts.gemini_facts`: one candidate, one
+        text part, no finishReason): what `on_event` would record of it, its candidate still open
+        and its counts. The same again changes nothing, so the steady path may take the next (the
+        machine hands the last one it took back here when it leaves)."""
+        index = match.index
+        if index not in self._reasons:
+            self._open.add(index)
+        counts = match.counts
+        if counts is not None:
+            if "promptTokenCount" in counts:
+                self._input_tokens = counts["promptTokenCount"]
+            if "candidatesTokenCount" in counts:
+                self._output_tokens = counts["candidatesTokenCount"]
+        return MAY_STEADY
 
     def note_sequence_number(self, number: int) -> None:  # pragma: no cover - no numbered shape
         """Gemini chunks carry no sequence number."""

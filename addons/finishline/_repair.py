@@ -52,7 +52,7 @@ from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, ShapeSource
 from ._rule_interface import DialectRules, StreamServices
 from ._rules import DIALECT_FRAMERS, DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
-from ._steady import NumberedSteady, SteadyShape, match_plain_text
+from ._steady import NumberedSteady, Steady, SteadyShape, match_plain_text
 from ._verdict import ClientEnding, CutCause, Interruption, RepairPolicy, StreamReport
 from ._wording import completed_framing, event_too_long
 
@@ -68,8 +68,7 @@ _PASSTHROUGH = Phase.PASSTHROUGH
 
 
 class StreamRepair:
-    """Repairs one `text/event-stream` response: Chat Completions, Anthropic Messages or OpenAI
-    Responses.
+    """Repairs one streamed response in its dialect: Chat Completions, Messages, Responses, Gemini.
 
     Args:
         request: facts from the request (token limit, model).
@@ -107,6 +106,7 @@ class StreamRepair:
         "_steady",
         "_steady_gapped",
         "_steady_numbered",
+        "_steady_last",
         "_rules",
         "_services",
         "_dialect",
@@ -142,8 +142,9 @@ class StreamRepair:
         self._dialect = dialect = Dialect(dialect)
         # Shapes of routine text chunks seen so far (and by `shapes`' streams), for `_on_routine_piece`.
         self._routine = RoutineChunks(enabled=fast_path, dialect=dialect, book=shapes)
-        # The steady path's shape (`RoutineMatch.steady`) while it may be taken, else None.
-        self._steady: tuple[bytes, bytes, int, int] | None = None
+        # The steady path's shape (`RoutineMatch.steady`) while it may be taken, and the last piece it took.
+        self._steady: Steady | None = None
+        self._steady_last: bytes | None = None
         # Of a shape with more gaps (`RoutineMatch.gapped_steady`: Responses' numbers, OpenAI's padding).
         self._steady_gapped: SteadyShape | None = None
         # For a shape of the text and a number only, what its check reads in `receive_data`.
@@ -175,21 +176,17 @@ class StreamRepair:
         steady = self._steady
         if steady is not None:
             # The steady path (`_on_routine_piece` says when it holds): the piece is the routine
-            # shape seen last, with plain text, and nothing but the counts can change.
-            prefix, suffix, text_start, suffix_length = steady
+            # shape seen last, with plain text (Gemini's: and counts), and nothing else changes.
+            prefix, suffix, text_start, suffix_length, middle = steady
             size = len(data)
-            if (
-                data.startswith(prefix)
-                and data.endswith(suffix)
-                and match_plain_text(data, text_start, size - suffix_length) is not None
-            ):
+            if data.startswith(prefix) and data.endswith(suffix) and middle(data, text_start, size - suffix_length) is not None:
                 report = self.report
                 report.events += 1
                 report.upstream_bytes += size
                 report.client_bytes += size
-                self._last_event_at = now
+                self._last_event_at, self._steady_last = now, data
                 return data
-            self._steady = None
+            self._leave_steady()
         elif self._steady_numbered is not None:
             # A Responses delta: the same check, with the next sequence number in the head or the
             # tail (`SteadyShape` predicts it); after it, the number after that.
@@ -465,8 +462,11 @@ class StreamRepair:
         self._leave_steady()
 
     def _leave_steady(self) -> None:
-        """No steady path from here; the last sequence number it took goes to the rules."""
+        """No steady path from here; what it took unread (a sequence number, counts) goes to the rules."""
         self._steady = None
+        last, self._steady_last = self._steady_last, None
+        if last is not None and self._routine.counted and (match := self._routine.maybe_match(last)) is not None:
+            self._rules.on_routine(match)  # Gemini's counts: the last piece's replaced every one before
         gapped = self._steady_gapped
         if gapped is not None:
             self._steady_gapped = self._steady_numbered = None

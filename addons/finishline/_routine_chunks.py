@@ -8,7 +8,7 @@ Nearly every event of a chat-completion stream is the one before it with only th
 
 Parsing each one as JSON costs more than everything else finish_fix does per event, and a proxy in
 front of a gateway sees every token of every user. So once the full path has parsed a chunk and
-found it routine (`_routine_facts`: one choice, no finish_reason, no error, no usage, a text delta
+found it routine (`_routine_facts.chat_facts`: one choice, no finish_reason, no error, no usage, a text delta
 and nothing else that counts), `RoutineChunks.learn` takes its *shape*: the event's exact bytes with
 the text value cut out (and OpenAI's per-chunk `obfuscation` padding, which changes on every chunk):
 the literal byte segments between the gaps. A piece matches when it is those segments, in order, with
@@ -55,6 +55,11 @@ The other dialects have routine events too, and the same machinery learns them f
 An `event:` line before the data is a literal part of the shape. A Responses event's
 `sequence_number` changes on every event: it is a gap of its own, matched as a JSON integer
 (`_JSON_INT`) and handed back (`RoutineMatch.number`), since the machine must know the last one.
+
+A Gemini chunk (`_routine_facts.gemini_facts`) repeats a `usageMetadata` whose token counts change on every chunk by
+any amount: each is a gap (`GAP_COUNT`) handed back by key (`RoutineMatch.counts`), as the rules keep
+the last counts (rule G7, the books); its steady path is `_steady.counted_steady`. Its JSON-array
+form is learned from its elements (`,\r\n{…}`: the separator and the element are the shape).
 """
 
 from __future__ import annotations
@@ -66,7 +71,30 @@ from functools import cache
 from typing import Any, NamedTuple, Protocol
 
 from ._dialect import Dialect
-from ._steady import ASCII_CHARS, GAP_NUMBER, GAP_STRING, GAP_TEXT, SteadyShape, match_plain_text
+from ._routine_facts import (
+    COUNT_KEYS,
+    FREE_TOP_LEVEL_KEYS,
+    MESSAGES_TEXT_KEYS,
+    NUMBER_KEY,
+    TEXT_DELTA_KEYS,
+    chat_facts,
+    gemini_facts,
+    gemini_text_part,
+    gemini_usage,
+    messages_facts,
+    responses_facts,
+)
+from ._steady import (
+    ASCII_CHARS,
+    GAP_COUNT,
+    GAP_NUMBER,
+    GAP_STRING,
+    GAP_TEXT,
+    Steady,
+    SteadyShape,
+    counted_steady,
+    match_plain_text,
+)
 
 __all__ = [
     "DECLINE",
@@ -94,12 +122,6 @@ DECLINE = 0  # the full path must read it
 NOT_STEADY = 1  # handled; the steady path must not take the next pieces
 MAY_STEADY = 2  # handled; the steady path may take the next pieces of this shape
 
-# Delta keys whose string value is the model's text. One of them is the gap; every other delta key
-# of a routine chunk must be falsy (so nothing else makes it a "token"), except `role`.
-TEXT_DELTA_KEYS = ("content", "reasoning_content", "reasoning", "refusal")
-# Top-level keys whose string value may change on every chunk and that the repair never reads.
-# OpenAI pads every stream chunk with a random `obfuscation` string (stream_options.include_obfuscation).
-FREE_TOP_LEVEL_KEYS = ("obfuscation",)
 # Fields the repair remembers from every chunk for the finishing events it may inject.
 _REMEMBERED_KEYS = ("id", "created", "model", "system_fingerprint")
 
@@ -124,34 +146,22 @@ JSON_STRING_MATCH = _JSON_STRING_PATTERN.match
 _JSON_INT = rb"(?:0|[1-9][0-9]{0,17})"
 _JSON_INT_PATTERN = re.compile(_JSON_INT)
 JSON_INT_MATCH = _JSON_INT_PATTERN.match
-_NUMBER_KEY = "sequence_number"
+# Each kind of gap's match (a count is an integer, as a sequence number is).
+_GAP_MATCH = {GAP_TEXT: TEXT_GAP_MATCH, GAP_NUMBER: JSON_INT_MATCH, GAP_COUNT: JSON_INT_MATCH, GAP_STRING: JSON_STRING_MATCH}
+# What comes before a JSON-array element that is not the first: the comma, and whitespace around it.
+_ARRAY_SEPARATOR = re.compile(rb"[ \t\r\n]*,[ \t\r\n]*")
 PROBE_NUMBER = 987654321
 _JSON_SPACE = rb"[ \t]*"  # no CR or LF: those would end the SSE line
 _PROBE = "finishline probe \u00e9"
 PROBE_TOKEN = json.dumps(_PROBE).encode()
 
-# The text keys of the Messages and Responses routine events.
-_MESSAGES_TEXT_KEYS = {"text_delta": "text", "thinking_delta": "thinking", "input_json_delta": "partial_json"}
-_RESPONSES_TEXT_EVENTS = frozenset(
-    {
-        "response.output_text.delta",
-        "response.refusal.delta",
-        "response.reasoning_text.delta",
-        "response.reasoning_summary_text.delta",
-        "response.function_call_arguments.delta",
-    }
-)
-
-# Those of them that name their content part by `content_index` (`_responses.CONTENT_INDEXED_EVENTS`).
-_CONTENT_INDEXED = frozenset({"response.output_text.delta", "response.refusal.delta", "response.reasoning_text.delta"})
-
 # `"key": "value"` for each key whose string value may be a gap, the value as group 1.
 _KEY_WITH_STRING_VALUE = {
     key: re.compile(re.escape(json.dumps(key).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_STRING + b")")
-    for key in (*TEXT_DELTA_KEYS, *FREE_TOP_LEVEL_KEYS, *_MESSAGES_TEXT_KEYS.values(), "delta")
+    for key in (*TEXT_DELTA_KEYS, *FREE_TOP_LEVEL_KEYS, *MESSAGES_TEXT_KEYS.values(), "delta")
 }
 _KEY_WITH_INT_VALUE = re.compile(
-    re.escape(json.dumps(_NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
+    re.escape(json.dumps(NUMBER_KEY).encode()) + _JSON_SPACE + b":" + _JSON_SPACE + b"(" + _JSON_INT + b")"
 )
 
 # At most this many shapes per stream (the role chunk's and the text chunks', one per choice of n>1).
@@ -169,73 +179,91 @@ class RoutineMatch:
         remembered: the chunk's `id`, `created`, `model`, `system_fingerprint` (those present).
         has_text: whether the text is non-empty (the delta then counts as a token).
         steady: for a shape with the text as its only gap, (prefix, suffix, where the text starts,
-            the suffix's length): a piece is this shape with plain text when it starts with the
-            prefix, ends with the suffix and `match_plain_text` finds the text between them. None for
-            a shape with more gaps.
+            the suffix's length, `match_plain_text`): a piece is this shape with plain text when it
+            starts with the prefix, ends with the suffix and `match_plain_text` finds the text
+            between them; for a shape with counts, the same with one pattern for its text, counts
+            and literals between the prefix and the suffix (`_steady.counted_steady`). None for a
+            shape with other gaps.
         number: the matched piece's `sequence_number` (Responses), else None.
         gapped_steady: for a shape with more gaps than the text (a sequence number, an
             `obfuscation` padding, or both), its `SteadyShape`: the steady path of that shape.
-            None for a one-gap shape (that has `steady`).
+            None for a one-gap shape (that has `steady`), and for a shape with counts.
+        counts: the matched piece's counts (Gemini's `usageMetadata` token counts), by key; None for a
+            shape without counts.
     """
 
-    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady")
+    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady", "counts")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
         self.remembered = remembered
         self.has_text = False
-        self.steady: tuple[bytes, bytes, int, int] | None = None
+        self.steady: Steady | None = None
         self.number: int | None = None
         self.gapped_steady: SteadyShape | None = None
+        self.counts: dict[str, int] | None = None
 
 
 class Shape:
     """The literal segments of a learned event around its gaps, and what a match of it means.
 
     With one gap (the text), `prefix` + text + `suffix`; with more, `segments` (one more than the
-    gaps) and which gap is the text."""
+    gaps), which gap is the text, and the key of each count gap (`count_keys`, by gap)."""
 
     __slots__ = ("prefix", "suffix", "text_start", "suffix_length", "segments", "text_gap", "number_gap", "result", "_gaps")
 
-    def __init__(self, segments: list[bytes], text_gap: int, result: RoutineMatch, number_gap: int = -1) -> None:
+    def __init__(
+        self, segments: list[bytes], kinds: list[str], result: RoutineMatch, count_keys: dict[int, str] | None = None
+    ) -> None:
+        count_keys = count_keys or {}
         self.segments = segments if len(segments) > 2 else None
         self.prefix = segments[0]
         self.suffix = segments[-1]
         self.text_start = len(self.prefix)
         self.suffix_length = len(self.suffix)
-        self.text_gap = text_gap
-        self.number_gap = number_gap
+        self.text_gap = kinds.index(GAP_TEXT)
+        self.number_gap = kinds.index(GAP_NUMBER) if GAP_NUMBER in kinds else -1
         self.result = result
-        # Per gap, in order: its pattern's `match`, its kind (GAP_TEXT, GAP_NUMBER, GAP_STRING), and the
-        # literal segment after it (None after the last gap) with its length: read per piece.
+        # Per gap, in order: its pattern's `match`, its kind (GAP_TEXT, GAP_NUMBER, GAP_STRING,
+        # GAP_COUNT), the literal segment after it (None after the last gap) with its length, and a
+        # count's key: read per piece.
         self._gaps = tuple(
             (
-                (
-                    _TEXT_GAP_PATTERN if gap == text_gap else _JSON_INT_PATTERN if gap == number_gap else _JSON_STRING_PATTERN
-                ).match,
-                GAP_TEXT if gap == text_gap else GAP_NUMBER if gap == number_gap else GAP_STRING,
+                _GAP_MATCH[kind],
+                kind,
                 segments[gap + 1] if gap + 2 < len(segments) else None,
                 len(segments[gap + 1]),
+                count_keys.get(gap),
             )
-            for gap in range(len(segments) - 1)
+            for gap, kind in enumerate(kinds)
         )
         if self.segments is None:
-            result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length)
+            result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length, match_plain_text)
+        elif count_keys:
+            result.steady = counted_steady(segments, kinds)
         else:
-            result.gapped_steady = SteadyShape.of(segments, [kind for _, kind, _, _ in self._gaps])
+            result.gapped_steady = SteadyShape.of(segments, kinds)
 
     @classmethod
-    def of(cls, segments: list[bytes], kinds: list[str], chunk: dict[str, Any], facts: RoutineFacts, spec: RoutineSpec) -> Shape:
+    def of(
+        cls,
+        segments: list[bytes],
+        kinds: list[str],
+        chunk: dict[str, Any],
+        facts: RoutineFacts,
+        spec: RoutineSpec,
+        count_keys: dict[int, str] | None = None,
+    ) -> Shape:
         """The shape of literal `segments` around gaps of `kinds` (`_steady`'s GAP_*, one the
-        text), learned from an event parsed to `chunk` whose routine `facts` are given."""
+        text), learned from an event parsed to `chunk` whose routine `facts` are given (and, for
+        its GAP_COUNT gaps, the key of each, by gap)."""
         remembered = {key: chunk[key] for key in _REMEMBERED_KEYS if key in chunk} if spec is SPECS[Dialect.CHAT] else {}
-        number_gap = kinds.index(GAP_NUMBER) if GAP_NUMBER in kinds else -1
-        return cls(segments, kinds.index(GAP_TEXT), RoutineMatch(facts[0], remembered), number_gap)
+        return cls(segments, kinds, RoutineMatch(facts[0], remembered), count_keys)
 
     @property
     def kinds(self) -> list[str]:
         """The kinds of its gaps, in order (`_steady`'s GAP_*)."""
-        return [kind for _, kind, _, _ in self._gaps]
+        return [kind for _, kind, _, _, _ in self._gaps]
 
     def gap_spans(self, piece: bytes) -> list[tuple[int, int]] | None:
         """Where each gap's token is in `piece`, in order, if `piece` is this shape; else None."""
@@ -243,7 +271,7 @@ class Shape:
             return None
         spans = []
         position = self.text_start
-        for match_gap, _, segment, segment_length in self._gaps:
+        for match_gap, _, segment, segment_length, _ in self._gaps:
             match = match_gap(piece, position)
             if match is None:
                 return None
@@ -269,7 +297,8 @@ class Shape:
         position = self.text_start
         has_text = None
         number = None
-        for match_gap, kind, segment, segment_length in self._gaps:
+        counts: dict[str, int] | None = None
+        for match_gap, kind, segment, segment_length, count_key in self._gaps:
             match = match_gap(piece, position)
             if match is None:
                 return None
@@ -277,6 +306,10 @@ class Shape:
                 has_text = match.lastindex is not None
             elif kind is GAP_NUMBER:
                 number = match.group()
+            elif count_key is not None:
+                if counts is None:
+                    counts = {}
+                counts[count_key] = int(match.group())
             position = match.end()
             if segment is not None:
                 if not piece.startswith(segment, position):
@@ -286,6 +319,8 @@ class Shape:
             return None
         if number is not None:
             self.result.number = int(number)
+        if counts is not None:
+            self.result.counts = counts
         return has_text
 
 
@@ -318,6 +353,12 @@ class RoutineChunks:
     @property
     def learned(self) -> bool:
         return bool(self._shapes)
+
+    @property
+    def counted(self) -> bool:
+        """Whether the shape matched last has counts (the steady path runs on that shape: when it
+        leaves, the machine hands its last piece's counts to the rules, and no other shape's)."""
+        return bool(self._shapes) and self._shapes[0].result.counts is not None
 
     def maybe_match(self, piece: bytes) -> RoutineMatch | None:
         """The match, if `piece` is exactly one event of a learned shape; else None. The returned
@@ -364,16 +405,24 @@ class RoutineChunks:
         if facts is None:
             return
         data_at = _data_offset(raw)
-        ending = raw[data_at + len(data) :]
-        if (
-            data_at < 0
-            or raw[data_at : data_at + len(data)] != data
-            or ending not in (b"\n\n", b"\r\n\r\n")
-            or b"\n" in data
-            or b"\r" in data
-            or (data_at > len(b"data: ") and not raw.startswith(b"event: "))
-        ):
-            return
+        if data_at < 0 and spec.array_elements:
+            # An element of a JSON-array stream (`_json_array.ArrayPiece`): the comma and whitespace
+            # before it, then the element, pretty-printed or not. The first (after the `[`) is not
+            # learned: no other element comes after a `[`.
+            data_at = len(raw) - len(data)
+            if not (raw.endswith(data) and _ARRAY_SEPARATOR.fullmatch(raw, 0, data_at)):
+                return
+        else:
+            ending = raw[data_at + len(data) :]
+            if (
+                data_at < 0
+                or raw[data_at : data_at + len(data)] != data
+                or ending not in (b"\n\n", b"\r\n\r\n")
+                or b"\n" in data
+                or b"\r" in data
+                or (data_at > len(b"data: ") and not raw.startswith(b"event: "))
+            ):
+                return
         if any(shape.maybe_has_text(raw) is not None for shape in self._shapes):
             return
         self._attempts += 1
@@ -407,61 +456,6 @@ def _data_offset(raw: bytes) -> int:
     return -1
 
 
-def _routine_facts(chunk: Any) -> tuple[int, str, str | None] | None:
-    """(choice index, the text key, the free top-level key or None) if the full path's handling of
-    `chunk` depends on nothing but whether its text is empty; else None."""
-    if type(chunk) is not dict or chunk.get("error") is not None or isinstance(chunk.get("usage"), dict):
-        return None
-    choices = chunk.get("choices")
-    if type(choices) is not list or len(choices) != 1 or type(choices[0]) is not dict:
-        return None
-    choice = choices[0]
-    index = choice.get("index", 0)
-    if type(index) is not int or choice.get("finish_reason") is not None:
-        return None
-    delta = choice.get("delta")
-    if type(delta) is not dict:
-        return None
-    text_key = next((key for key in TEXT_DELTA_KEYS if type(delta.get(key)) is str), None)
-    if text_key is None:
-        return None
-    if any(value for key, value in delta.items() if key != text_key and key != "role"):
-        return None
-    free_key = next((key for key in FREE_TOP_LEVEL_KEYS if type(chunk.get(key)) is str), None)
-    return index, text_key, free_key
-
-
-def _messages_facts(event: Any) -> tuple[int, str, str | None] | None:
-    """A Messages `content_block_delta` of text, thinking or tool input, and nothing else."""
-    if type(event) is not dict or event.get("type") != "content_block_delta" or len(event) != 3:
-        return None
-    delta = event.get("delta")
-    if type(delta) is not dict or len(delta) != 2 or type(event.get("index")) is not int:
-        return None
-    delta_type = delta.get("type")  # looked up only if a string: a list or object is unhashable
-    text_key = _MESSAGES_TEXT_KEYS.get(delta_type) if type(delta_type) is str else None
-    if text_key is None or type(delta.get(text_key)) is not str:
-        return None
-    return 0, text_key, None
-
-
-def _responses_facts(event: Any) -> tuple[int, str, str | None] | None:
-    """A Responses text, reasoning, refusal or arguments delta with its sequence number."""
-    if type(event) is not dict or type(event.get("type")) is not str or event.get("error") is not None:
-        return None
-    if event["type"] not in _RESPONSES_TEXT_EVENTS:  # (after the check above: a list is unhashable)
-        return None
-    if type(event.get("delta")) is not str or type(event.get(_NUMBER_KEY)) is not int or event[_NUMBER_KEY] < 0:
-        return None
-    # An event without its indexes is one rule R7 may fill in: never a shape the fast path passes as it came.
-    if type(event.get("output_index")) is not int or (
-        event["type"] in _CONTENT_INDEXED and type(event.get("content_index")) is not int
-    ):
-        return None
-    free_key = next((key for key in FREE_TOP_LEVEL_KEYS if type(event.get(key)) is str), None)
-    return 0, "delta", free_key
-
-
 #: What makes an event routine (`RoutineSpec.facts`): (the index, the text key, the free key or None).
 RoutineFacts = tuple[int, str, str | None]
 
@@ -487,16 +481,22 @@ class RoutineSpec(NamedTuple):
     text_holder: Callable[[dict[str, Any]], Any]
     # Whether the event's `sequence_number` is a gap (it changes on every event).
     numbered: bool = False
+    # The object in the parsed event whose integer values are counts, each a gap (None: no counts).
+    counts: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Whether the stream may be a JSON array whose elements are the events (Gemini's).
+    array_elements: bool = False
 
 
 SPECS = {
-    Dialect.CHAT: RoutineSpec(_routine_facts, lambda chunk: chunk["choices"][0]["delta"]),
-    Dialect.MESSAGES: RoutineSpec(_messages_facts, lambda event: event["delta"]),
-    Dialect.RESPONSES: RoutineSpec(_responses_facts, lambda event: event, numbered=True),
-    # No Gemini chunk is routine yet: AI Studio's carry a `usageMetadata` that changes on every
-    # chunk, so every chunk takes the full path.
-    Dialect.GEMINI: RoutineSpec(lambda event: None, lambda event: event),
+    Dialect.CHAT: RoutineSpec(chat_facts, lambda chunk: chunk["choices"][0]["delta"]),
+    Dialect.MESSAGES: RoutineSpec(messages_facts, lambda event: event["delta"]),
+    Dialect.RESPONSES: RoutineSpec(responses_facts, lambda event: event, numbered=True),
+    Dialect.GEMINI: RoutineSpec(gemini_facts, gemini_text_part, counts=gemini_usage, array_elements=True),
 }
+
+
+# The gaps `_maybe_shape` finds, by their kind in a shape (`_steady`'s GAP_*).
+_KINDS = {"text": GAP_TEXT, "free": GAP_STRING, "number": GAP_NUMBER, "count": GAP_COUNT}
 
 
 def _maybe_shape(
@@ -507,33 +507,41 @@ def _maybe_shape(
     text_gap = _maybe_gap(data, chunk, text_key, holder)
     if text_gap is None:
         return None
-    gaps = [(text_gap, "text")]
+    gaps: list[tuple[tuple[int, int], str, str]] = [(text_gap, "text", "")]
     if free_key is not None:
         free_gap = _maybe_gap(data, chunk, free_key, lambda event: event)
         if free_gap is None:
             return None
-        gaps.append((free_gap, "free"))
+        gaps.append((free_gap, "free", ""))
     if spec.numbered:
         number_gap = _maybe_number_gap(data, chunk)
         if number_gap is None:
             return None
-        gaps.append((number_gap, "number"))
+        gaps.append((number_gap, "number", ""))
+    if spec.counts is not None:
+        counts = spec.counts
+        for key, value in counts(chunk).items():
+            # (A bool, a float, a string, another key's integer: kept as a literal. Only the usage's
+            # token counts are gaps: each costs a probe parse and a pattern compiled once per key.)
+            if type(value) is not int or key not in COUNT_KEYS:
+                continue
+            count_gap = _maybe_count_gap(data, chunk, key, counts) if value >= 0 else None
+            if count_gap is None:
+                return None
+            gaps.append((count_gap, "count", key))
     gaps.sort()
     segments = []
     position = -data_at  # offsets in `data`; the first segment starts at the event's first byte
-    text_gap_index = number_gap_index = -1
-    for number, ((start, end), kind) in enumerate(gaps):
+    kinds = []
+    count_keys: dict[int, str] = {}
+    for number, ((start, end), kind, key) in enumerate(gaps):
         segments.append(raw[data_at + position : data_at + start])
-        if kind == "text":
-            text_gap_index = number
-        elif kind == "number":
-            number_gap_index = number
+        kinds.append(_KINDS[kind])
+        if kind == "count":
+            count_keys[number] = key
         position = end
     segments.append(raw[data_at + position :])
-    kinds = [
-        GAP_TEXT if gap == text_gap_index else GAP_NUMBER if gap == number_gap_index else GAP_STRING for gap in range(len(gaps))
-    ]
-    shape = Shape.of(segments, kinds, chunk, facts, spec)
+    shape = Shape.of(segments, kinds, chunk, facts, spec, count_keys)
     if shape.maybe_has_text(raw) is None:  # the learned event itself must match its shape
         return None
     return shape
@@ -560,9 +568,25 @@ def _maybe_number_gap(data: bytes, event: dict[str, Any]) -> tuple[int, int] | N
     for candidate in _KEY_WITH_INT_VALUE.finditer(data):
         start, end = candidate.span(1)
         probed = json.loads(data[:start] + str(PROBE_NUMBER).encode() + data[end:])
-        if type(probed) is not dict or probed.get(_NUMBER_KEY) != PROBE_NUMBER:
+        if type(probed) is not dict or probed.get(NUMBER_KEY) != PROBE_NUMBER:
             continue
-        probed[_NUMBER_KEY] = event[_NUMBER_KEY]
+        probed[NUMBER_KEY] = event[NUMBER_KEY]
         if probed == event:
+            return start, end
+    return None
+
+
+def _maybe_count_gap(
+    data: bytes, chunk: dict[str, Any], key: str, holder: Callable[[dict[str, Any]], dict[str, Any]]
+) -> tuple[int, int] | None:
+    """The byte span of the integer `holder(chunk)[key]` in `data`, proven by a probe parse."""
+    original = holder(chunk)[key]
+    for start, end in key_value_spans(data, key, integer=True):
+        probed = json.loads(data[:start] + str(PROBE_NUMBER).encode() + data[end:])
+        probed_holder = holder(probed) if type(probed) is dict else None
+        if type(probed_holder) is not dict or probed_holder.get(key) != PROBE_NUMBER:
+            continue
+        probed_holder[key] = original
+        if probed == chunk:
             return start, end
     return None

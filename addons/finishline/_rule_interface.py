@@ -232,7 +232,8 @@ class DialectRules(Protocol):
       upstream error through `StreamServices`);
     * `on_routine(match)` -> what a fast-path piece did (`_routine_chunks.DECLINE`, `NOT_STEADY`,
       `MAY_STEADY`); the machine notes its token itself (a routine piece with text is one);
-      `note_sequence_number(n)`: the last number of a numbered shape the steady path took unread;
+      `note_sequence_number(n)`: the last number of a numbered shape the steady path took unread
+      (a shape with counts, Gemini's: its last piece is matched again and handed to `on_routine`);
     * `finished()`, `terminator(how)`: a clean end that only lacks its terminator (rules C4, M3);
     * `cut_frames(message)`, `stop_frames()`, `may_stop`: what a cut sends (rules C6, M4, R3);
     * `release_held()`: an event held back for a later one (Chat's finish before its usage chunk,

@@ -47,7 +47,7 @@ from ._routine_chunks import (
     Shape,
     key_value_spans,
 )
-from ._steady import GAP_NUMBER, GAP_STRING, GAP_TEXT
+from ._steady import GAP_COUNT, GAP_NUMBER, GAP_STRING, GAP_TEXT
 
 __all__ = ["MAX_TEMPLATES", "ShapeBook"]
 
@@ -140,7 +140,9 @@ class ShapeBook:
         """Keeps the template of a shape just learned by probing from `raw` (its `data` at `data_at`,
         parsed to `chunk`): its ids found and proven by a probe parse each. Never raises."""
         spans = shape.gap_spans(raw)
-        if spans is None:
+        if spans is None or GAP_COUNT in shape.kinds:
+            # (A shape with counts, Gemini's, is not kept: a template carries no count's key, and
+            # Gemini's stream id is its `responseId`, not one of `_ID_STRINGS`.)
             return
         gaps = [(start, end, kind) for (start, end), kind in zip(spans, shape.kinds)]
         try:

@@ -1,18 +1,31 @@
-"""The repair machine's steady path for a routine shape with more gaps than the text (`SteadyShape`),
-and the plain-text check every steady path makes (`match_plain_text`).
+"""The repair machine's steady path for a routine shape with more gaps than the text (`SteadyShape`,
+`counted_steady`), and the plain-text check every steady path makes (`match_plain_text`).
 
 The fast path (`_routine_chunks`) learns a shape: literal segments around gaps, one of which is the
 text. For a run of pieces of one shape, the machine's steady path (`StreamRepair.receive_data`)
 checks each piece against it in its own body: for a one-gap shape, prefix, plain text, suffix. This
 module gives a shape with more gaps (a Responses `sequence_number`, OpenAI's `obfuscation` padding)
-the same kind of check.
+the same kind of check, and a shape whose numbers cannot be predicted (Gemini's `usageMetadata`
+counts) one pattern for all that lies between its head and its tail (`counted_steady`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
-__all__ = ["ASCII_CHARS", "GAP_NUMBER", "GAP_STRING", "GAP_TEXT", "NumberedSteady", "SteadyShape", "match_plain_text"]
+__all__ = [
+    "ASCII_CHARS",
+    "GAP_COUNT",
+    "GAP_NUMBER",
+    "GAP_STRING",
+    "GAP_TEXT",
+    "NumberedSteady",
+    "Steady",
+    "SteadyShape",
+    "counted_steady",
+    "match_plain_text",
+]
 
 # JSON string characters that need no escape and are plain ASCII (no `"`, no `\\`, no control).
 ASCII_CHARS = rb"[\x20\x21\x23-\x5b\x5d-\x7f]++"
@@ -25,11 +38,17 @@ match_plain_text = re.compile(rb'"' + ASCII_CHARS + rb'"').fullmatch
 # Plain ASCII text as a JSON string at a position, not to the end (where the text gap is first).
 _match_plain_text_at = re.compile(rb'"' + ASCII_CHARS + rb'"').match
 # The kinds of gap in a shape (`_routine_chunks._Shape._gaps`), compared by identity on the path of
-# every piece.
-GAP_TEXT, GAP_NUMBER, GAP_STRING = "text", "number", "string"
+# every piece. A number is a sequence number, one more on every event (predicted); a count is a
+# number the rules read but that changes by any amount (Gemini's `usageMetadata` token counts).
+GAP_TEXT, GAP_NUMBER, GAP_STRING, GAP_COUNT = "text", "number", "string", "count"
 
 
 NumberedSteady = tuple[bytes | bytearray, bytes | bytearray, int, int, bytearray, int]
+# The steady path the machine checks a piece against in its own body (`StreamRepair.receive_data`):
+# (head, tail, the head's length, the tail's length, the fullmatch of what lies between them). A
+# one-gap shape's middle is its text (`match_plain_text`); a shape with counts has one pattern for
+# its text, its counts and the literals between them (`counted_steady`).
+Steady = tuple[bytes, bytes, int, int, Callable[[bytes, int, int], re.Match[bytes] | None]]
 
 
 class SteadyShape:
@@ -170,3 +189,47 @@ class SteadyShape:
             return self.numbered
         # Every digit was a 9: the number taken was 10**n - 1, and the next has n + 1 digits.
         return self.start(10 ** (self.last_digit + 1 - self._first_digit) - 1).numbered
+
+
+# -- a shape with counts: one pattern between its head and its tail ------------------------------
+
+# A JSON escape (as `_routine_chunks` reads them), and the gaps of a counted shape's steady path:
+# non-empty text of plain ASCII and escapes (a Gemini chunk's text often holds `\\n`; other
+# UTF-8 is left to the fast path's own match), any such string, a count: a non-negative JSON
+# integer of at most 18 digits, as `_routine_chunks._JSON_INT`, written without its alternation
+# (a lookahead for the leading zero JSON forbids: 10 % less time for three counts).
+_JSON_ESCAPE = rb'\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}'
+_GAP_PATTERNS = {
+    GAP_TEXT: rb'"(?:' + ASCII_CHARS + rb"|" + _JSON_ESCAPE + rb')++"',
+    GAP_STRING: rb'"(?:' + ASCII_CHARS + rb"|" + _JSON_ESCAPE + rb')*+"',
+    GAP_COUNT: rb"(?!0[0-9])[0-9]{1,18}+",
+}
+# The middles' patterns compiled so far, by the gaps' kinds and the literals between them. A
+# pattern costs about 250 us to compile, and a stream lives for a few hundred pieces: compiled per
+# stream it would cost more than it saves. But what lies between a chunk's text and its last count
+# is the server's layout, the same in every stream (the stream's own `responseId` comes after the
+# counts, in the tail), so a process compiles one per layout it meets. Bounded: a server whose
+# middles differ in every stream only makes this compile per stream, and the cache starts over.
+_MIDDLES: dict[tuple[tuple[str, ...], tuple[bytes, ...]], Callable[[bytes, int, int], re.Match[bytes] | None]] = {}
+_MAX_MIDDLES = 64
+
+
+def counted_steady(segments: list[bytes], kinds: list[str]) -> Steady | None:
+    """The steady path of a shape with counts (its literal `segments` around gaps of `kinds`, in
+    order): a piece is taken when it starts with the head, ends with the tail, and what lies between
+    is the middle literals with a non-empty text, any strings and any counts in the gaps, checked by
+    one pattern (three calls into C per piece, as for a one-gap shape). Nothing is predicted, so
+    nothing is written per piece; the machine reads the last piece's counts when it leaves the
+    steady path. None for a shape without counts, or with a sequence number."""
+    if kinds.count(GAP_TEXT) != 1 or GAP_COUNT not in kinds or GAP_NUMBER in kinds:
+        return None
+    key = (tuple(kinds), tuple(segments[1:-1]))
+    middle = _MIDDLES.get(key)
+    if middle is None:
+        pattern = _GAP_PATTERNS[kinds[0]] + b"".join(
+            re.escape(literal) + _GAP_PATTERNS[kind] for literal, kind in zip(segments[1:-1], kinds[1:])
+        )
+        if len(_MIDDLES) >= _MAX_MIDDLES:
+            _MIDDLES.clear()
+        middle = _MIDDLES[key] = re.compile(pattern).fullmatch
+    return segments[0], segments[-1], len(segments[0]), len(segments[-1]), middle
