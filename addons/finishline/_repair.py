@@ -183,7 +183,7 @@ class StreamRepair:
         if steady is None and self._steady_predicted is not None:
             # A Gemini chunk whose counts are the ones predicted (`CountPrediction`): the text
             # between the head and a tail holding the counts, as a one-gap shape's.
-            counted_head, counted_tail, text_at, counted_length, prediction = self._steady_predicted
+            counted_head, counted_tail, text_at, counted_length, prediction, first, second = self._steady_predicted
             size = len(data)
             if (
                 data.startswith(counted_head)
@@ -198,7 +198,14 @@ class StreamRepair:
                 report.upstream_bytes += size
                 report.client_bytes += size
                 self._last_event_at, self._steady_last = now, data
-                self._steady_predicted = predicted = prediction.advance()
+                if first >= 0:  # one token per chunk: two counts +1, in place unless one ends in 9
+                    last_first, last_second = counted_tail[first], counted_tail[second]
+                    if last_first != 0x39 and last_second != 0x39:
+                        counted_tail[first], counted_tail[second] = last_first + 1, last_second + 1
+                        return data
+                    self._steady_predicted = predicted = prediction.carry()
+                else:
+                    self._steady_predicted = predicted = prediction.advance()
                 if predicted is None:  # the next counts are out of a count's range: the pattern's
                     self._steady = prediction.fallback
                 return data

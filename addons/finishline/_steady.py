@@ -245,8 +245,10 @@ def counted_steady(segments: list[bytes], kinds: list[str]) -> Steady | None:
 # The largest count a shape's count gap takes (`_routine_chunks._JSON_INT`: at most 18 digits).
 _MAX_COUNT = 10**18 - 1
 # What the machine checks a piece against on the predicted path (`StreamRepair.receive_data`): (head,
-# tail with the predicted counts in it, the head's length, the tail's length, the prediction).
-PredictedSteady = tuple[bytes, bytearray, int, int, "CountPrediction"]
+# tail with the predicted counts in it, the head's length, the tail's length, the prediction, and for
+# the usual step (two counts +1, the others +0: one token per chunk) the last digits of those two in
+# the tail, which the machine adds one to in its own body unless one is a 9; else -1, -1: `advance`).
+PredictedSteady = tuple[bytes, bytearray, int, int, "CountPrediction", int, int]
 
 
 class CountPrediction:
@@ -259,13 +261,14 @@ class CountPrediction:
     a piece is then taken when it starts with the head, ends with that tail and has a text between
     (plain ASCII first, `match_plain_text`, else the counted pattern's text, `match_steady_text`),
     as Chat's one-gap steady path. Since the text is a JSON string and the literal after it starts
-    after its closing quote, such a piece holds exactly the predicted counts. After it, `advance`
-    predicts the next (a step of 1 changes a last digit in place; a 9, or any other step, writes the
-    tail again). A piece with other counts is not taken: the machine checks it against the counted
-    pattern (`fallback`, `counted_steady`), as it did before there was a prediction.
+    after its closing quote, such a piece holds exactly the predicted counts. After it, the next
+    counts are written in place: a step of 1 changes a last digit (in the machine's body for the
+    usual two counts), a 9 carries (`carry`); a count of all 9s, or any other step, writes the tail
+    again (`advance`). A piece with other counts is not taken: the machine checks it against the
+    counted pattern (`fallback`, `counted_steady`), as it did before there was a prediction.
     """
 
-    __slots__ = ("head", "keys", "fallback", "_literals", "_steps", "_spans", "_ones", "_every", "steady")
+    __slots__ = ("head", "keys", "fallback", "_literals", "_steps", "_spans", "_ones", "_carries", "_every", "steady")
 
     def __init__(self, segments: list[bytes], keys: list[str], fallback: Steady) -> None:
         self.head = segments[0]
@@ -274,9 +277,11 @@ class CountPrediction:
         # The literals after the text: one before each count, and the tail after the last.
         self._literals = segments[1:]
         self._steps: list[int] = []
-        # Where each predicted count is in the tail, and the last digit of those that grow by one.
+        # Where each predicted count is in the tail; the last digit of those that grow by one, and
+        # (where the count starts, that last digit) for their carries.
         self._spans: list[tuple[int, int]] = []
         self._ones: tuple[int, ...] = ()
+        self._carries: tuple[tuple[int, int], ...] = ()
         self._every = False  # a step other than 0 or 1: the tail is written again for every piece
         self.steady: PredictedSteady | None = None
 
@@ -306,15 +311,39 @@ class CountPrediction:
         steady = self.steady
         assert steady is not None
         tail = steady[1]
-        if not self._every:
-            ones = self._ones
-            for at in ones:
-                if tail[at] == 0x39:  # a 9 carries (and may lengthen the count): written again
-                    break
-            else:
-                for at in ones:
-                    tail[at] += 1
-                return steady
+        if self._every:
+            return self._taken_again()
+        ones = self._ones
+        for at in ones:
+            if tail[at] == 0x39:
+                return self.carry()
+        for at in ones:
+            tail[at] += 1
+        return steady
+
+    def carry(self) -> PredictedSteady | None:
+        """`advance` when a count that grows by one ends in 9: its 9s roll over to 0s in place; a
+        count of all 9s has one digit more, and the tail is written again (after 9, 99, 999)."""
+        steady = self.steady
+        assert steady is not None
+        tail = steady[1]
+        rolled = []
+        for start, at in self._carries:
+            while tail[at] == 0x39:
+                at -= 1
+            if at < start:
+                return self._taken_again()
+            rolled.append(at)
+        for at, last in zip(rolled, self._ones):
+            tail[at] += 1
+            tail[at + 1 : last + 1] = b"0" * (last - at)
+        return steady
+
+    def _taken_again(self) -> PredictedSteady | None:
+        """The tail written again from the counts of the piece just taken (read from the tail)."""
+        steady = self.steady
+        assert steady is not None
+        tail = steady[1]
         return self._write([int(tail[start:end]) for start, end in self._spans])
 
     def _write(self, taken: list[int]) -> PredictedSteady | None:
@@ -326,14 +355,16 @@ class CountPrediction:
         literals = self._literals
         tail = bytearray(literals[0])
         spans = []
-        ones = []
+        carries = []
         for count, step, literal in zip(counts, self._steps, literals[1:]):
             start = len(tail)
             tail += b"%d" % count
             spans.append((start, len(tail)))
             if step == 1:
-                ones.append(len(tail) - 1)
+                carries.append((start, len(tail) - 1))
             tail += literal
-        self._spans, self._ones = spans, tuple(ones)
-        self.steady = (self.head, tail, len(self.head), len(tail), self)
+        self._spans, self._carries = spans, tuple(carries)
+        self._ones = ones = tuple(last for _, last in carries)
+        first, second = ones if len(ones) == 2 and not self._every else (-1, -1)
+        self.steady = (self.head, tail, len(self.head), len(tail), self, first, second)
         return self.steady
