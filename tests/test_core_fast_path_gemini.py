@@ -471,14 +471,14 @@ def test_one_layout_s_steady_pattern_is_compiled_once_for_every_stream():
     assert first[4] is second[4] and first[1] != second[1]
 
 
-# -- the predicted counts (`_steady.CountPrediction`) ------------------------------------------------
+# -- counts that step: held, changed, back, across carries (`_steady.counted_steady`) -----------------
 
 
 @st.composite
 def _stepped_pieces(draw) -> list[bytes]:
     """Routine chunks whose counts follow steps: a step held for a run (one token per chunk: output
     and total +1, prompt +0; or any other, in any count), a step that changes, counts that step back
-    (the prediction would go below 0), starts at 8, 9, 98, 99, 998 (every carry, a count's length
+    (the next step would go below 0), starts at 8, 9, 98, 99, 998 (every carry, a count's length
     changing), with a piece of any bytes in a gap now and then, the text plain or escaped."""
     ending = draw(st.sampled_from([b"\n", b"\r\n"]))
     counts = [draw(st.sampled_from([0, 4, 9, 99])), draw(st.sampled_from([0, 1, 8, 9, 98, 99, 998, 9999]))]
@@ -503,7 +503,7 @@ def _stepped_pieces(draw) -> list[bytes]:
 
 @SETTINGS
 @given(pieces=_stepped_pieces(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
-def test_fast_and_full_paths_agree_when_counts_step_as_predicted_or_not(pieces, end, policy, request):
+def test_fast_and_full_paths_agree_when_counts_step_by_one_or_not(pieces, end, policy, request):
     _run_both(pieces, end, policy=policy, request=request, dialect=GEMINI)
 
 
@@ -515,49 +515,10 @@ def test_stepped_counts_fed_whole_bytewise_and_at_random_splits(pieces, chunking
     )
 
 
-def _one_token_chunks(count: int, *, output: int = 1) -> list[bytes]:
-    return [_piece(b'"t%d "' % n, b"4", b"%d" % (output + n), b"%d" % (output + n + 4), b"\n") for n in range(count)]
-
-
-@pytest.mark.parametrize("output", [1, 8, 95, 998, 999_999_999_999_999_950])
-def test_one_token_chunks_are_taken_on_the_predicted_path_across_carries(output, monkeypatch):
-    # After the chunk that teaches the shape and two the fast path matches (the counts of two
-    # chunks), every chunk is taken on the predicted path: the counted pattern is never asked, and
-    # the counts booked are the last chunk's. Near 10**18 the prediction stops (a count has at most
-    # 18 digits) and the counted pattern takes over, as the full path would.
-    pieces = _one_token_chunks(40, output=output)
-    asked: list[bytes] = []
-    repair = StreamRepair(dialect=GEMINI)
-    for piece in pieces[:3]:
-        repair.receive_data(piece)
-    steady = repair._steady_predicted
-    assert steady is not None
-    pattern = steady[4].fallback[4]
-    fallback = steady[4].fallback
-    steady[4].fallback = (*fallback[:4], lambda data, start, end: asked.append(data) or pattern(data, start, end))
-    assert b"".join(repair.receive_data(piece) for piece in pieces[3:]) == b"".join(pieces[3:])
-    repair.receive_end()  # no finishReason: a cut, booked with the last chunk's counts
-    assert repair.report.usage.output_tokens == output + 39 and repair.report.usage.input_tokens == 4
-    overflow = output + 39 + 4 > 10**18 - 1
-    assert (asked != []) == overflow
-
-
-def test_a_step_that_changes_falls_back_to_the_counted_pattern():
-    pieces = _one_token_chunks(10) + [_piece(b'"x"', b"4", b"%d" % (11 + n * 3), b"%d" % (15 + n * 3), b"\n") for n in range(10)]
-    repair = StreamRepair(dialect=GEMINI)
-    for piece in pieces[:12]:
-        repair.receive_data(piece)
-    assert repair._steady_predicted is None and repair._steady is not None  # the counted pattern, as before
-    for piece in pieces[12:]:
-        assert repair.receive_data(piece) == piece
-    repair.receive_end()
-    assert repair.report.usage.output_tokens == 11 + 27 and repair.report.events == 20
-
-
 @pytest.mark.parametrize("end", ["clean", "failure"])
 def test_counts_stepping_below_zero_or_past_18_digits_are_left_to_the_full_path(end):
-    # A prediction never holds a count no count gap takes (-1, 19 digits): such chunks are read by
-    # the full path, which books them as it reads them.
+    # A count no count gap takes (-1, 19 digits) after a run of steady chunks: such chunks are read
+    # by the full path, which books them as it reads them.
     down = [_piece(b'"t"', b"4", b"%d" % count, b"%d" % (count + 4), b"\n") for count in range(6, -4, -1)]
     up = [_piece(b'"t"', b"4", b"%d" % count, b"7", b"\n") for count in range(10**18 - 5, 10**18 + 4)]
     for pieces in (down, up):

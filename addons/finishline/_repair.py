@@ -52,7 +52,7 @@ from ._routine_chunks import DECLINE, MAY_STEADY, RoutineChunks, ShapeSource
 from ._rule_interface import DialectRules, StreamServices
 from ._rules import DIALECT_FRAMERS, DIALECT_RULES, event_dialect
 from ._sse import Event, EventFramer
-from ._steady import NumberedSteady, PredictedSteady, Steady, SteadyShape, match_plain_text, match_steady_text
+from ._steady import NumberedSteady, Steady, SteadyShape, match_plain_text
 from ._verdict import ClientEnding, CutCause, Interruption, RepairPolicy, StreamReport
 from ._wording import completed_framing, event_too_long
 
@@ -107,8 +107,6 @@ class StreamRepair:
         "_steady_gapped",
         "_steady_numbered",
         "_steady_last",
-        "_steady_predicted",
-        "_steady_counts",
         "_rules",
         "_services",
         "_dialect",
@@ -151,10 +149,6 @@ class StreamRepair:
         self._steady_gapped: SteadyShape | None = None
         # For a shape of the text and a number only, what its check reads in `receive_data`.
         self._steady_numbered: NumberedSteady | None = None
-        # Of a shape of the text and counts only, with the next counts predicted (`CountPrediction`);
-        # and the counts of the last routine piece the fast path matched, which the prediction starts from.
-        self._steady_predicted: PredictedSteady | None = None
-        self._steady_counts: dict[str, int] | None = None
         self.report = StreamReport(model=request.model, dialect=dialect)
         # What the dialect's rules may use of this stream, and its books (`_rule_interface`).
         self._services = services = StreamServices(
@@ -180,38 +174,6 @@ class StreamRepair:
     def receive_data(self, data: bytes, *, now: float | None = None) -> bytes:
         """Takes the next piece of the upstream body."""
         steady = self._steady
-        if steady is None and self._steady_predicted is not None:
-            # A Gemini chunk whose counts are the ones predicted (`CountPrediction`): the text
-            # between the head and a tail holding the counts, as a one-gap shape's.
-            counted_head, counted_tail, text_at, counted_length, prediction, first, second = self._steady_predicted
-            size = len(data)
-            if (
-                data.startswith(counted_head)
-                and data.endswith(counted_tail)
-                and (
-                    match_plain_text(data, text_at, size - counted_length) is not None
-                    or match_steady_text(data, text_at, size - counted_length) is not None
-                )
-            ):
-                report = self.report
-                report.events += 1
-                report.upstream_bytes += size
-                report.client_bytes += size
-                self._last_event_at, self._steady_last = now, data
-                if first >= 0:  # one token per chunk: two counts +1, in place unless one ends in 9
-                    last_first, last_second = counted_tail[first], counted_tail[second]
-                    if last_first != 0x39 and last_second != 0x39:
-                        counted_tail[first], counted_tail[second] = last_first + 1, last_second + 1
-                        return data
-                    self._steady_predicted = predicted = prediction.carry()
-                else:
-                    self._steady_predicted = predicted = prediction.advance()
-                if predicted is None:  # the next counts are out of a count's range: the pattern's
-                    self._steady = prediction.fallback
-                return data
-            # Other counts: the shape's counted pattern takes it, as it would without a prediction.
-            self._steady_predicted = None
-            steady = self._steady = prediction.fallback
         if steady is not None:
             # The steady path (`_on_routine_piece` says when it holds): the piece is the routine
             # shape seen last, with plain text (Gemini's: and counts), and nothing else changes.
@@ -473,15 +435,7 @@ class StreamRepair:
             and self._first_token_seen
             and (report.time_to_first_event is not None or self._started_at is None)
         ):
-            if match.prediction is not None:
-                # Counts are predicted from the last two chunks' (`CountPrediction`): with only one
-                # seen yet, the fast path takes the next one too.
-                before, self._steady_counts = self._steady_counts, match.counts
-                if before is not None and match.counts is not None:
-                    self._steady_predicted = predicted = match.prediction.start(before, match.counts)
-                    if predicted is None:
-                        self._steady = match.steady
-            elif match.steady is not None:
+            if match.steady is not None:
                 self._steady = match.steady
             elif match.gapped_steady is not None:
                 self._steady_gapped = gapped = match.gapped_steady.start(match.number)
@@ -509,11 +463,10 @@ class StreamRepair:
 
     def _leave_steady(self) -> None:
         """No steady path from here; what it took unread (a sequence number, counts) goes to the rules."""
-        self._steady = self._steady_predicted = None
+        self._steady = None
         last, self._steady_last = self._steady_last, None
         if last is not None and self._routine.counted and (match := self._routine.maybe_match(last)) is not None:
             self._rules.on_routine(match)  # Gemini's counts: the last piece's replaced every one before
-            self._steady_counts = match.counts  # and the next prediction starts from them
         gapped = self._steady_gapped
         if gapped is not None:
             self._steady_gapped = self._steady_numbered = None

@@ -90,7 +90,6 @@ from ._steady import (
     GAP_NUMBER,
     GAP_STRING,
     GAP_TEXT,
-    CountPrediction,
     Steady,
     SteadyShape,
     counted_steady,
@@ -191,11 +190,9 @@ class RoutineMatch:
             None for a one-gap shape (that has `steady`), and for a shape with counts.
         counts: the matched piece's counts (Gemini's `usageMetadata` token counts), by key; None for a
             shape without counts.
-        prediction: for a shape of the text then counts only, its steady path with the next counts
-            predicted (`_steady.CountPrediction`; `steady` is its fallback). None for other shapes.
     """
 
-    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady", "counts", "prediction")
+    __slots__ = ("index", "remembered", "has_text", "steady", "number", "gapped_steady", "counts")
 
     def __init__(self, index: int, remembered: dict[str, Any]) -> None:
         self.index = index
@@ -205,7 +202,6 @@ class RoutineMatch:
         self.number: int | None = None
         self.gapped_steady: SteadyShape | None = None
         self.counts: dict[str, int] | None = None
-        self.prediction: CountPrediction | None = None
 
 
 class Shape:
@@ -245,8 +241,6 @@ class Shape:
             result.steady = (self.prefix, self.suffix, self.text_start, self.suffix_length, match_plain_text)
         elif count_keys:
             result.steady = counted_steady(segments, kinds)
-            keys = [count_keys[gap] for gap in sorted(count_keys)]
-            result.prediction = CountPrediction.of(segments, kinds, keys, result.steady)
         else:
             result.gapped_steady = SteadyShape.of(segments, kinds)
 

@@ -20,13 +20,11 @@ __all__ = [
     "GAP_NUMBER",
     "GAP_STRING",
     "GAP_TEXT",
-    "CountPrediction",
     "NumberedSteady",
     "Steady",
     "SteadyShape",
     "counted_steady",
     "match_plain_text",
-    "match_steady_text",
 ]
 
 # JSON string characters that need no escape and are plain ASCII (no `"`, no `\\`, no control).
@@ -206,9 +204,6 @@ _GAP_PATTERNS = {
     GAP_STRING: rb'"(?:' + ASCII_CHARS + rb"|" + _JSON_ESCAPE + rb')*+"',
     GAP_COUNT: rb"(?!0[0-9])[0-9]{1,18}+",
 }
-# A counted shape's text, non-empty plain ASCII and escapes, alone (`CountPrediction`'s check when
-# the text is not plain: the counted pattern's text gap, so that both take the same texts).
-match_steady_text = re.compile(_GAP_PATTERNS[GAP_TEXT]).fullmatch
 # The middles' patterns compiled so far, by the gaps' kinds and the literals between them. A
 # pattern costs about 250 us to compile, and a stream lives for a few hundred pieces: compiled per
 # stream it would cost more than it saves. But what lies between a chunk's text and its last count
@@ -238,133 +233,3 @@ def counted_steady(segments: list[bytes], kinds: list[str]) -> Steady | None:
             _MIDDLES.clear()
         middle = _MIDDLES[key] = re.compile(pattern).fullmatch
     return segments[0], segments[-1], len(segments[0]), len(segments[-1]), middle
-
-
-# -- a shape with counts whose next counts are predicted -----------------------------------------
-
-# The largest count a shape's count gap takes (`_routine_chunks._JSON_INT`: at most 18 digits).
-_MAX_COUNT = 10**18 - 1
-# What the machine checks a piece against on the predicted path (`StreamRepair.receive_data`): (head,
-# tail with the predicted counts in it, the head's length, the tail's length, the prediction, and for
-# the usual step (two counts +1, the others +0: one token per chunk) the last digits of those two in
-# the tail, which the machine adds one to in its own body unless one is a 9; else -1, -1: `advance`).
-PredictedSteady = tuple[bytes, bytearray, int, int, "CountPrediction", int, int]
-
-
-class CountPrediction:
-    """The steady path of a Gemini chunk's shape whose counts follow their last step: the text, then
-    only counts (`usageMetadata`'s, in gap order `keys`), then the tail.
-
-    A stream of one token per chunk adds the same to each count on every chunk (candidates and total
-    +1, prompt +0), so `start`, given the counts of the last two chunks, predicts the next chunk's
-    as the last plus the same step, and folds them with the literals after the text into one tail:
-    a piece is then taken when it starts with the head, ends with that tail and has a text between
-    (plain ASCII first, `match_plain_text`, else the counted pattern's text, `match_steady_text`),
-    as Chat's one-gap steady path. Since the text is a JSON string and the literal after it starts
-    after its closing quote, such a piece holds exactly the predicted counts. After it, the next
-    counts are written in place: a step of 1 changes a last digit (in the machine's body for the
-    usual two counts), a 9 carries (`carry`); a count of all 9s, or any other step, writes the tail
-    again (`advance`). A piece with other counts is not taken: the machine checks it against the
-    counted pattern (`fallback`, `counted_steady`), as it did before there was a prediction.
-    """
-
-    __slots__ = ("head", "keys", "fallback", "_literals", "_steps", "_spans", "_ones", "_carries", "_every", "steady")
-
-    def __init__(self, segments: list[bytes], keys: list[str], fallback: Steady) -> None:
-        self.head = segments[0]
-        self.keys = keys
-        self.fallback = fallback
-        # The literals after the text: one before each count, and the tail after the last.
-        self._literals = segments[1:]
-        self._steps: list[int] = []
-        # Where each predicted count is in the tail; the last digit of those that grow by one, and
-        # (where the count starts, that last digit) for their carries.
-        self._spans: list[tuple[int, int]] = []
-        self._ones: tuple[int, ...] = ()
-        self._carries: tuple[tuple[int, int], ...] = ()
-        self._every = False  # a step other than 0 or 1: the tail is written again for every piece
-        self.steady: PredictedSteady | None = None
-
-    @classmethod
-    def of(cls, segments: list[bytes], kinds: list[str], keys: list[str], fallback: Steady | None) -> CountPrediction | None:
-        """The prediction of a shape (its literal `segments` around gaps of `kinds`, the count gaps'
-        `keys` in order) whose first gap is the text and every other a count; else None."""
-        if fallback is None or len(kinds) < 2 or kinds[0] is not GAP_TEXT or any(kind is not GAP_COUNT for kind in kinds[1:]):
-            return None
-        if len(keys) != len(kinds) - 1:
-            return None
-        return cls(segments, keys, fallback)
-
-    def start(self, before: dict[str, int], last: dict[str, int]) -> PredictedSteady | None:
-        """The check for the piece after two chunks of counts `before` and `last`: `last` plus the
-        same step. None when it cannot be predicted (other keys, or a count out of a gap's range)."""
-        keys = self.keys
-        if before.keys() != last.keys() or len(last) != len(keys):
-            return None
-        counts = [last[key] for key in keys]
-        self._steps = [now - then for now, then in zip(counts, (before[key] for key in keys))]
-        self._every = any(step not in (0, 1) for step in self._steps)
-        return self._write(counts)
-
-    def advance(self) -> PredictedSteady | None:
-        """A piece with the predicted counts was taken: the check for the one after it."""
-        steady = self.steady
-        assert steady is not None
-        tail = steady[1]
-        if self._every:
-            return self._taken_again()
-        ones = self._ones
-        for at in ones:
-            if tail[at] == 0x39:
-                return self.carry()
-        for at in ones:
-            tail[at] += 1
-        return steady
-
-    def carry(self) -> PredictedSteady | None:
-        """`advance` when a count that grows by one ends in 9: its 9s roll over to 0s in place; a
-        count of all 9s has one digit more, and the tail is written again (after 9, 99, 999)."""
-        steady = self.steady
-        assert steady is not None
-        tail = steady[1]
-        rolled = []
-        for start, at in self._carries:
-            while tail[at] == 0x39:
-                at -= 1
-            if at < start:
-                return self._taken_again()
-            rolled.append(at)
-        for at, last in zip(rolled, self._ones):
-            tail[at] += 1
-            tail[at + 1 : last + 1] = b"0" * (last - at)
-        return steady
-
-    def _taken_again(self) -> PredictedSteady | None:
-        """The tail written again from the counts of the piece just taken (read from the tail)."""
-        steady = self.steady
-        assert steady is not None
-        tail = steady[1]
-        return self._write([int(tail[start:end]) for start, end in self._spans])
-
-    def _write(self, taken: list[int]) -> PredictedSteady | None:
-        """The check for the piece after one with counts `taken`."""
-        counts = [count + step for count, step in zip(taken, self._steps)]
-        if any(count < 0 or count > _MAX_COUNT for count in counts):
-            self.steady = None
-            return None
-        literals = self._literals
-        tail = bytearray(literals[0])
-        spans = []
-        carries = []
-        for count, step, literal in zip(counts, self._steps, literals[1:]):
-            start = len(tail)
-            tail += b"%d" % count
-            spans.append((start, len(tail)))
-            if step == 1:
-                carries.append((start, len(tail) - 1))
-            tail += literal
-        self._spans, self._carries = spans, tuple(carries)
-        self._ones = ones = tuple(last for _, last in carries)
-        first, second = ones if len(ones) == 2 and not self._every else (-1, -1)
-        self.steady = (self.head, tail, len(self.head), len(tail), self, first, second)
-        return self.steady
