@@ -509,7 +509,7 @@ def test_a_bridge_runs_a_scenario_from_its_upstream_dialect_when_the_scenario_li
         scenarios=scenarios,
         clients=("pi-ai",),
         gateways=("direct", "litellm-chat-bridge", "litellm-responses-bridge"),
-        # The three dialects pi-ai has a bridge row in (Gemini's bridges are issue 29's later work).
+        # The three dialects a scenario runs in when it lists none (Gemini's bridge rows: the Gemini gateways' tests).
         dialects=UNLISTED_DIALECTS,
     )
     assert [(c.scenario.name, c.dialect.value, c.gateway, c.upstream.value) for c in plan_cells(config)] == [
