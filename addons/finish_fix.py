@@ -1,4 +1,4 @@
-"""finish_fix: make every OpenAI-compatible stream end the way its spec says, in three dialects.
+"""finish_fix: make every OpenAI-compatible stream end the way its spec says, in four dialects.
 
     mitmdump -s addons/finish_fix.py --mode reverse:https://api.example.com
 

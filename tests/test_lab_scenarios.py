@@ -509,7 +509,7 @@ def test_a_bridge_runs_a_scenario_from_its_upstream_dialect_when_the_scenario_li
         scenarios=scenarios,
         clients=("pi-ai",),
         gateways=("direct", "litellm-chat-bridge", "litellm-responses-bridge"),
-        # The three dialects pi-ai has a bridge row in (Gemini's bridges are issue 29's later work).
+        # The three dialects a scenario runs in when it lists none (Gemini's bridge rows: the Gemini gateways' tests).
         dialects=UNLISTED_DIALECTS,
     )
     assert [(c.scenario.name, c.dialect.value, c.gateway, c.upstream.value) for c in plan_cells(config)] == [
@@ -591,7 +591,7 @@ def test_the_default_run_takes_each_scenario_in_its_default_dialects_and_all_in_
     assert default["tool-calls-omitted"] == (Dialect.CHAT, Dialect.MESSAGES)
     assert default["reason-empty"] == (Dialect.CHAT,)
     assert everything["reason-empty"] == (Dialect.CHAT, Dialect.MESSAGES, Dialect.GEMINI)
-    # In all three: in Messages and Responses it is also the translation row of a Chat worker.
+    # In all four: in Messages and Responses it is also the translation row of a Chat worker.
     assert default["reason-omitted"] == LAB_DIALECTS
     assert "sliced" not in default and everything["sliced"] == LAB_DIALECTS
     # The Chat part of the default run is the scenarios it had before there were dialects.
@@ -626,7 +626,7 @@ def test_asking_for_dialects_narrows_every_scenario_to_them():
         "cut-after-tokens-fin",
         "cut-after-tokens-hub-close",
         "stall-after-tokens",
-        # The fixed hub speaks each client's dialect (issue 25, item 3): its rows run in all three.
+        # The fixed hub speaks each client's dialect (issue 25, item 3): its rows run in Chat, Messages and Responses.
         "cut-during-prefill-hub-error-event",
         "cut-after-tokens-hub-error-event",
     }

@@ -1,4 +1,4 @@
-"""What the three dialects share: cuts after n token events, framing, routes, the builders, the new knobs."""
+"""What the dialects share: cuts after n token events, framing, routes, the builders, the new knobs."""
 
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ __all__ = [
 BYTES_CLIENT = "bytes"
 #: The clients a gateway is graded with unless `--client` says otherwise (the CLI, the plugin).
 DEFAULT_GATEWAY_CLIENTS = ("openai-python", "openai-node", "pi-ai")
-#: The same per dialect: each dialect's Python and Node SDKs, and pi-ai, which speaks all three.
+#: The same per dialect: each dialect's Python and Node SDKs, and pi-ai, which speaks all four.
 DEFAULT_GATEWAY_CLIENTS_BY_DIALECT: dict[Dialect, tuple[str, ...]] = {
     Dialect.CHAT: DEFAULT_GATEWAY_CLIENTS,
     Dialect.MESSAGES: ("anthropic-python", "anthropic-node", "pi-ai"),

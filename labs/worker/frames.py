@@ -1,10 +1,10 @@
 """The SSE bytes every dialect's event builder shares: compact JSON and one frame.
 
 `sse_frame(data, event=...)` is how the worker (and the tests' scripted upstream, through
-`labs.worker.messages_events` and `labs.worker.responses_events`) writes an SSE frame: the core's
-own writer (`finishline.sse_event`, the one finish_fix injects with), so the worker's frames and
-finish_fix's are framed alike and the three dialects differ only in the event they name and the
-JSON they carry. A `Frame` is one built event
+`labs.worker.messages_events`, `labs.worker.responses_events` and `labs.worker.gemini_events`)
+writes an SSE frame: the core's own writer (`finishline.sse_event`, the one finish_fix injects
+with), so the worker's frames and finish_fix's are framed alike and the dialects differ only in the
+event they name, the JSON they carry and (Gemini) the line ending. A `Frame` is one built event
 with the `ResponsePlan` segment kind it plays (see `labs.worker.wire.Segment`).
 """
 
