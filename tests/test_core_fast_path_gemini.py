@@ -469,3 +469,57 @@ def test_one_layout_s_steady_pattern_is_compiled_once_for_every_stream():
     first, second = counted_steady(*shape(b"a")), counted_steady(*shape(b"b"))
     assert first is not None and second is not None
     assert first[4] is second[4] and first[1] != second[1]
+
+
+# -- counts that step: held, changed, back, across carries (`_steady.counted_steady`) -----------------
+
+
+@st.composite
+def _stepped_pieces(draw) -> list[bytes]:
+    """Routine chunks whose counts follow steps: a step held for a run (one token per chunk: output
+    and total +1, prompt +0; or any other, in any count), a step that changes, counts that step back
+    (the next step would go below 0), starts at 8, 9, 98, 99, 998 (every carry, a count's length
+    changing), with a piece of any bytes in a gap now and then, the text plain or escaped."""
+    ending = draw(st.sampled_from([b"\n", b"\r\n"]))
+    counts = [draw(st.sampled_from([0, 4, 9, 99])), draw(st.sampled_from([0, 1, 8, 9, 98, 99, 998, 9999]))]
+    counts.append(counts[0] + counts[1] + draw(st.sampled_from([0, 1, 9])))
+    pieces = []
+    for _ in range(draw(st.integers(1, 4))):
+        steps = draw(st.sampled_from([(0, 1, 1), (0, 1, 1), (0, 2, 2), (1, 1, 2), (0, 0, 0), (0, -1, -1), (0, 7, 3)]))
+        for _ in range(draw(st.integers(0, 25))):
+            counts = [count + step for count, step in zip(counts, steps)]
+            if min(counts) < 0:
+                counts = [max(count, 0) for count in counts]
+            text = draw(st.sampled_from([b'"tok "', b'"a\\nb"', b'"\\u00e9"', b'"x"']))
+            prompt, output, total = (b"%d" % count for count in counts)
+            pieces.append(_piece(text, prompt, output, total, ending))
+        if draw(st.integers(0, 3)) == 0:
+            gap = draw(st.sampled_from(["text", "prompt", "output", "total"]))
+            fields = {"text": b'"x"', "prompt": b"%d" % counts[0], "output": b"%d" % counts[1], "total": b"%d" % counts[2]}
+            fields[gap] = draw(_TEXT_BYTES if gap == "text" else _NUMBER_BYTES)
+            pieces.append(_piece(fields["text"], fields["prompt"], fields["output"], fields["total"], ending))
+    return pieces
+
+
+@SETTINGS
+@given(pieces=_stepped_pieces(), end=_ENDS, policy=_POLICIES, request=_REQUESTS)
+def test_fast_and_full_paths_agree_when_counts_step_by_one_or_not(pieces, end, policy, request):
+    _run_both(pieces, end, policy=policy, request=request, dialect=GEMINI)
+
+
+@SETTINGS
+@given(pieces=_stepped_pieces(), chunking=st.sampled_from(CHUNKINGS), seed=st.integers(0, 1000), end=_ENDS)
+def test_stepped_counts_fed_whole_bytewise_and_at_random_splits(pieces, chunking, seed, end):
+    _run_both(
+        split(b"".join(pieces), chunking, seed), end, policy=RepairPolicy(), request=RequestFacts(max_tokens=40), dialect=GEMINI
+    )
+
+
+@pytest.mark.parametrize("end", ["clean", "failure"])
+def test_counts_stepping_below_zero_or_past_18_digits_are_left_to_the_full_path(end):
+    # A count no count gap takes (-1, 19 digits) after a run of steady chunks: such chunks are read
+    # by the full path, which books them as it reads them.
+    down = [_piece(b'"t"', b"4", b"%d" % count, b"%d" % (count + 4), b"\n") for count in range(6, -4, -1)]
+    up = [_piece(b'"t"', b"4", b"%d" % count, b"7", b"\n") for count in range(10**18 - 5, 10**18 + 4)]
+    for pieces in (down, up):
+        _run_both(pieces, end, policy=RepairPolicy(), request=RequestFacts(), dialect=GEMINI)
