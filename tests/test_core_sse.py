@@ -118,3 +118,23 @@ def test_an_ended_framer_is_not_idle():
     framer.receive_data(b"data: a\n\n")
     framer.receive_end()
     assert not framer.idle
+
+
+@pytest.mark.parametrize("ending", [b"\n", b"\r\n"])
+def test_split_events_cuts_after_each_blank_line_in_the_streams_ending(ending):
+    framer = EventFramer()
+    assert framer.split_events(b"data: 1" + ending * 2 + b"data: 2" + ending * 2) is None  # ending not known yet
+    framer.receive_data(b"data: 0" + ending * 2)
+    one, two, part = b"data: 1" + ending * 2, b"event: x" + ending + b"data: 2" + ending * 2, b"data: 3"
+    assert framer.split_events(one) is None and framer.split_events(part) is None
+    assert framer.split_events(one + two) == [one, two]
+    assert framer.split_events(one + two + part) == [one, two, part]
+    # A guess, not framing: extra blank lines stay with what follows, and the parts are the input.
+    odd = one + ending + two
+    assert b"".join(framer.split_events(odd) or []) == odd
+
+
+def test_split_events_leaves_lone_cr_streams_whole():
+    framer = EventFramer()
+    framer.receive_data(b"data: 0\r\r")
+    assert framer.split_events(b"data: 1\r\rdata: 2\r\r") is None

@@ -186,7 +186,6 @@ class StreamRepair:
                 report.client_bytes += size
                 self._last_event_at, self._steady_last = now, data
                 return data
-            self._leave_steady()
         elif self._steady_numbered is not None:
             # A Responses delta: the same check, with the next sequence number in the head or the
             # tail (`SteadyShape` predicts it); after it, the number after that.
@@ -208,7 +207,6 @@ class StreamRepair:
                 else:
                     self._steady_numbered = self._steady_gapped.carry()  # type: ignore[union-attr]  # set with it
                 return data
-            self._leave_steady()
         elif self._steady_gapped is not None:
             # More than one string gap (OpenAI's padding): the shape's own check.
             if self._steady_gapped.take(data):
@@ -218,9 +216,11 @@ class StreamRepair:
                 report.client_bytes += len(data)
                 self._last_event_at = now
                 return data
-            self._leave_steady()
         if self._ended:
             self._check_open("receive_data")
+        if self._framer.idle and self._phase is _STREAMING and (parts := self._framer.split_events(data)):
+            return b"".join([self.receive_data(part, now=now) for part in parts])  # each as if alone
+        self._leave_steady()
         report = self.report
         report.upstream_bytes += len(data)
         if self._phase is _PASSTHROUGH or self._on_routine_piece(data, now):

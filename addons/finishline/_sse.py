@@ -162,6 +162,23 @@ class EventFramer:
         self._buffer.clear()
         return leftover
 
+    def split_events(self, data: bytes) -> list[bytes] | None:
+        """`data` cut after each blank line in the stream's line ending (LF or CRLF), when that
+        makes more than one part; else None (one event or less, the ending not known yet, a
+        stream of lone CRs, a JSON array). A guess that needs no framing, for the repair's fast
+        path, which takes a piece that is one whole event: whatever a part really is, the framer
+        frames the same events however its input is split."""
+        ending = self.line_ending
+        if ending != b"\n" and ending != b"\r\n":
+            return None
+        blank = ending + ending
+        first = data.find(blank)
+        if first < 0 or first + len(blank) == len(data):  # (found first: no copy of a long event)
+            return None
+        parts = data.split(blank)
+        last = parts.pop()
+        return [part + blank for part in parts] + ([last] if last else [])
+
     @property
     def held_bytes(self) -> int:
         """How many bytes of the current, incomplete event are held."""
