@@ -37,26 +37,46 @@ class BodyCopy:
     an event stream, and the end, where streams go wrong, is always kept). A body that is not plain
     text (`plain=False`, e.g. gzip) cannot take a comment in its middle: only its start is kept.
 
-    Adding runs for every piece sent to a client, so it only appends to `pending`; every `block`
-    bytes `seal` moves what is pending into the head while it has room and into the tail as one
-    block after that, and whole blocks leave the front of the tail while the rest still fills its
-    half of the limit (only `value` cuts into a block). Keeping the pieces themselves instead would
-    hold thousands of small objects per stream, which measurably slows the whole proxy. So up to
-    the limit plus two blocks may be held for a moment.
+    Adding runs for every piece sent to a client, so it only appends the piece to `pending` and
+    counts its bytes in `held`; every `block` bytes `seal` joins what is pending into one block for
+    the head while it has room and for the tail after that, and whole blocks leave the front of the
+    tail while the rest still fills its half of the limit (only `value` cuts into a block). So each
+    byte is copied once into a block and once into the value: a growing buffer would be copied
+    again each time it outgrew its allocation (about eight times over, for a bytearray appended to
+    piece by piece). Up to the limit plus two blocks may be held for a moment.
 
-    `add(data)` is `pending += data`, then `seal()` once `pending` holds `block` bytes: the stream
-    callable does just that inline, since even one method call per piece shows in mitmdump's profile
-    (`pending` stays the same bytearray for the copy's whole life, so a reference to it stays good).
+    `add(data)` is `pending.append(data)`, `held += len(data)`, then `seal()` once `held` reaches
+    `block`: the stream callable does just that inline, since even one method call per piece shows
+    in mitmdump's profile (`pending` stays the same list for the copy's whole life, so a reference
+    to it stays good).
     """
 
     BLOCK = 64 * 1024
+
+    __slots__ = (
+        "limit",
+        "plain",
+        "block",
+        "pending",
+        "held",
+        "_head",
+        "_head_bytes",
+        "_head_limit",
+        "_keeps_tail",
+        "_tail",
+        "_tail_bytes",
+        "_tail_limit",
+        "_omitted",
+    )
 
     def __init__(self, limit: int, *, plain: bool = True, block: int = BLOCK) -> None:
         self.limit = limit
         self.plain = plain
         self.block = block
-        self.pending = bytearray()
-        self._head = bytearray()
+        self.pending: list[bytes] = []
+        self.held = 0  # the bytes in `pending`
+        self._head: list[bytes] = []
+        self._head_bytes = 0
         self._head_limit = limit // 2 if plain else limit
         self._keeps_tail = limit > 0 and plain
         self._tail: deque[bytes] = deque()
@@ -65,28 +85,31 @@ class BodyCopy:
         self._omitted = 0
 
     def add(self, data: bytes) -> None:
-        pending = self.pending
-        pending += data
-        if len(pending) >= self.block:
+        self.pending.append(data)
+        self.held += len(data)
+        if self.held >= self.block:
             self.seal()
 
     def seal(self) -> None:
         """Moves the pending bytes into the head and the tail; drops the tail blocks no longer needed."""
         pending = self.pending
+        self.held = 0
         if not pending:
             return
-        room = self._head_limit - len(self._head)
-        if room >= len(pending):  # the usual case, a short stream: all of it, without a slice's copy
-            self._head += pending
-            pending.clear()
+        block = b"".join(pending)
+        pending.clear()
+        room = self._head_limit - self._head_bytes
+        if room >= len(block):  # the usual case, a short stream: all of it, without a slice's copy
+            self._head.append(block)
+            self._head_bytes += len(block)
             return
         if room > 0:
-            self._head += pending[:room]
-            del pending[:room]
-        if pending and self._keeps_tail:
-            self._tail.append(bytes(pending))
-            self._tail_bytes += len(pending)
-        pending.clear()
+            self._head.append(block[:room])
+            self._head_bytes += room
+            block = block[room:]
+        if block and self._keeps_tail:
+            self._tail.append(block)
+            self._tail_bytes += len(block)
         tail = self._tail
         while tail and self._tail_bytes - len(tail[0]) >= self._tail_limit:
             dropped = len(tail.popleft())
@@ -94,11 +117,12 @@ class BodyCopy:
             self._omitted += dropped
 
     def value(self) -> bytes:
-        pending = self.pending
-        if not self._head and not self._tail and len(pending) <= self._head_limit:
-            # The usual short stream, still all pending: one copy of it, not two (head, value).
-            return bytes(pending)
+        if not self._head and not self._tail and self.held <= self._head_limit:
+            # The usual short stream, still all pending: one copy of it.
+            return b"".join(self.pending)
         self.seal()
+        head = b"".join(self._head)
+        self._head = [head]
         tail = b"".join(self._tail)
         excess = len(tail) - self._tail_limit
         if excess > 0:  # the rest of the tail's first block is left out too
@@ -107,9 +131,9 @@ class BodyCopy:
         self._tail = deque([tail])
         self._tail_bytes = len(tail)
         if not self._omitted:
-            return bytes(self._head) + tail
+            return head + tail
         note = f"\n\n: finish_fix: {self._omitted} bytes of this stream are not kept here\n\n".encode()
-        return bytes(self._head) + note + tail
+        return head + note + tail
 
 
 class Ledger:

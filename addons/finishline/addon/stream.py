@@ -86,9 +86,11 @@ class ClientStream(CutHandler):
         if out:
             pending = self._copy_pending
             if pending is not None:
-                pending += out
-                if len(pending) >= self._copy_block:
-                    self.copy.seal()
+                pending.append(out)
+                copy = self.copy
+                copy.held += len(out)
+                if copy.held >= self._copy_block:
+                    copy.seal()
             return [out]
         return []
 
