@@ -51,20 +51,23 @@ def test_a_dialect_stream_is_its_builders_healthy_stream_of_n_text_deltas(dialec
         assert b'"finishReason":"STOP"' in pieces[-1] and len(pieces) == 51
 
 
-@pytest.mark.parametrize("dialect", list(BENCH_DIALECTS))
-def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch) -> None:
+def _note_full_path(dialect: Dialect, monkeypatch) -> list[bytes]:
+    """The pieces the full path reads from here on (the dialect's real framer, noting them)."""
     framed: list[bytes] = []
-    framer = DIALECT_FRAMERS.get(dialect, EventFramer)
 
-    class _NotingFramer(framer):  # type: ignore[valid-type,misc]
-        """The real framer (the dialect's), noting the pieces the full path read."""
-
+    class _NotingFramer(DIALECT_FRAMERS.get(dialect, EventFramer)):  # type: ignore[misc]
         def receive_data(self, data):
             framed.append(data)
             return super().receive_data(data)
 
     monkeypatch.setattr("finishline._repair.EventFramer", _NotingFramer)
     monkeypatch.setitem(DIALECT_FRAMERS, dialect, _NotingFramer)
+    return framed
+
+
+@pytest.mark.parametrize("dialect", list(BENCH_DIALECTS))
+def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_path(dialect, monkeypatch) -> None:
+    framed = _note_full_path(dialect, monkeypatch)
     pieces = dialect_stream(dialect, 200)
     repair = StreamRepair(request=request_facts(dialect), started_at=0.0, dialect=dialect)
     out = b"".join(repair.receive_data(piece, now=1.0) for piece in pieces) + repair.receive_end(now=2.0)
@@ -80,21 +83,12 @@ def test_the_core_passes_each_stream_untouched_and_reads_its_deltas_on_the_fast_
 def test_several_events_in_one_piece_take_the_fast_path_each(dialect, per_piece, monkeypatch) -> None:
     # A server that writes a few events at once: each routine delta is still read on the fast path
     # (the full path costs about twenty times as much), with the same bytes and books.
-    framed: list[bytes] = []
-    framer = DIALECT_FRAMERS.get(dialect, EventFramer)
-
-    class _NotingFramer(framer):  # type: ignore[valid-type,misc]
-        def receive_data(self, data):
-            framed.append(data)
-            return super().receive_data(data)
-
     events = dialect_stream(dialect, 200)
     alone = StreamRepair(request=request_facts(dialect), started_at=0.0, dialect=dialect)
     for event in events:
         alone.receive_data(event, now=1.0)
     alone.receive_end(now=2.0)
-    monkeypatch.setattr("finishline._repair.EventFramer", _NotingFramer)
-    monkeypatch.setitem(DIALECT_FRAMERS, dialect, _NotingFramer)
+    framed = _note_full_path(dialect, monkeypatch)
     pieces = [b"".join(events[start : start + per_piece]) for start in range(0, len(events), per_piece)]
     repair = StreamRepair(request=request_facts(dialect), started_at=0.0, dialect=dialect)
     out = b"".join(repair.receive_data(piece, now=1.0) for piece in pieces) + repair.receive_end(now=2.0)
