@@ -16,15 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from faults.child_processes import START_DEADLINE_S
+from faults.child_processes import START_DEADLINE_S, free_port, run_child, start_child
 from finishline import Dialect
 from tests.bench import _WRITE_BATCH, API, BENCH_DIALECTS, Route, UpstreamBody, _read_at_once, dialect_stream
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, mitmdump_executable
@@ -41,25 +38,6 @@ class Counts:
     per_stream: dict[str, float]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_listening(port: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + START_DEADLINE_S * 10  # mitmdump starts fifty times slower under valgrind
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"mitmdump under callgrind exited with {process.returncode} before listening")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.5)
-    raise TimeoutError(f"mitmdump under callgrind did not listen on {port} in time")
-
-
 def _totals(out_prefix: Path) -> dict[str, int]:
     """The event totals of callgrind's dumps (`--callgrind-out-file` prefix; a dump per request)."""
     totals: dict[str, int] = {}
@@ -74,11 +52,17 @@ def _totals(out_prefix: Path) -> dict[str, int]:
     return totals
 
 
+def _control(command: str, pid: int) -> None:
+    result = run_child(["callgrind_control", command, str(pid)], timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"callgrind_control {command} failed: {result.stderr.strip() or result.stdout.strip()}")
+
+
 def count(
     route: Route, origin: str, *, scripts: list[Path], options: dict[str, str], streams: int, at_once: int, cache: bool
 ) -> Counts:
     """One mitmdump (reverse to `origin`) under callgrind, counted over `streams` streams of `route`."""
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory() as work:
         out_prefix = Path(work) / "callgrind.out"
         args = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out_prefix}"]
@@ -89,21 +73,18 @@ def count(
             args += ["-s", str(script)]
         for name, value in options.items():
             args += ["--set", f"{name}={value}"]
-        process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            _wait_listening(port, process)
+        with start_child(args, name="mitmdump under callgrind", log_path=Path(work) / "mitmdump.log") as process:
+            # Under valgrind mitmdump starts some fifty times slower than it does alone.
+            process.wait_until_listening(port, timeout=START_DEADLINE_S * 10)
             for _ in range(_WARM_UP_ROUNDS):
                 _read_at_once([port] * at_once, route)
-            subprocess.run(["callgrind_control", "--instr=on", str(process.pid)], check=True, capture_output=True)
+            _control("--instr=on", process.pid)
             done = 0
             while done < streams:
                 _read_at_once([port] * at_once, route)
                 done += at_once
-            subprocess.run(["callgrind_control", "--instr=off", str(process.pid)], check=True, capture_output=True)
-            subprocess.run(["callgrind_control", "--dump", str(process.pid)], check=True, capture_output=True)
-        finally:
-            process.terminate()
-            process.wait(120)
+            _control("--instr=off", process.pid)
+            _control("--dump", process.pid)
         totals = _totals(out_prefix)
     if not totals.get("Ir"):
         raise RuntimeError("callgrind counted nothing (is the valgrind version able to dump on request?)")
