@@ -9,6 +9,10 @@ streams, `--at-once` at a time, the same healthy 200-event streams as the bench'
 callgrind also simulates the caches and prints each mitmdump's level-1 misses per stream (what
 separates equal counts of instructions in time). Needs valgrind (Debian's `valgrind` package); it is
 a developer's tool, not part of `make bench` or the tests. docs/bench.md says what it showed.
+
+Run it on a quiet machine: a mitmdump fifty times slower that also shares its CPU may take longer
+than the upstream's 30 s to send on a request of the 200 (`tests/upstream_server.py`), which then
+ends as an HTTP 502 and stops the run; `--at-once 50` asks less of it.
 """
 
 from __future__ import annotations
