@@ -112,3 +112,19 @@ def test_a_body_that_is_not_the_upstreams_stops_the_bench(dialect):
                 RuntimeError, match=f"the body from port {upstream.port}{re.escape(path)} is not the upstream's.*{said}"
             ):
                 read_stream(upstream.port, Route(path, dialect, UpstreamBody.of(claimed)))
+
+
+def test_a_bug_on_one_of_several_events_passes_it_and_the_rest_as_they_came(monkeypatch) -> None:
+    events = dialect_stream(Dialect.CHAT, 20)
+    repair = StreamRepair(request=request_facts(Dialect.CHAT), started_at=0.0)
+    sent = b"".join(repair.receive_data(event, now=1.0) for event in events[:10])
+
+    def bug(self, data, now):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(StreamRepair, "_on_routine_piece", bug)
+    # A routine delta (the steady path's), then the finish chunk (which meets the bug), then [DONE].
+    sent += repair.receive_data(events[10] + events[-2] + events[-1], now=1.0)
+    sent += repair.receive_end(now=2.0)
+    assert sent == b"".join(events[:11] + events[-2:])
+    assert repair.report.internal_error and "a bug of ours" in repair.report.detail
