@@ -222,7 +222,13 @@ def test_a_sandbox_told_to_stop_takes_the_agents_whole_session_with_it(tmp_path)
     def sleepers() -> list[str]:
         return [p.name for p in Path("/proc").iterdir() if p.name.isdigit() and marker.encode() in _cmdline(p)]
 
-    wait_until(lambda: len(sleepers()) >= 2, "the agent's two processes started")
+    def sleeping() -> int:
+        # Only the two `sleep`s, by their whole command line: before its exec a child forked by the
+        # sandbox shows the sandbox's (which holds the marker), and one is forked before the sandbox
+        # takes its signals (`ldconfig -p`, from ctypes at import); counting it sent SIGTERM too soon.
+        return sum(_cmdline(p) == f"sleep\0{marker}\0".encode() for p in Path("/proc").iterdir() if p.name.isdigit())
+
+    wait_until(lambda: sleeping() >= 2, "the agent's two sleeps started")
     sandbox.send_signal(signal.SIGTERM)
     assert sandbox.wait(timeout=DEADLINE) == 0
     assert sleepers() == []
