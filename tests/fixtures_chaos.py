@@ -6,11 +6,15 @@ toxiproxy, with a few of the default scenarios plus a short stall (so `hang` is 
 simulated), and the hub's rows (the incident, an error event, the rule-1 rows with a spare worker),
 which add two topologies and so two more sets of gateways. Tests then read cells from it. One run serves all the lab's end-to-end tests: starting
 LiteLLM alone takes ~15 s.
+
+`run_lab_over` is how a test module runs a lab of its own: default scenarios by name (or made
+scenarios), each changed alike, in one `LabConfig`, under a deadline.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,33 @@ LITELLM_FINISH_FIX_CLIENTS = ("openai-python", "httpx-sse", "openai-node")
 #: A backstop for the whole small matrix (~60 s on an idle 2-core machine; LiteLLM's start alone
 #: took over 2 minutes under a parallel build, issue 25).
 SMALL_MATRIX_DEADLINE_S = 480
+
+
+def run_lab_over(
+    scenarios: Iterable[str | Scenario],
+    results_dir: Path,
+    *,
+    clients: tuple[str, ...],
+    gateways: tuple[str, ...],
+    dialects: tuple[Dialect, ...],
+    deadline: float,
+    jobs: int | None = None,
+    each: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The lab's result, as JSON, over `scenarios` (a default scenario's name, or a Scenario), each
+    with the Scenario fields in `each` replaced, run with these clients, gateways and dialects
+    (`jobs` at once, else the lab's default), failing past `deadline` seconds."""
+    loaded = (load_scenario(SCENARIO_DIR / f"{s}.toml") if isinstance(s, str) else s for s in scenarios)
+    config = LabConfig(
+        scenarios=tuple(dataclasses.replace(scenario, **(each or {})) for scenario in loaded),
+        clients=clients,
+        gateways=gateways,
+        dialects=dialects,
+        results_dir=results_dir,
+    )
+    if jobs is not None:
+        config = dataclasses.replace(config, jobs=jobs)
+    return run_trio(run_lab, config, deadline=deadline).to_json()
 
 
 class Matrix:

@@ -36,12 +36,10 @@ from faults.child_processes import run_child
 from finishline import Dialect
 from labs.clients import LAB_API_KEY, NODE_CLIENTS_BY_DIALECT
 from labs.clients.hosts import NODE_PACKAGE
-from labs.plan import LabConfig
-from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, Scenario, load_scenario
 from labs.worker.settings import Finish
-from tests.fixtures_chaos import Matrix
-from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
+from tests.fixtures_chaos import Matrix, run_lab_over
+from tests.fixtures_lab import CELL_BACKSTOP_S
 from tests.gemini_streams import gemini_chunks, sse_body
 from tests.upstream_server import Script, UpstreamServer
 
@@ -132,26 +130,18 @@ def _scenario(name: str) -> Scenario:
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> Matrix:
     """The scenarios in Gemini, through direct and finish_fix, for the Node clients: one lab run."""
-    scenarios = tuple(
-        dataclasses.replace(
-            _scenario(name),
-            dialects=(Dialect.GEMINI,),
-            gateways=GATEWAYS,
-            clients=CLIENTS,
-            # Every scenario ends by itself: its deadline is only a backstop.
-            deadline_s=CELL_BACKSTOP_S,
-        )
-        for name in SCENARIOS
-    )
-    config = LabConfig(
-        scenarios=scenarios,
+    result = run_lab_over(
+        map(_scenario, SCENARIOS),
+        Path(tmp_path_factory.mktemp("lab-results")),
         clients=CLIENTS,
         gateways=GATEWAYS,
         dialects=(Dialect.GEMINI,),
+        deadline=300,
         jobs=6,
-        results_dir=Path(tmp_path_factory.mktemp("lab-results")),
+        # Every scenario ends by itself: its deadline is only a backstop.
+        each={"dialects": (Dialect.GEMINI,), "gateways": GATEWAYS, "clients": CLIENTS, "deadline_s": CELL_BACKSTOP_S},
     )
-    return Matrix(run_trio(run_lab, config, deadline=300).to_json())
+    return Matrix(result)
 
 
 @pytest.mark.parametrize(("scenario", "gateway", "client"), CELLS, ids=[f"{s}-{g}-{c}" for s, g, c in CELLS])

@@ -30,7 +30,6 @@ pass-through's two variants in each of the two topologies: its upstream is an en
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +37,9 @@ import pytest
 
 from finishline import Dialect
 from labs.outcome import BOOKS_NO_ENTRY
-from labs.plan import LabConfig
-from labs.runner import run_lab
-from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.table import render_table
-from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
+from tests.fixtures_chaos import run_lab_over
+from tests.fixtures_lab import CELL_BACKSTOP_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1200)]
 
@@ -72,24 +69,17 @@ Matrix = dict[tuple[str, str, str], dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    scenarios = tuple(
-        dataclasses.replace(
-            load_scenario(SCENARIO_DIR / f"{name}.toml"),
-            gateways=GATEWAYS,
-            dialects=(Dialect.CHAT, Dialect.GEMINI),
-            deadline_s=CELL_BACKSTOP_S,
-        )
-        for name in SCENARIOS
-    )
-    config = LabConfig(
-        scenarios=scenarios,
+    dialects = (Dialect.CHAT, Dialect.GEMINI)
+    return run_lab_over(
+        SCENARIOS,
+        Path(tmp_path_factory.mktemp("gateways-gemini")),
         clients=CLIENTS,
         gateways=GATEWAYS,
-        dialects=(Dialect.CHAT, Dialect.GEMINI),
+        dialects=dialects,
+        deadline=RUN_DEADLINE_S,
         jobs=64,
-        results_dir=Path(tmp_path_factory.mktemp("gateways-gemini")),
+        each={"gateways": GATEWAYS, "dialects": dialects, "deadline_s": CELL_BACKSTOP_S},
     )
-    return run_trio(run_lab, config, deadline=RUN_DEADLINE_S).to_json()
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,6 @@ Every cell ran in a network namespace whose only interface is `lo`.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from pathlib import Path
@@ -39,11 +38,10 @@ from typing import Any
 import pytest
 
 from finishline import Dialect
-from labs.plan import LabConfig
-from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.worker.wire import response_plan
-from tests.fixtures_lab import body_bytes_through_token, run_trio
+from tests.fixtures_chaos import run_lab_over
+from tests.fixtures_lab import body_bytes_through_token
 
 pytestmark = [
     pytest.mark.e2e,
@@ -62,17 +60,15 @@ ANSWER = "The quick brown fox jumps over the lazy dog. The quick brown"
 @pytest.fixture(scope="module")
 def gemini_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # `agents = true` for the reset too: asked for by name, a scenario runs the agents.
-    scenarios = tuple(
-        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, agents=True) for name in SCENARIOS
-    )
-    config = LabConfig(
-        scenarios=scenarios,
+    return run_lab_over(
+        SCENARIOS,
+        Path(tmp_path_factory.mktemp("lab-results")),
         clients=("gemini-cli",),
         gateways=GATEWAYS,
         dialects=(Dialect.GEMINI,),
-        results_dir=Path(tmp_path_factory.mktemp("lab-results")),
+        deadline=RUN_DEADLINE_S,
+        each={"gateways": GATEWAYS, "agents": True},
     )
-    return run_trio(run_lab, config, deadline=RUN_DEADLINE_S).to_json()
 
 
 INVALID_STREAM = "INVALID_STREAM: Model stream ended without a finish reason."

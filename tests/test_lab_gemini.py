@@ -13,17 +13,14 @@ raises `ClientError`/`ServerError` with its code. Through finish_fix every one o
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from finishline import Dialect
-from labs.plan import LabConfig
-from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
-from tests.fixtures_lab import run_trio
+from tests.fixtures_chaos import run_lab_over
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -44,18 +41,15 @@ RUN_DEADLINE_S = 240
 
 @pytest.fixture(scope="module")
 def gemini(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dict[str, Any]]:
-    scenarios = tuple(
-        dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), dialects=(Dialect.GEMINI,), agents=False)
-        for name in SCENARIOS
-    )
-    config = LabConfig(
-        scenarios=scenarios,
+    result = run_lab_over(
+        SCENARIOS,
+        Path(tmp_path_factory.mktemp("gemini-lab")),
         clients=(CLIENT,),
         gateways=GATEWAYS,
         dialects=(Dialect.GEMINI,),
-        results_dir=Path(tmp_path_factory.mktemp("gemini-lab")),
+        deadline=RUN_DEADLINE_S,
+        each={"dialects": (Dialect.GEMINI,), "agents": False},
     )
-    result = run_trio(run_lab, config, deadline=RUN_DEADLINE_S).to_json()
     cells = {(c["scenario"], c["gateway"]): c for c in result["cells"]}
     assert {c["dialect"] for c in cells.values()} == {"gemini"} and {c["client"] for c in cells.values()} == {CLIENT}
     return cells
