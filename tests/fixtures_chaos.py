@@ -50,22 +50,24 @@ def run_lab_over(
     *,
     clients: tuple[str, ...],
     gateways: tuple[str, ...],
-    dialects: tuple[Dialect, ...],
     deadline: float,
+    dialects: tuple[Dialect, ...] | None = None,
     jobs: int | None = None,
     each: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The lab's result, as JSON, over `scenarios` (a default scenario's name, or a Scenario), each
     with the Scenario fields in `each` replaced, run with these clients, gateways and dialects
-    (`jobs` at once, else the lab's default), failing past `deadline` seconds."""
+    (else the lab's default), `jobs` at once (else the lab's default), failing past `deadline` s."""
     loaded = (load_scenario(SCENARIO_DIR / f"{s}.toml") if isinstance(s, str) else s for s in scenarios)
     config = LabConfig(
         scenarios=tuple(dataclasses.replace(scenario, **(each or {})) for scenario in loaded),
         clients=clients,
         gateways=gateways,
-        dialects=dialects,
         results_dir=results_dir,
     )
+    # Only what was given: the rest stays LabConfig's own default.
+    if dialects is not None:
+        config = dataclasses.replace(config, dialects=dialects)
     if jobs is not None:
         config = dataclasses.replace(config, jobs=jobs)
     return run_trio(run_lab, config, deadline=deadline).to_json()

@@ -45,7 +45,6 @@ run's (`RUN_DEADLINE_S`, LiteLLM's start included); an idle machine still takes 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -54,11 +53,9 @@ import pytest
 from finishline import Dialect
 from labs.clients import LIBRARY_CLIENTS_BY_DIALECT
 from labs.gateways.litellm_proxy import VARIANTS
-from labs.plan import LabConfig
-from labs.runner import run_lab
-from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.table import render_table
-from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
+from tests.fixtures_chaos import run_lab_over
+from tests.fixtures_lab import CELL_BACKSTOP_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -78,22 +75,16 @@ Matrix = dict[tuple[str, str, str, str], dict[str, Any]]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    scenarios = tuple(
-        dataclasses.replace(
-            load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, dialects=DIALECTS, deadline_s=CELL_DEADLINE_S
-        )
-        for name in SCENARIOS
-    )
-    config = LabConfig(
-        scenarios=scenarios,
+    return run_lab_over(
+        SCENARIOS,
+        Path(tmp_path_factory.mktemp("litellm-dialects")),
         clients=tuple(dict.fromkeys(c for d in DIALECTS for c in LIBRARY_CLIENTS_BY_DIALECT[d])),
         gateways=GATEWAYS,
         dialects=DIALECTS,
+        deadline=RUN_DEADLINE_S,
         jobs=64,
-        results_dir=Path(tmp_path_factory.mktemp("litellm-dialects")),
+        each={"gateways": GATEWAYS, "dialects": DIALECTS, "deadline_s": CELL_DEADLINE_S},
     )
-
-    return run_trio(run_lab, config, deadline=RUN_DEADLINE_S).to_json()
 
 
 @pytest.fixture(scope="module")

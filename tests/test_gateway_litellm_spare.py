@@ -17,16 +17,13 @@ real clients, the real proxy, the hub and two workers, pinned against LiteLLM's 
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from labs.plan import LabConfig
-from labs.runner import run_lab
-from labs.scenario import SCENARIO_DIR, load_scenario
-from tests.fixtures_lab import CELL_BACKSTOP_S, run_trio
+from tests.fixtures_chaos import run_lab_over
+from tests.fixtures_lab import CELL_BACKSTOP_S
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -40,22 +37,16 @@ MATRIX_DEADLINE_S = 360
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str, str], dict[str, Any]]:
-    scenarios = tuple(
-        # Both end by themselves (the spare answers): the cells' deadline is only a backstop.
-        dataclasses.replace(
-            load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS, clients=CLIENTS, deadline_s=CELL_BACKSTOP_S
-        )
-        for name in (CLOSE, ABORT)
-    )
-    config = LabConfig(
-        scenarios=scenarios,
+    result = run_lab_over(
+        (CLOSE, ABORT),
+        Path(tmp_path_factory.mktemp("litellm-spare")),
         clients=CLIENTS,
         gateways=GATEWAYS,
+        deadline=MATRIX_DEADLINE_S,
         jobs=8,
-        results_dir=Path(tmp_path_factory.mktemp("litellm-spare")),
+        # Both end by themselves (the spare answers): the cells' deadline is only a backstop.
+        each={"gateways": GATEWAYS, "clients": CLIENTS, "deadline_s": CELL_BACKSTOP_S},
     )
-
-    result = run_trio(run_lab, config, deadline=MATRIX_DEADLINE_S).to_json()
     return {(c["scenario"], c["client"], c["gateway"]): c for c in result["cells"]}
 
 

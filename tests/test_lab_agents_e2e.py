@@ -39,7 +39,6 @@ Every cell ran in a network namespace whose only interface is `lo`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
@@ -54,11 +53,10 @@ from faults.child_processes import start_child
 from finishline import Dialect
 from labs.clients import AGENT_CLIENTS_BY_DIALECT
 from labs.clients.agent_host import agent_refusal
-from labs.plan import LabConfig
-from labs.runner import run_lab
 from labs.scenario import SCENARIO_DIR, load_scenario
 from labs.worker.wire import response_plan
-from tests.fixtures_lab import body_bytes_through_token, run_trio
+from tests.fixtures_chaos import run_lab_over
+from tests.fixtures_lab import body_bytes_through_token
 from tests.process_watch import DEADLINE, wait_until
 
 pytestmark = [
@@ -82,16 +80,15 @@ AGENTS = ("pi-coding-agent", "claude-code", "codex")
 
 @pytest.fixture(scope="module")
 def agents_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    scenarios = tuple(dataclasses.replace(load_scenario(SCENARIO_DIR / f"{name}.toml"), gateways=GATEWAYS) for name in SCENARIOS)
-    config = LabConfig(
-        scenarios=scenarios,
+    return run_lab_over(
+        SCENARIOS,
+        Path(tmp_path_factory.mktemp("lab-results")),
         clients=AGENTS,
         gateways=GATEWAYS,
         dialects=DIALECTS,
-        results_dir=Path(tmp_path_factory.mktemp("lab-results")),
+        deadline=RUN_DEADLINE_S,
+        each={"gateways": GATEWAYS},
     )
-
-    return run_trio(run_lab, config, deadline=RUN_DEADLINE_S).to_json()
 
 
 def _cells(run: dict[str, Any]) -> dict[tuple[str, str, str, str], dict[str, Any]]:
