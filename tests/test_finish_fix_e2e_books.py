@@ -35,6 +35,7 @@ from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, MitmdumpError
 from tests.mitmdump_process import start as start_mitmdump_process
 from tests.otlp_receiver import running_otlp_receiver
+from tests.process_watch import DEADLINE
 from tests.test_core_malformed import DIALECTS, cut, healthy, with_malformed
 from tests.test_finish_fix_e2e_telemetry import SPAN_WAIT_S, scrape, streams_total
 from tests.upstream_server import Ending, Script, UpstreamServer
@@ -143,13 +144,15 @@ def _assert_refused(confdir, upstream: UpstreamServer, name: str, value: str) ->
     )
     try:
         try:
-            mitmdump.wait_for_output(r"listening at|Error logged during startup", timeout=30)
-            mitmdump.wait_exit(timeout=5)
+            mitmdump.wait_for_output(r"listening at|Error logged during startup", timeout=DEADLINE)
+            # A backstop with a loaded machine's room: a refused option ends mitmdump at once.
+            mitmdump.wait_exit(timeout=DEADLINE)
         except MitmdumpError:
             pass  # judged below, from the process itself
         if mitmdump.process.poll() is None:
             pytest.fail(
-                f"mitmdump kept running with --set {name}={value} (5 s after it listened):\n{mitmdump.output}", pytrace=False
+                f"mitmdump kept running with --set {name}={value} ({DEADLINE} s after its startup output):\n{mitmdump.output}",
+                pytrace=False,
             )
         code = mitmdump.process.returncode
         assert code != 0, f"mitmdump exited 0 with --set {name}={value}:\n{mitmdump.output}"
@@ -214,7 +217,7 @@ def test_cut_repair_still_works_once_after_a_hot_reload(start_mitmdump, upstream
     for reload in (1, 2):
         future = time.time() + 10 * reload
         os.utime(script, (future, future))
-        mitmdump.wait_for_output(rf"(Loading script.*\n(.|\n)*){{{reload + 1}}}", timeout=20)
+        mitmdump.wait_for_output(rf"(Loading script.*\n(.|\n)*){{{reload + 1}}}", timeout=DEADLINE)
         after = raw_post(chat_url(mitmdump.url, prefix))
         added = complete_events(after.body[len(b"".join(PARTIAL)) :])
         assert len(added) == 1, f"after reload {reload}: {added}"
