@@ -17,6 +17,7 @@ from faults.toxiproxy_client import ToxiproxyClient, ToxiproxyUnavailable
 from labs.worker import WorkerSettings, open_worker, parse_settings, response_plan
 from tests.feeding import complete_events
 from tests.fixtures_lab import chat_request, client_exchange, open_proxy, run_trio, split_response, token_texts
+from tests.process_watch import DEADLINE
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,6 +170,6 @@ def test_server_command_runs_toxiproxy_with_a_proxy_and_stops_it():
         assert client.proxies()["worker"].listen_port == listen
     finally:
         process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=10) == 0
+        assert process.wait(timeout=DEADLINE) == 0
     with pytest.raises(ToxiproxyUnavailable):
         client.version()

@@ -28,6 +28,7 @@ from tests.e2e_support import openai_client, raw_post
 from tests.feeding import data_events
 from tests.fixtures_e2e import wait_ledger_rows
 from tests.mitmdump_process import Mitmdump, running_finish_fix
+from tests.process_watch import DEADLINE
 
 # Above the waits a test chains (the worker and mitmdump starting, a ledger line: `START_DEADLINE_S`
 # each), so a slow machine fails on the wait that names what is missing, not on pytest-timeout.
@@ -195,7 +196,7 @@ def test_the_metrics_count_each_correction_under_its_rule(proxy):
     model = f"w-metrics;{LLAMA_CPP}"
     _post(proxy, Dialect.RESPONSES, model)
     proxy.ledger_row(model)
-    proxy.mitmdump.wait_for_output("finish_fix: metrics at", timeout=10)
+    proxy.mitmdump.wait_for_output("finish_fix: metrics at", timeout=DEADLINE)
     with urllib.request.urlopen(metrics_url_in(proxy.mitmdump.output), timeout=10) as response:
         text = response.read().decode()
     counts = {

@@ -25,6 +25,7 @@ from tests.e2e_support import ANSWER, PROMPT, assert_interrupted_error, chat_url
 from tests.feeding import chunk, complete_events
 from tests.fixtures_e2e import FinishFixProxy
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, running_finish_fix
+from tests.process_watch import DEADLINE
 from tests.upstream_server import Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -204,7 +205,7 @@ def test_a_timer_pending_when_the_script_fails_to_reload_is_swallowed(start_mitm
         script.write_text(script.read_text() + "\nthis is not python\n")
         future = time.time() + 10
         os.utime(script, (future, future))
-        mitmdump.wait_for_output(r"(Loading script.*\n(.|\n)*){2}", timeout=20)
+        mitmdump.wait_for_output(r"(Loading script.*\n(.|\n)*){2}", timeout=DEADLINE)
         time.sleep(3)  # the first response's timers (2 s deadlines) come due on the open connection
         second = client.post(chat_url(mitmdump.url, prefix), json=body)
     assert second.status_code == 200 and second.content == b"".join(chat_stream(ANSWER))

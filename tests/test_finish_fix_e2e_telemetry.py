@@ -28,6 +28,7 @@ from tests.e2e_support import ANSWER, CUTS, chat_url, raw_post
 from tests.fixtures_e2e import FinishFixProxy
 from tests.fixtures_lab import run_trio
 from tests.otlp_receiver import ReceivedSpan, refusing_otlp_endpoint, running_otlp_receiver
+from tests.process_watch import DEADLINE
 from tests.upstream_server import Script, UpstreamServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -54,7 +55,7 @@ def streams_total(metrics_text: str) -> dict[tuple[str, str, str], float]:
 
 
 def scrape(proxy: FinishFixProxy) -> str:
-    proxy.mitmdump.wait_for_output("finish_fix: metrics at", timeout=10)
+    proxy.mitmdump.wait_for_output("finish_fix: metrics at", timeout=DEADLINE)
     url = metrics_url_in(proxy.mitmdump.output)
     assert url is not None, proxy.mitmdump.output
     response = httpx.get(url, timeout=10, trust_env=False)
