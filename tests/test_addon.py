@@ -421,6 +421,11 @@ def test_a_misuse_the_adapter_catches_drops_no_held_byte(addon, monkeypatch):
     rest = sse(b"[DONE]")
     sent += _as_list(flow.response.stream(rest))
     assert b"".join(sent) == head + rest
+    # The books count the piece that met the misuse too, as received and as sent.
+    flow.response.stream(b"")
+    addon.response(flow)
+    record = flow.metadata["finish_fix"]
+    assert (record["upstream_bytes"], record["client_bytes"]) == (len(head + rest), len(head + rest))
 
 
 def test_a_flow_streaming_across_a_hot_reload_is_still_repaired_and_booked(tmp_path):

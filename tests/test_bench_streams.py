@@ -9,7 +9,9 @@ import re
 import pytest
 
 from finishline import Dialect, EventFramer, StreamRepair
+from finishline import _repair as finishline_repair
 from finishline._rules import DIALECT_FRAMERS
+from finishline._steady import match_plain_text
 from finishline.addon.options import PATH_OPTIONS
 from tests.bench import API, BENCH_DIALECTS, Route, UpstreamBody, dialect_stream, read_stream, request_facts
 from tests.upstream_server import Script, UpstreamServer
@@ -128,3 +130,36 @@ def test_a_bug_on_one_of_several_events_passes_it_and_the_rest_as_they_came(monk
     sent += repair.receive_end(now=2.0)
     assert sent == b"".join(events[:11] + events[-2:])
     assert repair.report.internal_error and "a bug of ours" in repair.report.detail
+    # The part that met the bug is booked as received and as sent, as every other byte.
+    assert (repair.report.upstream_bytes, repair.report.client_bytes) == (len(sent), len(sent))
+
+
+@pytest.mark.parametrize("per_piece", [1, 3])
+def test_a_bug_on_the_steady_path_books_every_byte_it_passes(monkeypatch, per_piece) -> None:
+    # The steady path counts a piece after its checks: a bug in them raises before the count, so
+    # the caller's `give_up` books the piece from the count before the call.
+    events = dialect_stream(Dialect.RESPONSES, 12)
+    repair = StreamRepair(dialect=Dialect.RESPONSES, request=request_facts(Dialect.RESPONSES), started_at=0.0)
+    calls = 0
+
+    def bug_on_the_eighth(data, start, end):
+        nonlocal calls
+        calls += 1
+        if calls == 8:
+            raise RuntimeError("a bug of ours")
+        return match_plain_text(data, start, end)
+
+    monkeypatch.setattr(finishline_repair, "match_plain_text", bug_on_the_eighth)
+    sent = b""
+    for start in range(0, len(events), per_piece):
+        piece = b"".join(events[start : start + per_piece])
+        upstream_bytes = repair.report.upstream_bytes
+        try:
+            sent += repair.receive_data(piece, now=1.0)
+        except RuntimeError as error:  # one event a piece: the bug reaches the caller (the addon)
+            sent += repair.give_up(error, piece, upstream_bytes)
+    sent += repair.receive_end(now=2.0)
+    assert calls == 8, "the bug was met, and nothing was read after it"
+    assert sent == b"".join(events)
+    assert repair.report.internal_error and "a bug of ours" in repair.report.detail
+    assert (repair.report.upstream_bytes, repair.report.client_bytes) == (len(sent), len(sent))

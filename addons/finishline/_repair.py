@@ -223,15 +223,15 @@ class StreamRepair:
         return self._sent(out)
 
     def _each_event(self, parts: list[bytes], now: float | None) -> bytes:
-        """A piece of several events (`EventFramer.split_events`): each part as if it had come
-        alone, so that routine ones take the fast path. After a bug of ours in a part, that part
-        and the rest pass as they came, after what the parts before it sent (nothing is lost)."""
+        """A piece of several events (`EventFramer.split_events`): each part as if it came alone, so
+        routine ones take the fast path. After our bug in a part, it and the rest pass as they came."""
         out = []
         for part in parts:
+            upstream_bytes = self.report.upstream_bytes
             try:
                 out.append(self.receive_data(part, now=now))
             except Exception as error:
-                out.append(self.give_up(error) + part)
+                out.append(self.give_up(error, part, upstream_bytes))
         return b"".join(out)
 
     def receive_end(self, *, now: float | None = None) -> bytes:
@@ -326,16 +326,20 @@ class StreamRepair:
         (then the upstream's Content-Length still holds)."""
         return self._phase is not Phase.PASSTHROUGH
 
-    def give_up(self, error: Exception) -> bytes:
-        """For the caller that caught an exception from this machine (a bug of finishline's): pass
-        everything from here on unchanged and book the stream `skipped` with the error. Returns
-        the bytes this machine still held, to send before anything else (finish_fix never drops a
-        client's bytes): an event the rules held (Chat's finish before its usage chunk, C11), then
-        the start of an event the framer held (later pieces go on unread, so it would be lost)."""
-        if self._phase is Phase.PASSTHROUGH:
-            return b""
-        held = self._pass_through_from_here(error) + self._framer.take_buffered()
-        return self._sent(held)
+    def give_up(self, error: Exception, piece: bytes = b"", upstream_bytes_before: int | None = None) -> bytes:
+        """For the caller whose call to this machine raised (our bug, or a misuse): pass all from here
+        on unchanged, book the stream `skipped` with the error, and return what the machine held (a
+        C11 finish, an event's start: finish_fix never drops a client's byte), then `piece`, whose
+        call raised, booked as received and sent: from `upstream_bytes_before`, the count before that
+        call (None: the count now), as the call may have counted it (the full path counts first)."""
+        report = self.report
+        before = report.upstream_bytes if upstream_bytes_before is None else upstream_bytes_before
+        held = b""
+        if self._phase is not Phase.PASSTHROUGH:
+            held = self._sent(self._pass_through_from_here(error) + self._framer.take_buffered())
+        report.upstream_bytes = before + len(piece)
+        report.client_bytes += len(piece)
+        return held + piece
 
     # -- events -------------------------------------------------------------------------------
 

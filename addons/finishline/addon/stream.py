@@ -73,14 +73,16 @@ class ClientStream(CutHandler):
     def __call__(self, data: bytes) -> list[bytes]:
         """Must never raise (mitmproxy would drop the piece and corrupt the client's body) and never
         return b"" mid-stream (on HTTP/1.1 that is written as the chunked terminator)."""
-        # This runs for every piece of every stream: locals and one clock read, nothing more.
+        # This runs for every piece of every stream: locals, one clock read and the books' count
+        # before the call (what `give_up` books from after a bug), nothing more.
         repair = self.repair
+        upstream_bytes = repair.report.upstream_bytes
         try:
             out = repair.receive_data(data, now=_clock()) if data else repair.receive_end(now=_clock())
         except Exception as error:
-            # The core passes its own bugs through exactly; reaching here means misuse (e.g. data
-            # after the end). Pass on what the repair held, then the piece, and stop repairing.
-            out = repair.give_up(error) + data
+            # A bug of ours on the fast path, or misuse (data after the end): pass on what the
+            # repair held, then the piece, both booked, and stop repairing.
+            out = repair.give_up(error, data, upstream_bytes)
         if repair.report.internal_error:
             self.log_internal_error_once()
         if out:
