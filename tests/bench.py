@@ -871,13 +871,21 @@ def telemetry_check(mitmdump: Mitmdump, receiver: OtlpReceiver) -> str:
     return f"checked: its /metrics counted {counted:,.0f} flows; the receiver had decoded {len(spans):,} of their spans by then"
 
 
+def add_dialect_option(parser: argparse.ArgumentParser, text: str = "a dialect (repeatable; default all)") -> None:
+    """The bench tools' `--dialect`: repeatable, one of `BENCH_DIALECTS`; `chosen_dialects` reads it."""
+    parser.add_argument("--dialect", action="append", choices=[str(dialect) for dialect in BENCH_DIALECTS], help=text)
+
+
+def chosen_dialects(args: argparse.Namespace) -> list[Dialect]:
+    """The dialects `--dialect` named, in the bench's order; every one when it was not given."""
+    return [dialect for dialect in BENCH_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--dialect",
-        action="append",
-        choices=[str(dialect) for dialect in BENCH_DIALECTS],
-        help="a dialect to measure (repeatable; default all four): chat runs every Chat "
+    add_dialect_option(
+        parser,
+        "a dialect to measure (repeatable; default all four): chat runs every Chat "
         "shape, messages, responses and gemini their long stream, their concurrent shape (raced) and the core",
     )
     parser.add_argument("--events", type=int, default=100_000, help="events in the long stream (each dialect)")
@@ -906,7 +914,7 @@ def main(argv: list[str] | None = None) -> int:
         "and upstream on one CPU, every mitmdump on another)",
     )
     args = parser.parse_args(argv)
-    dialects = [dialect for dialect in BENCH_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
+    dialects = chosen_dialects(args)
     chat = Dialect.CHAT in dialects
     others = [dialect for dialect in dialects if dialect is not Dialect.CHAT]
 

@@ -27,7 +27,16 @@ from pathlib import Path
 
 from faults.child_processes import START_DEADLINE_S, free_port, run_child, start_child
 from finishline import Dialect
-from tests.bench import _WRITE_BATCH, API, BENCH_DIALECTS, Route, UpstreamBody, _read_at_once, dialect_stream
+from tests.bench import (
+    _WRITE_BATCH,
+    API,
+    Route,
+    UpstreamBody,
+    _read_at_once,
+    add_dialect_option,
+    chosen_dialects,
+    dialect_stream,
+)
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, mitmdump_executable
 from tests.upstream_server import Script, UpstreamServer
 
@@ -97,12 +106,7 @@ def count(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument(
-        "--dialect",
-        action="append",
-        choices=[str(dialect) for dialect in BENCH_DIALECTS],
-        help="a dialect (repeatable; default all)",
-    )
+    add_dialect_option(parser)
     parser.add_argument("--streams", type=int, default=200, help="streams counted (default 200)")
     parser.add_argument("--at-once", type=int, default=200, help="streams at once (default 200, the bench's concurrent shape)")
     parser.add_argument("--events", type=int, default=200, help="events per stream (default 200)")
@@ -115,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, option) < 1:
             print(f"error: --{option.replace('_', '-')} must be at least 1", file=sys.stderr)
             return 2
-    dialects = [dialect for dialect in BENCH_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
+    dialects = chosen_dialects(args)
     shown = ["Ir", "I1mr", "D1mr", "D1mw"] if args.cache else ["Ir"]
     print(f"per stream ({args.streams} streams of {args.events} events, {args.at_once} at once), in thousands; Ir = instructions")
     with UpstreamServer() as upstream:

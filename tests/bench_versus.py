@@ -26,7 +26,17 @@ from pathlib import Path
 
 from finishline import Dialect
 from tests import mitmdump_process
-from tests.bench import _WRITE_BATCH, API, BENCH_DIALECTS, Route, UpstreamBody, dialect_stream, pin_processes, race
+from tests.bench import (
+    _WRITE_BATCH,
+    API,
+    Route,
+    UpstreamBody,
+    add_dialect_option,
+    chosen_dialects,
+    dialect_stream,
+    pin_processes,
+    race,
+)
 from tests.mitmdump_process import FINISH_FIX_SCRIPT, Mitmdump
 from tests.upstream_server import Script, UpstreamServer
 
@@ -51,12 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--before", type=Path, required=True, help="an `addons/` folder of the version to compare with")
     parser.add_argument("--rounds", type=int, default=8, help="rounds (every dialect's race through both versions in each)")
-    parser.add_argument(
-        "--dialect",
-        action="append",
-        choices=[str(dialect) for dialect in BENCH_DIALECTS],
-        help="a dialect (repeatable; default all)",
-    )
+    add_dialect_option(parser)
     parser.add_argument("--streams", type=int, default=200, help="streams through each proxy at once")
     parser.add_argument("--events", type=int, default=200, help="events per stream")
     args = parser.parse_args(argv)
@@ -64,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if not before_script.exists():
         print(f"error: {before_script} does not exist (--before names an addons/ folder)", file=sys.stderr)
         return 2
-    dialects = [dialect for dialect in BENCH_DIALECTS if args.dialect is None or str(dialect) in args.dialect]
+    dialects = chosen_dialects(args)
     with UpstreamServer() as upstream, tempfile.TemporaryDirectory() as confdir_name:
         confdir = Path(confdir_name)
         routes: dict[Dialect, Route] = {}
